@@ -1,0 +1,287 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+)
+
+// Limits.
+const (
+	// MaxBodyBytes caps every request body.
+	MaxBodyBytes = 1 << 20
+	// DefaultEventsLimit and MaxEventsLimit bound one /events response.
+	DefaultEventsLimit = 1000
+	MaxEventsLimit     = 10000
+	// keepAliveEvery is how often an idle SSE stream gets a comment line, so
+	// that proxies and browsers keep it open.
+	keepAliveEvery = 15 * time.Second
+)
+
+// Server serves the API of one node.
+type Server struct {
+	NodeID  string
+	Version string
+	Store   *state.Store
+	Logger  *slog.Logger
+	// AllowAnyHost turns off the Host check; set it only when the API is
+	// deliberately bound to a non-loopback address.
+	AllowAnyHost bool
+}
+
+// Handler returns the API's root handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	route := func(pattern string, h http.HandlerFunc) {
+		mux.Handle(pattern, onlyGET(h))
+	}
+	route("/node_id", s.nodeID)
+	route("/healthz", s.healthz)
+	route("/state", s.stateAll)
+	route("/state/{path...}", s.statePath)
+	route("/events", s.events)
+	route("/events/stream", s.eventStream)
+	route("/history/memory/{id}", s.memoryHistory)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
+	})
+	var h http.Handler = mux
+	h = limitBody(h)
+	if !s.AllowAnyHost {
+		h = loopbackHostOnly(h)
+	}
+	return h
+}
+
+// onlyGET answers 405 with an Allow header to anything but GET and HEAD.
+func onlyGET(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+			return
+		}
+		h(w, r)
+	})
+}
+
+func limitBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxBodyBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is %d bytes, limit %d", r.ContentLength, MaxBodyBytes))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHostOnly refuses requests whose Host is not a loopback name, which
+// is what a DNS-rebinding page would send.
+func loopbackHostOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			host = hh
+		}
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		ip := net.ParseIP(host)
+		if !(strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()) {
+			writeError(w, http.StatusForbidden, fmt.Sprintf("host %q not allowed: the API answers loopback names only", r.Host))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) nodeID(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.NodeID)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	st := s.Store.State()
+	writeJSON(w, http.StatusOK, map[string]any{
+		"status":              "ok",
+		"nodeId":              s.NodeID,
+		"version":             s.Version,
+		"lastEventAppliedIdx": st.LastEventAppliedIdx,
+	})
+}
+
+func (s *Server) stateAll(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Store.State())
+}
+
+func (s *Server) statePath(w http.ResponseWriter, r *http.Request) {
+	segs, err := state.ParsePath(r.PathValue("path"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	raw, err := state.Lookup(s.Store.State(), segs)
+	switch {
+	case errors.Is(err, state.ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeRaw(w, http.StatusOK, raw)
+}
+
+// eventsPage is the /events response.
+type eventsPage struct {
+	Events []state.Indexed `json:"events"`
+	// Next is the idx to ask for next (since=Next).
+	Next int64 `json:"next"`
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	since, err := intParam(q.Get("since"), 0)
+	if err != nil || since < 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("since: want an integer ≥ 0, got %q", q.Get("since")))
+		return
+	}
+	limit, err := intParam(q.Get("limit"), DefaultEventsLimit)
+	if err != nil || limit < 1 || limit > MaxEventsLimit {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit: want 1..%d, got %q", MaxEventsLimit, q.Get("limit")))
+		return
+	}
+	evs, err := s.Store.Log().Since(since, int(limit))
+	if errors.Is(err, state.ErrCompacted) {
+		writeError(w, http.StatusGone, err.Error()+"; fetch /state and continue from its lastEventAppliedIdx+1")
+		return
+	}
+	if evs == nil {
+		evs = []state.Indexed{}
+	}
+	next := since
+	if len(evs) > 0 {
+		next = evs[len(evs)-1].Idx + 1
+	}
+	writeJSON(w, http.StatusOK, eventsPage{Events: evs, Next: next})
+}
+
+// eventStream sends indexed events as SSE: "id: N" and "data: {…}". It starts
+// at ?since=N, else after Last-Event-ID, else with the next new event.
+func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) {
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "streaming not supported by this connection")
+		return
+	}
+	log := s.Store.Log()
+	next := log.Next()
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("since: want an integer ≥ 0, got %q", v))
+			return
+		}
+		next = n
+	} else if v := r.Header.Get("Last-Event-ID"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			next = n + 1
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, ": orrery event stream\n\n")
+	flusher.Flush()
+
+	ctx := r.Context()
+	for {
+		evs, err := log.Since(next, 256)
+		if err != nil {
+			// The client fell behind retention: say so and end; it must
+			// resync from /state.
+			b, _ := json.Marshal(map[string]string{"error": err.Error()})
+			fmt.Fprintf(w, "event: error\ndata: %s\n\n", b)
+			flusher.Flush()
+			return
+		}
+		for _, ie := range evs {
+			b, err := json.Marshal(ie)
+			if err != nil {
+				s.Logger.Error("marshal event", "idx", ie.Idx, "err", err)
+				return
+			}
+			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ie.Idx, b); err != nil {
+				return
+			}
+			next = ie.Idx + 1
+		}
+		if len(evs) > 0 {
+			flusher.Flush()
+			continue
+		}
+		wctx, cancel := context.WithTimeout(ctx, keepAliveEvery)
+		err = log.Wait(wctx, next)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil { // keep-alive timeout
+			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
+				return
+			}
+			flusher.Flush()
+		}
+	}
+}
+
+func (s *Server) memoryHistory(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := state.ValidNodeID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	samples, ok := s.Store.History().Get(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no memory history for node %q", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nodeId": id, "samples": samples})
+}
+
+func intParam(v string, def int64) (int64, error) {
+	if v == "" {
+		return def, nil
+	}
+	return strconv.ParseInt(v, 10, 64)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode response: "+err.Error())
+		return
+	}
+	writeRaw(w, code, b)
+}
+
+func writeRaw(w http.ResponseWriter, code int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	writeRaw(w, code, b)
+}

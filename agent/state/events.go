@@ -1,0 +1,173 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Event is a typed change to State. Every event names the node it is about,
+// so that the master can check that a worker only speaks for itself.
+type Event interface {
+	// Type is the event's wire name, e.g. "NodeMemoryMeasured".
+	Type() string
+	// Node is the id of the node the event is about.
+	Node() string
+}
+
+// NodeIdentityMeasured says who a node is; sent at start-up.
+type NodeIdentityMeasured struct {
+	NodeID   string       `json:"nodeId"`
+	Identity NodeIdentity `json:"identity"`
+}
+
+// NodeMemoryMeasured is one memory sample (every 0.5 s by default).
+type NodeMemoryMeasured struct {
+	NodeID string     `json:"nodeId"`
+	Memory NodeMemory `json:"memory"`
+}
+
+// NodeSystemMeasured is one system sample (every 1 s by default).
+type NodeSystemMeasured struct {
+	NodeID string     `json:"nodeId"`
+	System NodeSystem `json:"system"`
+}
+
+// NodeDiskMeasured is one disk sample of the models directory (every 10 s).
+type NodeDiskMeasured struct {
+	NodeID string   `json:"nodeId"`
+	Disk   NodeDisk `json:"disk"`
+}
+
+// NodeNetworkMeasured is one sample of the node's interfaces (every 5 s).
+type NodeNetworkMeasured struct {
+	NodeID  string      `json:"nodeId"`
+	Network NodeNetwork `json:"network"`
+}
+
+func (NodeIdentityMeasured) Type() string { return "NodeIdentityMeasured" }
+func (NodeMemoryMeasured) Type() string   { return "NodeMemoryMeasured" }
+func (NodeSystemMeasured) Type() string   { return "NodeSystemMeasured" }
+func (NodeDiskMeasured) Type() string     { return "NodeDiskMeasured" }
+func (NodeNetworkMeasured) Type() string  { return "NodeNetworkMeasured" }
+
+func (e NodeIdentityMeasured) Node() string { return e.NodeID }
+func (e NodeMemoryMeasured) Node() string   { return e.NodeID }
+func (e NodeSystemMeasured) Node() string   { return e.NodeID }
+func (e NodeDiskMeasured) Node() string     { return e.NodeID }
+func (e NodeNetworkMeasured) Node() string  { return e.NodeID }
+
+// decoders maps a wire type name to a function decoding its payload. It is
+// written only here, at init, and read-only afterwards.
+var decoders = map[string]func([]byte) (Event, error){
+	"NodeIdentityMeasured": decodeAs[NodeIdentityMeasured],
+	"NodeMemoryMeasured":   decodeAs[NodeMemoryMeasured],
+	"NodeSystemMeasured":   decodeAs[NodeSystemMeasured],
+	"NodeDiskMeasured":     decodeAs[NodeDiskMeasured],
+	"NodeNetworkMeasured":  decodeAs[NodeNetworkMeasured],
+}
+
+func decodeAs[T Event](b []byte) (Event, error) {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// EventTypes lists the known event type names, sorted.
+func EventTypes() []string {
+	names := make([]string, 0, len(decoders))
+	for n := range decoders {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ErrUnknownEventType is returned by DecodeEvent for a type it does not know.
+var ErrUnknownEventType = errors.New("unknown event type")
+
+// MaxNodeIDLen bounds node ids taken from the wire.
+const MaxNodeIDLen = 64
+
+// DecodeEvent decodes an event payload of the named type and checks that it
+// names a valid node.
+func DecodeEvent(typ string, payload []byte) (Event, error) {
+	dec, ok := decoders[typ]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownEventType, typ)
+	}
+	ev, err := dec(payload)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", typ, err)
+	}
+	if err := ValidNodeID(ev.Node()); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", typ, err)
+	}
+	return ev, nil
+}
+
+// ValidNodeID reports whether id is acceptable as a node id: 1..64 bytes of
+// [A-Za-z0-9_-]. Ids end up in URLs and file names, so nothing else passes.
+func ValidNodeID(id string) error {
+	if id == "" {
+		return errors.New("empty node id")
+	}
+	if len(id) > MaxNodeIDLen {
+		return fmt.Errorf("node id is %d bytes, limit %d", len(id), MaxNodeIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("node id %q: byte %d is not [A-Za-z0-9_-]", id, i)
+		}
+	}
+	return nil
+}
+
+// Indexed is an event with the global index the master gave it.
+type Indexed struct {
+	Idx   int64
+	Event Event
+}
+
+type indexedWire struct {
+	Idx   int64           `json:"idx"`
+	Type  string          `json:"type"`
+	Event json.RawMessage `json:"event"`
+}
+
+// MarshalJSON writes {"idx":N,"type":"…","event":{…}}.
+func (ie Indexed) MarshalJSON() ([]byte, error) {
+	if ie.Event == nil {
+		return nil, errors.New("indexed event has no event")
+	}
+	payload, err := json.Marshal(ie.Event)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s: %w", ie.Event.Type(), err)
+	}
+	return json.Marshal(indexedWire{Idx: ie.Idx, Type: ie.Event.Type(), Event: payload})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, refusing unknown types and
+// negative indices.
+func (ie *Indexed) UnmarshalJSON(b []byte) error {
+	var w indexedWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return fmt.Errorf("indexed event: %w", err)
+	}
+	if w.Idx < 0 {
+		return fmt.Errorf("indexed event: negative idx %d", w.Idx)
+	}
+	if len(w.Event) == 0 {
+		return errors.New("indexed event: missing \"event\"")
+	}
+	ev, err := DecodeEvent(w.Type, w.Event)
+	if err != nil {
+		return fmt.Errorf("indexed event %d: %w", w.Idx, err)
+	}
+	ie.Idx, ie.Event = w.Idx, ev
+	return nil
+}

@@ -1,0 +1,80 @@
+package state
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Store is a node's view of the cluster: the current State, the event log it
+// came from and the memory history derived from it. Safe for concurrent use.
+type Store struct {
+	log     *Log
+	history *MemoryHistory
+	cur     atomic.Pointer[State]
+
+	mu sync.Mutex // serialises Apply so log and state advance together
+}
+
+// NewStore returns a store at the empty state.
+func NewStore(log *Log, history *MemoryHistory) *Store {
+	st := &Store{log: log, history: history}
+	s := New()
+	st.cur.Store(&s)
+	return st
+}
+
+// State returns the current state. The value must not be modified.
+func (st *Store) State() State { return *st.cur.Load() }
+
+// Log returns the store's event log.
+func (st *Store) Log() *Log { return st.log }
+
+// History returns the memory history.
+func (st *Store) History() *MemoryHistory { return st.history }
+
+// Apply folds the next indexed event into the state and appends it to the
+// log. An out-of-order event is refused and changes nothing.
+func (st *Store) Apply(ie Indexed) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	next, err := ApplyIndexed(*st.cur.Load(), ie)
+	if err != nil {
+		return err
+	}
+	if err := st.log.Append(ie); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	st.cur.Store(&next)
+	if m, ok := ie.Event.(NodeMemoryMeasured); ok {
+		st.history.Add(m.NodeID, m.Memory)
+	}
+	return nil
+}
+
+// Sequencer gives local events their global index. In a single-node agent
+// the node is its own master and LocalSequencer does it; the cluster layer
+// replaces it with one that forwards to the elected master.
+type Sequencer interface {
+	// Publish submits a local event. It must not block for long: samplers
+	// call it on their tick.
+	Publish(ev Event) error
+}
+
+// LocalSequencer indexes events itself and applies them to its store.
+type LocalSequencer struct {
+	Store *Store
+	mu    sync.Mutex // makes "take next index, apply" atomic
+}
+
+var _ Sequencer = (*LocalSequencer)(nil)
+
+// Publish indexes ev and applies it.
+func (q *LocalSequencer) Publish(ev Event) error {
+	if err := ValidNodeID(ev.Node()); err != nil {
+		return fmt.Errorf("publish %s: %w", ev.Type(), err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.Store.Apply(Indexed{Idx: q.Store.Log().Next(), Event: ev})
+}

@@ -1,0 +1,5 @@
+//go:build !linux && !darwin
+
+package telemetry
+
+func cpuLayout() CPULayout { return CPULayout{} }

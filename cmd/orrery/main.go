@@ -1,0 +1,97 @@
+// Command orrery is the headless Orrery CLI: the node agent and its tools.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/orrery-cluster/orrery/agent"
+)
+
+// version is set at link time (-ldflags "-X main.version=…") by the Makefile.
+var version = "dev"
+
+const usage = `orrery: run and observe an LLM split across several machines.
+
+Usage:
+  orrery agent [flags]   run this node's agent (local API, samplers, state)
+  orrery version         print the version
+
+Run "orrery agent -h" for the agent's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "agent":
+		return runAgent(args[1:], stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintf(stdout, "orrery %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "orrery: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func runAgent(args []string, stderr io.Writer) int {
+	cfg := agent.DefaultConfig()
+	cfg.Version = version
+	fs := flag.NewFlagSet("orrery agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "listen address of the local HTTP API (keep it on loopback: the API is not authenticated)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node id, models and traces")
+	fs.DurationVar(&cfg.MemoryInterval, "memory-interval", cfg.MemoryInterval, "memory sampling period")
+	fs.DurationVar(&cfg.SystemInterval, "system-interval", cfg.SystemInterval, "CPU/GPU/temperature/power sampling period")
+	fs.DurationVar(&cfg.DiskInterval, "disk-interval", cfg.DiskInterval, "disk sampling period (models directory)")
+	fs.DurationVar(&cfg.NetworkInterval, "network-interval", cfg.NetworkInterval, "network interface sampling period")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "orrery agent: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToLower(*level))); err != nil {
+		fmt.Fprintf(stderr, "orrery agent: --log-level %q: want debug, info, warn or error\n", *level)
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+
+	a, err := agent.New(cfg)
+	if err != nil {
+		cfg.Logger.Error("cannot start agent", "err", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := a.Run(ctx); err != nil {
+		cfg.Logger.Error("agent failed", "err", err)
+		return 1
+	}
+	return 0
+}
