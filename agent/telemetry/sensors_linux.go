@@ -162,13 +162,17 @@ func (s *linuxSensors) readPower(now time.Time) *float64 {
 			complete = false
 			continue
 		}
-		if d.havePrev {
-			delta := v - d.prev
-			if v < d.prev { // counter wrapped
-				delta = v + d.maxRange - d.prev
-			}
-			joules += float64(delta) / 1e6
-		} else {
+		switch {
+		case !d.havePrev:
+			complete = false
+		case v >= d.prev:
+			joules += float64(v-d.prev) / 1e6
+		case d.maxRange > d.prev:
+			// The counter wrapped at max_energy_range_uj.
+			joules += float64(d.maxRange-d.prev+v) / 1e6
+		default:
+			// Went backwards past any known range (reset): skip a sample
+			// rather than report nonsense.
 			complete = false
 		}
 		d.prev, d.havePrev = v, true

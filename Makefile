@@ -1,0 +1,49 @@
+# Orrery. `make run` builds and starts the agent; `make test` installs what is
+# missing, vets and runs every test with -race.
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.version=$(VERSION)
+BIN      := bin/orrery
+# Extra flags for `orrery agent` under `make run`, e.g. ARGS="--log-level debug".
+ARGS     ?=
+FUZZTIME ?= 10s
+# Packages whose Go files need no cgo when built for macOS: these are
+# type-checked for darwin/arm64 with CGO_ENABLED=0, since no Mac is at hand.
+DARWIN_PKGS = $(shell GOOS=darwin GOARCH=arm64 CGO_ENABLED=1 $(GO) list -f '{{if not .CgoFiles}}{{.ImportPath}}{{end}}' ./...)
+
+.PHONY: all build run test deps vet darwin-vet fuzz bench clean
+
+all: build
+
+# deps installs what the build and tests need and are missing: gcc for the
+# race detector (cgo), and the Go modules.
+deps:
+	@scripts/deps.sh
+
+build: deps
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orrery
+
+run: build
+	./$(BIN) agent $(ARGS)
+
+vet:
+	$(GO) vet ./...
+
+test: deps vet
+	$(GO) test -race -count=1 ./...
+
+darwin-vet:
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet $(DARWIN_PKGS)
+	GOOS=darwin GOARCH=amd64 CGO_ENABLED=0 $(GO) vet $(DARWIN_PKGS)
+
+# fuzz runs every fuzz target for FUZZTIME each.
+fuzz:
+	@scripts/fuzz.sh $(FUZZTIME)
+
+# bench prints the sampler figures (p99 of one memory sample among them).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 20000x ./agent/telemetry/
+
+clean:
+	rm -rf bin

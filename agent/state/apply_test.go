@@ -1,0 +1,177 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+
+func sampleEvents(node string) []Event {
+	return []Event{
+		NodeIdentityMeasured{NodeID: node, Identity: NodeIdentity{NodeID: node, FriendlyName: "studio", ChipID: "Apple M2 Ultra", RAMTotal: Bytes(192 << 30), PerfCores: Int(16), EffCores: Int(8)}},
+		NodeMemoryMeasured{NodeID: node, Memory: NodeMemory{RAMTotal: Bytes(192 << 30), RAMAvailable: Bytes(100 << 30), SwapTotal: Bytes(0), SwapAvailable: Bytes(0), SampledAt: t0}},
+		NodeSystemMeasured{NodeID: node, System: NodeSystem{CPUUsage: Float(0.25), GPUUsage: Float(0.5), SampledAt: t0}},
+		NodeDiskMeasured{NodeID: node, Disk: NodeDisk{Path: "/m", Total: Bytes(1000), Available: Bytes(400), SampledAt: t0}},
+		NodeNetworkMeasured{NodeID: node, Network: NodeNetwork{Interfaces: []NetworkInterface{{Name: "en0", Kind: "wifi", MTU: 1500}}, SampledAt: t0}},
+	}
+}
+
+func TestApplyEveryEventType(t *testing.T) {
+	evs := sampleEvents("n1")
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		seen[ev.Type()] = true
+	}
+	for _, typ := range EventTypes() {
+		if !seen[typ] {
+			t.Errorf("event type %s has no case in this table", typ)
+		}
+	}
+	tests := []struct {
+		ev    Event
+		check func(t *testing.T, s State)
+	}{
+		{evs[0], func(t *testing.T, s State) {
+			if got := s.NodeIdentities["n1"].FriendlyName; got != "studio" {
+				t.Errorf("friendly name = %q", got)
+			}
+			if len(s.Topology.Nodes) != 1 || s.Topology.Nodes[0].NodeID != "n1" {
+				t.Errorf("topology = %+v, want node n1", s.Topology.Nodes)
+			}
+		}},
+		{evs[1], func(t *testing.T, s State) {
+			if got := s.NodeMemory["n1"].RAMAvailable.InBytes; got != 100<<30 {
+				t.Errorf("ramAvailable = %d", got)
+			}
+			if len(s.Topology.Nodes) != 1 {
+				t.Errorf("memory sample should add the node to the topology: %+v", s.Topology.Nodes)
+			}
+		}},
+		{evs[2], func(t *testing.T, s State) {
+			sys := s.NodeSystem["n1"]
+			if sys.GPUUsage == nil || *sys.GPUUsage != 0.5 || sys.Temp != nil {
+				t.Errorf("system = %+v", sys)
+			}
+		}},
+		{evs[3], func(t *testing.T, s State) {
+			if got := s.NodeDisk["n1"].Available.InBytes; got != 400 {
+				t.Errorf("disk available = %d", got)
+			}
+		}},
+		{evs[4], func(t *testing.T, s State) {
+			if got := s.NodeNetwork["n1"].Interfaces; len(got) != 1 || got[0].Kind != "wifi" {
+				t.Errorf("interfaces = %+v", got)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.ev.Type(), func(t *testing.T) {
+			before := New()
+			snapshot, _ := json.Marshal(before)
+			after := Apply(before, tc.ev)
+			tc.check(t, after)
+			if again, _ := json.Marshal(before); string(again) != string(snapshot) {
+				t.Errorf("Apply mutated its input:\nbefore %s\nafter  %s", snapshot, again)
+			}
+		})
+	}
+}
+
+func TestApplyLatestSampleWinsAndNodesStaySeparate(t *testing.T) {
+	s := New()
+	for i, node := range []string{"b", "a", "b"} {
+		s = Apply(s, NodeMemoryMeasured{NodeID: node, Memory: NodeMemory{RAMAvailable: Bytes(uint64(i))}})
+	}
+	if got := s.NodeMemory["b"].RAMAvailable.InBytes; got != 2 {
+		t.Errorf("b ramAvailable = %d, want latest (2)", got)
+	}
+	if got := s.NodeMemory["a"].RAMAvailable.InBytes; got != 1 {
+		t.Errorf("a ramAvailable = %d, want 1", got)
+	}
+	want := []TopologyNode{{"a"}, {"b"}}
+	if !reflect.DeepEqual(s.Topology.Nodes, want) {
+		t.Errorf("topology nodes = %+v, want sorted %+v", s.Topology.Nodes, want)
+	}
+}
+
+func TestApplyIndexedRefusesGapsAndReplays(t *testing.T) {
+	s := New()
+	ev := sampleEvents("n1")[1]
+	s, err := ApplyIndexed(s, Indexed{Idx: 0, Event: ev})
+	if err != nil || s.LastEventAppliedIdx != 0 {
+		t.Fatalf("first event: idx=%d err=%v", s.LastEventAppliedIdx, err)
+	}
+	for _, idx := range []int64{0, 2, -1} {
+		got, err := ApplyIndexed(s, Indexed{Idx: idx, Event: ev})
+		if !errors.Is(err, ErrOutOfOrder) {
+			t.Errorf("idx %d: err = %v, want ErrOutOfOrder", idx, err)
+		}
+		if got.LastEventAppliedIdx != 0 {
+			t.Errorf("idx %d: state advanced to %d", idx, got.LastEventAppliedIdx)
+		}
+	}
+}
+
+func TestNullStaysNull(t *testing.T) {
+	s := Apply(New(), NodeSystemMeasured{NodeID: "n", System: NodeSystem{CPUUsage: Float(0)}})
+	b, err := json.Marshal(s.NodeSystem["n"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	for _, k := range []string{"gpuUsage", "temp", "sysPower", "pcpuUsage", "ecpuUsage"} {
+		v, ok := m[k]
+		if !ok || v != nil {
+			t.Errorf("%s = %v (present %v), want null", k, v, ok)
+		}
+	}
+	if m["cpuUsage"] != 0.0 {
+		t.Errorf("cpuUsage = %v, want a real 0", m["cpuUsage"])
+	}
+}
+
+func TestIndexedJSONRoundTrip(t *testing.T) {
+	for i, ev := range sampleEvents("node-1") {
+		in := Indexed{Idx: int64(i), Event: ev}
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wire map[string]json.RawMessage
+		json.Unmarshal(b, &wire)
+		if string(wire["type"]) != `"`+ev.Type()+`"` {
+			t.Errorf("type field = %s", wire["type"])
+		}
+		var out Indexed
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if !reflect.DeepEqual(in, out) {
+			t.Errorf("round trip:\n in %#v\nout %#v", in, out)
+		}
+	}
+}
+
+func TestIndexedUnmarshalErrors(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"idx":1,"type":"Nope","event":{}}`, "unknown event type"},
+		{`{"idx":-1,"type":"NodeMemoryMeasured","event":{"nodeId":"a"}}`, "negative idx"},
+		{`{"idx":1,"type":"NodeMemoryMeasured"}`, "missing"},
+		{`{"idx":1,"type":"NodeMemoryMeasured","event":{"nodeId":""}}`, "empty node id"},
+		{`{"idx":1,"type":"NodeMemoryMeasured","event":{"nodeId":"../x"}}`, "not [A-Za-z0-9_-]"},
+		{`{"idx":1,"type":"NodeMemoryMeasured","event":{"nodeId":"a","memory":{"ramTotal":{"inBytes":-5}}}}`, "decode NodeMemoryMeasured"},
+		{`[1,2]`, "indexed event"},
+	} {
+		var ie Indexed
+		err := json.Unmarshal([]byte(tc.in), &ie)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", tc.in, err, tc.want)
+		}
+	}
+}

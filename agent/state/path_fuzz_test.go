@@ -1,0 +1,71 @@
+package state
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// FuzzParsePath checks that any URL path either parses into clean segments
+// that re-join to an equivalent path, or fails with ErrBadPath; and that
+// Lookup on a parsed path never fails with anything but ErrNotFound.
+func FuzzParsePath(f *testing.F) {
+	for _, s := range []string{"", "nodeMemory", "nodeMemory/abc", "/a/b/", "a//b", "../x", "a/%00", "topology/nodes/0"} {
+		f.Add(s)
+	}
+	st := New()
+	for _, ev := range sampleEvents("n1") {
+		st = Apply(st, ev)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		segs, err := ParsePath(p)
+		if err != nil {
+			if !errors.Is(err, ErrBadPath) {
+				t.Fatalf("ParsePath(%q): error not ErrBadPath: %v", p, err)
+			}
+			return
+		}
+		for _, s := range segs {
+			if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\\ \x00") {
+				t.Fatalf("ParsePath(%q) let through segment %q", p, s)
+			}
+		}
+		again, err := ParsePath(strings.Join(segs, "/"))
+		if err != nil || strings.Join(again, "/") != strings.Join(segs, "/") {
+			t.Fatalf("re-parse of %q: %q, %v", segs, again, err)
+		}
+		if _, err := Lookup(st, segs); err != nil && !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Lookup(%q): %v", segs, err)
+		}
+	})
+}
+
+// FuzzIndexedEvent checks that the event decoder refuses bad frames with an
+// error (never a panic) and that whatever it accepts survives a round trip.
+func FuzzIndexedEvent(f *testing.F) {
+	f.Add([]byte(`{"idx":3,"type":"NodeMemoryMeasured","event":{"nodeId":"a","memory":{"ramTotal":{"inBytes":5}}}}`))
+	f.Add([]byte(`{"idx":0,"type":"NodeIdentityMeasured","event":{"nodeId":"x","identity":{"perfCores":4}}}`))
+	f.Add([]byte(`{"idx":1,"type":"Nope","event":{}}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var ie Indexed
+		if err := ie.UnmarshalJSON(b); err != nil {
+			return
+		}
+		if ie.Idx < 0 || ValidNodeID(ie.Event.Node()) != nil {
+			t.Fatalf("accepted bad event %+v", ie)
+		}
+		out, err := ie.MarshalJSON()
+		if err != nil {
+			t.Fatalf("marshal accepted event: %v", err)
+		}
+		var back Indexed
+		if err := back.UnmarshalJSON(out); err != nil {
+			t.Fatalf("re-decode %s: %v", out, err)
+		}
+		out2, _ := back.MarshalJSON()
+		if string(out) != string(out2) {
+			t.Fatalf("round trip differs:\n%s\n%s", out, out2)
+		}
+	})
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what building and testing Orrery need and this machine lacks.
+# Debian/Ubuntu: apt packages are installed when running as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
+if ((${#need_apt[@]})); then
+	if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+		echo "deps: installing ${need_apt[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+	else
+		echo "deps: missing ${need_apt[*]}; install them (apt-get install ${need_apt[*]})" >&2
+		exit 1
+	fi
+fi
+command -v go >/dev/null || { echo "deps: Go is missing; install Go 1.26 or newer" >&2; exit 1; }
+go mod download
