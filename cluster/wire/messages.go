@@ -1,0 +1,295 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Type is a message type, the frame's first byte.
+type Type byte
+
+// Message types. Numbers are part of the protocol: never reuse one.
+const (
+	TypeHello     Type = 1 // first frame on a connection, both ways
+	TypeHeartbeat Type = 2 // every heartbeat interval, with a probe stamp
+	TypeProbeAck  Type = 3 // answer to a heartbeat: the four NTP stamps
+	TypeSubmit    Type = 4 // worker → master: local events to index
+	TypeEvents    Type = 5 // master → all: indexed events
+	TypeFetch     Type = 6 // node → master: resend events since N
+	TypeSnapshot  Type = 7 // master → node: whole state at an index
+)
+
+var typeNames = map[Type]string{
+	TypeHello: "hello", TypeHeartbeat: "heartbeat", TypeProbeAck: "probe-ack", TypeSubmit: "submit",
+	TypeEvents: "events", TypeFetch: "fetch", TypeSnapshot: "snapshot",
+}
+
+func (t Type) String() string {
+	if n, ok := typeNames[t]; ok {
+		return n
+	}
+	return fmt.Sprintf("type-%d", byte(t))
+}
+
+// Limits on decoded messages.
+const (
+	MaxNodeIDLen     = 64
+	MaxEventsPerMsg  = 4096
+	MaxMembersPerMsg = 256
+	MaxVersionLen    = 64
+)
+
+// Hello opens a connection. The TLS certificate already proves the node
+// id; Hello must repeat it, and a mismatch closes the connection.
+type Hello struct {
+	NodeID    string    `json:"nodeId"`
+	StartedAt time.Time `json:"startedAt"`
+	Version   string    `json:"version"`
+	PeerPort  int       `json:"peerPort"`
+}
+
+// Heartbeat says "I am alive" and carries a probe stamp (T1, the sender's
+// clock in Unix ns) so that the ack gives RTT and clock offset.
+type Heartbeat struct {
+	NodeID    string    `json:"nodeId"`
+	StartedAt time.Time `json:"startedAt"`
+	Seq       uint64    `json:"seq"`
+	T1        int64     `json:"t1"`
+	MasterID  string    `json:"masterId"`
+	LastIdx   int64     `json:"lastIdx"`
+	StateHash string    `json:"stateHash"`
+	Members   []string  `json:"members"`
+}
+
+// ProbeAck answers a heartbeat: T1 echoed, T2 when it arrived and T3 when
+// the ack left (the receiver's clock, Unix ns). The sender notes T4.
+type ProbeAck struct {
+	NodeID string `json:"nodeId"`
+	Seq    uint64 `json:"seq"`
+	T1     int64  `json:"t1"`
+	T2     int64  `json:"t2"`
+	T3     int64  `json:"t3"`
+}
+
+// RawEvent is an event not yet indexed: the cluster layer carries it as
+// opaque JSON; the agent decodes it.
+type RawEvent struct {
+	Type  string          `json:"type"`
+	Event json.RawMessage `json:"event"`
+}
+
+// IndexedEvent is an event with its global index.
+type IndexedEvent struct {
+	Idx   int64           `json:"idx"`
+	Type  string          `json:"type"`
+	Event json.RawMessage `json:"event"`
+}
+
+// Submit carries a worker's local events to the master.
+type Submit struct {
+	Events []RawEvent `json:"events"`
+}
+
+// Events carries consecutive indexed events from the master, and the
+// master's identity, so a node notices a change of master.
+type Events struct {
+	MasterID string         `json:"masterId"`
+	Events   []IndexedEvent `json:"events"`
+}
+
+// Fetch asks the master for its events from Since on.
+type Fetch struct {
+	Since int64 `json:"since"`
+}
+
+// Snapshot is the master's whole state at LastIdx, sent when a node is too
+// far behind for Fetch or has followed another master.
+type Snapshot struct {
+	MasterID string          `json:"masterId"`
+	LastIdx  int64           `json:"lastIdx"`
+	State    json.RawMessage `json:"state"`
+}
+
+// Encode marshals a message for WriteFrame.
+func Encode(v any) (Type, []byte, error) {
+	var t Type
+	switch v.(type) {
+	case *Hello:
+		t = TypeHello
+	case *Heartbeat:
+		t = TypeHeartbeat
+	case *ProbeAck:
+		t = TypeProbeAck
+	case *Submit:
+		t = TypeSubmit
+	case *Events:
+		t = TypeEvents
+	case *Fetch:
+		t = TypeFetch
+	case *Snapshot:
+		t = TypeSnapshot
+	default:
+		return 0, nil, fmt.Errorf("encode: unknown message %T", v)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, nil, fmt.Errorf("encode %s: %w", t, err)
+	}
+	return t, b, nil
+}
+
+// Decode parses and validates one message payload. It returns a pointer to
+// the message struct for the type.
+func Decode(t Type, payload []byte) (any, error) {
+	var v interface{ validate() error }
+	switch t {
+	case TypeHello:
+		v = new(Hello)
+	case TypeHeartbeat:
+		v = new(Heartbeat)
+	case TypeProbeAck:
+		v = new(ProbeAck)
+	case TypeSubmit:
+		v = new(Submit)
+	case TypeEvents:
+		v = new(Events)
+	case TypeFetch:
+		v = new(Fetch)
+	case TypeSnapshot:
+		v = new(Snapshot)
+	default:
+		return nil, fmt.Errorf("decode: unknown message %s", t)
+	}
+	if err := json.Unmarshal(payload, v); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", t, err)
+	}
+	if err := v.validate(); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", t, err)
+	}
+	return v, nil
+}
+
+// ValidNodeID mirrors the agent's rule: 1..64 bytes of [A-Za-z0-9_-].
+func ValidNodeID(id string) error {
+	if id == "" || len(id) > MaxNodeIDLen {
+		return fmt.Errorf("node id length %d, want 1..%d", len(id), MaxNodeIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("node id %q: byte %d is not [A-Za-z0-9_-]", id, i)
+		}
+	}
+	return nil
+}
+
+func optionalNodeID(id string) error {
+	if id == "" {
+		return nil
+	}
+	return ValidNodeID(id)
+}
+
+func (m *Hello) validate() error {
+	if err := ValidNodeID(m.NodeID); err != nil {
+		return err
+	}
+	if m.PeerPort < 0 || m.PeerPort > 65535 {
+		return fmt.Errorf("peer port %d", m.PeerPort)
+	}
+	if len(m.Version) > MaxVersionLen {
+		return fmt.Errorf("version is %d bytes, limit %d", len(m.Version), MaxVersionLen)
+	}
+	return nil
+}
+
+func (m *Heartbeat) validate() error {
+	if err := ValidNodeID(m.NodeID); err != nil {
+		return err
+	}
+	if err := optionalNodeID(m.MasterID); err != nil {
+		return fmt.Errorf("master: %w", err)
+	}
+	if len(m.Members) > MaxMembersPerMsg {
+		return fmt.Errorf("%d members, limit %d", len(m.Members), MaxMembersPerMsg)
+	}
+	for _, id := range m.Members {
+		if err := ValidNodeID(id); err != nil {
+			return fmt.Errorf("member: %w", err)
+		}
+	}
+	if m.LastIdx < -1 {
+		return fmt.Errorf("lastIdx %d", m.LastIdx)
+	}
+	if len(m.StateHash) > 128 {
+		return errors.New("state hash too long")
+	}
+	return nil
+}
+
+func (m *ProbeAck) validate() error { return ValidNodeID(m.NodeID) }
+
+func validType(s string) error {
+	if s == "" || len(s) > 64 {
+		return fmt.Errorf("event type length %d, want 1..64", len(s))
+	}
+	return nil
+}
+
+func (m *Submit) validate() error {
+	if len(m.Events) == 0 || len(m.Events) > MaxEventsPerMsg {
+		return fmt.Errorf("%d events, want 1..%d", len(m.Events), MaxEventsPerMsg)
+	}
+	for i, e := range m.Events {
+		if err := validType(e.Type); err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		if len(e.Event) == 0 {
+			return fmt.Errorf("event %d: no payload", i)
+		}
+	}
+	return nil
+}
+
+func (m *Events) validate() error {
+	if err := ValidNodeID(m.MasterID); err != nil {
+		return fmt.Errorf("master: %w", err)
+	}
+	if len(m.Events) > MaxEventsPerMsg {
+		return fmt.Errorf("%d events, limit %d", len(m.Events), MaxEventsPerMsg)
+	}
+	for i, e := range m.Events {
+		if err := validType(e.Type); err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		if len(e.Event) == 0 {
+			return fmt.Errorf("event %d: no payload", i)
+		}
+		if e.Idx < 0 || i > 0 && e.Idx != m.Events[i-1].Idx+1 {
+			return fmt.Errorf("event %d: idx %d breaks the run", i, e.Idx)
+		}
+	}
+	return nil
+}
+
+func (m *Fetch) validate() error {
+	if m.Since < 0 {
+		return fmt.Errorf("since %d", m.Since)
+	}
+	return nil
+}
+
+func (m *Snapshot) validate() error {
+	if err := ValidNodeID(m.MasterID); err != nil {
+		return fmt.Errorf("master: %w", err)
+	}
+	if m.LastIdx < -1 {
+		return fmt.Errorf("lastIdx %d", m.LastIdx)
+	}
+	if len(m.State) == 0 || m.State[0] != '{' {
+		return errors.New("state is not a JSON object")
+	}
+	return nil
+}

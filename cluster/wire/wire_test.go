@@ -1,0 +1,102 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	msgs := []any{
+		&Hello{NodeID: "a", StartedAt: time.Unix(100, 0).UTC(), Version: "v1", PeerPort: 52417},
+		&Heartbeat{NodeID: "a", Seq: 7, T1: 123, MasterID: "b", LastIdx: 41, StateHash: "abc", Members: []string{"a", "b"}},
+		&ProbeAck{NodeID: "b", Seq: 7, T1: 123, T2: 130, T3: 131},
+		&Submit{Events: []RawEvent{{Type: "NodeMemoryMeasured", Event: json.RawMessage(`{"nodeId":"a"}`)}}},
+		&Events{MasterID: "b", Events: []IndexedEvent{{Idx: 5, Type: "X", Event: json.RawMessage(`{}`)}, {Idx: 6, Type: "Y", Event: json.RawMessage(`1`)}}},
+		&Fetch{Since: 3},
+		&Snapshot{MasterID: "b", LastIdx: 9, State: json.RawMessage(`{"lastEventAppliedIdx":9}`)},
+	}
+	for _, m := range msgs {
+		typ, b, err := Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteFrame(&buf, typ, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range msgs {
+		typ, payload, err := ReadFrame(&buf, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Decode(typ, payload)
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %#v\nwant %#v", typ, got, want)
+		}
+	}
+	if _, _, err := ReadFrame(&buf, 0); err != io.EOF {
+		t.Errorf("after the last frame: %v, want io.EOF", err)
+	}
+}
+
+func TestReadFrameLimits(t *testing.T) {
+	hdr := func(n uint32) []byte { b := make([]byte, 4); binary.BigEndian.PutUint32(b, n); return b }
+	if _, _, err := ReadFrame(bytes.NewReader(hdr(1<<31)), 0); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("2 GiB header: %v", err)
+	}
+	if _, _, err := ReadFrame(bytes.NewReader(hdr(100)), 50); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("over a custom cap: %v", err)
+	}
+	if _, _, err := ReadFrame(bytes.NewReader(hdr(0)), 0); !errors.Is(err, ErrEmptyFrame) {
+		t.Errorf("empty frame: %v", err)
+	}
+	if _, _, err := ReadFrame(bytes.NewReader(append(hdr(10), 1, 2)), 0); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("truncated body: %v", err)
+	}
+	if err := WriteFrame(io.Discard, TypeSnapshot, make([]byte, MaxFrame)); !errors.Is(err, ErrFrameTooLarge) {
+		t.Errorf("oversized write: %v", err)
+	}
+}
+
+func TestDecodeRefusesBadMessages(t *testing.T) {
+	many := make([]string, MaxMembersPerMsg+1)
+	for i := range many {
+		many[i] = "n"
+	}
+	manyJSON, _ := json.Marshal(many)
+	for _, tc := range []struct {
+		t    Type
+		in   string
+		want string
+	}{
+		{TypeHello, `{"nodeId":""}`, "node id length 0"},
+		{TypeHello, `{"nodeId":"../x"}`, "not [A-Za-z0-9_-]"},
+		{TypeHello, `{"nodeId":"a","peerPort":70000}`, "peer port"},
+		{TypeHeartbeat, `{"nodeId":"a","members":` + string(manyJSON) + `}`, "members, limit"},
+		{TypeHeartbeat, `{"nodeId":"a","masterId":"x y"}`, "master"},
+		{TypeSubmit, `{"events":[]}`, "0 events"},
+		{TypeSubmit, `{"events":[{"type":"","event":{}}]}`, "event type length"},
+		{TypeEvents, `{"masterId":"m","events":[{"idx":1,"type":"a","event":{}},{"idx":3,"type":"a","event":{}}]}`, "breaks the run"},
+		{TypeEvents, `{"masterId":"m","events":[{"idx":1,"type":"a"}]}`, "no payload"},
+		{TypeFetch, `{"since":-4}`, "since"},
+		{TypeSnapshot, `{"masterId":"m","lastIdx":1,"state":[1]}`, "not a JSON object"},
+		{Type(99), `{}`, "unknown message type-99"},
+		{TypeHello, `{"nodeId":`, "decode hello"},
+	} {
+		_, err := Decode(tc.t, []byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: err = %v, want %q", tc.t, tc.in, err, tc.want)
+		}
+	}
+}
