@@ -200,6 +200,9 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return // headers only; never hold a HEAD open as a stream
+	}
 	fmt.Fprint(w, ": orrery event stream\n\n")
 	flusher.Flush()
 
