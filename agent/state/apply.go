@@ -24,6 +24,13 @@ func Apply(s State, ev Event) State {
 		s.NodeDisk = with(s.NodeDisk, e.NodeID, e.Disk)
 	case NodeNetworkMeasured:
 		s.NodeNetwork = with(s.NodeNetwork, e.NodeID, e.Network)
+	case NodeGone:
+		s.NodeIdentities = without(s.NodeIdentities, e.NodeID)
+		s.NodeMemory = without(s.NodeMemory, e.NodeID)
+		s.NodeSystem = without(s.NodeSystem, e.NodeID)
+		s.NodeDisk = without(s.NodeDisk, e.NodeID)
+		s.NodeNetwork = without(s.NodeNetwork, e.NodeID)
+		s.Topology = withoutTopologyNode(s.Topology, e.NodeID)
 	}
 	return s
 }
@@ -45,6 +52,28 @@ func with[V any](m map[string]V, k string, v V) map[string]V {
 	maps.Copy(out, m)
 	out[k] = v
 	return out
+}
+
+func without[V any](m map[string]V, k string) map[string]V {
+	if _, ok := m[k]; !ok {
+		return m
+	}
+	out := make(map[string]V, len(m))
+	for kk, v := range m {
+		if kk != k {
+			out[kk] = v
+		}
+	}
+	return out
+}
+
+func withoutTopologyNode(t Topology, id string) Topology {
+	i := slices.IndexFunc(t.Nodes, func(n TopologyNode) bool { return n.NodeID == id })
+	if i < 0 {
+		return t
+	}
+	t.Nodes = slices.Delete(slices.Clone(t.Nodes), i, i+1)
+	return t
 }
 
 func withTopologyNode(t Topology, id string) Topology {

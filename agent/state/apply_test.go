@@ -18,6 +18,7 @@ func sampleEvents(node string) []Event {
 		NodeSystemMeasured{NodeID: node, System: NodeSystem{CPUUsage: Float(0.25), GPUUsage: Float(0.5), SampledAt: t0}},
 		NodeDiskMeasured{NodeID: node, Disk: NodeDisk{Path: "/m", Total: Bytes(1000), Available: Bytes(400), SampledAt: t0}},
 		NodeNetworkMeasured{NodeID: node, Network: NodeNetwork{Interfaces: []NetworkInterface{{Name: "en0", Kind: "wifi", MTU: 1500}}, SampledAt: t0}},
+		NodeGone{NodeID: "gone-" + node},
 	}
 }
 
@@ -69,6 +70,14 @@ func TestApplyEveryEventType(t *testing.T) {
 			}
 		}},
 	}
+	tests = append(tests, struct {
+		ev    Event
+		check func(t *testing.T, s State)
+	}{evs[5], func(t *testing.T, s State) {
+		if len(s.NodeMemory) != 0 || len(s.Topology.Nodes) != 0 {
+			t.Errorf("NodeGone of an unknown node changed the state: %+v", s)
+		}
+	}})
 	for _, tc := range tests {
 		t.Run(tc.ev.Type(), func(t *testing.T) {
 			before := New()
@@ -96,6 +105,46 @@ func TestApplyLatestSampleWinsAndNodesStaySeparate(t *testing.T) {
 	want := []TopologyNode{{"a"}, {"b"}}
 	if !reflect.DeepEqual(s.Topology.Nodes, want) {
 		t.Errorf("topology nodes = %+v, want sorted %+v", s.Topology.Nodes, want)
+	}
+}
+
+func TestNodeGoneRemovesEverything(t *testing.T) {
+	s := New()
+	for _, ev := range append(sampleEvents("a"), sampleEvents("b")...) {
+		s = Apply(s, ev)
+	}
+	before, _ := json.Marshal(s)
+	after := Apply(s, NodeGone{NodeID: "a"})
+	for name, n := range map[string]int{"identities": len(after.NodeIdentities), "memory": len(after.NodeMemory),
+		"system": len(after.NodeSystem), "disk": len(after.NodeDisk), "network": len(after.NodeNetwork), "topology": len(after.Topology.Nodes)} {
+		if n != 1 {
+			t.Errorf("%s has %d nodes after a is gone, want 1 (b)", name, n)
+		}
+	}
+	if _, ok := after.NodeMemory["b"]; !ok || after.Topology.Nodes[0].NodeID != "b" {
+		t.Error("b was removed too")
+	}
+	if again, _ := json.Marshal(s); string(again) != string(before) {
+		t.Error("NodeGone mutated its input")
+	}
+	if Hash(after) == Hash(s) {
+		t.Error("hash did not change with the state")
+	}
+}
+
+func TestHashStableAcrossJSONRoundTrip(t *testing.T) {
+	s := New()
+	for _, ev := range sampleEvents("a") {
+		s = Apply(s, ev)
+	}
+	s.LastEventAppliedIdx = 5
+	b, _ := json.Marshal(s)
+	back := New()
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if Hash(back) != Hash(s) {
+		t.Errorf("a snapshot restored from JSON hashes differently:\n%s", b)
 	}
 }
 

@@ -46,6 +46,14 @@ type NodeNetworkMeasured struct {
 	Network NodeNetwork `json:"network"`
 }
 
+// NodeGone says a node stopped answering and leaves the state; the master
+// publishes it when failure detection sweeps the node.
+type NodeGone struct {
+	NodeID string `json:"nodeId"`
+}
+
+func (NodeGone) Type() string             { return "NodeGone" }
+func (e NodeGone) Node() string           { return e.NodeID }
 func (NodeIdentityMeasured) Type() string { return "NodeIdentityMeasured" }
 func (NodeMemoryMeasured) Type() string   { return "NodeMemoryMeasured" }
 func (NodeSystemMeasured) Type() string   { return "NodeSystemMeasured" }
@@ -66,6 +74,7 @@ var decoders = map[string]func([]byte) (Event, error){
 	"NodeSystemMeasured":   decodeAs[NodeSystemMeasured],
 	"NodeDiskMeasured":     decodeAs[NodeDiskMeasured],
 	"NodeNetworkMeasured":  decodeAs[NodeNetworkMeasured],
+	"NodeGone":             decodeAs[NodeGone],
 }
 
 func decodeAs[T Event](b []byte) (Event, error) {

@@ -24,7 +24,8 @@ const DefaultLogRetention = 4096
 // safe for concurrent use.
 type Log struct {
 	mu      sync.Mutex // guards the fields below
-	buf     []Indexed  // ring of the last len(buf) events
+	buf     []Indexed  // ring: event i lives at buf[i % len(buf)]
+	count   int        // retained events, ≤ len(buf)
 	first   int64      // index of the oldest retained event
 	next    int64      // index the next event must have
 	changed chan struct{}
@@ -35,7 +36,19 @@ func NewLog(retain int) *Log {
 	if retain <= 0 {
 		retain = DefaultLogRetention
 	}
-	return &Log{buf: make([]Indexed, 0, retain), changed: make(chan struct{})}
+	return &Log{buf: make([]Indexed, retain), changed: make(chan struct{})}
+}
+
+// Reset empties the log so that the next event must carry index next; used
+// when the state is replaced by a snapshot. Waiters are woken.
+func (l *Log) Reset(next int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.buf)
+	l.count = 0
+	l.first, l.next = next, next
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // Next returns the index the next appended event must carry.
@@ -52,10 +65,10 @@ func (l *Log) Append(ie Indexed) error {
 	if ie.Idx != l.next {
 		return fmt.Errorf("%w: append %d, want %d", ErrOutOfOrder, ie.Idx, l.next)
 	}
-	if len(l.buf) < cap(l.buf) {
-		l.buf = append(l.buf, ie)
+	l.buf[ie.Idx%int64(len(l.buf))] = ie
+	if l.count < len(l.buf) {
+		l.count++
 	} else {
-		l.buf[ie.Idx%int64(cap(l.buf))] = ie
 		l.first++
 	}
 	l.next++
@@ -84,7 +97,7 @@ func (l *Log) Since(idx int64, max int) ([]Indexed, error) {
 	}
 	out := make([]Indexed, 0, n)
 	for i := idx; i < idx+n; i++ {
-		out = append(out, l.buf[i%int64(cap(l.buf))])
+		out = append(out, l.buf[i%int64(len(l.buf))])
 	}
 	return out, nil
 }

@@ -44,6 +44,35 @@ func TestLogSinceAndRetention(t *testing.T) {
 	}
 }
 
+func TestLogResetAndStoreRestore(t *testing.T) {
+	st := NewStore(NewLog(4), NewMemoryHistory(time.Hour))
+	seq := &LocalSequencer{Store: st}
+	for i := 0; i < 3; i++ {
+		seq.Publish(mem("a", i))
+	}
+	snap := Apply(New(), mem("m", 42))
+	snap.LastEventAppliedIdx = 99
+	st.Restore(snap)
+	if st.State().LastEventAppliedIdx != 99 || st.Log().Next() != 100 {
+		t.Fatalf("after restore: idx %d, log next %d", st.State().LastEventAppliedIdx, st.Log().Next())
+	}
+	if _, err := st.Log().Since(0, 0); !errors.Is(err, ErrCompacted) {
+		t.Errorf("events before the snapshot: err = %v, want ErrCompacted", err)
+	}
+	for i := 0; i < 6; i++ { // wraps the ring of 4
+		if err := seq.Publish(mem("a", 100+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.Log().Since(102, 0)
+	if err != nil || len(got) != 4 || got[0].Idx != 102 || got[3].Idx != 105 {
+		t.Fatalf("Since(102) = %v, %v", idxs(got), err)
+	}
+	if v := got[0].Event.(NodeMemoryMeasured).Memory.RAMAvailable.InBytes; v != 102 {
+		t.Errorf("event 102 carries %d", v)
+	}
+}
+
 func TestLogWaitWakesOnAppend(t *testing.T) {
 	l := NewLog(8)
 	done := make(chan error, 1)

@@ -1,6 +1,9 @@
 package state
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -50,6 +53,26 @@ func (st *Store) Apply(ie Indexed) error {
 		st.history.Add(m.NodeID, m.Memory)
 	}
 	return nil
+}
+
+// Restore replaces the state with s (a master's snapshot) and restarts the
+// log after it. Readers of older events get ErrCompacted and resync.
+func (st *Store) Restore(s State) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.log.Reset(s.LastEventAppliedIdx + 1)
+	st.cur.Store(&s)
+}
+
+// Hash is a digest of s: sha256 of its JSON (map keys sorted by
+// encoding/json), hex. Nodes at the same index have the same hash.
+func Hash(s State) string {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return "error:" + err.Error()
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Sequencer gives local events their global index. In a single-node agent

@@ -61,6 +61,15 @@ type Heartbeat struct {
 	LastIdx   int64     `json:"lastIdx"`
 	StateHash string    `json:"stateHash"`
 	Members   []string  `json:"members"`
+	// Peers are addresses the sender reaches other members at, so that a
+	// node given one static peer finds the rest of the cluster.
+	Peers []PeerInfo `json:"peers,omitempty"`
+}
+
+// PeerInfo is a member's peer address as another member dials it.
+type PeerInfo struct {
+	NodeID string `json:"nodeId"`
+	Addr   string `json:"addr"`
 }
 
 // ProbeAck answers a heartbeat: T1 echoed, T2 when it arrived and T3 when
@@ -99,9 +108,11 @@ type Events struct {
 	Events   []IndexedEvent `json:"events"`
 }
 
-// Fetch asks the master for its events from Since on.
+// Fetch asks the master for its events from Since on, or, with Snapshot,
+// for its whole state (after a change of master).
 type Fetch struct {
-	Since int64 `json:"since"`
+	Since    int64 `json:"since"`
+	Snapshot bool  `json:"snapshot,omitempty"`
 }
 
 // Snapshot is the master's whole state at LastIdx, sent when a node is too
@@ -222,6 +233,17 @@ func (m *Heartbeat) validate() error {
 	}
 	if m.LastIdx < -1 {
 		return fmt.Errorf("lastIdx %d", m.LastIdx)
+	}
+	if len(m.Peers) > MaxMembersPerMsg {
+		return fmt.Errorf("%d peers, limit %d", len(m.Peers), MaxMembersPerMsg)
+	}
+	for _, p := range m.Peers {
+		if err := ValidNodeID(p.NodeID); err != nil {
+			return fmt.Errorf("peer: %w", err)
+		}
+		if len(p.Addr) == 0 || len(p.Addr) > 262 {
+			return fmt.Errorf("peer %s: address length %d", p.NodeID, len(p.Addr))
+		}
 	}
 	if len(m.StateHash) > 128 {
 		return errors.New("state hash too long")

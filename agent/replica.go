@@ -1,0 +1,148 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/cluster/wire"
+)
+
+// hashRing keeps the state hash at each recent index, so that nodes can be
+// compared at the same index while events keep flowing.
+const hashRing = 1024
+
+// replica adapts the state store to the cluster node: it decodes the opaque
+// events the node carries and keeps the hash history. The node serialises
+// calls into it.
+type replica struct {
+	store    *state.Store
+	onMaster func(master string, self bool)
+	onGone   func(id string)
+
+	mu     sync.Mutex // guards hashes and the cached hash
+	hashes map[int64]string
+	last   string
+}
+
+var _ cluster.Application = (*replica)(nil)
+
+func newReplica(store *state.Store) *replica {
+	return &replica{store: store, hashes: map[int64]string{}}
+}
+
+func (r *replica) LastIdx() int64 { return r.store.State().LastEventAppliedIdx }
+
+func (r *replica) Apply(evs []wire.IndexedEvent) error {
+	for _, e := range evs {
+		ev, err := state.DecodeEvent(e.Type, e.Event)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", e.Idx, err)
+		}
+		if err := r.store.Apply(state.Indexed{Idx: e.Idx, Event: ev}); err != nil {
+			return fmt.Errorf("event %d: %w", e.Idx, err)
+		}
+		r.noteHash()
+	}
+	return nil
+}
+
+func (r *replica) noteHash() {
+	s := r.store.State()
+	h := state.Hash(s)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hashes[s.LastEventAppliedIdx] = h
+	delete(r.hashes, s.LastEventAppliedIdx-hashRing)
+	r.last = h
+}
+
+// HashAt returns the state hash this node had at idx, if still kept.
+func (r *replica) HashAt(idx int64) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.hashes[idx]
+	return h, ok
+}
+
+func (r *replica) EventsSince(since int64, max int) ([]wire.IndexedEvent, bool) {
+	evs, err := r.store.Log().Since(since, max)
+	if err != nil {
+		return nil, false
+	}
+	out := make([]wire.IndexedEvent, 0, len(evs))
+	for _, ie := range evs {
+		b, err := json.Marshal(ie.Event)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, wire.IndexedEvent{Idx: ie.Idx, Type: ie.Event.Type(), Event: b})
+	}
+	return out, true
+}
+
+func (r *replica) Snapshot() (int64, json.RawMessage, error) {
+	s := r.store.State()
+	b, err := json.Marshal(s)
+	return s.LastEventAppliedIdx, b, err
+}
+
+func (r *replica) Restore(lastIdx int64, raw json.RawMessage) error {
+	s := state.New()
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("decode snapshot: %w", err)
+	}
+	if s.LastEventAppliedIdx != lastIdx {
+		return fmt.Errorf("snapshot says idx %d, frame says %d", s.LastEventAppliedIdx, lastIdx)
+	}
+	if s.NodeIdentities == nil || s.NodeMemory == nil || s.NodeSystem == nil || s.NodeDisk == nil || s.NodeNetwork == nil {
+		return errors.New("snapshot lacks a state section")
+	}
+	r.store.Restore(s)
+	r.mu.Lock()
+	clear(r.hashes)
+	r.mu.Unlock()
+	r.noteHash()
+	return nil
+}
+
+func (r *replica) StateHash() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == "" {
+		return state.Hash(r.store.State())
+	}
+	return r.last
+}
+
+func (r *replica) MasterChanged(master string, self bool) {
+	if r.onMaster != nil {
+		r.onMaster(master, self)
+	}
+}
+
+func (r *replica) MemberGone(id string) {
+	if r.onGone != nil {
+		r.onGone(id)
+	}
+}
+
+// clusterSequencer publishes local events through the cluster node, which
+// indexes them (as master) or forwards them to the master.
+type clusterSequencer struct {
+	node *cluster.Node
+}
+
+func (q clusterSequencer) Publish(ev state.Event) error {
+	if err := state.ValidNodeID(ev.Node()); err != nil {
+		return fmt.Errorf("publish %s: %w", ev.Type(), err)
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", ev.Type(), err)
+	}
+	return q.node.Publish(wire.RawEvent{Type: ev.Type(), Event: b})
+}

@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/wire"
+)
+
+// errQueueFull drops a link whose peer does not keep up: a slow reader
+// must not stall the master.
+var errQueueFull = errors.New("peer send queue full")
+
+// conn is one authenticated peer link with a bounded send queue.
+type conn struct {
+	tc    *tls.Conn
+	log   *slog.Logger
+	peer  string
+	addr  string // the address we dialled (outbound links only)
+	hello wire.Hello
+
+	queue     chan frame
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+type frame struct {
+	typ     wire.Type
+	payload []byte
+}
+
+func newConn(tc *tls.Conn, log *slog.Logger) *conn {
+	return &conn{tc: tc, log: log, queue: make(chan frame, sendQueueLen), done: make(chan struct{})}
+}
+
+// send queues a message; it never blocks.
+func (c *conn) send(msg any) error {
+	typ, b, err := wire.Encode(msg)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-c.done:
+		return errors.New("peer link closed")
+	case c.queue <- frame{typ, b}:
+		return nil
+	default:
+		c.log.Warn("dropping slow peer link", "peer", c.peer)
+		c.close()
+		return errQueueFull
+	}
+}
+
+// writeNow writes a message synchronously (the handshake's Hello).
+func (c *conn) writeNow(msg any) error {
+	typ, b, err := wire.Encode(msg)
+	if err != nil {
+		return err
+	}
+	return wire.WriteFrame(c.tc, typ, b)
+}
+
+func (c *conn) writeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-ctx.Done():
+			return
+		case f := <-c.queue:
+			c.tc.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if err := wire.WriteFrame(c.tc, f.typ, f.payload); err != nil {
+				c.close()
+				return
+			}
+		}
+	}
+}
+
+func (c *conn) close() {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.tc.Close()
+	})
+}

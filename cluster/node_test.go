@@ -1,0 +1,372 @@
+package cluster
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/wire"
+)
+
+// memApp is an in-memory Application: its state is the list of applied
+// events. A unit-test fake of the agent's store.
+type memApp struct {
+	mu      sync.Mutex
+	evs     []wire.IndexedEvent
+	base    int64 // idx of evs[0]; after Restore the list restarts
+	hashAcc string
+	gone    []string
+	masters []string
+}
+
+func (a *memApp) LastIdx() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.base + int64(len(a.evs)) - 1
+}
+
+func (a *memApp) Apply(evs []wire.IndexedEvent) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, e := range evs {
+		if want := a.base + int64(len(a.evs)); e.Idx != want {
+			return fmt.Errorf("got %d want %d", e.Idx, want)
+		}
+		a.evs = append(a.evs, e)
+		sum := sha256.Sum256([]byte(a.hashAcc + e.Type + string(e.Event)))
+		a.hashAcc = hex.EncodeToString(sum[:])
+	}
+	return nil
+}
+
+func (a *memApp) EventsSince(since int64, max int) ([]wire.IndexedEvent, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if since < a.base {
+		return nil, false
+	}
+	i := since - a.base
+	if i >= int64(len(a.evs)) {
+		return nil, true
+	}
+	out := a.evs[i:]
+	if len(out) > max {
+		out = out[:max]
+	}
+	return append([]wire.IndexedEvent(nil), out...), true
+}
+
+type memSnap struct {
+	Hash string `json:"hash"`
+}
+
+func (a *memApp) Snapshot() (int64, json.RawMessage, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b, err := json.Marshal(memSnap{a.hashAcc})
+	return a.base + int64(len(a.evs)) - 1, b, err
+}
+
+func (a *memApp) Restore(idx int64, raw json.RawMessage) error {
+	var s memSnap
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.evs, a.base, a.hashAcc = nil, idx+1, s.Hash
+	return nil
+}
+
+func (a *memApp) StateHash() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.hashAcc
+}
+
+func (a *memApp) MasterChanged(m string, self bool) {
+	a.mu.Lock()
+	a.masters = append(a.masters, m)
+	a.mu.Unlock()
+}
+
+func (a *memApp) MemberGone(id string) {
+	a.mu.Lock()
+	a.gone = append(a.gone, id)
+	a.mu.Unlock()
+}
+
+// testCA issues node certificates for mutual TLS, like cluster/auth does
+// from the cluster key (which has its own tests).
+type testCA struct {
+	cert *x509.Certificate
+	key  ed25519.PrivateKey
+	pool *x509.CertPool
+}
+
+func newTestCA(t *testing.T) *testCA {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{cert, priv, pool}
+}
+
+func (ca *testCA) configs(t *testing.T, id string) (server, client *tls.Config) {
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: id},
+		DNSNames: []string{"orrery-peer"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}
+	server = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{leaf},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.pool}
+	client = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{leaf},
+		RootCAs: ca.pool, ServerName: "orrery-peer"}
+	return server, client
+}
+
+func peerID(cs tls.ConnectionState) (string, error) {
+	if len(cs.VerifiedChains) == 0 {
+		return "", errors.New("no verified chain")
+	}
+	return cs.VerifiedChains[0][0].Subject.CommonName, nil
+}
+
+type testNode struct {
+	once   sync.Once
+	peers  atomic.Pointer[[]PeerAddr]
+	id     string
+	node   *Node
+	app    *memApp
+	addr   string
+	cancel context.CancelFunc
+	onDial atomic.Pointer[func(PeerAddr, error)]
+	done   chan error
+}
+
+// cluster starts nodes that all know every address (a static peer list).
+func startCluster(t *testing.T, ca *testCA, ids []string, started []time.Time) []*testNode {
+	t.Helper()
+	var addrs []PeerAddr
+	var lns []net.Listener
+	for range ids {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, PeerAddr{Addr: ln.Addr().String()})
+	}
+	var nodes []*testNode
+	for i, id := range ids {
+		srv, cli := ca.configs(t, id)
+		app := &memApp{base: 0}
+		tn := &testNode{id: id, app: app, addr: lns[i].Addr().String(), done: make(chan error, 1)}
+		tn.setPeers(addrs)
+		n, err := NewNode(Config{NodeID: id, StartedAt: started[i], Listener: lns[i], PeerPort: lns[i].Addr().(*net.TCPAddr).Port, ServerTLS: srv, ClientTLS: cli,
+			PeerID: peerID, Peers: func() []PeerAddr { return *tn.peers.Load() }, App: app,
+			DialResult: func(p PeerAddr, err error) {
+				if f := tn.onDial.Load(); f != nil {
+					(*f)(p, err)
+				}
+			},
+			Heartbeat: 100 * time.Millisecond, FailAfter: 500 * time.Millisecond, Logger: testLogger(t, id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		tn.node, tn.cancel = n, cancel
+		go func() { tn.done <- n.Run(ctx) }()
+		t.Cleanup(func() { tn.stop(t) })
+		nodes = append(nodes, tn)
+	}
+	return nodes
+}
+
+func (tn *testNode) stop(t *testing.T) {
+	tn.once.Do(func() {
+		tn.cancel()
+		select {
+		case <-tn.done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("node %s did not stop", tn.id)
+		}
+	})
+}
+
+func (tn *testNode) setPeers(p []PeerAddr) { tn.peers.Store(&p) }
+
+func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func converged(nodes []*testNode) bool {
+	first := nodes[0].node.Status()
+	for _, n := range nodes[1:] {
+		s := n.node.Status()
+		if s.MasterID != first.MasterID || s.LastEventAppliedIdx != first.LastEventAppliedIdx || s.StateHash != first.StateHash || len(s.Members) != len(nodes) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestNodesElectReplicateAndFailOver(t *testing.T) {
+	ca := newTestCA(t)
+	now := time.Now()
+	nodes := startCluster(t, ca, []string{"a", "b", "c"}, []time.Time{now.Add(2 * time.Second), now, now.Add(time.Second)})
+
+	waitUntil(t, "b elected by everyone", 10*time.Second, func() bool {
+		for _, n := range nodes {
+			if st := n.node.Status(); st.MasterID != "b" || len(st.Members) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	// Every node publishes; all must apply the same events in the same order.
+	for i := 0; i < 20; i++ {
+		for _, n := range nodes {
+			ev, _ := json.Marshal(map[string]any{"from": n.id, "i": i})
+			if err := n.node.Publish(wire.RawEvent{Type: "T", Event: ev}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitUntil(t, "60 events everywhere, same hash", 10*time.Second, func() bool {
+		return converged(nodes) && nodes[0].node.Status().LastEventAppliedIdx >= 59
+	})
+	for _, n := range nodes {
+		if st := n.node.Status(); len(st.Probes) != 2 || st.Probes[otherThan(n.id)].RTT <= 0 {
+			t.Errorf("%s probes = %+v", n.id, st.Probes)
+		}
+	}
+
+	// Worker a dies: the others sweep it, and the master reports it gone.
+	nodes[0].stop(t)
+	start := time.Now()
+	waitUntil(t, "a gone on b and c", 5*time.Second, func() bool {
+		return len(nodes[1].node.Status().Members) == 2 && len(nodes[2].node.Status().Members) == 2
+	})
+	t.Logf("worker failure detected in %v (fail-after 500ms)", time.Since(start))
+	waitUntil(t, "master told a is gone", 2*time.Second, func() bool {
+		nodes[1].app.mu.Lock()
+		defer nodes[1].app.mu.Unlock()
+		return len(nodes[1].app.gone) == 1 && nodes[1].app.gone[0] == "a"
+	})
+
+	// Master b dies: c takes over and keeps indexing.
+	nodes[1].stop(t)
+	waitUntil(t, "c is master", 5*time.Second, func() bool {
+		st := nodes[2].node.Status()
+		return st.IsMaster && len(st.Members) == 1
+	})
+	before := nodes[2].node.Status().LastEventAppliedIdx
+	nodes[2].node.Publish(wire.RawEvent{Type: "T", Event: []byte(`{"after":"failover"}`)})
+	if got := nodes[2].node.Status().LastEventAppliedIdx; got != before+1 {
+		t.Errorf("new master indexed to %d, want %d", got, before+1)
+	}
+}
+
+func otherThan(id string) string {
+	if id == "a" {
+		return "b"
+	}
+	return "a"
+}
+
+func TestLateJoinerResyncsFromMaster(t *testing.T) {
+	ca := newTestCA(t)
+	now := time.Now()
+	nodes := startCluster(t, ca, []string{"m", "w"}, []time.Time{now, now.Add(time.Second)})
+	waitUntil(t, "pair formed", 10*time.Second, func() bool { return converged(nodes) })
+	for i := 0; i < 10; i++ {
+		nodes[0].node.Publish(wire.RawEvent{Type: "T", Event: []byte(fmt.Sprint(i))})
+	}
+	waitUntil(t, "converged", 10*time.Second, func() bool {
+		return converged(nodes) && nodes[1].node.Status().LastEventAppliedIdx >= 9
+	})
+	// A node with its own solo history joins: it must adopt the master's.
+	late := startCluster(t, ca, []string{"x"}, []time.Time{now.Add(time.Hour)})[0]
+	for i := 0; i < 5; i++ {
+		late.node.Publish(wire.RawEvent{Type: "Solo", Event: []byte(fmt.Sprint(i))})
+	}
+	late.setPeers([]PeerAddr{{Addr: nodes[0].addr}}) // only m: it must learn w from m
+	all := append(nodes, late)
+	waitUntil(t, "late joiner converged", 10*time.Second, func() bool { return converged(all) })
+	nodes[0].node.Publish(wire.RawEvent{Type: "T", Event: []byte(`"after-join"`)})
+	waitUntil(t, "event after join everywhere", 10*time.Second, func() bool {
+		return converged(all) && late.node.Status().LastEventAppliedIdx >= 10
+	})
+}
+
+func TestPeerWithOtherCAIsRefused(t *testing.T) {
+	now := time.Now()
+	good := startCluster(t, newTestCA(t), []string{"g"}, []time.Time{now})[0]
+	bad := startCluster(t, newTestCA(t), []string{"b"}, []time.Time{now.Add(-time.Hour)})[0]
+	var mu sync.Mutex
+	var dialErr error
+	onDial := func(p PeerAddr, err error) {
+		if p.Addr == good.addr {
+			mu.Lock()
+			dialErr = err
+			mu.Unlock()
+		}
+	}
+	bad.onDial.Store(&onDial)
+	bad.setPeers([]PeerAddr{{Addr: good.addr}})
+	waitUntil(t, "a refused dial", 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return dialErr != nil })
+	for i := 0; i < 5; i++ {
+		if len(good.node.Status().Members) != 1 || len(bad.node.Status().Members) != 1 {
+			t.Fatal("a node with another CA joined")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var ua x509.UnknownAuthorityError
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.As(dialErr, &ua) {
+		t.Errorf("dial error = %v, want an unknown-authority error", dialErr)
+	}
+}
+
+func testLogger(t *testing.T, id string) *slog.Logger {
+	if os.Getenv("ORRERY_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", id)
+}
