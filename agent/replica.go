@@ -137,8 +137,8 @@ type clusterSequencer struct {
 }
 
 func (q clusterSequencer) Publish(ev state.Event) error {
-	if err := state.ValidNodeID(ev.Node()); err != nil {
-		return fmt.Errorf("publish %s: %w", ev.Type(), err)
+	if err := state.Validate(ev); err != nil {
+		return fmt.Errorf("publish: %w", err)
 	}
 	b, err := json.Marshal(ev)
 	if err != nil {

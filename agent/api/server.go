@@ -221,6 +221,9 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) {
 			b, err := json.Marshal(ie)
 			if err != nil {
 				s.Logger.Error("marshal event", "idx", ie.Idx, "err", err)
+				eb, _ := json.Marshal(map[string]string{"error": fmt.Sprintf("event %d cannot be encoded: %v", ie.Idx, err)})
+				fmt.Fprintf(w, "event: error\ndata: %s\n\n", eb)
+				flusher.Flush()
 				return
 			}
 			if _, err := fmt.Fprintf(w, "id: %d\ndata: %s\n\n", ie.Idx, b); err != nil {

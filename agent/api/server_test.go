@@ -1144,3 +1144,63 @@ func TestConcurrentReaders(t *testing.T) {
 	}
 	wantRaw(t, object(t, get(t, f.srv.URL+"/state").body), "lastEventAppliedIdx", strconv.Itoa(4+n))
 }
+
+// TestDotSegmentsNeverReachLookup checks that "." and ".." segments in a raw
+// URL path are cleaned by the mux (a redirect to the cleaned path), and
+// that smuggled ones (%2F-encoded) are refused with 400.
+func TestDotSegmentsNeverReachLookup(t *testing.T) {
+	f := newFixture(t)
+	for path, loc := range map[string]string{
+		"/state/nodeMemory/../nope":  "/state/nope",
+		"/state/./nodeMemory/node-a": "/state/nodeMemory/node-a",
+		"/state/..":                  "/",
+	} {
+		r := get(t, f.srv.URL+path)
+		if r.code != http.StatusTemporaryRedirect && r.code != http.StatusMovedPermanently {
+			t.Errorf("GET %s = %d %s, want a redirect", path, r.code, r.body)
+			continue
+		}
+		if got := r.header.Get("Location"); got != loc {
+			t.Errorf("GET %s redirects to %q, want %q", path, got, loc)
+		}
+	}
+	for _, path := range []string{"/state/nodeMemory%2F..%2Fnope", "/state/.%2FnodeMemory", "/state/nodeMemory/%2E"} {
+		r := get(t, f.srv.URL+path)
+		if r.code != http.StatusBadRequest {
+			t.Errorf("GET %s = %d %s, want 400", path, r.code, r.body)
+			continue
+		}
+		wantJSONError(t, r)
+	}
+}
+
+// TestHeadEventStream checks that HEAD on the stream answers the headers and
+// ends: a handler left streaming would hold the connection, so the client's
+// next request on it (the transport reuses it) would never be answered.
+func TestHeadEventStream(t *testing.T) {
+	f := newFixture(t)
+	client := &http.Client{Timeout: frameTimeout}
+	t.Cleanup(client.CloseIdleConnections)
+	for _, q := range []string{"?since=0", ""} {
+		resp, err := client.Head(f.srv.URL + "/events/stream" + q)
+		if err != nil {
+			t.Fatalf("HEAD /events/stream%s: %v", q, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(b) != 0 {
+			t.Errorf("HEAD /events/stream%s = %d with %d body bytes", q, resp.StatusCode, len(b))
+		}
+		if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+			t.Errorf("HEAD Content-Type = %q", ct)
+		}
+		resp, err = client.Get(f.srv.URL + "/healthz")
+		if err != nil {
+			t.Fatalf("GET after HEAD /events/stream%s: %v", q, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("GET after HEAD = %d", resp.StatusCode)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"sync"
 	"testing"
@@ -129,6 +130,16 @@ func TestStoreAndSequencerConcurrentPublish(t *testing.T) {
 	}
 	if err := seq.Publish(NodeMemoryMeasured{NodeID: "bad/id"}); err == nil {
 		t.Error("publishing an invalid node id succeeded")
+	}
+	nan := math.NaN()
+	if err := seq.Publish(NodeSystemMeasured{NodeID: "n", System: NodeSystem{CPUUsage: &nan}}); err == nil {
+		t.Error("publishing a NaN succeeded; no reader could encode it")
+	}
+	if st.State().LastEventAppliedIdx != 399 {
+		t.Error("a refused event advanced the state")
+	}
+	if Float(math.Inf(1)) != nil || Float(nan) != nil || *Float(0.5) != 0.5 {
+		t.Error("Float does not turn non-finite values into null")
 	}
 }
 

@@ -75,6 +75,19 @@ func Hash(s State) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// Validate checks an event before it enters the log: a valid node id, and
+// a payload JSON can carry (no NaN or ±Inf), since every reader of the log
+// must be able to encode it.
+func Validate(ev Event) error {
+	if err := ValidNodeID(ev.Node()); err != nil {
+		return fmt.Errorf("%s: %w", ev.Type(), err)
+	}
+	if _, err := json.Marshal(ev); err != nil {
+		return fmt.Errorf("%s: %w", ev.Type(), err)
+	}
+	return nil
+}
+
 // Sequencer gives local events their global index. In a single-node agent
 // the node is its own master and LocalSequencer does it; the cluster layer
 // replaces it with one that forwards to the elected master.
@@ -94,8 +107,8 @@ var _ Sequencer = (*LocalSequencer)(nil)
 
 // Publish indexes ev and applies it.
 func (q *LocalSequencer) Publish(ev Event) error {
-	if err := ValidNodeID(ev.Node()); err != nil {
-		return fmt.Errorf("publish %s: %w", ev.Type(), err)
+	if err := Validate(ev); err != nil {
+		return fmt.Errorf("publish: %w", err)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -1,6 +1,9 @@
 package state
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Memory is a byte count in exo's shape: {"inBytes": n}.
 type Memory struct {
@@ -10,8 +13,15 @@ type Memory struct {
 // Bytes returns a *Memory, for the nullable fields below.
 func Bytes(n uint64) *Memory { return &Memory{InBytes: n} }
 
-// Float returns a *float64, for the nullable fields below.
-func Float(v float64) *float64 { return &v }
+// Float returns a *float64, for the nullable fields below. NaN and ±Inf
+// (which JSON cannot carry) become nil: a reading that is not a number is
+// not known.
+func Float(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
 
 // Int returns a *int, for the nullable fields below.
 func Int(v int) *int { return &v }
