@@ -24,6 +24,9 @@ const usage = `orrery: run and observe an LLM split across several machines.
 
 Usage:
   orrery agent [flags]   run this node's agent (local API, samplers, state)
+  orrery key show        print this machine's cluster key (creating one if none)
+  orrery key set KEY|-   use the cluster key from another machine
+  orrery key fingerprint print the key's public fingerprint
   orrery version         print the version
 
 Run "orrery agent -h" for the agent's flags.
@@ -41,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "agent":
 		return runAgent(args[1:], stderr)
+	case "key":
+		return runKey(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "orrery %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0

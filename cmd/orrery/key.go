@@ -1,0 +1,161 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/orrery-cluster/orrery/cluster/auth"
+)
+
+const keyUsage = `Usage:
+  orrery key show [--data-dir DIR]         print the cluster key (creating one if there is none)
+  orrery key set [--data-dir DIR] HEX|-    store the cluster key (- reads it from stdin)
+  orrery key fingerprint [--data-dir DIR]  print the key's fingerprint, safe to share
+
+Every node of a cluster needs the same key: run "orrery key show" on one node
+and "orrery key set" with its output on the others. $` + auth.EnvKey + `, when
+set, overrides the key file <data-dir>/` + auth.KeyFileName + `.
+`
+
+// maxKeyInput bounds what "orrery key set -" reads from stdin.
+const maxKeyInput = 4096
+
+// runKey runs "orrery key …": 0 on success, 2 for usage errors (including
+// a malformed key), 1 for runtime errors.
+func runKey(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, keyUsage)
+		return 2
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, keyUsage)
+		return 0
+	case "show", "fingerprint", "set":
+	default:
+		fmt.Fprintf(stderr, "orrery key: unknown subcommand %q\n\n%s", sub, keyUsage)
+		return 2
+	}
+
+	fs := flag.NewFlagSet("orrery key "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), keyUsage) }
+	dataDir := fs.String("data-dir", "", "agent data directory (default ~/.orrery)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	want := 0
+	if sub == "set" {
+		want = 1
+	}
+	if len(pos) != want {
+		if want == 0 {
+			fmt.Fprintf(stderr, "orrery key %s: unexpected argument %q\n", sub, pos[0])
+		} else {
+			fmt.Fprintf(stderr, "orrery key set: want one argument, the key (64 hex characters) or - to read it from stdin; got %d\n", len(pos))
+		}
+		return 2
+	}
+	dir := *dataDir
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			fmt.Fprintf(stderr, "orrery key %s: no home directory (%v); pass --data-dir\n", sub, err)
+			return 1
+		}
+		dir = filepath.Join(home, ".orrery")
+	}
+
+	if sub == "set" {
+		return keySet(dir, pos[0], stdin, stderr, getenv)
+	}
+	k, src, err := auth.LoadOrCreateKey(dir, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery key %s: %v\n", sub, err)
+		return 1
+	}
+	path := filepath.Join(dir, auth.KeyFileName)
+	switch src {
+	case auth.SourceEnv:
+		fmt.Fprintf(stderr, "cluster key from $%s, fingerprint %s\n", auth.EnvKey, k.Fingerprint())
+	case auth.SourceFile:
+		fmt.Fprintf(stderr, "cluster key from %s, fingerprint %s\n", path, k.Fingerprint())
+	case auth.SourceGenerated:
+		fmt.Fprintf(stderr, "no cluster key yet: generated a new one in %s, fingerprint %s\n"+
+			"(a cluster's nodes need the same key: use \"orrery key set\" on the others)\n", path, k.Fingerprint())
+	}
+	if sub == "show" {
+		fmt.Fprintln(stdout, k.String())
+	} else {
+		fmt.Fprintln(stdout, k.Fingerprint())
+	}
+	return 0
+}
+
+// keySet implements "orrery key set": arg is the key or "-" for stdin.
+func keySet(dir, arg string, stdin io.Reader, stderr io.Writer, getenv func(string) string) int {
+	in, from := arg, "argument"
+	if arg == "-" {
+		if stdin == nil {
+			stdin = os.Stdin
+		}
+		b, err := io.ReadAll(io.LimitReader(stdin, maxKeyInput))
+		if err != nil {
+			fmt.Fprintf(stderr, "orrery key set: read stdin: %v\n", err)
+			return 1
+		}
+		in, from = string(b), "stdin"
+	}
+	k, err := auth.ParseKey(in)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery key set: %s: %v; nothing changed\n", from, err)
+		return 2
+	}
+	path := filepath.Join(dir, auth.KeyFileName)
+	// Read the old key only to tell the user what changes; a malformed or
+	// missing file is what "set" is there to fix.
+	old, oldErr := os.ReadFile(path)
+	if err := auth.SaveKey(dir, k); err != nil {
+		fmt.Fprintf(stderr, "orrery key set: %v\n", err)
+		return 1
+	}
+	if prev, err := auth.ParseKey(string(old)); oldErr == nil && err == nil && prev == k {
+		fmt.Fprintf(stderr, "%s already held this key, fingerprint %s\n", path, k.Fingerprint())
+	} else {
+		fmt.Fprintf(stderr, "stored cluster key in %s, fingerprint %s; restart the agent to use it\n", path, k.Fingerprint())
+	}
+	if getenv != nil && getenv(auth.EnvKey) != "" {
+		fmt.Fprintf(stderr, "note: $%s is set and overrides this file\n", auth.EnvKey)
+	}
+	return 0
+}
+
+// parseInterspersed parses flags that may come before or after positional
+// arguments ("set HEX --data-dir D" as well as "set --data-dir D HEX"),
+// which flag.Parse alone does not allow.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		used := len(args) - fs.NArg()
+		if used > 0 && args[used-1] == "--" {
+			return append(pos, fs.Args()...), nil // all that follows "--" is positional
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
