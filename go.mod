@@ -4,13 +4,13 @@ go 1.26.0
 
 require (
 	github.com/ebitengine/purego v0.11.3
+	github.com/hashicorp/mdns v1.0.7
 	github.com/shirou/gopsutil/v4 v4.26.10
 	golang.org/x/sys v0.50.0
 )
 
 require (
 	github.com/go-ole/go-ole v1.2.6 // indirect
-	github.com/hashicorp/mdns v1.0.7 // indirect
 	github.com/lufia/plan9stats v0.0.0-20211012122336-39d0f177ccd0 // indirect
 	github.com/miekg/dns v1.1.72 // indirect
 	github.com/power-devops/perfstat v0.0.0-20260805114148-88456608a4f6 // indirect

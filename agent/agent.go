@@ -16,6 +16,9 @@ import (
 	"github.com/orrery-cluster/orrery/agent/identity"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
+	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/cluster/discovery"
 )
 
 // Config is one agent's configuration. DefaultConfig fills every field.
@@ -31,6 +34,22 @@ type Config struct {
 	SystemInterval  time.Duration
 	DiskInterval    time.Duration
 	NetworkInterval time.Duration
+	// PeerAddr is where peer (TLS, cluster-key authenticated) links are
+	// accepted. Port 0 picks a free port, which discovery advertises.
+	PeerAddr string
+	// Peers are static peers (host:port), for VPNs and VLANs where mDNS
+	// does not reach.
+	Peers []string
+	// MDNS advertises and browses _orrery._tcp on the local network.
+	MDNS bool
+	// LoopbackDir, when set, lets agents on one machine find each other
+	// through records in this directory, without multicast.
+	LoopbackDir string
+	// Heartbeat and FailAfter tune failure detection: a peer silent for
+	// FailAfter is gone.
+	Heartbeat, FailAfter time.Duration
+	// Getenv reads ORRERY_CLUSTER_KEY; nil means os.Getenv.
+	Getenv func(string) string
 	// Version is reported in the identity and /healthz.
 	Version string
 	Logger  *slog.Logger
@@ -51,6 +70,10 @@ func DefaultConfig() Config {
 		SystemInterval:  time.Second,
 		DiskInterval:    10 * time.Second,
 		NetworkInterval: 5 * time.Second,
+		PeerAddr:        "0.0.0.0:52417",
+		MDNS:            true,
+		Heartbeat:       time.Second,
+		FailAfter:       cluster.DefaultFailAfter,
 		Version:         "dev",
 	}
 }
@@ -70,6 +93,12 @@ func (c Config) validate() error {
 	if _, _, err := net.SplitHostPort(c.APIAddr); err != nil {
 		return fmt.Errorf("api addr %q: %w", c.APIAddr, err)
 	}
+	if _, _, err := net.SplitHostPort(c.PeerAddr); err != nil {
+		return fmt.Errorf("peer addr %q: %w", c.PeerAddr, err)
+	}
+	if c.Heartbeat < 10*time.Millisecond || c.FailAfter < 2*c.Heartbeat {
+		return fmt.Errorf("heartbeat %v / fail-after %v: want heartbeat ≥ 10ms and fail-after ≥ 2 heartbeats", c.Heartbeat, c.FailAfter)
+	}
 	return nil
 }
 
@@ -80,7 +109,11 @@ type Agent struct {
 	identity state.NodeIdentity
 	store    *state.Store
 	seq      state.Sequencer
-	ln       net.Listener
+	ln       net.Listener // API
+	pln      net.Listener // peer links; owned by node once Run starts
+	node     *cluster.Node
+	disc     *discovery.Discovery
+	replica  *replica
 }
 
 // New loads the identity, prepares the data dir and binds the API listener,
@@ -99,20 +132,104 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	key, src, err := auth.LoadOrCreateKey(cfg.DataDir, getenv)
+	if err != nil {
+		return nil, fmt.Errorf("cluster key: %w", err)
+	}
+	cfg.Logger.Info("cluster key", "source", string(src), "fingerprint", key.Fingerprint())
+	cert, err := auth.NewNodeCert(key, id.NodeID, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("node certificate: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("api listen on %s: %w", cfg.APIAddr, err)
 	}
+	pln, err := net.Listen("tcp", cfg.PeerAddr)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("peer listen on %s: %w", cfg.PeerAddr, err)
+	}
+	peerPort := pln.Addr().(*net.TCPAddr).Port
+	fail := func(err error) (*Agent, error) {
+		ln.Close()
+		pln.Close()
+		return nil, err
+	}
+	disc, err := discovery.New(discovery.Config{
+		NodeID: id.NodeID, Version: cfg.Version, KeyFP: key.Fingerprint(), PeerPort: peerPort,
+		MDNS: cfg.MDNS, Static: cfg.Peers, LoopbackDir: cfg.LoopbackDir, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("discovery: %w", err))
+	}
 	store := state.NewStore(state.NewLog(state.DefaultLogRetention), state.NewMemoryHistory(state.DefaultHistoryWindow))
-	return &Agent{
+	rep := newReplica(store)
+	node, err := cluster.NewNode(cluster.Config{
+		NodeID: id.NodeID, StartedAt: id.StartedAt, Version: cfg.Version,
+		Listener: pln, PeerPort: peerPort,
+		ServerTLS: cert.ServerConfig(), ClientTLS: cert.ClientConfig(), PeerID: auth.PeerNodeID,
+		Peers: func() []cluster.PeerAddr { return peerAddrs(disc.Peers()) },
+		DialResult: func(p cluster.PeerAddr, err error) {
+			disc.ReportDial(p.NodeID, p.Addr, err, err != nil && auth.IsKeyMismatch(err))
+		},
+		App: rep, Heartbeat: cfg.Heartbeat, FailAfter: cfg.FailAfter, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return fail(fmt.Errorf("cluster: %w", err))
+	}
+	a := &Agent{
 		cfg:      cfg,
 		log:      cfg.Logger.With("nodeId", id.NodeID),
 		identity: id,
 		store:    store,
-		seq:      &state.LocalSequencer{Store: store},
+		seq:      clusterSequencer{node: node},
 		ln:       ln,
-	}, nil
+		pln:      pln,
+		node:     node,
+		disc:     disc,
+		replica:  rep,
+	}
+	// Whoever becomes master must know every node's identity: republish
+	// ours on each change. The master turns failure detection into state.
+	rep.onMaster = func(string, bool) { a.publishIdentity() }
+	rep.onGone = func(gone string) {
+		if err := a.seq.Publish(state.NodeGone{NodeID: gone}); err != nil {
+			a.log.Warn("publish node gone", "node", gone, "err", err)
+		}
+	}
+	return a, nil
 }
+
+func (a *Agent) publishIdentity() {
+	if err := a.seq.Publish(state.NodeIdentityMeasured{NodeID: a.identity.NodeID, Identity: a.identity}); err != nil {
+		a.log.Warn("publish identity", "err", err)
+	}
+}
+
+// peerAddrs turns discovered peers into dial targets (first address each).
+func peerAddrs(ps []discovery.Peer) []cluster.PeerAddr {
+	out := make([]cluster.PeerAddr, 0, len(ps))
+	for _, p := range ps {
+		if len(p.Addrs) > 0 {
+			out = append(out, cluster.PeerAddr{Addr: p.Addrs[0].String(), NodeID: p.NodeID})
+		}
+	}
+	return out
+}
+
+// Close releases the listeners of an agent that will not Run (Run closes
+// them itself when it ends).
+func (a *Agent) Close() error {
+	return errors.Join(a.ln.Close(), a.pln.Close())
+}
+
+// PeerAddr returns the address peer links are accepted on.
+func (a *Agent) PeerAddr() net.Addr { return a.node.Addr() }
 
 // NodeID returns this node's id.
 func (a *Agent) NodeID() string { return a.identity.NodeID }
@@ -123,16 +240,32 @@ func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
 // Store returns the node's state store.
 func (a *Agent) Store() *state.Store { return a.store }
 
+type clusterView struct{ a *Agent }
+
+func (v clusterView) ClusterStatus() any              { return v.a.node.Status() }
+func (v clusterView) HashAt(idx int64) (string, bool) { return v.a.replica.HashAt(idx) }
+
+type discoveryView struct{ d *discovery.Discovery }
+
+func (v discoveryView) DiscoveryReport() any { return v.d.Diagnose() }
+
 // Run publishes the identity, starts the samplers and serves the API until
 // ctx ends, then shuts everything down and returns. It returns an error only
 // if a service failed.
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := a.seq.Publish(state.NodeIdentityMeasured{NodeID: a.identity.NodeID, Identity: a.identity}); err != nil {
-		a.ln.Close()
-		return fmt.Errorf("publish identity: %w", err)
+	var wg sync.WaitGroup
+	for name, run := range map[string]func(context.Context) error{"cluster": a.node.Run, "discovery": a.disc.Run} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil {
+				a.log.Error("service failed", "service", name, "err", err)
+			}
+		}()
 	}
+	a.publishIdentity()
 	a.log.Info("agent started", "api", "http://"+a.ln.Addr().String(), "dataDir", a.cfg.DataDir,
 		"name", a.identity.FriendlyName, "version", a.cfg.Version)
 
@@ -148,7 +281,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		{&telemetry.DiskSampler{NodeID: id, Path: filepath.Join(a.cfg.DataDir, "models")}, a.cfg.DiskInterval},
 		{telemetry.NewNetworkSampler(id), a.cfg.NetworkInterval},
 	}
-	var wg sync.WaitGroup
 	for _, sm := range samplers {
 		wg.Add(1)
 		go func() {
@@ -158,7 +290,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	srv := &http.Server{
-		Handler:           (&api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log}).Handler(),
+		Handler: (&api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log,
+			Cluster: clusterView{a}, Discovery: discoveryView{a.disc}}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Long-lived SSE streams end when the agent's context does.
 		BaseContext: func(net.Listener) context.Context { return ctx },

@@ -15,6 +15,8 @@ import (
 func testConfig(t *testing.T) Config {
 	cfg := DefaultConfig()
 	cfg.APIAddr = "127.0.0.1:0"
+	cfg.PeerAddr = "127.0.0.1:0"
+	cfg.MDNS = false
 	cfg.DataDir = t.TempDir()
 	cfg.MemoryInterval = 100 * time.Millisecond
 	cfg.SystemInterval = 100 * time.Millisecond
@@ -99,6 +101,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"tiny interval": func(c *Config) { c.MemoryInterval = time.Millisecond },
 		"no data dir":   func(c *Config) { c.DataDir = "" },
 		"bad addr":      func(c *Config) { c.APIAddr = "nonsense" },
+		"bad peer addr": func(c *Config) { c.PeerAddr = "nonsense" },
+		"fail-after":    func(c *Config) { c.FailAfter = c.Heartbeat },
 	} {
 		cfg := testConfig(t)
 		mut(&cfg)
@@ -111,7 +115,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.ln.Close()
+	defer a.Close()
 	cfg := testConfig(t)
 	cfg.APIAddr = a.Addr().String()
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), a.Addr().String()) {

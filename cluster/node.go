@@ -176,10 +176,12 @@ func (n *Node) Run(ctx context.Context) error {
 		defer wg.Done()
 		n.acceptLoop(ctx, &wg)
 	}()
-	t := time.NewTicker(n.cfg.Heartbeat)
+	// Failure detection and election run four times per heartbeat, so a
+	// silent peer is gone within FailAfter plus a quarter heartbeat.
+	t := time.NewTicker(n.cfg.Heartbeat / sweepsPerHeartbeat)
 	defer t.Stop()
-	for {
-		n.tick(ctx, &wg)
+	for i := 0; ; i++ {
+		n.tick(ctx, &wg, i%sweepsPerHeartbeat == 0)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -237,6 +239,9 @@ func (n *Node) indexAndBroadcast(evs []wire.RawEvent) error {
 	return nil
 }
 
+// Addr returns the address peer links are accepted on.
+func (n *Node) Addr() net.Addr { return n.cfg.Listener.Addr() }
+
 // Status returns this node's view of the cluster.
 func (n *Node) Status() Status {
 	n.appMu.Lock()
@@ -252,8 +257,11 @@ func (n *Node) Status() Status {
 		Members: n.table.Alive(), LastEventAppliedIdx: idx, StateHash: hash, Probes: probes}
 }
 
-// tick runs once per heartbeat: sweep, elect, dial, heartbeat, flush.
-func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup) {
+const sweepsPerHeartbeat = 4
+
+// tick sweeps silent members and re-elects; on beat it also dials new
+// peers, sends heartbeats and flushes queued events.
+func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 	now := time.Now()
 	gone := n.table.Sweep(now)
 	alive := n.table.Alive()
@@ -296,6 +304,9 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup) {
 		n.cfg.App.MasterChanged(master, isMaster)
 	}
 
+	if !beat {
+		return
+	}
 	n.dialPeers(ctx, wg)
 
 	n.appMu.Lock()

@@ -270,11 +270,14 @@ func TestNodesElectReplicateAndFailOver(t *testing.T) {
 	waitUntil(t, "60 events everywhere, same hash", 10*time.Second, func() bool {
 		return converged(nodes) && nodes[0].node.Status().LastEventAppliedIdx >= 59
 	})
-	for _, n := range nodes {
-		if st := n.node.Status(); len(st.Probes) != 2 || st.Probes[otherThan(n.id)].RTT <= 0 {
-			t.Errorf("%s probes = %+v", n.id, st.Probes)
+	waitUntil(t, "probes to both peers from every node", 5*time.Second, func() bool {
+		for _, n := range nodes {
+			if st := n.node.Status(); len(st.Probes) != 2 || st.Probes[otherThan(n.id)].RTT <= 0 {
+				return false
+			}
 		}
-	}
+		return true
+	})
 
 	// Worker a dies: the others sweep it, and the master reports it gone.
 	nodes[0].stop(t)

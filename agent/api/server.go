@@ -33,9 +33,25 @@ type Server struct {
 	Version string
 	Store   *state.Store
 	Logger  *slog.Logger
+	// Cluster and Discovery, when set, serve /cluster and /state/discovery.
+	Cluster   ClusterView
+	Discovery DiscoveryView
 	// AllowAnyHost turns off the Host check; set it only when the API is
 	// deliberately bound to a non-loopback address.
 	AllowAnyHost bool
+}
+
+// ClusterView is the node's view of the cluster.
+type ClusterView interface {
+	// ClusterStatus is {nodeId, masterId, members, lastEventAppliedIdx, stateHash, …}.
+	ClusterStatus() any
+	// HashAt is the state hash this node had at idx, while still kept.
+	HashAt(idx int64) (string, bool)
+}
+
+// DiscoveryView explains what discovery found, and why not.
+type DiscoveryView interface {
+	DiscoveryReport() any
 }
 
 // Handler returns the API's root handler.
@@ -51,6 +67,9 @@ func (s *Server) Handler() http.Handler {
 	route("/events", s.events)
 	route("/events/stream", s.eventStream)
 	route("/history/memory/{id}", s.memoryHistory)
+	route("/state/discovery", s.discovery)
+	route("/cluster", s.cluster)
+	route("/cluster/hash/{idx}", s.clusterHash)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
 	})
@@ -262,6 +281,40 @@ func (s *Server) memoryHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"nodeId": id, "samples": samples})
+}
+
+func (s *Server) discovery(w http.ResponseWriter, r *http.Request) {
+	if s.Discovery == nil {
+		writeError(w, http.StatusNotFound, "discovery is not running on this node")
+		return
+	}
+	writeJSON(w, http.StatusOK, s.Discovery.DiscoveryReport())
+}
+
+func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
+	if s.Cluster == nil {
+		writeError(w, http.StatusNotFound, "this node runs without a cluster")
+		return
+	}
+	writeJSON(w, http.StatusOK, s.Cluster.ClusterStatus())
+}
+
+func (s *Server) clusterHash(w http.ResponseWriter, r *http.Request) {
+	idx, err := strconv.ParseInt(r.PathValue("idx"), 10, 64)
+	if err != nil || idx < 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("idx: want an integer ≥ 0, got %q", r.PathValue("idx")))
+		return
+	}
+	if s.Cluster == nil {
+		writeError(w, http.StatusNotFound, "this node runs without a cluster")
+		return
+	}
+	h, ok := s.Cluster.HashAt(idx)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no state hash kept for idx %d", idx))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"idx": idx, "stateHash": h})
 }
 
 func intParam(v string, def int64) (int64, error) {

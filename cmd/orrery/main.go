@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -69,6 +70,15 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.SystemInterval, "system-interval", cfg.SystemInterval, "CPU/GPU/temperature/power sampling period")
 	fs.DurationVar(&cfg.DiskInterval, "disk-interval", cfg.DiskInterval, "disk sampling period (models directory)")
 	fs.DurationVar(&cfg.NetworkInterval, "network-interval", cfg.NetworkInterval, "network interface sampling period")
+	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "listen address for peer links (TLS 1.3, authenticated by the cluster key); port 0 picks one")
+	fs.Func("peer", "a static peer's host:port, for VPNs and VLANs mDNS does not reach (repeatable)", func(v string) error {
+		cfg.Peers = append(cfg.Peers, v)
+		return nil
+	})
+	fs.BoolVar(&cfg.MDNS, "mdns", cfg.MDNS, "advertise and browse _orrery._tcp with mDNS")
+	loopback := fs.Bool("loopback", false, "find other agents on this machine without multicast (records in the loopback dir)")
+	fs.StringVar(&cfg.LoopbackDir, "loopback-dir", "", "directory for loopback discovery records (implies --loopback; default $TMPDIR/orrery-loopback-$UID)")
+	fs.DurationVar(&cfg.FailAfter, "fail-after", cfg.FailAfter, "silence after which a peer is marked gone")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -79,6 +89,9 @@ func runAgent(args []string, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "orrery agent: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if *loopback && cfg.LoopbackDir == "" {
+		cfg.LoopbackDir = filepath.Join(os.TempDir(), fmt.Sprintf("orrery-loopback-%d", os.Getuid()))
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(strings.ToLower(*level))); err != nil {

@@ -139,8 +139,19 @@ type agentProc struct {
 
 func startAgent(t *testing.T, bin, addr, dataDir string, extra ...string) *agentProc {
 	t.Helper()
-	args := append([]string{"agent", "--api-addr", addr, "--data-dir", dataDir}, extra...)
+	return startAgentEnv(t, bin, addr, dataDir, nil, extra...)
+}
+
+// startAgentEnv starts an agent with extra environment variables. Peer
+// links go to a free loopback port and mDNS is off unless extra says
+// otherwise (later flags win), so tests never touch port 52417 or 5353.
+func startAgentEnv(t *testing.T, bin, addr, dataDir string, env []string, extra ...string) *agentProc {
+	t.Helper()
+	args := append([]string{"agent", "--api-addr", addr, "--data-dir", dataDir, "--peer-addr", "127.0.0.1:0", "--mdns=false"}, extra...)
 	p := &agentProc{cmd: exec.Command(bin, args...), addr: addr, stderr: &syncBuffer{}, done: make(chan struct{})}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout = io.Discard
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/auth"
+)
+
+type clusterStatus struct {
+	NodeID   string `json:"nodeId"`
+	MasterID string `json:"masterId"`
+	IsMaster bool   `json:"isMaster"`
+	Members  []struct {
+		NodeID string `json:"nodeId"`
+	} `json:"members"`
+	LastEventAppliedIdx int64  `json:"lastEventAppliedIdx"`
+	StateHash           string `json:"stateHash"`
+}
+
+func status(t *testing.T, p *agentProc) (clusterStatus, error) {
+	var st clusterStatus
+	code, b, err := p.get("/cluster")
+	if err != nil {
+		return st, err
+	}
+	if code != 200 {
+		return st, fmt.Errorf("GET /cluster = %d %s", code, b)
+	}
+	return st, jsonUnmarshal(b, &st)
+}
+
+// agreed reports whether every agent follows the same master and sees
+// exactly want members.
+func agreed(t *testing.T, ps []*agentProc, want int) (bool, string) {
+	var master string
+	for i, p := range ps {
+		st, err := status(t, p)
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(st.Members) != want || (i > 0 && st.MasterID != master) {
+			return false, fmt.Sprintf("%s: master %s, %d members", st.NodeID, st.MasterID, len(st.Members))
+		}
+		master = st.MasterID
+	}
+	return true, ""
+}
+
+// sameHash reports whether all agents had the same state hash at the
+// highest index they have all applied.
+func sameHash(t *testing.T, ps []*agentProc) (bool, string) {
+	idx := int64(-1)
+	for i, p := range ps {
+		st, err := status(t, p)
+		if err != nil {
+			return false, err.Error()
+		}
+		if i == 0 || st.LastEventAppliedIdx < idx {
+			idx = st.LastEventAppliedIdx
+		}
+	}
+	if idx < 0 {
+		return false, "no events yet"
+	}
+	var hash string
+	for i, p := range ps {
+		var h struct {
+			StateHash string `json:"stateHash"`
+		}
+		code, b, err := p.get(fmt.Sprintf("/cluster/hash/%d", idx))
+		if err != nil || code != 200 || jsonUnmarshal(b, &h) != nil {
+			return false, fmt.Sprintf("hash at %d: %d %s %v", idx, code, b, err)
+		}
+		if i > 0 && h.StateHash != hash {
+			return false, fmt.Sprintf("hash at %d differs: %s vs %s", idx, hash, h.StateHash)
+		}
+		hash = h.StateHash
+	}
+	return true, ""
+}
+
+// pollAll is poll over several agents: it fails if any of them exits.
+func pollAll(t *testing.T, ps []*agentProc, limit time.Duration, what string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(limit)
+	last := ""
+	for {
+		ok, msg := cond()
+		if ok {
+			return time.Since(start)
+		}
+		last = msg
+		for _, p := range ps {
+			if p.exited() {
+				t.Fatalf("an agent exited while waiting for %s (%s)\nstderr:\n%s", what, last, p.stderr.String())
+			}
+		}
+		if time.Now().After(deadline) {
+			var logs strings.Builder
+			for _, p := range ps {
+				fmt.Fprintf(&logs, "--- %s\n%s\n", p.addr, tail(p.stderr.String(), 3000))
+			}
+			t.Fatalf("no %s within %v (last: %s)\n%s", what, limit, last, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func identities(t *testing.T, p *agentProc) map[string]any {
+	var m map[string]any
+	p.mustGet(t, "/state/nodeIdentities", &m)
+	return m
+}
+
+// TestClusterProcesses runs real agents on loopback: discovery through a
+// shared loopback dir, TLS peer links authenticated by the cluster key,
+// election, replication and failure detection.
+func TestClusterProcesses(t *testing.T) {
+	bin := buildBinary(t)
+	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
+	lb := t.TempDir()
+	extra := []string{"--loopback-dir", lb, "--memory-interval", "200ms", "--log-level", "debug"}
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	var ps []*agentProc
+	for _, d := range dirs {
+		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, env, extra...))
+	}
+	for _, p := range ps {
+		waitHealthy(t, p)
+	}
+	took := pollAll(t, ps, 10*time.Second, "one master and 3 members everywhere", func() (bool, string) { return agreed(t, ps, 3) })
+	t.Logf("3 agents agreed on a master in %v", took)
+	pollAll(t, ps, 5*time.Second, "the same state hash at a common index", func() (bool, string) { return sameHash(t, ps) })
+	// Each node republishes its identity when it starts following a
+	// master; within a few heartbeats every node knows every identity.
+	pollAll(t, ps, 5*time.Second, "3 identities everywhere", func() (bool, string) {
+		for _, p := range ps {
+			if n := len(identities(t, p)); n != 3 {
+				return false, fmt.Sprintf("%s knows %d identities", p.addr, n)
+			}
+		}
+		return true, ""
+	})
+
+	st, _ := status(t, ps[0])
+	master := st.MasterID
+	var workers, masters []*agentProc
+	var workerDirs []string
+	for i, p := range ps {
+		s, _ := status(t, p)
+		if s.IsMaster {
+			masters = append(masters, p)
+		} else {
+			workers = append(workers, p)
+			workerDirs = append(workerDirs, dirs[i])
+		}
+	}
+	if len(masters) != 1 {
+		t.Fatalf("%d agents think they are master", len(masters))
+	}
+
+	// kill -9 a worker: the others mark it gone within 5 s and drop it
+	// from the state.
+	victim := workers[0]
+	vs, _ := status(t, victim)
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	victim.wait(t, 5*time.Second)
+	rest := []*agentProc{masters[0], workers[1]}
+	took = pollAll(t, rest, 5*time.Second, "the killed worker gone", func() (bool, string) { return agreed(t, rest, 2) })
+	t.Logf("killed worker marked gone in %v", took)
+	pollAll(t, rest, 3*time.Second, "the killed worker's identity removed", func() (bool, string) {
+		for _, p := range rest {
+			if _, ok := identities(t, p)[vs.NodeID]; ok {
+				return false, p.addr + " still lists it"
+			}
+		}
+		return true, ""
+	})
+
+	// The worker restarts with its data dir: it rejoins with the same id.
+	back := startAgentEnv(t, bin, victim.addr, workerDirs[0], env, extra...)
+	waitHealthy(t, back)
+	all := append(rest, back)
+	pollAll(t, all, 10*time.Second, "the restarted worker back", func() (bool, string) { return agreed(t, all, 3) })
+	if bs, _ := status(t, back); bs.NodeID != vs.NodeID || bs.MasterID != master {
+		t.Errorf("restarted worker: id %s (was %s), master %s (was %s)", bs.NodeID, vs.NodeID, bs.MasterID, master)
+	}
+
+	// kill -9 the master: a new one takes over within 5 s and all converge.
+	masters[0].cmd.Process.Signal(syscall.SIGKILL)
+	masters[0].wait(t, 5*time.Second)
+	survivors := []*agentProc{workers[1], back}
+	took = pollAll(t, survivors, 5*time.Second, "a new master", func() (bool, string) {
+		ok, msg := agreed(t, survivors, 2)
+		if ok {
+			if s, _ := status(t, survivors[0]); s.MasterID == master {
+				return false, "still following the dead master"
+			}
+		}
+		return ok, msg
+	})
+	t.Logf("new master elected in %v after the master was killed", took)
+	pollAll(t, survivors, 5*time.Second, "convergence after failover", func() (bool, string) { return sameHash(t, survivors) })
+
+	// An agent with another key never joins, and its discovery report
+	// names the mismatch.
+	other := startAgentEnv(t, bin, freeAddr(t), filepath.Join(t.TempDir(), "x"), []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}, extra...)
+	waitHealthy(t, other)
+	pollAll(t, []*agentProc{other}, 10*time.Second, "a key-mismatch diagnosis", func() (bool, string) {
+		_, b, err := other.get("/state/discovery")
+		if err != nil {
+			return false, err.Error()
+		}
+		s0, _ := status(t, survivors[0])
+		return strings.Contains(string(b), `"key-mismatch"`) && (strings.Contains(string(b), vs.NodeID) || strings.Contains(string(b), s0.NodeID)), string(b)
+	})
+	for i := 0; i < 20; i++ { // 2 s of heartbeats: membership must not change
+		if s, _ := status(t, other); len(s.Members) != 1 {
+			t.Fatalf("agent with another key has %d members", len(s.Members))
+		}
+		if ok, msg := agreed(t, survivors, 2); !ok {
+			t.Fatalf("cluster changed when a foreign agent appeared: %s", msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
