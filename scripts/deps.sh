@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
+# ip (iproute2) builds the network namespaces of the netns tests.
+command -v ip >/dev/null || need_apt+=(iproute2)
 if ((${#need_apt[@]})); then
 	if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
 		echo "deps: installing ${need_apt[*]}"
