@@ -280,6 +280,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		{system, a.cfg.SystemInterval},
 		{&telemetry.DiskSampler{NodeID: id, Path: filepath.Join(a.cfg.DataDir, "models")}, a.cfg.DiskInterval},
 		{telemetry.NewNetworkSampler(id), a.cfg.NetworkInterval},
+		{&linkSampler{nodeID: id, links: a.node.Links, state: a.store.State, failAfter: a.cfg.FailAfter}, LinkInterval},
 	}
 	for _, sm := range samplers {
 		wg.Add(1)

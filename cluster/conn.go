@@ -17,11 +17,13 @@ var errQueueFull = errors.New("peer send queue full")
 
 // conn is one authenticated peer link with a bounded send queue.
 type conn struct {
-	tc    *tls.Conn
-	log   *slog.Logger
-	peer  string
-	addr  string // the address we dialled (outbound links only)
-	hello wire.Hello
+	tc   *tls.Conn
+	log  *slog.Logger
+	peer string
+	addr string // the address we dialled (outbound links only)
+	// traffic counts this peer's bytes; set right after the handshake.
+	traffic *traffic
+	hello   wire.Hello
 
 	queue     chan frame
 	closeOnce sync.Once
@@ -76,6 +78,9 @@ func (c *conn) writeLoop(ctx context.Context) {
 			if err := wire.WriteFrame(c.tc, f.typ, f.payload); err != nil {
 				c.close()
 				return
+			}
+			if c.traffic != nil {
+				c.traffic.sent.Add(uint64(5 + len(f.payload)))
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,7 +99,8 @@ type Node struct {
 	master  string
 	seq     uint64
 	pending []wire.RawEvent // local events waiting for a master link
-	probes  map[string]Probe
+	links   map[string]*linkStat
+	traffic map[string]*traffic // per peer; kept across reconnects
 	learned map[string]PeerAddr // peers that dialled us: their advertised port
 	// needResync is set when we follow a new master and cleared when its
 	// snapshot arrives; until then its events are not applied.
@@ -106,22 +108,15 @@ type Node struct {
 	resyncAt   time.Time // when we last asked the master for a snapshot
 }
 
-// Probe is the latest RTT/clock-offset measurement to one peer.
-type Probe struct {
-	RTT    time.Duration `json:"rttNs"`
-	Offset time.Duration `json:"offsetNs"` // peer clock − our clock
-	At     time.Time     `json:"at"`
-}
-
 // Status is a node's view of the cluster, for the API.
 type Status struct {
-	NodeID              string           `json:"nodeId"`
-	MasterID            string           `json:"masterId"`
-	IsMaster            bool             `json:"isMaster"`
-	Members             []Member         `json:"members"`
-	LastEventAppliedIdx int64            `json:"lastEventAppliedIdx"`
-	StateHash           string           `json:"stateHash"`
-	Probes              map[string]Probe `json:"probes"`
+	NodeID              string   `json:"nodeId"`
+	MasterID            string   `json:"masterId"`
+	IsMaster            bool     `json:"isMaster"`
+	Members             []Member `json:"members"`
+	LastEventAppliedIdx int64    `json:"lastEventAppliedIdx"`
+	StateHash           string   `json:"stateHash"`
+	Links               []Link   `json:"links"`
 }
 
 // NewNode validates cfg. Run starts it.
@@ -150,7 +145,8 @@ func NewNode(cfg Config) (*Node, error) {
 		table:   NewTable(Member{NodeID: cfg.NodeID, StartedAt: cfg.StartedAt}, cfg.FailAfter),
 		out:     map[string]*conn{},
 		dialing: map[string]bool{},
-		probes:  map[string]Probe{},
+		links:   map[string]*linkStat{},
+		traffic: map[string]*traffic{},
 		learned: map[string]PeerAddr{},
 	}
 	n.master = cfg.NodeID // alone, a node is its own master
@@ -249,12 +245,8 @@ func (n *Node) Status() Status {
 	n.appMu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	probes := make(map[string]Probe, len(n.probes))
-	for k, v := range n.probes {
-		probes[k] = v
-	}
 	return Status{NodeID: n.cfg.NodeID, MasterID: n.master, IsMaster: n.master == n.cfg.NodeID,
-		Members: n.table.Alive(), LastEventAppliedIdx: idx, StateHash: hash, Probes: probes}
+		Members: n.table.Alive(), LastEventAppliedIdx: idx, StateHash: hash, Links: n.linksLocked()}
 }
 
 const sweepsPerHeartbeat = 4
@@ -278,7 +270,7 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 			c.close()
 			delete(n.out, id)
 		}
-		delete(n.probes, id)
+		delete(n.links, id)
 		delete(n.learned, id)
 	}
 	changed := master != n.master
@@ -337,7 +329,11 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 	}
 	n.mu.Unlock()
 	for _, c := range conns {
-		c.send(hb)
+		if c.send(hb) == nil {
+			n.mu.Lock()
+			n.linkLocked(c.peer).probeSent(hb.Seq)
+			n.mu.Unlock()
+		}
 	}
 	if len(flush) > 0 {
 		masterConn.send(&wire.Submit{Events: flush})
@@ -488,6 +484,7 @@ func (n *Node) handshake(tc *tls.Conn) (*conn, error) {
 	}
 	tc.SetDeadline(time.Time{})
 	c.peer, c.hello = h.NodeID, *h
+	c.traffic = n.trafficFor(c.peer)
 	return c, nil
 }
 
@@ -520,6 +517,7 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			}
 			return
 		}
+		c.traffic.recv.Add(uint64(5 + len(payload)))
 		msg, err := wire.Decode(typ, payload)
 		if err != nil {
 			n.log.Warn("bad frame from peer; closing link", "peer", c.peer, "err", err)
@@ -546,7 +544,7 @@ func (n *Node) handle(c *conn, msg any) {
 		rtt := time.Duration((t4 - m.T1) - (m.T3 - m.T2))
 		off := time.Duration(((m.T2 - m.T1) + (m.T3 - t4)) / 2)
 		n.mu.Lock()
-		n.probes[c.peer] = Probe{RTT: rtt, Offset: off, At: now}
+		n.linkLocked(c.peer).ack(m.Seq, rtt, off, now)
 		n.mu.Unlock()
 	case *wire.Submit:
 		n.mu.Lock()
@@ -616,6 +614,58 @@ func (n *Node) catchUp(hb *wire.Heartbeat) {
 	if hb.LastIdx > last {
 		n.sendToMaster(hb.NodeID, &wire.Fetch{Since: last + 1})
 	}
+}
+
+func (n *Node) linkLocked(peer string) *linkStat {
+	l := n.links[peer]
+	if l == nil {
+		l = &linkStat{}
+		n.links[peer] = l
+	}
+	return l
+}
+
+func (n *Node) trafficFor(peer string) *traffic {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t := n.traffic[peer]
+	if t == nil {
+		if len(n.traffic) >= 4*wire.MaxMembersPerMsg {
+			clear(n.traffic) // bound: peers come and go over weeks
+		}
+		t = &traffic{}
+		n.traffic[peer] = t
+	}
+	return t
+}
+
+// Links returns the measured link to every peer we probe, sorted by peer.
+func (n *Node) Links() []Link {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.linksLocked()
+}
+
+func (n *Node) linksLocked() []Link {
+	out := []Link{}
+	for id, l := range n.links {
+		if l.samples == 0 {
+			continue
+		}
+		loss, probes := l.lossPct(n.seq)
+		off, unc := l.offset()
+		lk := Link{PeerID: id, RTTLast: l.rttLast, RTTEWMA: l.rttEWMA, RTTMin: l.rttMin, Jitter: l.jitter,
+			LossPct: loss, Probes: probes, ClockOffset: off, ClockOffsetUncertainty: unc, LastAck: l.lastAck}
+		if c := n.out[id]; c != nil {
+			lk.LocalAddr, lk.RemoteAddr = c.tc.LocalAddr().String(), c.tc.RemoteAddr().String()
+		}
+		if t := n.traffic[id]; t != nil {
+			lk.BytesSent, lk.BytesRecv = t.sent.Load(), t.recv.Load()
+		}
+		out = append(out, lk)
+	}
+	slices.SortFunc(out, func(a, b Link) int { return strings.Compare(a.PeerID, b.PeerID) })
+	return out
 }
 
 // learn adds peer addresses heard from a member, for members we have no

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // Apply folds one event into s and returns the new state. It is pure: s and
@@ -24,12 +25,16 @@ func Apply(s State, ev Event) State {
 		s.NodeDisk = with(s.NodeDisk, e.NodeID, e.Disk)
 	case NodeNetworkMeasured:
 		s.NodeNetwork = with(s.NodeNetwork, e.NodeID, e.Network)
+	case NodeLinksMeasured:
+		s.NodeLinkTelemetry = with(s.NodeLinkTelemetry, e.NodeID, e.Links)
+		s.Topology = withEdgesFrom(s.Topology, e.NodeID, e.Links.Links)
 	case NodeGone:
 		s.NodeIdentities = without(s.NodeIdentities, e.NodeID)
 		s.NodeMemory = without(s.NodeMemory, e.NodeID)
 		s.NodeSystem = without(s.NodeSystem, e.NodeID)
 		s.NodeDisk = without(s.NodeDisk, e.NodeID)
 		s.NodeNetwork = without(s.NodeNetwork, e.NodeID)
+		s.NodeLinkTelemetry = without(s.NodeLinkTelemetry, e.NodeID)
 		s.Topology = withoutTopologyNode(s.Topology, e.NodeID)
 	}
 	return s
@@ -67,12 +72,47 @@ func without[V any](m map[string]V, k string) map[string]V {
 	return out
 }
 
+// withoutTopologyNode drops a node and every edge from or to it.
 func withoutTopologyNode(t Topology, id string) Topology {
-	i := slices.IndexFunc(t.Nodes, func(n TopologyNode) bool { return n.NodeID == id })
-	if i < 0 {
-		return t
+	if i := slices.IndexFunc(t.Nodes, func(n TopologyNode) bool { return n.NodeID == id }); i >= 0 {
+		t.Nodes = slices.Delete(slices.Clone(t.Nodes), i, i+1)
 	}
-	t.Nodes = slices.Delete(slices.Clone(t.Nodes), i, i+1)
+	touches := func(c Connection) bool { return c.Source == id || c.Sink == id }
+	if slices.ContainsFunc(t.Connections, touches) {
+		t.Connections = slices.DeleteFunc(slices.Clone(t.Connections), touches)
+	}
+	return t
+}
+
+// withEdgesFrom replaces the edges leaving src with one per measured link
+// to a node in the topology, sorted by (source, sink).
+func withEdgesFrom(t Topology, src string, links []LinkTelemetry) Topology {
+	known := func(id string) bool {
+		return slices.ContainsFunc(t.Nodes, func(n TopologyNode) bool { return n.NodeID == id })
+	}
+	out := slices.DeleteFunc(slices.Clone(t.Connections), func(c Connection) bool { return c.Source == src })
+	for _, l := range links {
+		if !known(src) || !known(l.Peer) || l.Peer == src {
+			continue
+		}
+		send := l.PeerSendMBps
+		if l.InterfaceSendMBps != nil {
+			send = l.InterfaceSendMBps
+		}
+		out = append(out, Connection{Source: src, SourceInterface: l.SourceInterface, Sink: l.Peer,
+			SinkAddress: l.SinkAddress, ConnectionType: l.ConnectionType, RTTMs: l.RTTEwmaMs,
+			LossPct: l.LossPct, CapacityMbps: l.CapacityMbps, SendMBps: send})
+	}
+	slices.SortFunc(out, func(a, b Connection) int {
+		if a.Source != b.Source {
+			return strings.Compare(a.Source, b.Source)
+		}
+		return strings.Compare(a.Sink, b.Sink)
+	})
+	if out == nil {
+		out = []Connection{}
+	}
+	t.Connections = out
 	return t
 }
 

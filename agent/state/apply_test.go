@@ -19,6 +19,7 @@ func sampleEvents(node string) []Event {
 		NodeDiskMeasured{NodeID: node, Disk: NodeDisk{Path: "/m", Total: Bytes(1000), Available: Bytes(400), SampledAt: t0}},
 		NodeNetworkMeasured{NodeID: node, Network: NodeNetwork{Interfaces: []NetworkInterface{{Name: "en0", Kind: "wifi", MTU: 1500}}, SampledAt: t0}},
 		NodeGone{NodeID: "gone-" + node},
+		NodeLinksMeasured{NodeID: node, Links: NodeLinks{Links: []LinkTelemetry{{Peer: "peer-" + node, SourceInterface: "en0", RTTEwmaMs: 1.5, ConnectionType: "thunderbolt"}}, SampledAt: t0}},
 	}
 }
 
@@ -70,6 +71,17 @@ func TestApplyEveryEventType(t *testing.T) {
 			}
 		}},
 	}
+	tests = append(tests, struct {
+		ev    Event
+		check func(t *testing.T, s State)
+	}{evs[6], func(t *testing.T, s State) {
+		if got := s.NodeLinkTelemetry["n1"].Links; len(got) != 1 || got[0].RTTEwmaMs != 1.5 {
+			t.Errorf("link telemetry = %+v", got)
+		}
+		if len(s.Topology.Connections) != 0 {
+			t.Errorf("an edge to or from a node not in the topology: %+v", s.Topology.Connections)
+		}
+	}})
 	tests = append(tests, struct {
 		ev    Event
 		check func(t *testing.T, s State)
@@ -129,6 +141,43 @@ func TestNodeGoneRemovesEverything(t *testing.T) {
 	}
 	if Hash(after) == Hash(s) {
 		t.Error("hash did not change with the state")
+	}
+}
+
+func TestEdgesFollowLinkSamples(t *testing.T) {
+	s := New()
+	for _, n := range []string{"a", "b", "c"} {
+		s = Apply(s, NodeMemoryMeasured{NodeID: n})
+	}
+	link := func(peer string, rtt float64) LinkTelemetry {
+		return LinkTelemetry{Peer: peer, SourceInterface: "en5", SinkAddress: "10.0.0.2:1", ConnectionType: "thunderbolt", RTTEwmaMs: rtt, InterfaceSendMBps: Float(12)}
+	}
+	s = Apply(s, NodeLinksMeasured{NodeID: "a", Links: NodeLinks{Links: []LinkTelemetry{link("c", 2), link("b", 1), link("zz", 1)}}})
+	s = Apply(s, NodeLinksMeasured{NodeID: "b", Links: NodeLinks{Links: []LinkTelemetry{link("a", 3)}}})
+	edges := func(s State) (out []string) {
+		for _, c := range s.Topology.Connections {
+			out = append(out, c.Source+">"+c.Sink)
+		}
+		return out
+	}
+	if got := edges(s); !reflect.DeepEqual(got, []string{"a>b", "a>c", "b>a"}) {
+		t.Fatalf("edges = %v (an edge to unknown zz must not appear)", got)
+	}
+	if c := s.Topology.Connections[0]; c.SourceInterface != "en5" || c.ConnectionType != "thunderbolt" || c.RTTMs != 1 || *c.SendMBps != 12 {
+		t.Errorf("edge a>b = %+v", c)
+	}
+	// A new sample from a replaces a's edges: the link to c stopped answering.
+	s = Apply(s, NodeLinksMeasured{NodeID: "a", Links: NodeLinks{Links: []LinkTelemetry{link("b", 1)}}})
+	if got := edges(s); !reflect.DeepEqual(got, []string{"a>b", "b>a"}) {
+		t.Errorf("after a's new sample: %v", got)
+	}
+	// b leaves: every edge from or to it goes.
+	s = Apply(s, NodeGone{NodeID: "b"})
+	if got := edges(s); len(got) != 0 {
+		t.Errorf("edges after b is gone: %v", got)
+	}
+	if _, ok := s.NodeLinkTelemetry["b"]; ok {
+		t.Error("b's link telemetry survived NodeGone")
 	}
 }
 

@@ -46,6 +46,16 @@ type NodeNetworkMeasured struct {
 	Network NodeNetwork `json:"network"`
 }
 
+// NodeLinksMeasured is one sample of a node's links to its peers (every
+// 2 s when something changed, at least every 10 s).
+type NodeLinksMeasured struct {
+	NodeID string    `json:"nodeId"`
+	Links  NodeLinks `json:"links"`
+}
+
+func (NodeLinksMeasured) Type() string   { return "NodeLinksMeasured" }
+func (e NodeLinksMeasured) Node() string { return e.NodeID }
+
 // NodeGone says a node stopped answering and leaves the state; the master
 // publishes it when failure detection sweeps the node.
 type NodeGone struct {
@@ -75,6 +85,7 @@ var decoders = map[string]func([]byte) (Event, error){
 	"NodeDiskMeasured":     decodeAs[NodeDiskMeasured],
 	"NodeNetworkMeasured":  decodeAs[NodeNetworkMeasured],
 	"NodeGone":             decodeAs[NodeGone],
+	"NodeLinksMeasured":    decodeAs[NodeLinksMeasured],
 }
 
 func decodeAs[T Event](b []byte) (Event, error) {

@@ -104,15 +104,73 @@ type NodeNetwork struct {
 	SampledAt  time.Time          `json:"sampledAt"`
 }
 
-// TopologyNode is a node in the topology. Edges come with the cluster.
+// TopologyNode is a node in the topology.
 type TopologyNode struct {
 	NodeID string `json:"nodeId"`
 }
 
-// Topology is the cluster graph. With one node it has no connections.
+// Connection is a directed edge: source node and interface → sink node and
+// address. It exists while the source's probes over that path succeed.
+type Connection struct {
+	Source          string   `json:"source"`
+	SourceInterface string   `json:"sourceInterface"`
+	Sink            string   `json:"sink"`
+	SinkAddress     string   `json:"sinkAddress"`
+	ConnectionType  string   `json:"connectionType"`
+	RTTMs           float64  `json:"rttMs"`
+	LossPct         float64  `json:"lossPct"`
+	CapacityMbps    *float64 `json:"capacityMbps"`
+	SendMBps        *float64 `json:"sendMBps"`
+}
+
+// Topology is the cluster graph, nodes and edges sorted.
 type Topology struct {
 	Nodes       []TopologyNode `json:"nodes"`
-	Connections []any          `json:"connections"`
+	Connections []Connection   `json:"connections"`
+}
+
+// LinkTelemetry is one node's measurement of its link to a peer.
+type LinkTelemetry struct {
+	Peer            string `json:"peer"`
+	SourceInterface string `json:"sourceInterface"`
+	SourceKind      string `json:"sourceKind"`
+	LocalAddress    string `json:"localAddress"`
+	SinkAddress     string `json:"sinkAddress"`
+	SinkInterface   string `json:"sinkInterface"`
+	SinkKind        string `json:"sinkKind"`
+	// ConnectionType is the kind both ends agree on, or "a/b" when the
+	// two ends' interfaces are classified differently.
+	ConnectionType string `json:"connectionType"`
+	// RTT in milliseconds: last probe, EWMA (alpha 0.2), minimum; jitter
+	// is an EWMA of successive RTT differences.
+	RTTMs     float64 `json:"rttMs"`
+	RTTEwmaMs float64 `json:"rttEwmaMs"`
+	RTTMinMs  float64 `json:"rttMinMs"`
+	JitterMs  float64 `json:"jitterMs"`
+	LossPct   float64 `json:"lossPct"`
+	Probes    int     `json:"probes"`
+	// ClockOffsetMs is the peer's clock minus ours, ± the uncertainty.
+	ClockOffsetMs            float64 `json:"clockOffsetMs"`
+	ClockOffsetUncertaintyMs float64 `json:"clockOffsetUncertaintyMs"`
+	// CapacityMbps is the source interface's OS-reported speed ("os"), or
+	// a default for its kind ("estimated").
+	CapacityMbps   *float64 `json:"capacityMbps"`
+	CapacitySource string   `json:"capacitySource"`
+	// InterfaceSendMBps/RecvMBps are the source interface's counters (all
+	// traffic); PeerSendMBps/RecvMBps are Orrery's own bytes with this
+	// peer, exact even when peers share an interface.
+	InterfaceSendMBps *float64 `json:"interfaceSendMBps"`
+	InterfaceRecvMBps *float64 `json:"interfaceRecvMBps"`
+	PeerSendMBps      *float64 `json:"peerSendMBps"`
+	PeerRecvMBps      *float64 `json:"peerRecvMBps"`
+	BytesSent         uint64   `json:"bytesSent"`
+	BytesRecv         uint64   `json:"bytesRecv"`
+}
+
+// NodeLinks is one sample of all of a node's links.
+type NodeLinks struct {
+	Links     []LinkTelemetry `json:"links"`
+	SampledAt time.Time       `json:"sampledAt"`
 }
 
 // State is the whole replicated state. A State value is immutable once
@@ -124,6 +182,7 @@ type State struct {
 	NodeSystem          map[string]NodeSystem   `json:"nodeSystem"`
 	NodeDisk            map[string]NodeDisk     `json:"nodeDisk"`
 	NodeNetwork         map[string]NodeNetwork  `json:"nodeNetwork"`
+	NodeLinkTelemetry   map[string]NodeLinks    `json:"nodeLinkTelemetry"`
 	Topology            Topology                `json:"topology"`
 }
 
@@ -137,6 +196,7 @@ func New() State {
 		NodeSystem:          map[string]NodeSystem{},
 		NodeDisk:            map[string]NodeDisk{},
 		NodeNetwork:         map[string]NodeNetwork{},
-		Topology:            Topology{Nodes: []TopologyNode{}, Connections: []any{}},
+		NodeLinkTelemetry:   map[string]NodeLinks{},
+		Topology:            Topology{Nodes: []TopologyNode{}, Connections: []Connection{}},
 	}
 }

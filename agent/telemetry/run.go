@@ -13,6 +13,8 @@ import (
 type Sampler interface {
 	// Name is a short label for logs, e.g. "memory".
 	Name() string
+	// Sample returns the event to publish, or nil when there is nothing
+	// new worth publishing this time.
 	Sample(ctx context.Context) (state.Event, error)
 }
 
@@ -32,7 +34,7 @@ func Run(ctx context.Context, s Sampler, interval time.Duration, pub Publisher, 
 	var lastErr string
 	for {
 		ev, err := s.Sample(ctx)
-		if err == nil {
+		if err == nil && ev != nil {
 			err = pub.Publish(ev)
 		}
 		switch {

@@ -1,0 +1,132 @@
+package cluster
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Link telemetry constants.
+const (
+	// RTTAlpha is the EWMA weight of a new RTT sample: 0.2 settles within
+	// ~10 probes (10 s at the default heartbeat) and damps one-off spikes.
+	RTTAlpha = 0.2
+	// JitterAlpha weighs |RTT − previous RTT| into the jitter EWMA, as
+	// RFC 3550 does with 1/16, but faster to follow a changing link.
+	JitterAlpha = 0.125
+	// lossWindow probes are kept to compute loss; a probe counts as lost
+	// once it is lossGrace heartbeats old without an ack.
+	lossWindow = 30
+	lossGrace  = 3
+	// offsetWindow recent samples are kept; the clock offset is taken from
+	// the one with the smallest RTT, whose path asymmetry bounds the error.
+	offsetWindow = 8
+)
+
+// Link is this node's measurement of its link to one peer.
+type Link struct {
+	PeerID string `json:"peerId"`
+	// LocalAddr and RemoteAddr are the outbound connection's endpoints.
+	LocalAddr  string `json:"localAddr"`
+	RemoteAddr string `json:"remoteAddr"`
+	// RTT figures in nanoseconds; RTTEWMA is smoothed with RTTAlpha.
+	RTTLast time.Duration `json:"rttLastNs"`
+	RTTEWMA time.Duration `json:"rttEwmaNs"`
+	RTTMin  time.Duration `json:"rttMinNs"`
+	Jitter  time.Duration `json:"jitterNs"`
+	LossPct float64       `json:"lossPct"`
+	Probes  int           `json:"probes"`
+	// ClockOffset is the peer's clock minus ours (NTP-style, from the
+	// minimum-RTT recent probe); its uncertainty is that probe's RTT/2.
+	ClockOffset            time.Duration `json:"clockOffsetNs"`
+	ClockOffsetUncertainty time.Duration `json:"clockOffsetUncertaintyNs"`
+	// BytesSent and BytesRecv count Orrery's own traffic with this peer,
+	// over every link to it, since this node started.
+	BytesSent uint64    `json:"bytesSent"`
+	BytesRecv uint64    `json:"bytesRecv"`
+	LastAck   time.Time `json:"lastAck"`
+}
+
+// traffic counts bytes exchanged with one peer; shared by its links.
+type traffic struct {
+	sent, recv atomic.Uint64
+}
+
+type offsetSample struct {
+	rtt, offset time.Duration
+}
+
+// linkStat accumulates probes to one peer. Guarded by Node.mu.
+type linkStat struct {
+	rttLast, rttEWMA, rttMin, jitter time.Duration
+	samples                          int
+	sent                             [lossWindow]uint64 // probe seqs sent, ring
+	acked                            [lossWindow]bool
+	nSent                            int
+	offsets                          [offsetWindow]offsetSample
+	nOffsets                         int
+	lastAck                          time.Time
+}
+
+func (l *linkStat) probeSent(seq uint64) {
+	i := l.nSent % lossWindow
+	l.sent[i], l.acked[i] = seq, false
+	l.nSent++
+}
+
+func (l *linkStat) ack(seq uint64, rtt, offset time.Duration, now time.Time) {
+	for i := range l.sent {
+		if l.sent[i] == seq && i < l.nSent {
+			l.acked[i] = true
+		}
+	}
+	if rtt < 0 {
+		rtt = 0 // clocks are monotonic within a node; be safe anyway
+	}
+	if l.samples == 0 {
+		l.rttEWMA, l.rttMin = rtt, rtt
+	} else {
+		l.rttEWMA += time.Duration(RTTAlpha * float64(rtt-l.rttEWMA))
+		d := rtt - l.rttLast
+		l.jitter += time.Duration(JitterAlpha * (math.Abs(float64(d)) - float64(l.jitter)))
+		l.rttMin = min(l.rttMin, rtt)
+	}
+	l.rttLast = rtt
+	l.samples++
+	l.offsets[l.nOffsets%offsetWindow] = offsetSample{rtt, offset}
+	l.nOffsets++
+	l.lastAck = now
+}
+
+// lossPct counts probes sent at least lossGrace probes ago and not acked.
+func (l *linkStat) lossPct(curSeq uint64) (float64, int) {
+	var sent, lost int
+	n := min(l.nSent, lossWindow)
+	for i := 0; i < n; i++ {
+		if l.sent[i]+lossGrace > curSeq {
+			continue // may still be in flight
+		}
+		sent++
+		if !l.acked[i] {
+			lost++
+		}
+	}
+	if sent == 0 {
+		return 0, 0
+	}
+	return 100 * float64(lost) / float64(sent), sent
+}
+
+func (l *linkStat) offset() (off, uncertainty time.Duration) {
+	n := min(l.nOffsets, offsetWindow)
+	best := -1
+	for i := 0; i < n; i++ {
+		if best < 0 || l.offsets[i].rtt < l.offsets[best].rtt {
+			best = i
+		}
+	}
+	if best < 0 {
+		return 0, 0
+	}
+	return l.offsets[best].offset, l.offsets[best].rtt / 2
+}
