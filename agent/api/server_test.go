@@ -265,7 +265,7 @@ func TestGetPaths(t *testing.T) {
 		{"/state", 200, func(t *testing.T, b []byte) {
 			m := object(t, b)
 			wantKeys(t, m, "lastEventAppliedIdx", "nodeIdentities", "nodeMemory", "nodeSystem",
-				"nodeDisk", "nodeNetwork", "topology")
+				"nodeDisk", "nodeNetwork", "nodeLinkTelemetry", "topology")
 			wantRaw(t, m, "lastEventAppliedIdx", "4")
 			for _, k := range []string{"nodeIdentities", "nodeMemory", "nodeSystem", "nodeDisk", "nodeNetwork"} {
 				wantKeys(t, object(t, m[k]), testNode)
