@@ -101,6 +101,7 @@ type Node struct {
 	pending []wire.RawEvent // local events waiting for a master link
 	links   map[string]*linkStat
 	traffic map[string]*traffic // per peer; kept across reconnects
+	rings   map[string]*ringRun // ring benchmarks in progress, by id
 	learned map[string]PeerAddr // peers that dialled us: their advertised port
 	// needResync is set when we follow a new master and cleared when its
 	// snapshot arrives; until then its events are not applied.
@@ -147,6 +148,7 @@ func NewNode(cfg Config) (*Node, error) {
 		dialing: map[string]bool{},
 		links:   map[string]*linkStat{},
 		traffic: map[string]*traffic{},
+		rings:   map[string]*ringRun{},
 		learned: map[string]PeerAddr{},
 	}
 	n.master = cfg.NodeID // alone, a node is its own master
@@ -439,6 +441,10 @@ func (n *Node) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 				raw.Close()
 				return
 			}
+			if c.hello.Purpose == "ring" {
+				n.acceptRankLink(c)
+				return
+			}
 			n.table.Heard(c.peer, c.hello.StartedAt, time.Now())
 			if host, _, err := net.SplitHostPort(raw.RemoteAddr().String()); err == nil && c.hello.PeerPort > 0 {
 				n.mu.Lock()
@@ -454,7 +460,11 @@ func (n *Node) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 
 // handshake completes TLS, checks the certificate's node id and exchanges
 // Hello frames.
-func (n *Node) handshake(tc *tls.Conn) (*conn, error) {
+func (n *Node) handshake(tc *tls.Conn) (*conn, error) { return n.handshakeAs(tc, "", "") }
+
+// handshakeAs is handshake for a link with a purpose ("ring") other than
+// the control link.
+func (n *Node) handshakeAs(tc *tls.Conn, purpose, bench string) (*conn, error) {
 	tc.SetDeadline(time.Now().Add(handshakeTimeout))
 	if err := tc.Handshake(); err != nil {
 		return nil, fmt.Errorf("tls handshake: %w", err)
@@ -464,7 +474,8 @@ func (n *Node) handshake(tc *tls.Conn) (*conn, error) {
 		return nil, fmt.Errorf("peer certificate: %w", err)
 	}
 	c := newConn(tc, n.log)
-	if err := c.writeNow(&wire.Hello{NodeID: n.cfg.NodeID, StartedAt: n.cfg.StartedAt, Version: n.cfg.Version, PeerPort: n.cfg.PeerPort}); err != nil {
+	if err := c.writeNow(&wire.Hello{NodeID: n.cfg.NodeID, StartedAt: n.cfg.StartedAt, Version: n.cfg.Version, PeerPort: n.cfg.PeerPort,
+		Purpose: purpose, Bench: bench}); err != nil {
 		return nil, err
 	}
 	typ, payload, err := wire.ReadFrame(tc, 0)
@@ -562,6 +573,10 @@ func (n *Node) handle(c *conn, msg any) {
 		n.onFetch(c, m)
 	case *wire.Snapshot:
 		n.onSnapshot(m)
+	case *wire.RingStart:
+		n.onRingStart(c, m)
+	case *wire.RingReport:
+		n.onRingReport(m)
 	}
 }
 

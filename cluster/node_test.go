@@ -367,3 +367,40 @@ func testLogger(t *testing.T, id string) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("node", id)
 }
+
+func TestRingBench(t *testing.T) {
+	ca := newTestCA(t)
+	now := time.Now()
+	nodes := startCluster(t, ca, []string{"a", "b", "c"}, []time.Time{now, now.Add(time.Second), now.Add(2 * time.Second)})
+	waitUntil(t, "3 members everywhere", 10*time.Second, func() bool { return converged(nodes) })
+	res, err := nodes[1].node.RingBench(context.Background(), 1<<20, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Order) != 3 || res.Order[0] != "b" || len(res.Hops) != 3 || len(res.RoundMs) != 3 {
+		t.Fatalf("result = %+v", res)
+	}
+	want := map[string]string{"b": res.Order[1], res.Order[1]: res.Order[2], res.Order[2]: "b"}
+	for _, h := range res.Hops {
+		if want[h.From] != h.To || h.LatencyMsMin <= 0 || h.LatencyMsMin > h.LatencyMsAvg || h.LatencyMsAvg > h.LatencyMsMax || h.ThroughputMBps <= 0 {
+			t.Errorf("hop %+v", h)
+		}
+	}
+	t.Logf("ring of 3, 1 MiB × 3: %+v", res.Hops)
+	// Rank-link bytes are counted as Orrery traffic with each peer.
+	var sent, recv uint64
+	for _, l := range nodes[1].node.Links() {
+		sent, recv = max(sent, l.BytesSent), max(recv, l.BytesRecv)
+	}
+	if sent < 3<<20 || recv < 3<<20 {
+		t.Errorf("largest per-peer counters: sent %d, received %d; want ≥ 3 MiB each", sent, recv)
+	}
+	// A second run works (ids do not collide; links are cleaned up).
+	if _, err := nodes[0].node.RingBench(context.Background(), 1000, 1); err != nil {
+		t.Errorf("second run: %v", err)
+	}
+	// Bad parameters are refused before anything is sent.
+	if _, err := nodes[0].node.RingBench(context.Background(), 0, 1); err == nil {
+		t.Error("a 0-byte payload was accepted")
+	}
+}

@@ -47,6 +47,9 @@ type ClusterView interface {
 	ClusterStatus() any
 	// HashAt is the state hash this node had at idx, while still kept.
 	HashAt(idx int64) (string, bool)
+	// RingBench passes size bytes around all members rounds times over
+	// rank links and returns per-hop latency and throughput.
+	RingBench(ctx context.Context, size, rounds int) (any, error)
 }
 
 // DiscoveryView explains what discovery found, and why not.
@@ -70,6 +73,7 @@ func (s *Server) Handler() http.Handler {
 	route("/state/discovery", s.discovery)
 	route("/cluster", s.cluster)
 	route("/cluster/hash/{idx}", s.clusterHash)
+	mux.Handle("/v1/cluster/ring-bench", onlyPOST(s.ringBench))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
 	})
@@ -86,6 +90,18 @@ func onlyGET(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+			return
+		}
+		h(w, r)
+	})
+}
+
+// onlyPOST answers 405 with an Allow header to anything but POST.
+func onlyPOST(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
 			return
 		}
@@ -315,6 +331,40 @@ func (s *Server) clusterHash(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"idx": idx, "stateHash": h})
+}
+
+// RingBenchRequest is the body of POST /v1/cluster/ring-bench.
+type RingBenchRequest struct {
+	SizeBytes int `json:"sizeBytes"`
+	Rounds    int `json:"rounds"`
+}
+
+// Ring benchmark defaults: 16 MiB, 5 rounds.
+const (
+	DefaultRingSize   = 16 << 20
+	DefaultRingRounds = 5
+)
+
+func (s *Server) ringBench(w http.ResponseWriter, r *http.Request) {
+	if s.Cluster == nil {
+		writeError(w, http.StatusNotFound, "this node runs without a cluster")
+		return
+	}
+	req := RingBenchRequest{SizeBytes: DefaultRingSize, Rounds: DefaultRingRounds}
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, "ring-bench body: "+err.Error())
+			return
+		}
+	}
+	res, err := s.Cluster.RingBench(r.Context(), req.SizeBytes, req.Rounds)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
 }
 
 func intParam(v string, def int64) (int64, error) {

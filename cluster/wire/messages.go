@@ -12,18 +12,21 @@ type Type byte
 
 // Message types. Numbers are part of the protocol: never reuse one.
 const (
-	TypeHello     Type = 1 // first frame on a connection, both ways
-	TypeHeartbeat Type = 2 // every heartbeat interval, with a probe stamp
-	TypeProbeAck  Type = 3 // answer to a heartbeat: the four NTP stamps
-	TypeSubmit    Type = 4 // worker → master: local events to index
-	TypeEvents    Type = 5 // master → all: indexed events
-	TypeFetch     Type = 6 // node → master: resend events since N
-	TypeSnapshot  Type = 7 // master → node: whole state at an index
+	TypeHello      Type = 1 // first frame on a connection, both ways
+	TypeHeartbeat  Type = 2 // every heartbeat interval, with a probe stamp
+	TypeProbeAck   Type = 3 // answer to a heartbeat: the four NTP stamps
+	TypeSubmit     Type = 4 // worker → master: local events to index
+	TypeEvents     Type = 5 // master → all: indexed events
+	TypeFetch      Type = 6 // node → master: resend events since N
+	TypeSnapshot   Type = 7 // master → node: whole state at an index
+	TypeRingStart  Type = 8 // coordinator → members: run a ring benchmark
+	TypeRingReport Type = 9 // member → coordinator: its hop timings
 )
 
 var typeNames = map[Type]string{
 	TypeHello: "hello", TypeHeartbeat: "heartbeat", TypeProbeAck: "probe-ack", TypeSubmit: "submit",
 	TypeEvents: "events", TypeFetch: "fetch", TypeSnapshot: "snapshot",
+	TypeRingStart: "ring-start", TypeRingReport: "ring-report",
 }
 
 func (t Type) String() string {
@@ -48,6 +51,41 @@ type Hello struct {
 	StartedAt time.Time `json:"startedAt"`
 	Version   string    `json:"version"`
 	PeerPort  int       `json:"peerPort"`
+	// Purpose is "" for the control link, "ring" for a ring-benchmark rank
+	// link (then Bench names the run).
+	Purpose string `json:"purpose,omitempty"`
+	Bench   string `json:"bench,omitempty"`
+}
+
+// Ring benchmark limits.
+const (
+	MaxRingPayload = 64 << 20
+	MaxRingRounds  = 100
+)
+
+// RingStart asks a member to take part in ring benchmark Bench: open a rank
+// link to its successor in Order, and pass Size bytes around Rounds times.
+type RingStart struct {
+	Bench  string   `json:"bench"`
+	Order  []string `json:"order"`
+	Size   int      `json:"size"`
+	Rounds int      `json:"rounds"`
+}
+
+// RingHop is one timed hop: Size bytes from one rank to the next, from the
+// first byte sent until the receiver's ack came back.
+type RingHop struct {
+	Round     int   `json:"round"`
+	LatencyNs int64 `json:"latencyNs"`
+}
+
+// RingReport is a member's timings of its outgoing hop, or its error.
+type RingReport struct {
+	Bench string    `json:"bench"`
+	From  string    `json:"from"`
+	To    string    `json:"to"`
+	Hops  []RingHop `json:"hops"`
+	Error string    `json:"error,omitempty"`
 }
 
 // Heartbeat says "I am alive" and carries a probe stamp (T1, the sender's
@@ -141,6 +179,10 @@ func Encode(v any) (Type, []byte, error) {
 		t = TypeFetch
 	case *Snapshot:
 		t = TypeSnapshot
+	case *RingStart:
+		t = TypeRingStart
+	case *RingReport:
+		t = TypeRingReport
 	default:
 		return 0, nil, fmt.Errorf("encode: unknown message %T", v)
 	}
@@ -170,6 +212,10 @@ func Decode(t Type, payload []byte) (any, error) {
 		v = new(Fetch)
 	case TypeSnapshot:
 		v = new(Snapshot)
+	case TypeRingStart:
+		v = new(RingStart)
+	case TypeRingReport:
+		v = new(RingReport)
 	default:
 		return nil, fmt.Errorf("decode: unknown message %s", t)
 	}
@@ -212,6 +258,70 @@ func (m *Hello) validate() error {
 	}
 	if len(m.Version) > MaxVersionLen {
 		return fmt.Errorf("version is %d bytes, limit %d", len(m.Version), MaxVersionLen)
+	}
+	switch m.Purpose {
+	case "":
+	case "ring":
+		if err := validBench(m.Bench); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("unknown link purpose %q", m.Purpose)
+	}
+	return nil
+}
+
+func validBench(id string) error {
+	if err := ValidNodeID(id); err != nil {
+		return fmt.Errorf("bench id: %w", err)
+	}
+	return nil
+}
+
+// Validate checks a RingStart before it is sent.
+func (m *RingStart) Validate() error { return m.validate() }
+
+func (m *RingStart) validate() error {
+	if err := validBench(m.Bench); err != nil {
+		return err
+	}
+	if len(m.Order) < 2 || len(m.Order) > MaxMembersPerMsg {
+		return fmt.Errorf("ring of %d nodes, want 2..%d", len(m.Order), MaxMembersPerMsg)
+	}
+	seen := map[string]bool{}
+	for _, id := range m.Order {
+		if err := ValidNodeID(id); err != nil {
+			return fmt.Errorf("ring member: %w", err)
+		}
+		if seen[id] {
+			return fmt.Errorf("ring member %s twice", id)
+		}
+		seen[id] = true
+	}
+	if m.Size < 1 || m.Size > MaxRingPayload {
+		return fmt.Errorf("payload %d bytes, want 1..%d", m.Size, MaxRingPayload)
+	}
+	if m.Rounds < 1 || m.Rounds > MaxRingRounds {
+		return fmt.Errorf("%d rounds, want 1..%d", m.Rounds, MaxRingRounds)
+	}
+	return nil
+}
+
+func (m *RingReport) validate() error {
+	if err := validBench(m.Bench); err != nil {
+		return err
+	}
+	if err := ValidNodeID(m.From); err != nil {
+		return fmt.Errorf("from: %w", err)
+	}
+	if err := optionalNodeID(m.To); err != nil {
+		return fmt.Errorf("to: %w", err)
+	}
+	if len(m.Hops) > MaxRingRounds {
+		return fmt.Errorf("%d hops, limit %d", len(m.Hops), MaxRingRounds)
+	}
+	if len(m.Error) > 1024 {
+		return errors.New("error text too long")
 	}
 	return nil
 }
