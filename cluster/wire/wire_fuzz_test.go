@@ -15,6 +15,9 @@ func FuzzReadFrame(f *testing.F) {
 		&Heartbeat{NodeID: "a", Members: []string{"b"}},
 		&Events{MasterID: "m", Events: []IndexedEvent{{Idx: 1, Type: "t", Event: []byte(`{}`)}}},
 		&Snapshot{MasterID: "m", State: []byte(`{}`)},
+		&RingStart{Bench: "r1", Order: []string{"a", "b"}, Size: 10, Rounds: 1},
+		&RingReport{Bench: "r1", From: "a", To: "b", Hops: []RingHop{{Round: 0, LatencyNs: 5}}},
+		&Hello{NodeID: "a", Purpose: "ring", Bench: "r1"},
 	} {
 		typ, b, _ := Encode(m)
 		var buf bytes.Buffer

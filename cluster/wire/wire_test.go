@@ -22,6 +22,9 @@ func TestFrameRoundTrip(t *testing.T) {
 		&Events{MasterID: "b", Events: []IndexedEvent{{Idx: 5, Type: "X", Event: json.RawMessage(`{}`)}, {Idx: 6, Type: "Y", Event: json.RawMessage(`1`)}}},
 		&Fetch{Since: 3},
 		&Snapshot{MasterID: "b", LastIdx: 9, State: json.RawMessage(`{"lastEventAppliedIdx":9}`)},
+		&RingStart{Bench: "r-1", Order: []string{"a", "b", "c"}, Size: 1 << 20, Rounds: 3},
+		&RingReport{Bench: "r-1", From: "b", To: "c", Hops: []RingHop{{Round: 0, LatencyNs: 1500}}},
+		&Hello{NodeID: "a", Purpose: "ring", Bench: "r-1"},
 	}
 	for _, m := range msgs {
 		typ, b, err := Encode(m)
@@ -92,6 +95,14 @@ func TestDecodeRefusesBadMessages(t *testing.T) {
 		{TypeFetch, `{"since":-4}`, "since"},
 		{TypeSnapshot, `{"masterId":"m","lastIdx":1,"state":[1]}`, "not a JSON object"},
 		{Type(99), `{}`, "unknown message type-99"},
+		{TypeHello, `{"nodeId":"a","purpose":"gossip"}`, "unknown link purpose"},
+		{TypeHello, `{"nodeId":"a","purpose":"ring"}`, "bench id"},
+		{TypeRingStart, `{"bench":"r","order":["a"],"size":1,"rounds":1}`, "ring of 1 nodes"},
+		{TypeRingStart, `{"bench":"r","order":["a","a"],"size":1,"rounds":1}`, "twice"},
+		{TypeRingStart, `{"bench":"r","order":["a","b"],"size":67108865,"rounds":1}`, "payload"},
+		{TypeRingStart, `{"bench":"r","order":["a","b"],"size":1,"rounds":101}`, "rounds"},
+		{TypeRingReport, `{"bench":"r","from":"a","hops":[` + strings.Repeat(`{"round":0},`, 100) + `{"round":0}]}`, "hops, limit"},
+		{TypeHeartbeat, `{"nodeId":"a","peers":[{"nodeId":"b","addr":""}]}`, "address length"},
 		{TypeHello, `{"nodeId":`, "decode hello"},
 	} {
 		_, err := Decode(tc.t, []byte(tc.in))
