@@ -1,11 +1,11 @@
-# Orrery. `make run` builds and starts the agent; `make test` installs what is
-# missing, vets and runs every test with -race.
+# Orrery. `make run` builds and starts a 3-node demo cluster on this machine;
+# `make test` installs what is missing, vets and runs every test with -race.
 
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 BIN      := bin/orrery
-# Extra flags for `orrery agent` under `make run`, e.g. ARGS="--log-level debug".
+# Extra flags for `orrery demo` under `make run`, e.g. ARGS="--nodes 5 --log-level debug".
 ARGS     ?=
 FUZZTIME ?= 10s
 # Packages whose Go files need no cgo when built for macOS: these are
@@ -25,7 +25,7 @@ build: deps
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orrery
 
 run: build
-	./$(BIN) agent $(ARGS)
+	./$(BIN) demo $(ARGS)
 
 vet:
 	$(GO) vet ./...

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -155,6 +156,46 @@ func TestClusterProcesses(t *testing.T) {
 		}
 		return true, ""
 	})
+
+	// Topology: every ordered pair is an edge carrying link telemetry.
+	pollAll(t, ps, 10*time.Second, "6 edges with telemetry in the topology", func() (bool, string) {
+		var topo struct {
+			Nodes       []any `json:"nodes"`
+			Connections []struct {
+				Source, Sink, ConnectionType, SourceInterface string
+				RTTMs                                         float64
+			} `json:"connections"`
+		}
+		ps[1].mustGet(t, "/state/topology", &topo)
+		if len(topo.Nodes) != 3 || len(topo.Connections) != 6 {
+			return false, fmt.Sprintf("%d nodes, %d edges", len(topo.Nodes), len(topo.Connections))
+		}
+		for _, c := range topo.Connections {
+			if c.RTTMs <= 0 || c.ConnectionType != "loopback" || c.SourceInterface != "lo" || c.Source == c.Sink {
+				return false, fmt.Sprintf("edge %+v", c)
+			}
+		}
+		return true, ""
+	})
+
+	// The ring benchmark, through the CLI, over real rank links.
+	out, err := exec.Command(bin, "ring-bench", "--api", "http://"+ps[2].addr, "--size", "1048576", "--rounds", "3", "--json").Output()
+	if err != nil {
+		t.Fatalf("ring-bench: %v\n%s", err, out)
+	}
+	var ring ringBenchResult
+	if err := json.Unmarshal(out, &ring); err != nil {
+		t.Fatalf("ring-bench output %s: %v", out, err)
+	}
+	if len(ring.Order) != 3 || len(ring.Hops) != 3 || len(ring.RoundMs) != 3 {
+		t.Fatalf("ring-bench result: %s", out)
+	}
+	for _, h := range ring.Hops {
+		if h.From == h.To || h.LatencyMsAvg <= 0 || h.ThroughputMBps <= 0 {
+			t.Errorf("hop %+v", h)
+		}
+	}
+	t.Logf("ring-bench 1 MiB × 3 on loopback: %+v", ring.Hops)
 
 	st, _ := status(t, ps[0])
 	master := st.MasterID

@@ -24,13 +24,16 @@ var version = "dev"
 const usage = `orrery: run and observe an LLM split across several machines.
 
 Usage:
-  orrery agent [flags]   run this node's agent (local API, samplers, state)
-  orrery key show        print this machine's cluster key (creating one if none)
-  orrery key set KEY|-   use the cluster key from another machine
-  orrery key fingerprint print the key's public fingerprint
-  orrery version         print the version
+  orrery agent [flags]        run this node's agent (local API, samplers, cluster)
+  orrery demo [flags]         start a cluster of agents on this machine and print their API URLs
+  orrery doctor [--api URL]   ask a running agent about its cluster and discovery problems
+  orrery ring-bench [flags]   time a payload around the cluster, hop by hop
+  orrery key show             print this machine's cluster key (creating one if none)
+  orrery key set KEY|-        use the cluster key from another machine
+  orrery key fingerprint      print the key's public fingerprint
+  orrery version              print the version
 
-Run "orrery agent -h" for the agent's flags.
+Run "orrery agent -h" (or demo -h, doctor -h, ring-bench -h) for a command's flags.
 `
 
 func main() {
@@ -45,6 +48,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "agent":
 		return runAgent(args[1:], stderr)
+	case "demo":
+		return runDemoCmd(args[1:], stdout, stderr)
+	case "doctor":
+		return runDoctor(args[1:], stdout, stderr)
+	case "ring-bench":
+		return runRingBench(context.Background(), args[1:], stdout, stderr)
 	case "key":
 		return runKey(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "version", "--version", "-version":

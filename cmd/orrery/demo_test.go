@@ -1,0 +1,293 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+)
+
+// freeBasePort returns a base port p such that p..p+n-1 were all free on
+// 127.0.0.1 a moment ago.
+func freeBasePort(t *testing.T, n int) int {
+	t.Helper()
+	for range 100 {
+		base := 40000 + rand.IntN(20000-n)
+		var lns []net.Listener
+		for i := range n {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+		if len(lns) == n {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free ports in 40000-60000", n)
+	return 0
+}
+
+func TestDemoFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "--nodes", "0"}, "--nodes 0: want 1..16"},
+		{[]string{"demo", "--nodes", "17"}, "--nodes 17: want 1..16"},
+		{[]string{"demo", "--base-port", "65534"}, "--base-port 65534: want 1..65533 for 3 nodes"},
+		{[]string{"demo", "--base-port", "0"}, "--base-port 0"},
+		{[]string{"demo", "--log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"demo", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
+	} {
+		code, out, errs := runCLI(tc.args...)
+		if code != 2 || out != "" || !strings.Contains(errs, tc.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errs, tc.want)
+		}
+	}
+	code, _, errs := runCLI("demo", "-h")
+	for _, w := range []string{"-nodes", "-base-port", "-dir", "-log-level"} {
+		if code != 0 || !strings.Contains(errs, w) {
+			t.Errorf("demo -h: exit %d, stderr lacks %q:\n%s", code, w, errs)
+		}
+	}
+}
+
+// A busy port is named, and nothing is started or created.
+func TestDemoBusyPort(t *testing.T) {
+	base := freeBasePort(t, 3)
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := filepath.Join(t.TempDir(), "demo")
+	var stdout, stderr strings.Builder
+	err = runDemo(context.Background(), demoOptions{Nodes: 3, BasePort: base, Dir: dir, Exe: "/nonexistent/orrery"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("port %d (node 1's API", base+1)) || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("runDemo = %v, want an error naming port %d", err, base+1)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("demo dir was created before the port check: %v", err)
+	}
+	if stdout.Len() != 0 || stderr.Len() != 0 {
+		t.Errorf("output before failing: %q %q", stdout.String(), stderr.String())
+	}
+}
+
+// A node that exits while the cluster forms fails the demo, with its log.
+func TestDemoNodeExitsAtStart(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh to stand in for a failing agent")
+	}
+	dir := t.TempDir()
+	var stdout, stderr strings.Builder
+	// "sh agent --api-addr …" fails at once: no script named agent.
+	err = runDemo(context.Background(), demoOptions{Nodes: 2, BasePort: freeBasePort(t, 2), Dir: dir, Exe: sh}, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("runDemo succeeded with agents that cannot start")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "exited: exit status") || !strings.Contains(msg, filepath.Join(dir, "node-")) ||
+		!strings.Contains(msg, "agent.log") || !strings.Contains(msg, "it ends with:") {
+		t.Errorf("error does not say which node exited and where its log is: %v", err)
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("a table was printed: %s", stdout.String())
+	}
+}
+
+// demoProc is a running "orrery demo" whose stdout lines are collected.
+type demoProc struct {
+	cmd    *exec.Cmd
+	lines  chan string // stdout, line by line; closed at EOF
+	stderr *syncBuffer
+	done   chan struct{}
+}
+
+func startDemo(t *testing.T, bin string, args ...string) *demoProc {
+	t.Helper()
+	d := &demoProc{cmd: exec.Command(bin, append([]string{"demo"}, args...)...), lines: make(chan string, 100),
+		stderr: &syncBuffer{}, done: make(chan struct{})}
+	d.cmd.Stderr = d.stderr
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start demo: %v", err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			d.lines <- sc.Text()
+		}
+		close(d.lines)
+		io.Copy(io.Discard, out)
+	}()
+	go func() {
+		d.cmd.Wait()
+		close(d.done)
+	}()
+	// If the test fails early, stop the demo the way a user would, so
+	// that it stops its agents; kill it only if that does not work.
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+			return
+		default:
+		}
+		d.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-d.done:
+		case <-time.After(15 * time.Second):
+			d.cmd.Process.Kill()
+			<-d.done
+		}
+	})
+	return d
+}
+
+type demoRow struct{ idx, id, url, role string }
+
+// table reads stdout until the demo has printed its table and the line
+// after it, for at most 30 s.
+func (d *demoProc) table(t *testing.T) (rows []demoRow, text string) {
+	t.Helper()
+	var all []string
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case l, ok := <-d.lines:
+			if !ok {
+				<-d.done
+				t.Fatalf("demo exited (%v) before printing its table\nstdout:\n%s\nstderr:\n%s",
+					d.cmd.ProcessState, strings.Join(all, "\n"), d.stderr.String())
+			}
+			all = append(all, l)
+			if f := strings.Fields(l); len(f) == 4 && strings.HasPrefix(f[2], "http://127.0.0.1:") {
+				rows = append(rows, demoRow{f[0], f[1], f[2], f[3]})
+			}
+			if strings.Contains(l, "/state/topology") {
+				return rows, strings.Join(all, "\n")
+			}
+		case <-timeout:
+			t.Fatalf("no table within 30 s\nstdout:\n%s\nstderr:\n%s", strings.Join(all, "\n"), d.stderr.String())
+		}
+	}
+}
+
+// stop sends sig and checks the demo exits 0 within 15 s.
+func (d *demoProc) stop(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("demo still running 15 s after %v\nstderr:\n%s", sig, d.stderr.String())
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("demo exited %d after %v, want 0\nstderr:\n%s", code, sig, d.stderr.String())
+	}
+}
+
+// TestDemoProcess runs "orrery demo" as a user would: three agent
+// processes form one cluster, and Ctrl-C stops them all.
+func TestDemoProcess(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	base := freeBasePort(t, 3)
+	d := startDemo(t, bin, "--nodes", "3", "--base-port", strconv.Itoa(base), "--dir", dir)
+	rows, text := d.table(t)
+	t.Logf("demo printed:\n%s", text)
+	if len(rows) != 3 {
+		t.Fatalf("%d table rows, want 3:\n%s", len(rows), text)
+	}
+	ids := map[string]bool{}
+	master := ""
+	for i, r := range rows {
+		if err := state.ValidNodeID(r.id); err != nil || ids[r.id] {
+			t.Errorf("row %d: node id %q: %v (or a duplicate)", i, r.id, err)
+		}
+		ids[r.id] = true
+		if want := fmt.Sprintf("http://127.0.0.1:%d", base+i); r.idx != strconv.Itoa(i) || r.url != want {
+			t.Errorf("row %d: index %s, url %s; want %d, %s", i, r.idx, r.url, i, want)
+		}
+		switch r.role {
+		case "master":
+			if master != "" {
+				t.Errorf("two masters: %s and %s", master, r.id)
+			}
+			master = r.id
+		case "worker":
+		default:
+			t.Errorf("row %d: role %q", i, r.role)
+		}
+	}
+	if master == "" {
+		t.Errorf("no master in the table:\n%s", text)
+	}
+	for _, w := range []string{"curl " + rows[0].url + "/state/topology", rows[0].url + "/cluster"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("output lacks %q", w)
+		}
+	}
+	for _, r := range rows {
+		var st doctorCluster
+		if err := apiGet(context.Background(), httpClient, r.url, "/cluster", &st); err != nil {
+			t.Fatalf("node %s: %v", r.idx, err)
+		}
+		if len(st.Members) != 3 || st.NodeID != r.id || st.MasterID != master {
+			t.Errorf("node %s /cluster: id %s, master %s, %d members; want %s, %s, 3", r.idx, st.NodeID, st.MasterID, len(st.Members), r.id, master)
+		}
+	}
+	// The demo's files: a private key, one log per node.
+	if st, err := os.Stat(filepath.Join(dir, "cluster.key")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("cluster.key: %v, %v; want mode 0600", st, err)
+	}
+	for i := range 3 {
+		if b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("node-%d", i), "agent.log")); err != nil || !strings.Contains(string(b), "agent started") {
+			t.Errorf("node-%d/agent.log: %v\n%s", i, err, b)
+		}
+	}
+
+	d.stop(t, os.Interrupt)
+	for _, r := range rows {
+		addr := strings.TrimPrefix(r.url, "http://")
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			t.Errorf("node %s (%s) still accepts connections after the demo exited", r.idx, addr)
+		}
+	}
+	if !strings.Contains(d.stderr.String(), "all nodes stopped") {
+		t.Errorf("stderr lacks \"all nodes stopped\":\n%s", d.stderr.String())
+	}
+
+	// The same dir again: node 0 keeps its id. SIGTERM stops it too.
+	d = startDemo(t, bin, "--nodes", "1", "--base-port", strconv.Itoa(base), "--dir", dir)
+	again, text := d.table(t)
+	if len(again) != 1 || again[0].id != rows[0].id || again[0].role != "master" {
+		t.Errorf("second run printed %+v, want node 0 = %s as master:\n%s", again, rows[0].id, text)
+	}
+	d.stop(t, syscall.SIGTERM)
+}
