@@ -102,7 +102,11 @@ type Node struct {
 	links   map[string]*linkStat
 	traffic map[string]*traffic // per peer; kept across reconnects
 	rings   map[string]*ringRun // ring benchmarks in progress, by id
-	learned map[string]PeerAddr // peers that dialled us: their advertised port
+	// lastDial rate-limits dials per address; addrPeer remembers which
+	// node answered at an address (static peers come without an id).
+	lastDial map[string]time.Time
+	addrPeer map[string]string
+	learned  map[string]PeerAddr // peers that dialled us: their advertised port
 	// needResync is set when we follow a new master and cleared when its
 	// snapshot arrives; until then its events are not applied.
 	needResync bool
@@ -141,15 +145,17 @@ func NewNode(cfg Config) (*Node, error) {
 		cfg.DialResult = func(PeerAddr, error) {}
 	}
 	n := &Node{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", "cluster"),
-		table:   NewTable(Member{NodeID: cfg.NodeID, StartedAt: cfg.StartedAt}, cfg.FailAfter),
-		out:     map[string]*conn{},
-		dialing: map[string]bool{},
-		links:   map[string]*linkStat{},
-		traffic: map[string]*traffic{},
-		rings:   map[string]*ringRun{},
-		learned: map[string]PeerAddr{},
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "cluster"),
+		table:    NewTable(Member{NodeID: cfg.NodeID, StartedAt: cfg.StartedAt}, cfg.FailAfter),
+		out:      map[string]*conn{},
+		dialing:  map[string]bool{},
+		links:    map[string]*linkStat{},
+		traffic:  map[string]*traffic{},
+		rings:    map[string]*ringRun{},
+		lastDial: map[string]time.Time{},
+		addrPeer: map[string]string{},
+		learned:  map[string]PeerAddr{},
 	}
 	n.master = cfg.NodeID // alone, a node is its own master
 	return n, nil
@@ -298,10 +304,12 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 		n.cfg.App.MasterChanged(master, isMaster)
 	}
 
+	// Dial on every tick, so a peer found by discovery is linked within a
+	// quarter heartbeat; dialPeers rate-limits each address itself.
+	n.dialPeers(ctx, wg)
 	if !beat {
 		return
 	}
-	n.dialPeers(ctx, wg)
 
 	n.appMu.Lock()
 	idx, hash := n.cfg.App.LastIdx(), n.cfg.App.StateHash()
@@ -370,11 +378,21 @@ func (n *Node) dialPeers(ctx context.Context, wg *sync.WaitGroup) {
 	n.mu.Unlock()
 	for _, p := range peers {
 		n.mu.Lock()
-		_, connected := n.out[p.NodeID]
+		id := p.NodeID
+		if id == "" {
+			id = n.addrPeer[p.Addr] // a static peer we have reached before
+		}
+		_, connected := n.out[id]
 		busy := n.dialing[p.Addr]
-		skip := p.NodeID == n.cfg.NodeID || (p.NodeID != "" && connected) || busy
+		recent := time.Since(n.lastDial[p.Addr]) < n.cfg.Heartbeat
+		skip := id == n.cfg.NodeID || (id != "" && connected) || busy || recent
 		if !skip {
 			n.dialing[p.Addr] = true
+			if len(n.lastDial) >= 4*wire.MaxMembersPerMsg {
+				clear(n.lastDial) // bound: addresses come and go
+				clear(n.addrPeer)
+			}
+			n.lastDial[p.Addr] = time.Now()
 		}
 		n.mu.Unlock()
 		if skip {
@@ -404,6 +422,9 @@ func (n *Node) dial(ctx context.Context, wg *sync.WaitGroup, p PeerAddr) {
 		raw.Close()
 		return
 	}
+	n.mu.Lock()
+	n.addrPeer[p.Addr] = c.peer
+	n.mu.Unlock()
 	if c.peer == n.cfg.NodeID {
 		raw.Close() // our own address (static or loopback list)
 		return
