@@ -70,7 +70,7 @@ func DefaultConfig() Config {
 		SystemInterval:  time.Second,
 		DiskInterval:    10 * time.Second,
 		NetworkInterval: 5 * time.Second,
-		PeerAddr:        "0.0.0.0:52417",
+		PeerAddr:        "0.0.0.0:52400",
 		MDNS:            true,
 		Heartbeat:       time.Second,
 		FailAfter:       cluster.DefaultFailAfter,

@@ -26,7 +26,7 @@ import (
 const (
 	demoDefaultNodes    = 3
 	demoMaxNodes        = 16
-	demoDefaultBasePort = 52420
+	demoDefaultBasePort = 52416
 	// demoReadyTimeout bounds the wait for every node to answer and agree
 	// on one master.
 	demoReadyTimeout = 30 * time.Second
@@ -55,7 +55,7 @@ type demoOptions struct {
 	// Nodes is how many agents to start, 1..16 (default 3).
 	Nodes int
 	// BasePort is node 0's API port; node i listens on 127.0.0.1:BasePort+i
-	// (default 52420).
+	// (default 52416, the agent's default API port, so that node 0 answers where every tool looks first).
 	BasePort int
 	// Dir holds the cluster key, the loopback dir and node-<i>/ per node
 	// (default <os.TempDir()>/orrery-demo). It is kept across runs, so node

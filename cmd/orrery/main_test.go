@@ -144,7 +144,7 @@ func startAgent(t *testing.T, bin, addr, dataDir string, extra ...string) *agent
 
 // startAgentEnv starts an agent with extra environment variables. Peer
 // links go to a free loopback port and mDNS is off unless extra says
-// otherwise (later flags win), so tests never touch port 52417 or 5353.
+// otherwise (later flags win), so tests never touch port 52400 or 5353.
 func startAgentEnv(t *testing.T, bin, addr, dataDir string, env []string, extra ...string) *agentProc {
 	t.Helper()
 	args := append([]string{"agent", "--api-addr", addr, "--data-dir", dataDir, "--peer-addr", "127.0.0.1:0", "--mdns=false"}, extra...)
