@@ -179,6 +179,11 @@ type eventsPage struct {
 	Events []state.Indexed `json:"events"`
 	// Next is the idx to ask for next (since=Next).
 	Next int64 `json:"next"`
+	// Truncated is set when events from since on are no longer kept; the
+	// page then starts at First. A client that must not miss events
+	// refetches /state and continues from its lastEventAppliedIdx+1.
+	Truncated bool   `json:"truncated,omitempty"`
+	First     *int64 `json:"first,omitempty"`
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
@@ -193,19 +198,29 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("limit: want 1..%d, got %q", MaxEventsLimit, q.Get("limit")))
 		return
 	}
-	evs, err := s.Store.Log().Since(since, int(limit))
+	log := s.Store.Log()
+	page := eventsPage{}
+	evs, err := log.Since(since, int(limit))
 	if errors.Is(err, state.ErrCompacted) {
-		writeError(w, http.StatusGone, err.Error()+"; fetch /state and continue from its lastEventAppliedIdx+1")
+		// The events asked for are gone (retention, or this node took a
+		// snapshot from the master): serve what is kept, and say so.
+		first := log.First()
+		page.Truncated, page.First = true, &first
+		since = first
+		evs, err = log.Since(first, int(limit))
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	if evs == nil {
 		evs = []state.Indexed{}
 	}
-	next := since
+	page.Events, page.Next = evs, since
 	if len(evs) > 0 {
-		next = evs[len(evs)-1].Idx + 1
+		page.Next = evs[len(evs)-1].Idx + 1
 	}
-	writeJSON(w, http.StatusOK, eventsPage{Events: evs, Next: next})
+	writeJSON(w, http.StatusOK, page)
 }
 
 // eventStream sends indexed events as SSE: "id: N" and "data: {…}". It starts

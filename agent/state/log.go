@@ -51,6 +51,13 @@ func (l *Log) Reset(next int64) {
 	l.changed = make(chan struct{})
 }
 
+// First returns the index of the oldest retained event.
+func (l *Log) First() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.first
+}
+
 // Next returns the index the next appended event must carry.
 func (l *Log) Next() int64 {
 	l.mu.Lock()
