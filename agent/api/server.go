@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,22 +87,16 @@ func (s *Server) Handler() http.Handler {
 }
 
 // onlyGET answers 405 with an Allow header to anything but GET and HEAD.
-func onlyGET(h http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
-			return
-		}
-		h(w, r)
-	})
-}
+func onlyGET(h http.HandlerFunc) http.Handler { return allow(h, http.MethodGet, http.MethodHead) }
 
 // onlyPOST answers 405 with an Allow header to anything but POST.
-func onlyPOST(h http.HandlerFunc) http.Handler {
+func onlyPOST(h http.HandlerFunc) http.Handler { return allow(h, http.MethodPost) }
+
+func allow(h http.HandlerFunc, methods ...string) http.Handler {
+	allowed := strings.Join(methods, ", ")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", "POST")
+		if !slices.Contains(methods, r.Method) {
+			w.Header().Set("Allow", allowed)
 			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
 			return
 		}

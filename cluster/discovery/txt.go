@@ -1,6 +1,8 @@
 package discovery
 
 import (
+	"github.com/orrery-cluster/orrery/cluster/wire"
+
 	"errors"
 	"fmt"
 	"strconv"
@@ -89,19 +91,9 @@ func (t TXT) Fields() []string {
 	}
 }
 
-// validNodeID mirrors the agent's rule: 1..64 bytes of [A-Za-z0-9_-].
-func validNodeID(id string) error {
-	if id == "" || len(id) > MaxNodeIDLen {
-		return fmt.Errorf("node id length %d, want 1..%d", len(id), MaxNodeIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("node id %q: byte %d is not [A-Za-z0-9_-]", id, i)
-		}
-	}
-	return nil
-}
+// validNodeID is the peer protocol's rule, so that every id discovery
+// accepts is one a peer link accepts too.
+func validNodeID(id string) error { return wire.ValidNodeID(id) }
 
 func validVersion(v string) error {
 	if len(v) > MaxVersionLen {
