@@ -1,0 +1,353 @@
+// Package tracestore keeps finished traces on disk: one Chrome-trace JSON
+// file per task under <data-dir>/traces/, written atomically, an index for
+// fast listing, and retention by total size and by age.
+package tracestore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	DefaultMaxBytes = 2 << 30 // 2 GiB
+	DefaultMaxAge   = 30 * 24 * time.Hour
+	indexFile       = "index.json"
+	traceExt        = ".json"
+	maxIDLen        = 64
+)
+
+// Errors callers map to HTTP statuses.
+var (
+	ErrBadID    = errors.New("bad trace id")
+	ErrNotFound = errors.New("no such trace")
+)
+
+// Meta describes one stored trace; the index holds one per trace.
+type Meta struct {
+	TaskID    string    `json:"taskId"`
+	CreatedAt time.Time `json:"createdAt"`
+	FileSize  int64     `json:"fileSize"`
+	// Kind says what made the trace, e.g. "ring-bench" or "generate".
+	Kind string `json:"kind,omitempty"`
+	// Partial is set when some ranks never reported; MissingRanks names them.
+	Partial      bool  `json:"partial"`
+	MissingRanks []int `json:"missingRanks,omitempty"`
+	Spans        int   `json:"spans"`
+	Nodes        int   `json:"nodes"`
+}
+
+// Config tunes a Store. Zero values take the defaults.
+type Config struct {
+	Dir      string
+	MaxBytes int64
+	MaxAge   time.Duration
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+// Store is safe for concurrent use.
+type Store struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex // guards index and the files
+	index map[string]Meta
+}
+
+// Open opens (creating) the store in cfg.Dir and loads its index. A
+// missing or unreadable index is rebuilt from the files, so a crash between
+// writing a trace and its index entry loses nothing.
+func Open(cfg Config) (*Store, error) {
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("trace store: %w", err)
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "tracestore"), index: map[string]Meta{}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.loadIndexLocked(); err != nil {
+		s.log.Warn("trace index unreadable; rebuilding from files", "err", err)
+	}
+	s.reconcileLocked()
+	return s, nil
+}
+
+// ValidID reports whether id may name a trace: 1..64 bytes of
+// [A-Za-z0-9_-]. Nothing else ever becomes a path.
+func ValidID(id string) error {
+	if id == "" || len(id) > maxIDLen {
+		return fmt.Errorf("%w: length %d, want 1..%d", ErrBadID, len(id), maxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("%w: %q: byte %d is not [A-Za-z0-9_-]", ErrBadID, id, i)
+		}
+	}
+	return nil
+}
+
+func (s *Store) path(id string) string { return filepath.Join(s.cfg.Dir, id+traceExt) }
+
+// Save writes a trace with write, atomically: readers see the whole file or
+// none. meta.TaskID names it; FileSize and (if zero) CreatedAt are filled.
+func (s *Store) Save(meta Meta, write func(io.Writer) error) (Meta, error) {
+	if err := ValidID(meta.TaskID); err != nil {
+		return Meta{}, err
+	}
+	if meta.CreatedAt.IsZero() {
+		meta.CreatedAt = s.cfg.Now().UTC()
+	}
+	f, err := os.CreateTemp(s.cfg.Dir, ".tmp-"+meta.TaskID+"-*")
+	if err != nil {
+		return Meta{}, fmt.Errorf("save trace %s: %w", meta.TaskID, err)
+	}
+	tmp := f.Name()
+	fail := func(err error) (Meta, error) {
+		f.Close()
+		os.Remove(tmp)
+		return Meta{}, fmt.Errorf("save trace %s: %w", meta.TaskID, err)
+	}
+	cw := &countWriter{w: f}
+	if err := write(cw); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return fail(err)
+	}
+	meta.FileSize = cw.n
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := os.Rename(tmp, s.path(meta.TaskID)); err != nil {
+		os.Remove(tmp)
+		return Meta{}, fmt.Errorf("save trace %s: %w", meta.TaskID, err)
+	}
+	s.index[meta.TaskID] = meta
+	s.enforceLocked()
+	if err := s.writeIndexLocked(); err != nil {
+		s.log.Warn("write trace index", "err", err)
+	}
+	return meta, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// List returns every trace's metadata, newest first.
+func (s *Store) List() []Meta {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Meta, 0, len(s.index))
+	for _, m := range s.index {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Meta) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.TaskID, b.TaskID)
+	})
+	return out
+}
+
+// Get returns one trace's metadata.
+func (s *Store) Get(id string) (Meta, error) {
+	if err := ValidID(id); err != nil {
+		return Meta{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.index[id]
+	if !ok {
+		return Meta{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return m, nil
+}
+
+// OpenTrace opens a trace's file for reading.
+func (s *Store) OpenTrace(id string) (*os.File, Meta, error) {
+	m, err := s.Get(id)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	f, err := os.Open(s.path(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, Meta{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, Meta{}, fmt.Errorf("open trace %s: %w", id, err)
+	}
+	return f, m, nil
+}
+
+// Delete removes a trace.
+func (s *Store) Delete(id string) error {
+	if err := ValidID(id); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.index[id]; !ok {
+		return fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete trace %s: %w", id, err)
+	}
+	delete(s.index, id)
+	return s.writeIndexLocked()
+}
+
+// TotalBytes is the size of every stored trace.
+func (s *Store) TotalBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, m := range s.index {
+		n += m.FileSize
+	}
+	return n
+}
+
+// enforceLocked drops traces older than MaxAge, then the oldest until the
+// total fits MaxBytes (the newest trace is always kept).
+func (s *Store) enforceLocked() {
+	now := s.cfg.Now()
+	metas := make([]Meta, 0, len(s.index))
+	var total int64
+	for _, m := range s.index {
+		metas = append(metas, m)
+		total += m.FileSize
+	}
+	slices.SortFunc(metas, func(a, b Meta) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	for i, m := range metas {
+		tooOld := now.Sub(m.CreatedAt) > s.cfg.MaxAge
+		tooBig := total > s.cfg.MaxBytes && i < len(metas)-1
+		if !tooOld && !tooBig {
+			continue
+		}
+		if err := os.Remove(s.path(m.TaskID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("retention: remove trace", "trace", m.TaskID, "err", err)
+			continue
+		}
+		delete(s.index, m.TaskID)
+		total -= m.FileSize
+		s.log.Info("retention: removed trace", "trace", m.TaskID, "tooOld", tooOld, "size", m.FileSize)
+	}
+}
+
+func (s *Store) loadIndexLocked() error {
+	b, err := os.ReadFile(filepath.Join(s.cfg.Dir, indexFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var metas []Meta
+	if err := json.Unmarshal(b, &metas); err != nil {
+		return fmt.Errorf("decode %s: %w", indexFile, err)
+	}
+	for _, m := range metas {
+		if ValidID(m.TaskID) == nil {
+			s.index[m.TaskID] = m
+		}
+	}
+	return nil
+}
+
+// reconcileLocked makes the index match the files: entries whose file is
+// gone are dropped; files without an entry get one from their stat;
+// temp files left by a crash are removed.
+func (s *Store) reconcileLocked() {
+	entries, err := os.ReadDir(s.cfg.Dir)
+	if err != nil {
+		s.log.Warn("list traces", "err", err)
+		return
+	}
+	onDisk := map[string]bool{}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".tmp-") {
+			os.Remove(filepath.Join(s.cfg.Dir, name))
+			continue
+		}
+		id, ok := strings.CutSuffix(name, traceExt)
+		if !ok || name == indexFile || ValidID(id) != nil || !e.Type().IsRegular() {
+			continue
+		}
+		onDisk[id] = true
+		if _, ok := s.index[id]; !ok {
+			if fi, err := e.Info(); err == nil {
+				s.index[id] = Meta{TaskID: id, CreatedAt: fi.ModTime().UTC(), FileSize: fi.Size()}
+			}
+		}
+	}
+	for id := range s.index {
+		if !onDisk[id] {
+			delete(s.index, id)
+		}
+	}
+	s.enforceLocked()
+	if err := s.writeIndexLocked(); err != nil {
+		s.log.Warn("write trace index", "err", err)
+	}
+}
+
+func (s *Store) writeIndexLocked() error {
+	metas := make([]Meta, 0, len(s.index))
+	for _, m := range s.index {
+		metas = append(metas, m)
+	}
+	slices.SortFunc(metas, func(a, b Meta) int { return strings.Compare(a.TaskID, b.TaskID) })
+	b, err := json.Marshal(metas)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(s.cfg.Dir, ".tmp-index-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(s.cfg.Dir, indexFile))
+}
