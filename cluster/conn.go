@@ -25,14 +25,21 @@ type conn struct {
 	traffic *traffic
 	hello   wire.Hello
 
-	queue     chan frame
+	queue chan frame
+	// work runs a link's non-probe messages in order, off the read loop.
+	work      chan func()
 	closeOnce sync.Once
 	done      chan struct{}
 }
 
+// frame is one queued message. Probe messages (heartbeat, ack) are kept
+// as structs and encoded by the writer, which stamps their send time at
+// the moment of writing: queueing delay must not count as network RTT.
 type frame struct {
 	typ     wire.Type
 	payload []byte
+	hb      *wire.Heartbeat
+	ack     *wire.ProbeAck
 }
 
 func newConn(tc *tls.Conn, log *slog.Logger) *conn {
@@ -41,14 +48,25 @@ func newConn(tc *tls.Conn, log *slog.Logger) *conn {
 
 // send queues a message; it never blocks.
 func (c *conn) send(msg any) error {
-	typ, b, err := wire.Encode(msg)
-	if err != nil {
-		return err
+	var f frame
+	switch m := msg.(type) {
+	case *wire.Heartbeat:
+		hb := *m
+		f = frame{typ: wire.TypeHeartbeat, hb: &hb}
+	case *wire.ProbeAck:
+		ack := *m
+		f = frame{typ: wire.TypeProbeAck, ack: &ack}
+	default:
+		typ, b, err := wire.Encode(msg)
+		if err != nil {
+			return err
+		}
+		f = frame{typ: typ, payload: b}
 	}
 	select {
 	case <-c.done:
 		return errors.New("peer link closed")
-	case c.queue <- frame{typ, b}:
+	case c.queue <- f:
 		return nil
 	default:
 		c.log.Warn("dropping slow peer link", "peer", c.peer)
@@ -74,6 +92,11 @@ func (c *conn) writeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case f := <-c.queue:
+			if err := f.stamp(); err != nil {
+				c.log.Error("encode probe", "err", err)
+				c.close()
+				return
+			}
 			c.tc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if err := wire.WriteFrame(c.tc, f.typ, f.payload); err != nil {
 				c.close()
@@ -91,4 +114,17 @@ func (c *conn) close() {
 		close(c.done)
 		c.tc.Close()
 	})
+}
+
+// stamp encodes a probe frame with its send time, just before writing.
+func (f *frame) stamp() (err error) {
+	switch {
+	case f.hb != nil:
+		f.hb.T1 = time.Now().UnixNano()
+		_, f.payload, err = wire.Encode(f.hb)
+	case f.ack != nil:
+		f.ack.T3 = time.Now().UnixNano()
+		_, f.payload, err = wire.Encode(f.ack)
+	}
+	return err
 }

@@ -9,7 +9,8 @@ import (
 // Link telemetry constants.
 const (
 	// RTTAlpha is the EWMA weight of a new RTT sample: 0.2 settles within
-	// ~10 probes (10 s at the default heartbeat) and damps one-off spikes.
+	// ~10 probes (10 s at the default heartbeat). A lone spike is held
+	// back one probe and dropped unless the next probe confirms it.
 	RTTAlpha = 0.2
 	// JitterAlpha weighs |RTT − previous RTT| into the jitter EWMA, as
 	// RFC 3550 does with 1/16, but faster to follow a changing link.
@@ -66,6 +67,16 @@ type linkStat struct {
 	offsets                          [offsetWindow]offsetSample
 	nOffsets                         int
 	lastAck                          time.Time
+	spikePending                     bool
+	spikeRTT                         time.Duration
+}
+
+// warmupProbes are the first probes of a link, whose minimum seeds the
+// EWMA. A spike is a sample over twice the EWMA and 1 ms above it.
+const warmupProbes = 3
+
+func spike(rtt, ewma time.Duration) bool {
+	return rtt > 2*ewma && rtt-ewma > time.Millisecond
 }
 
 func (l *linkStat) probeSent(seq uint64) {
@@ -83,13 +94,33 @@ func (l *linkStat) ack(seq uint64, rtt, offset time.Duration, now time.Time) {
 	if rtt < 0 {
 		rtt = 0 // clocks are monotonic within a node; be safe anyway
 	}
-	if l.samples == 0 {
+	switch {
+	case l.samples == 0:
 		l.rttEWMA, l.rttMin = rtt, rtt
-	} else {
+	case l.samples < warmupProbes:
+		// The first probes of a new link pay for its setup (TLS, slow
+		// start): start the average from the best of them.
+		l.rttMin = min(l.rttMin, rtt)
+		l.rttEWMA = l.rttMin
+	default:
+		l.rttMin = min(l.rttMin, rtt)
+		if spike(rtt, l.rttEWMA) && !l.spikePending {
+			// A lone spike (a GC pause, a burst on the link) is held back;
+			// if the next probe is high too, both count.
+			l.spikePending, l.spikeRTT = true, rtt
+			break
+		}
+		if l.spikePending {
+			if spike(rtt, l.rttEWMA) { // confirmed: the link really is slower
+				l.rttEWMA += time.Duration(RTTAlpha * float64(l.spikeRTT-l.rttEWMA))
+			}
+			l.spikePending = false
+		}
 		l.rttEWMA += time.Duration(RTTAlpha * float64(rtt-l.rttEWMA))
+	}
+	if l.samples > 0 {
 		d := rtt - l.rttLast
 		l.jitter += time.Duration(JitterAlpha * (math.Abs(float64(d)) - float64(l.jitter)))
-		l.rttMin = min(l.rttMin, rtt)
 	}
 	l.rttLast = rtt
 	l.samples++
@@ -98,13 +129,24 @@ func (l *linkStat) ack(seq uint64, rtt, offset time.Duration, now time.Time) {
 	l.lastAck = now
 }
 
+// forgetUnacked drops probes still waiting for an ack when their link went
+// down: our own reconnect is not loss on the network.
+func (l *linkStat) forgetUnacked() {
+	for i := range l.sent {
+		if !l.acked[i] {
+			l.sent[i] = 0
+		}
+	}
+}
+
 // lossPct counts probes sent at least lossGrace probes ago and not acked.
+// Sequence numbers start at 1; 0 marks an empty or forgotten slot.
 func (l *linkStat) lossPct(curSeq uint64) (float64, int) {
 	var sent, lost int
 	n := min(l.nSent, lossWindow)
 	for i := 0; i < n; i++ {
-		if l.sent[i]+lossGrace > curSeq {
-			continue // may still be in flight
+		if l.sent[i] == 0 || l.sent[i]+lossGrace > curSeq {
+			continue // empty, forgotten, or may still be in flight
 		}
 		sent++
 		if !l.acked[i] {

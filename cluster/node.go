@@ -93,15 +93,17 @@ type Node struct {
 
 	appMu sync.Mutex // serialises every call into cfg.App
 
-	mu      sync.Mutex       // guards the fields below
-	out     map[string]*conn // outbound connection per peer node id
-	dialing map[string]bool  // addresses being dialled
-	master  string
-	seq     uint64
-	pending []wire.RawEvent // local events waiting for a master link
-	links   map[string]*linkStat
-	traffic map[string]*traffic // per peer; kept across reconnects
-	rings   map[string]*ringRun // ring benchmarks in progress, by id
+	mu           sync.Mutex       // guards the fields below
+	out          map[string]*conn // outbound connection per peer node id
+	dialing      map[string]bool  // addresses being dialled
+	master       string
+	seq          uint64
+	pending      []wire.RawEvent // local events waiting for a master link
+	links        map[string]*linkStat
+	traffic      map[string]*traffic   // per peer; kept across reconnects
+	rings        map[string]*ringRun   // ring benchmarks in progress, by id
+	probes       map[string]*probeLink // outbound probe link per peer
+	probeDialing map[string]bool
 	// lastDial rate-limits dials per address; addrPeer remembers which
 	// node answered at an address (static peers come without an id).
 	lastDial map[string]time.Time
@@ -145,17 +147,19 @@ func NewNode(cfg Config) (*Node, error) {
 		cfg.DialResult = func(PeerAddr, error) {}
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "cluster"),
-		table:    NewTable(Member{NodeID: cfg.NodeID, StartedAt: cfg.StartedAt}, cfg.FailAfter),
-		out:      map[string]*conn{},
-		dialing:  map[string]bool{},
-		links:    map[string]*linkStat{},
-		traffic:  map[string]*traffic{},
-		rings:    map[string]*ringRun{},
-		lastDial: map[string]time.Time{},
-		addrPeer: map[string]string{},
-		learned:  map[string]PeerAddr{},
+		cfg:          cfg,
+		log:          cfg.Logger.With("component", "cluster"),
+		table:        NewTable(Member{NodeID: cfg.NodeID, StartedAt: cfg.StartedAt}, cfg.FailAfter),
+		out:          map[string]*conn{},
+		dialing:      map[string]bool{},
+		links:        map[string]*linkStat{},
+		traffic:      map[string]*traffic{},
+		rings:        map[string]*ringRun{},
+		lastDial:     map[string]time.Time{},
+		probes:       map[string]*probeLink{},
+		probeDialing: map[string]bool{},
+		addrPeer:     map[string]string{},
+		learned:      map[string]PeerAddr{},
 	}
 	n.master = cfg.NodeID // alone, a node is its own master
 	return n, nil
@@ -279,6 +283,9 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 			delete(n.out, id)
 		}
 		delete(n.links, id)
+		if pl := n.probes[id]; pl != nil {
+			pl.tc.Close()
+		}
 		delete(n.learned, id)
 	}
 	changed := master != n.master
@@ -339,12 +346,10 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 	}
 	n.mu.Unlock()
 	for _, c := range conns {
-		if c.send(hb) == nil {
-			n.mu.Lock()
-			n.linkLocked(c.peer).probeSent(hb.Seq)
-			n.mu.Unlock()
-		}
+		c.send(hb)
 	}
+	n.ensureProbeLinks(ctx, wg)
+	n.sendProbes(hb.Seq)
 	if len(flush) > 0 {
 		masterConn.send(&wire.Submit{Events: flush})
 	}
@@ -462,8 +467,12 @@ func (n *Node) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 				raw.Close()
 				return
 			}
-			if c.hello.Purpose == "ring" {
+			switch c.hello.Purpose {
+			case "ring":
 				n.acceptRankLink(c)
+				return
+			case "probe":
+				n.echoProbes(c)
 				return
 			}
 			n.table.Heard(c.peer, c.hello.StartedAt, time.Now())
@@ -529,6 +538,22 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 	}()
 	stop := context.AfterFunc(ctx, c.close)
 	defer stop()
+	work := make(chan any, sendQueueLen)
+	c.work = make(chan func(), sendQueueLen)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-c.done:
+				return
+			case msg := <-work:
+				n.handle(c, msg)
+			case f := <-c.work:
+				f()
+			}
+		}
+	}()
 	defer func() {
 		c.close()
 		if outbound {
@@ -549,35 +574,56 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			}
 			return
 		}
+		readAt := time.Now()
 		c.traffic.recv.Add(uint64(5 + len(payload)))
 		msg, err := wire.Decode(typ, payload)
 		if err != nil {
 			n.log.Warn("bad frame from peer; closing link", "peer", c.peer, "err", err)
 			return
 		}
-		n.handle(c, msg)
+		switch m := msg.(type) {
+		case *wire.Heartbeat, *wire.ProbeAck:
+			// Probes are answered on the read loop, stamped when read.
+			n.handleProbe(c, m, readAt)
+		default:
+			// Everything else may apply events, hash state or snapshot:
+			// it runs on the link's worker so probes are never stuck
+			// behind it.
+			select {
+			case work <- msg:
+			default:
+				n.log.Warn("peer sends faster than we apply; dropping link", "peer", c.peer)
+				return
+			}
+		}
 	}
 }
 
-func (n *Node) handle(c *conn, msg any) {
-	now := time.Now()
+// handleProbe answers a heartbeat or records an ack's RTT and offset.
+func (n *Node) handleProbe(c *conn, msg any, readAt time.Time) {
 	switch m := msg.(type) {
 	case *wire.Heartbeat:
 		if m.NodeID != c.peer {
 			return
 		}
-		n.table.Heard(c.peer, m.StartedAt, now)
-		n.learn(m.Peers)
-		c.send(&wire.ProbeAck{NodeID: n.cfg.NodeID, Seq: m.Seq, T1: m.T1, T2: now.UnixNano(), T3: time.Now().UnixNano()})
-		n.catchUp(m)
+		n.table.Heard(c.peer, m.StartedAt, readAt)
+		// T3 is stamped by the writer.
+		c.send(&wire.ProbeAck{NodeID: n.cfg.NodeID, Seq: m.Seq, T1: m.T1, T2: readAt.UnixNano()})
+		// Learning peers and catching up may take locks and send: off the
+		// read loop's probe path, in order with the link's other work.
+		hb := m
+		select {
+		case c.work <- func() { n.learn(hb.Peers); n.catchUp(hb) }:
+		default:
+		}
 	case *wire.ProbeAck:
-		n.table.Heard(c.peer, c.hello.StartedAt, now)
-		t4 := now.UnixNano()
-		rtt := time.Duration((t4 - m.T1) - (m.T3 - m.T2))
-		off := time.Duration(((m.T2 - m.T1) + (m.T3 - t4)) / 2)
-		n.mu.Lock()
-		n.linkLocked(c.peer).ack(m.Seq, rtt, off, now)
-		n.mu.Unlock()
+		// Liveness only: RTT and offset come from the probe link.
+		n.table.Heard(c.peer, c.hello.StartedAt, readAt)
+	}
+}
+
+func (n *Node) handle(c *conn, msg any) {
+	switch m := msg.(type) {
 	case *wire.Submit:
 		n.mu.Lock()
 		isMaster := n.master == n.cfg.NodeID

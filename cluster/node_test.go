@@ -373,6 +373,7 @@ func TestRingBench(t *testing.T) {
 	now := time.Now()
 	nodes := startCluster(t, ca, []string{"a", "b", "c"}, []time.Time{now, now.Add(time.Second), now.Add(2 * time.Second)})
 	waitUntil(t, "3 members everywhere", 10*time.Second, func() bool { return converged(nodes) })
+	waitUntil(t, "b probing both peers", 10*time.Second, func() bool { return len(nodes[1].node.Links()) == 2 })
 	res, err := nodes[1].node.RingBench(context.Background(), 1<<20, 3)
 	if err != nil {
 		t.Fatal(err)

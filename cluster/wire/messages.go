@@ -51,8 +51,8 @@ type Hello struct {
 	StartedAt time.Time `json:"startedAt"`
 	Version   string    `json:"version"`
 	PeerPort  int       `json:"peerPort"`
-	// Purpose is "" for the control link, "ring" for a ring-benchmark rank
-	// link (then Bench names the run).
+	// Purpose is "" for the control link, "probe" for the link-probe echo
+	// link, "ring" for a ring-benchmark rank link (then Bench names the run).
 	Purpose string `json:"purpose,omitempty"`
 	Bench   string `json:"bench,omitempty"`
 }
@@ -265,6 +265,7 @@ func (m *Hello) validate() error {
 		if err := validBench(m.Bench); err != nil {
 			return err
 		}
+	case "probe":
 	default:
 		return fmt.Errorf("unknown link purpose %q", m.Purpose)
 	}

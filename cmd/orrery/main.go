@@ -87,6 +87,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.BoolVar(&cfg.MDNS, "mdns", cfg.MDNS, "advertise and browse _orrery._tcp with mDNS")
 	loopback := fs.Bool("loopback", false, "find other agents on this machine without multicast (records in the loopback dir)")
 	fs.StringVar(&cfg.LoopbackDir, "loopback-dir", "", "directory for loopback discovery records (implies --loopback; default $TMPDIR/orrery-loopback-$UID)")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "heartbeat and link-probe period")
 	fs.DurationVar(&cfg.FailAfter, "fail-after", cfg.FailAfter, "silence after which a peer is marked gone")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

@@ -13,7 +13,7 @@
 // joined it (internal/netnstest). The namespaces are deleted at the end.
 // The kernel need not have netem: the delay is a userspace proxy and the
 // rate limit is tbf. The test fails, never skips, when it cannot set this
-// up. It takes about 40 s, most of it waiting for 15 probes at the
+// up. It takes about 30 s, most of it waiting for 15 probes at the
 // agent's fixed 1 s heartbeat.
 //
 //   - delay: agent a's static peer is a proxy in namespace a that forwards
@@ -94,7 +94,11 @@ func startNetnsAgent(t *testing.T, bin, name, ns, dataDir string, env []string, 
 			<-a.done
 		}
 		if t.Failed() {
-			t.Logf("agent %s (%s) stderr:\n%s", a.name, a.id, tail(a.stderr.String(), 4000))
+			log := a.stderr.String()
+			if len(log) > 4000 {
+				log = "…" + log[len(log)-4000:]
+			}
+			t.Logf("agent %s (%s) stderr:\n%s", a.name, a.id, log)
 		}
 	})
 	return a
@@ -126,7 +130,7 @@ func (a *netnsAgent) getJSON(path string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// netnsPoll calls cond every 100 ms until it is true, for at most limit;
+// netnsPoll calls cond every 250 ms until it is true, for at most limit;
 // it fails if an agent exits meanwhile.
 func netnsPoll(t *testing.T, agents []*netnsAgent, limit time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
@@ -146,8 +150,15 @@ func netnsPoll(t *testing.T, agents []*netnsAgent, limit time.Duration, what str
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s within %v (last: %s)", what, limit, last)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+type netnsClusterStatus struct {
+	MasterID string `json:"masterId"`
+	Members  []struct {
+		NodeID string `json:"nodeId"`
+	} `json:"members"`
 }
 
 type netnsLink struct {
@@ -167,8 +178,8 @@ type netnsLink struct {
 	CapacitySource  string   `json:"capacitySource"`
 }
 
-// netnsLinkTo returns from's published link telemetry toward to, as agent via
-// sees it in the replicated state.
+// netnsLinkTo returns from's published link telemetry toward to, as agent
+// via sees it in the replicated state.
 func netnsLinkTo(via *netnsAgent, from, to string) (netnsLink, bool, error) {
 	var nl struct {
 		Links     []netnsLink `json:"links"`
@@ -214,16 +225,16 @@ func TestNetNSLinkTelemetry(t *testing.T) {
 		"--peer-addr", net.JoinHostPort(netnsIPB, netnsPeerPort))
 	agents := []*netnsAgent{a, b}
 	for _, x := range agents {
-		netnsPoll(t, agents, 15*time.Second, "node id from agent "+x.name, func() (bool, string) {
+		netnsPoll(t, agents, 10*time.Second, "node id from agent "+x.name, func() (bool, string) {
 			if err := x.getJSON("/node_id", &x.id); err != nil {
 				return false, err.Error()
 			}
 			return x.id != "", ""
 		})
 	}
-	netnsPoll(t, agents, 20*time.Second, "a cluster of 2 on both agents", func() (bool, string) {
+	netnsPoll(t, agents, 15*time.Second, "a cluster of 2 on both agents", func() (bool, string) {
 		for _, x := range agents {
-			var st clusterStatus
+			var st netnsClusterStatus
 			if err := x.getJSON("/cluster", &st); err != nil {
 				return false, err.Error()
 			}
@@ -237,7 +248,8 @@ func TestNetNSLinkTelemetry(t *testing.T) {
 
 	t.Run("delay", func(t *testing.T) {
 		// Every probe's RTT, from each agent's /cluster, for the log.
-		probes := netnsRecordProbes(map[string]*netnsAgent{"a→b": a, "b→a": b})
+		probes := netnsRecordProbes([]*netnsAgent{a, b})
+		defer probes()
 		var ab, ba netnsLink
 		netnsPoll(t, agents, 40*time.Second, "a→b link through the proxy with ≥ 15 probes, and b→a", func() (bool, string) {
 			var ok bool
@@ -259,17 +271,28 @@ func TestNetNSLinkTelemetry(t *testing.T) {
 		if want := net.JoinHostPort(netnsIPA, netnsPeerPort); ba.SinkAddress != want {
 			t.Errorf("b→a sink is %s, want a's peer address %s (direct, not through the proxy)", ba.SinkAddress, want)
 		}
-		for dir, rtts := range probes() {
-			t.Logf("%s probe RTTs (ms, from /cluster): %s", dir, netnsSummary(rtts))
-		}
 		base := ba.RTTMinMs
 		truth := 2*float64(netnsDelay)/1e6 + base
 		errPct := 100 * (ab.RTTEwmaMs - truth) / truth
-		t.Logf("a→b (via proxy): rttEwmaMs %.3f, rttMinMs %.3f, rttMs %.3f, jitterMs %.3f, lossPct %.1f, probes %d",
+		rec := probes()
+		var st netnsClusterStatus
+		a.getJSON("/cluster", &st)
+		chunks, late, maxLate := proxy.Lateness()
+		t.Logf("a→b (through the proxy), published: rttEwmaMs %.3f, rttMinMs %.3f, rttMs %.3f, jitterMs %.3f, lossPct %.1f, probes %d",
 			ab.RTTEwmaMs, ab.RTTMinMs, ab.RTTMs, ab.JitterMs, ab.LossPct, ab.Probes)
-		t.Logf("b→a (direct): rttMinMs %.3f (base), rttEwmaMs %.3f, probes %d", ba.RTTMinMs, ba.RTTEwmaMs, ba.Probes)
-		t.Logf("true a→b RTT = 2×%v + base = %.3f ms; EWMA error %+.1f %% (tolerance ±%.0f %%); proxy accepted %d connections",
-			netnsDelay, truth, errPct, 100*netnsTol, proxy.Accepted())
+		t.Logf("b→a (direct), published: rttMinMs %.3f (the base), rttEwmaMs %.3f, jitterMs %.3f, probes %d",
+			ba.RTTMinMs, ba.RTTEwmaMs, ba.JitterMs, ba.Probes)
+		t.Logf("true a→b RTT = 2 × %v + base = %.3f ms; a→b rttEwmaMs error %+.1f %% (tolerance ±%.0f %%)",
+			netnsDelay, truth, errPct, 100*netnsTol)
+		for _, x := range []struct {
+			label string
+			from  *netnsAgent
+		}{{"a→b", a}, {"b→a", b}} {
+			r := rec[x.from]
+			t.Logf("%s every probe's RTT in ms (/cluster): %s; EWMA now %.3f", x.label, netnsSummary(r.rtts), r.ewma)
+		}
+		t.Logf("proxy (the test's own error): %d connection(s), %d chunks, written on average %v later than %v (max %v); master is %s",
+			proxy.Accepted(), chunks, late, netnsDelay, maxLate, map[bool]string{true: "a", false: "b"}[st.MasterID == a.id])
 		if base <= 0 || base >= 5 {
 			t.Errorf("b→a base RTT %.3f ms: want a positive sub-5 ms veth RTT", base)
 		}
@@ -445,42 +468,51 @@ func netnsDeref(p *float64) any {
 	return *p
 }
 
-// netnsRecordProbes polls each agent's /cluster every 100 ms and records the
-// RTT of every probe (each new lastAck) to its one peer, until the returned
-// function is called; that returns the RTTs (ms) by label.
-func netnsRecordProbes(agents map[string]*netnsAgent) func() map[string][]float64 {
+type netnsProbes struct {
+	rtts []float64 // ms, one per probe
+	ewma float64   // ms, the latest
+}
+
+// netnsRecordProbes polls each agent's /cluster every 250 ms and records
+// the RTT of every probe (each new lastAck) to its one peer, until the
+// returned function is called; that returns what it saw by agent.
+func netnsRecordProbes(agents []*netnsAgent) func() map[*netnsAgent]netnsProbes {
 	var mu sync.Mutex
-	out := map[string][]float64{}
+	out := map[*netnsAgent]netnsProbes{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		last := map[string]time.Time{}
+		last := map[*netnsAgent]time.Time{}
 		for ctx.Err() == nil {
-			for label, a := range agents {
+			for _, a := range agents {
 				var st struct {
 					Links []struct {
 						RTTLastNs int64     `json:"rttLastNs"`
+						RTTEWMANs int64     `json:"rttEwmaNs"`
 						LastAck   time.Time `json:"lastAck"`
 					} `json:"links"`
 				}
 				if a.getJSON("/cluster", &st) != nil || len(st.Links) != 1 {
 					continue
 				}
-				if l := st.Links[0]; !l.LastAck.Equal(last[label]) {
-					last[label] = l.LastAck
+				if l := st.Links[0]; !l.LastAck.Equal(last[a]) {
+					last[a] = l.LastAck
 					mu.Lock()
-					out[label] = append(out[label], float64(l.RTTLastNs)/1e6)
+					p := out[a]
+					p.rtts = append(p.rtts, float64(l.RTTLastNs)/1e6)
+					p.ewma = float64(l.RTTEWMANs) / 1e6
+					out[a] = p
 					mu.Unlock()
 				}
 			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(250 * time.Millisecond):
 			}
 		}
 	}()
-	return func() map[string][]float64 {
+	return func() map[*netnsAgent]netnsProbes {
 		cancel()
 		<-done
 		mu.Lock()

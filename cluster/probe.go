@@ -1,0 +1,169 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Link probes run on a dedicated TLS link per peer ("probe" purpose), apart
+// from the control link: the far end echoes each probe from a tight loop,
+// with no queue, no JSON and no event work in the way, so that what is
+// measured is the network and not the agents' own processing.
+//
+// Probe: seq, t1 (16 bytes). Echo: seq, t1, t2 (read), t3 (written): 32
+// bytes. Times are Unix ns of the clock of the node that stamps them.
+
+const (
+	probeLen     = 16
+	echoLen      = 32
+	probeTimeout = 200 * time.Millisecond // a probe write that blocks this long is dropped
+)
+
+// probeLink is our outbound probe link to one peer. Guarded by Node.mu.
+type probeLink struct {
+	tc   *tls.Conn
+	peer string
+	mu   sync.Mutex // serialises writes
+}
+
+// echoProbes is the far end: answer every probe until the link fails.
+func (n *Node) echoProbes(c *conn) {
+	defer c.tc.Close()
+	t := c.traffic
+	var in [probeLen]byte
+	var out [echoLen]byte
+	for {
+		c.tc.SetReadDeadline(time.Now().Add(n.cfg.FailAfter + n.cfg.Heartbeat))
+		if _, err := io.ReadFull(c.tc, in[:]); err != nil {
+			return
+		}
+		t2 := time.Now().UnixNano()
+		copy(out[:probeLen], in[:])
+		binary.BigEndian.PutUint64(out[16:], uint64(t2))
+		binary.BigEndian.PutUint64(out[24:], uint64(time.Now().UnixNano()))
+		c.tc.SetWriteDeadline(time.Now().Add(probeTimeout))
+		if _, err := c.tc.Write(out[:]); err != nil {
+			return
+		}
+		t.recv.Add(probeLen)
+		t.sent.Add(echoLen)
+	}
+}
+
+// ensureProbeLinks dials a probe link to every peer we have a control link
+// to and no probe link yet.
+func (n *Node) ensureProbeLinks(ctx context.Context, wg *sync.WaitGroup) {
+	n.mu.Lock()
+	var want []string
+	for id, c := range n.out {
+		if n.probes[id] == nil && !n.probeDialing[id] && c.addr != "" {
+			n.probeDialing[id] = true
+			want = append(want, id)
+		}
+	}
+	n.mu.Unlock()
+	for _, id := range want {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { n.mu.Lock(); delete(n.probeDialing, id); n.mu.Unlock() }()
+			n.runProbeLink(ctx, id)
+		}()
+	}
+}
+
+// runProbeLink dials the probe link to peer and reads echoes until it fails.
+func (n *Node) runProbeLink(ctx context.Context, peer string) {
+	n.mu.Lock()
+	c := n.out[peer]
+	n.mu.Unlock()
+	if c == nil {
+		return
+	}
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout}, Config: n.cfg.ClientTLS}
+	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	raw, err := d.DialContext(dctx, "tcp", c.addr)
+	cancel()
+	if err != nil {
+		return
+	}
+	tc := raw.(*tls.Conn)
+	pc, err := n.handshakeAs(tc, "probe", "")
+	if err != nil || pc.peer != peer {
+		tc.Close()
+		return
+	}
+	pl := &probeLink{tc: tc, peer: peer}
+	n.mu.Lock()
+	n.probes[peer] = pl
+	n.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { tc.Close() })
+	defer func() {
+		stop()
+		tc.Close()
+		n.mu.Lock()
+		if n.probes[peer] == pl {
+			delete(n.probes, peer)
+		}
+		if l := n.links[peer]; l != nil {
+			l.forgetUnacked()
+		}
+		n.mu.Unlock()
+	}()
+	t := pc.traffic
+	var buf [echoLen]byte
+	for {
+		tc.SetReadDeadline(time.Now().Add(n.cfg.FailAfter + n.cfg.Heartbeat))
+		if _, err := io.ReadFull(tc, buf[:]); err != nil {
+			return
+		}
+		t4 := time.Now()
+		t.recv.Add(echoLen)
+		seq := binary.BigEndian.Uint64(buf[0:])
+		t1 := int64(binary.BigEndian.Uint64(buf[8:]))
+		t2 := int64(binary.BigEndian.Uint64(buf[16:]))
+		t3 := int64(binary.BigEndian.Uint64(buf[24:]))
+		rtt := time.Duration((t4.UnixNano() - t1) - (t3 - t2))
+		off := time.Duration(((t2 - t1) + (t3 - t4.UnixNano())) / 2)
+		n.mu.Lock()
+		n.linkLocked(peer).ack(seq, rtt, off, t4)
+		n.mu.Unlock()
+	}
+}
+
+// sendProbes writes one probe on every probe link.
+func (n *Node) sendProbes(seq uint64) {
+	n.mu.Lock()
+	links := make([]*probeLink, 0, len(n.probes))
+	for _, pl := range n.probes {
+		links = append(links, pl)
+	}
+	n.mu.Unlock()
+	for _, pl := range links {
+		var b [probeLen]byte
+		binary.BigEndian.PutUint64(b[0:], seq)
+		pl.mu.Lock()
+		binary.BigEndian.PutUint64(b[8:], uint64(time.Now().UnixNano()))
+		pl.tc.SetWriteDeadline(time.Now().Add(probeTimeout))
+		_, err := pl.tc.Write(b[:])
+		pl.mu.Unlock()
+		if err != nil {
+			// A timed-out TLS write leaves the link unusable: drop it, and
+			// the next heartbeat dials a fresh one.
+			pl.tc.Close()
+		}
+		n.mu.Lock()
+		if err == nil {
+			n.linkLocked(pl.peer).probeSent(seq)
+			if t := n.traffic[pl.peer]; t != nil {
+				t.sent.Add(probeLen)
+			}
+		}
+		n.mu.Unlock()
+	}
+}
