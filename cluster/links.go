@@ -15,10 +15,10 @@ const (
 	// JitterAlpha weighs |RTT − previous RTT| into the jitter EWMA, as
 	// RFC 3550 does with 1/16, but faster to follow a changing link.
 	JitterAlpha = 0.125
-	// lossWindow probes are kept to compute loss; a probe counts as lost
-	// once it is lossGrace heartbeats old without an ack.
-	lossWindow = 30
-	lossGrace  = 3
+	// lossWindow probes (20 heartbeats) are kept to compute loss; a probe
+	// counts as lost once it is 3 heartbeats old without an ack.
+	lossWindow = 20 * ProbesPerBurst
+	lossGrace  = 3 * ProbesPerBurst
 	// offsetWindow recent samples are kept; the clock offset is taken from
 	// the one with the smallest RTT, whose path asymmetry bounds the error.
 	offsetWindow = 8
@@ -69,7 +69,20 @@ type linkStat struct {
 	lastAck                          time.Time
 	spikePending                     bool
 	spikeRTT                         time.Duration
+	// The burst being collected, its fastest echo so far, how many of its
+	// echoes came, and the last burst already folded in.
+	burst, burstDone uint64
+	burstMin         time.Duration
+	burstN           int
 }
+
+// ProbesPerBurst probes are sent each heartbeat, 2 ms apart; the fastest
+// echo is that heartbeat's RTT sample. Probe seq = heartbeat seq ×
+// ProbesPerBurst + i.
+const (
+	ProbesPerBurst = 5
+	burstSpacing   = 2 * time.Millisecond
+)
 
 // warmupProbes are the first probes of a link, whose minimum seeds the
 // EWMA. A spike is a sample over twice the EWMA and 1 ms above it.
@@ -94,11 +107,38 @@ func (l *linkStat) ack(seq uint64, rtt, offset time.Duration, now time.Time) {
 	if rtt < 0 {
 		rtt = 0 // clocks are monotonic within a node; be safe anyway
 	}
+	l.offsets[l.nOffsets%offsetWindow] = offsetSample{rtt, offset}
+	l.nOffsets++
+	l.lastAck = now
+	// One RTT sample per burst: the fastest of its probes. Scheduling
+	// delays on either end only ever add time, so the minimum of a few
+	// probes is the network's RTT (NTP's clock filter does the same).
+	burst := seq / ProbesPerBurst
+	if burst <= l.burstDone {
+		return // a late echo of a burst already counted
+	}
+	if burst != l.burst && l.burstN > 0 {
+		l.sample(l.burstMin)
+		l.burstDone = l.burst
+	}
+	if burst != l.burst || l.burstN == 0 {
+		l.burst, l.burstN, l.burstMin = burst, 0, rtt
+	}
+	l.burstMin = min(l.burstMin, rtt)
+	l.burstN++
+	if l.burstN == ProbesPerBurst {
+		l.sample(l.burstMin)
+		l.burstDone, l.burstN = burst, 0
+	}
+}
+
+// sample folds one RTT sample into the EWMA, min and jitter.
+func (l *linkStat) sample(rtt time.Duration) {
 	switch {
 	case l.samples == 0:
 		l.rttEWMA, l.rttMin = rtt, rtt
 	case l.samples < warmupProbes:
-		// The first probes of a new link pay for its setup (TLS, slow
+		// The first samples of a new link pay for its setup (TLS, slow
 		// start): start the average from the best of them.
 		l.rttMin = min(l.rttMin, rtt)
 		l.rttEWMA = l.rttMin
@@ -106,7 +146,7 @@ func (l *linkStat) ack(seq uint64, rtt, offset time.Duration, now time.Time) {
 		l.rttMin = min(l.rttMin, rtt)
 		if spike(rtt, l.rttEWMA) && !l.spikePending {
 			// A lone spike (a GC pause, a burst on the link) is held back;
-			// if the next probe is high too, both count.
+			// if the next sample is high too, both count.
 			l.spikePending, l.spikeRTT = true, rtt
 			break
 		}
@@ -124,9 +164,6 @@ func (l *linkStat) ack(seq uint64, rtt, offset time.Duration, now time.Time) {
 	}
 	l.rttLast = rtt
 	l.samples++
-	l.offsets[l.nOffsets%offsetWindow] = offsetSample{rtt, offset}
-	l.nOffsets++
-	l.lastAck = now
 }
 
 // forgetUnacked drops probes still waiting for an ack when their link went

@@ -734,7 +734,7 @@ func (n *Node) linksLocked() []Link {
 		if l.samples == 0 {
 			continue
 		}
-		loss, probes := l.lossPct(n.seq)
+		loss, probes := l.lossPct((n.seq + 1) * ProbesPerBurst)
 		off, unc := l.offset()
 		lk := Link{PeerID: id, RTTLast: l.rttLast, RTTEWMA: l.rttEWMA, RTTMin: l.rttMin, Jitter: l.jitter,
 			LossPct: loss, Probes: probes, ClockOffset: off, ClockOffsetUncertainty: unc, LastAck: l.lastAck}

@@ -273,12 +273,21 @@ func TestNodesElectReplicateAndFailOver(t *testing.T) {
 	waitUntil(t, "probes to both peers from every node", 5*time.Second, func() bool {
 		for _, n := range nodes {
 			links := n.node.Links()
-			if len(links) != 2 || links[0].RTTEWMA <= 0 || links[0].BytesSent == 0 || links[0].BytesRecv == 0 || links[0].LocalAddr == "" {
+			if len(links) != 2 || links[0].RTTEWMA <= 0 || links[0].BytesSent == 0 || links[0].BytesRecv == 0 || links[0].LocalAddr == "" || links[0].Probes < 5 {
 				return false
 			}
 		}
 		return true
 	})
+
+	// Loopback loses nothing: every probe counted was answered.
+	for _, n := range nodes {
+		for _, l := range n.node.Links() {
+			if l.LossPct != 0 {
+				t.Errorf("%s→%s: %.1f %% loss on loopback over %d probes", n.id, l.PeerID, l.LossPct, l.Probes)
+			}
+		}
+	}
 
 	// Worker a dies: the others sweep it, and the master reports it gone.
 	nodes[0].stop(t)

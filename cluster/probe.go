@@ -136,34 +136,50 @@ func (n *Node) runProbeLink(ctx context.Context, peer string) {
 	}
 }
 
-// sendProbes writes one probe on every probe link.
-func (n *Node) sendProbes(seq uint64) {
+// sendProbes writes a burst of ProbesPerBurst probes on every probe link,
+// burstSpacing apart (the caller's goroutine sleeps in between).
+func (n *Node) sendProbes(beat uint64) {
 	n.mu.Lock()
 	links := make([]*probeLink, 0, len(n.probes))
 	for _, pl := range n.probes {
 		links = append(links, pl)
 	}
 	n.mu.Unlock()
-	for _, pl := range links {
-		var b [probeLen]byte
-		binary.BigEndian.PutUint64(b[0:], seq)
-		pl.mu.Lock()
-		binary.BigEndian.PutUint64(b[8:], uint64(time.Now().UnixNano()))
-		pl.tc.SetWriteDeadline(time.Now().Add(probeTimeout))
-		_, err := pl.tc.Write(b[:])
-		pl.mu.Unlock()
-		if err != nil {
-			// A timed-out TLS write leaves the link unusable: drop it, and
-			// the next heartbeat dials a fresh one.
-			pl.tc.Close()
-		}
-		n.mu.Lock()
-		if err == nil {
-			n.linkLocked(pl.peer).probeSent(seq)
-			if t := n.traffic[pl.peer]; t != nil {
-				t.sent.Add(probeLen)
-			}
-		}
-		n.mu.Unlock()
+	if len(links) == 0 {
+		return
 	}
+	for i := uint64(0); i < ProbesPerBurst; i++ {
+		if i > 0 {
+			time.Sleep(burstSpacing)
+		}
+		for _, pl := range links {
+			n.sendProbe(pl, beat*ProbesPerBurst+i)
+		}
+	}
+}
+
+func (n *Node) sendProbe(pl *probeLink, seq uint64) {
+	var b [probeLen]byte
+	binary.BigEndian.PutUint64(b[0:], seq)
+	// Record the probe before writing it: on a fast link the echo can be
+	// read before Write returns.
+	n.mu.Lock()
+	n.linkLocked(pl.peer).probeSent(seq)
+	n.mu.Unlock()
+	pl.mu.Lock()
+	binary.BigEndian.PutUint64(b[8:], uint64(time.Now().UnixNano()))
+	pl.tc.SetWriteDeadline(time.Now().Add(probeTimeout))
+	_, err := pl.tc.Write(b[:])
+	pl.mu.Unlock()
+	if err != nil {
+		// A timed-out TLS write leaves the link unusable: drop it (its
+		// unacked probes are forgotten); the next heartbeat dials anew.
+		pl.tc.Close()
+		return
+	}
+	n.mu.Lock()
+	if t := n.traffic[pl.peer]; t != nil {
+		t.sent.Add(probeLen)
+	}
+	n.mu.Unlock()
 }
