@@ -12,7 +12,7 @@ FUZZTIME ?= 10s
 # type-checked for darwin/arm64 with CGO_ENABLED=0, since no Mac is at hand.
 DARWIN_PKGS = $(shell GOOS=darwin GOARCH=arm64 CGO_ENABLED=1 $(GO) list -f '{{if not .CgoFiles}}{{.ImportPath}}{{end}}' ./...)
 
-.PHONY: all build run test deps vet darwin-vet fuzz bench clean
+.PHONY: all build run test deps vet darwin-vet fuzz bench stats-vs-python clean
 
 all: build
 
@@ -41,9 +41,15 @@ darwin-vet:
 fuzz:
 	@scripts/fuzz.sh $(FUZZTIME)
 
-# bench prints the sampler figures (p99 of one memory sample among them).
+# bench prints the sampler figures (p99 of one memory sample among them) and
+# the trace recorder's, exporter's and stats' figures.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20000x ./agent/telemetry/
+	$(GO) test -run '^$$' -bench . -benchmem ./engine/trace/
+
+# stats-vs-python times trace stats against the seed's Python on 1 M spans.
+stats-vs-python:
+	scripts/stats-vs-python.sh
 
 clean:
 	rm -rf bin
