@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/identity"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
+	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
@@ -114,6 +115,7 @@ type Agent struct {
 	node     *cluster.Node
 	disc     *discovery.Discovery
 	replica  *replica
+	traces   *tracestore.Store
 }
 
 // New loads the identity, prepares the data dir and binds the API listener,
@@ -127,6 +129,10 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "models"), 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	traces, err := tracestore.Open(tracestore.Config{Dir: filepath.Join(cfg.DataDir, "traces"), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err // tracestore.Open says "trace store: …"
 	}
 	id, err := identity.Load(identity.Options{DataDir: cfg.DataDir, AgentVersion: cfg.Version, Logger: cfg.Logger})
 	if err != nil {
@@ -193,6 +199,7 @@ func New(cfg Config) (*Agent, error) {
 		node:     node,
 		disc:     disc,
 		replica:  rep,
+		traces:   traces,
 	}
 	// Whoever becomes master must know every node's identity: republish
 	// ours on each change. The master turns failure detection into state.
@@ -295,7 +302,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	srv := &http.Server{
 		Handler: (&api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log,
-			Cluster: clusterView{a}, Discovery: discoveryView{a.disc}}).Handler(),
+			Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Long-lived SSE streams end when the agent's context does.
 		BaseContext: func(net.Listener) context.Context { return ctx },

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"slices"
@@ -37,6 +38,8 @@ type Server struct {
 	// Cluster and Discovery, when set, serve /cluster and /state/discovery.
 	Cluster   ClusterView
 	Discovery DiscoveryView
+	// Traces, when set, serves /v1/traces and /perfetto/{id}.
+	Traces TraceStore
 	// AllowAnyHost turns off the Host check; set it only when the API is
 	// deliberately bound to a non-loopback address.
 	AllowAnyHost bool
@@ -75,6 +78,11 @@ func (s *Server) Handler() http.Handler {
 	route("/cluster", s.cluster)
 	route("/cluster/hash/{idx}", s.clusterHash)
 	mux.Handle("/v1/cluster/ring-bench", onlyPOST(s.ringBench))
+	mux.Handle("/v1/traces", onlyGET(s.traceList))
+	mux.Handle("/v1/traces/{id}", allow(s.traceItem, http.MethodGet, http.MethodHead, http.MethodDelete))
+	mux.Handle("/v1/traces/{id}/stats", onlyGET(s.traceStats))
+	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.traceRaw))
+	mux.Handle("/perfetto/{id}", onlyGET(s.perfettoPage))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
 	})
@@ -358,6 +366,12 @@ const (
 func (s *Server) ringBench(w http.ResponseWriter, r *http.Request) {
 	if s.Cluster == nil {
 		writeError(w, http.StatusNotFound, "this node runs without a cluster")
+		return
+	}
+	// A JSON content type makes a browser preflight a cross-site request,
+	// which this API never approves: no web page can start a benchmark.
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, "ring-bench: want Content-Type: application/json")
 		return
 	}
 	req := RingBenchRequest{SizeBytes: DefaultRingSize, Rounds: DefaultRingRounds}

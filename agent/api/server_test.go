@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -1213,4 +1214,37 @@ func TestHeadEventStream(t *testing.T) {
 			t.Errorf("GET after HEAD = %d", resp.StatusCode)
 		}
 	}
+}
+
+// A web page can send a "simple" cross-site POST (text/plain) without a
+// preflight; the ring benchmark must refuse it.
+func TestRingBenchNeedsJSON(t *testing.T) {
+	st, _ := newStore(8)
+	h := (&Server{NodeID: "n", Store: st, Cluster: refuseCluster{}}).Handler()
+	for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded"} {
+		req := httptest.NewRequest("POST", "http://127.0.0.1:52416/v1/cluster/ring-bench", strings.NewReader(`{"sizeBytes":1,"rounds":1}`))
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnsupportedMediaType {
+			t.Errorf("Content-Type %q: %d %s, want 415", ct, rec.Code, rec.Body)
+		}
+	}
+	req := httptest.NewRequest("POST", "http://127.0.0.1:52416/v1/cluster/ring-bench", strings.NewReader(`{"sizeBytes":1,"rounds":1}`))
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "refused for test") {
+		t.Errorf("JSON request: %d %s, want the cluster's own error", rec.Code, rec.Body)
+	}
+}
+
+type refuseCluster struct{}
+
+func (refuseCluster) ClusterStatus() any          { return nil }
+func (refuseCluster) HashAt(int64) (string, bool) { return "", false }
+func (refuseCluster) RingBench(context.Context, int, int) (any, error) {
+	return nil, errors.New("refused for test")
 }

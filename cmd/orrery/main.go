@@ -28,6 +28,7 @@ Usage:
   orrery demo [flags]         start a cluster of agents on this machine and print their API URLs
   orrery doctor [--api URL]   ask a running agent about its cluster and discovery problems
   orrery ring-bench [flags]   time a payload around the cluster, hop by hop
+  orrery trace SUB [flags]    the agent's traces: ls, stats ID, export ID -o FILE, open ID (Perfetto)
   orrery key show             print this machine's cluster key (creating one if none)
   orrery key set KEY|-        use the cluster key from another machine
   orrery key fingerprint      print the key's public fingerprint
@@ -54,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runDoctor(args[1:], stdout, stderr)
 	case "ring-bench":
 		return runRingBench(context.Background(), args[1:], stdout, stderr)
+	case "trace":
+		return runTrace(context.Background(), args[1:], stdout, stderr)
 	case "key":
 		return runKey(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "version", "--version", "-version":
