@@ -252,7 +252,7 @@ type clusterView struct{ a *Agent }
 func (v clusterView) ClusterStatus() any              { return v.a.node.Status() }
 func (v clusterView) HashAt(idx int64) (string, bool) { return v.a.replica.HashAt(idx) }
 func (v clusterView) RingBench(ctx context.Context, size, rounds int) (any, error) {
-	return v.a.node.RingBench(ctx, size, rounds)
+	return v.a.ringBench(ctx, size, rounds)
 }
 
 type discoveryView struct{ d *discovery.Discovery }

@@ -34,6 +34,11 @@ type RingResult struct {
 	Hops   []HopStat `json:"hops"`
 	// RoundMs is the coordinator's time for the payload to go all round.
 	RoundMs []float64 `json:"roundMs"`
+	// Reports are every member's raw hop timings (its own clock), and
+	// ClockOffsets each member's clock minus the coordinator's, from the
+	// link probes, so that a trace can put all on one time line.
+	Reports      []*wire.RingReport       `json:"-"`
+	ClockOffsets map[string]time.Duration `json:"-"`
 }
 
 // HopStat summarises one hop over all rounds.
@@ -105,7 +110,11 @@ func (n *Node) RingBench(ctx context.Context, size, rounds int) (RingResult, err
 			return RingResult{}, fmt.Errorf("ring bench: waiting for %d member reports: %w", len(order)-len(reports), ctx.Err())
 		}
 	}
-	res := RingResult{Bench: start.Bench, Order: order, Size: size, Rounds: rounds, RoundMs: rounds_}
+	res := RingResult{Bench: start.Bench, Order: order, Size: size, Rounds: rounds, RoundMs: rounds_,
+		Reports: reports, ClockOffsets: map[string]time.Duration{}}
+	for _, l := range n.Links() {
+		res.ClockOffsets[l.PeerID] = l.ClockOffset
+	}
 	for _, r := range reports {
 		res.Hops = append(res.Hops, hopStat(r, size))
 	}
@@ -205,22 +214,30 @@ func (n *Node) runRing(ctx context.Context, m *wire.RingStart, run *ringRun) ([]
 	var roundMs []float64
 	for r := 0; r < m.Rounds; r++ {
 		t0 := time.Now()
+		var hop wire.RingHop
 		if i != 0 {
-			if err := recvPayload(in, payload, fromPred); err != nil {
+			rs, re, err := recvPayload(in, payload, fromPred)
+			if err != nil {
 				return nil, nil, fmt.Errorf("ring bench: round %d from %s: %w", r, pred, err)
 			}
+			hop.RecvStartNs, hop.RecvEndNs = rs.UnixNano(), re.UnixNano()
 		}
+		ss := time.Now()
 		lat, err := sendPayload(out, payload, toSucc)
 		if err != nil {
 			return nil, nil, fmt.Errorf("ring bench: round %d to %s: %w", r, succ, err)
 		}
-		rep.Hops = append(rep.Hops, wire.RingHop{Round: r, LatencyNs: lat.Nanoseconds()})
+		hop.Round, hop.LatencyNs = r, lat.Nanoseconds()
+		hop.SendStartNs, hop.AckNs = ss.UnixNano(), ss.Add(lat).UnixNano()
 		if i == 0 {
-			if err := recvPayload(in, payload, fromPred); err != nil {
+			rs, re, err := recvPayload(in, payload, fromPred)
+			if err != nil {
 				return nil, nil, fmt.Errorf("ring bench: round %d back from %s: %w", r, pred, err)
 			}
+			hop.RecvStartNs, hop.RecvEndNs = rs.UnixNano(), re.UnixNano()
 			roundMs = append(roundMs, float64(time.Since(t0))/1e6)
 		}
+		rep.Hops = append(rep.Hops, hop)
 	}
 	return roundMs, rep, nil
 }
@@ -245,24 +262,28 @@ func sendPayload(c net.Conn, p []byte, t *traffic) (time.Duration, error) {
 	return time.Since(start), nil
 }
 
-// recvPayload reads one payload of exactly len(buf) bytes and acks it.
-func recvPayload(c net.Conn, buf []byte, t *traffic) error {
+// recvPayload reads one payload of exactly len(buf) bytes and acks it. It
+// returns when the payload began to arrive (its header was read) and when
+// it was complete.
+func recvPayload(c net.Conn, buf []byte, t *traffic) (start, end time.Time, err error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
-		return err
+		return start, end, err
 	}
+	start = time.Now()
 	if n := binary.BigEndian.Uint32(hdr[:]); int(n) != len(buf) {
-		return fmt.Errorf("payload of %d bytes, want %d", n, len(buf))
+		return start, end, fmt.Errorf("payload of %d bytes, want %d", n, len(buf))
 	}
 	if _, err := io.ReadFull(c, buf); err != nil {
-		return err
+		return start, end, err
 	}
+	end = time.Now()
 	t.recv.Add(uint64(4 + len(buf)))
 	if _, err := c.Write([]byte{1}); err != nil {
-		return err
+		return start, end, err
 	}
 	t.sent.Add(1)
-	return nil
+	return start, end, nil
 }
 
 // dialRankLink opens an authenticated rank link to peer for a benchmark.

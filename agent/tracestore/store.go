@@ -148,7 +148,7 @@ func (s *Store) Save(meta Meta, write func(io.Writer) error) (Meta, error) {
 		return Meta{}, fmt.Errorf("save trace %s: %w", meta.TaskID, err)
 	}
 	s.index[meta.TaskID] = meta
-	s.enforceLocked()
+	s.enforceLocked(meta.TaskID)
 	if err := s.writeIndexLocked(); err != nil {
 		s.log.Warn("write trace index", "err", err)
 	}
@@ -242,8 +242,9 @@ func (s *Store) TotalBytes() int64 {
 }
 
 // enforceLocked drops traces older than MaxAge, then the oldest until the
-// total fits MaxBytes (the newest trace is always kept).
-func (s *Store) enforceLocked() {
+// total fits MaxBytes. keep (the trace just saved, or "") is never dropped,
+// even when it alone is over the cap.
+func (s *Store) enforceLocked(keep string) {
 	now := s.cfg.Now()
 	metas := make([]Meta, 0, len(s.index))
 	var total int64
@@ -251,11 +252,16 @@ func (s *Store) enforceLocked() {
 		metas = append(metas, m)
 		total += m.FileSize
 	}
-	slices.SortFunc(metas, func(a, b Meta) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortFunc(metas, func(a, b Meta) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.TaskID, b.TaskID)
+	})
 	for i, m := range metas {
 		tooOld := now.Sub(m.CreatedAt) > s.cfg.MaxAge
 		tooBig := total > s.cfg.MaxBytes && i < len(metas)-1
-		if !tooOld && !tooBig {
+		if m.TaskID == keep || !tooOld && !tooBig {
 			continue
 		}
 		if err := os.Remove(s.path(m.TaskID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -320,7 +326,7 @@ func (s *Store) reconcileLocked() {
 			delete(s.index, id)
 		}
 	}
-	s.enforceLocked()
+	s.enforceLocked("")
 	if err := s.writeIndexLocked(); err != nil {
 		s.log.Warn("write trace index", "err", err)
 	}

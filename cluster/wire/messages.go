@@ -77,6 +77,12 @@ type RingStart struct {
 type RingHop struct {
 	Round     int   `json:"round"`
 	LatencyNs int64 `json:"latencyNs"`
+	// Wall-clock times (Unix ns, the reporting node's clock) of this
+	// round: our send until its ack, and the receive from our predecessor.
+	SendStartNs int64 `json:"sendStartNs,omitempty"`
+	AckNs       int64 `json:"ackNs,omitempty"`
+	RecvStartNs int64 `json:"recvStartNs,omitempty"`
+	RecvEndNs   int64 `json:"recvEndNs,omitempty"`
 }
 
 // RingReport is a member's timings of its outgoing hop, or its error.

@@ -197,6 +197,61 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	t.Logf("ring-bench 1 MiB × 3 on loopback: %+v", ring.Hops)
 
+	// It left a trace on the coordinator: a byRank entry per node, and raw
+	// Chrome JSON with M, X, C and s/f events, no flow pointing backwards.
+	var withID struct {
+		TraceID string `json:"traceId"`
+	}
+	json.Unmarshal(out, &withID)
+	if withID.TraceID == "" {
+		t.Fatalf("ring-bench result has no traceId: %s", out)
+	}
+	var list struct {
+		Traces []struct {
+			TaskID string `json:"taskId"`
+		} `json:"traces"`
+	}
+	ps[2].mustGet(t, "/v1/traces", &list)
+	if len(list.Traces) == 0 || list.Traces[0].TaskID != withID.TraceID {
+		t.Errorf("/v1/traces = %+v, want %s first", list, withID.TraceID)
+	}
+	var stats struct {
+		ByRank map[string]any `json:"byRank"`
+	}
+	ps[2].mustGet(t, "/v1/traces/"+withID.TraceID+"/stats", &stats)
+	if len(stats.ByRank) != 3 {
+		t.Errorf("stats byRank has %d ranks, want 3: %+v", len(stats.ByRank), stats.ByRank)
+	}
+	var raw struct {
+		TraceEvents []struct {
+			Ph string  `json:"ph"`
+			ID any     `json:"id"`
+			Ts float64 `json:"ts"`
+		} `json:"traceEvents"`
+	}
+	ps[2].mustGet(t, "/v1/traces/"+withID.TraceID+"/raw", &raw)
+	phases := map[string]int{}
+	starts := map[string]float64{}
+	for _, e := range raw.TraceEvents {
+		phases[e.Ph]++
+		if e.Ph == "s" {
+			starts[fmt.Sprint(e.ID)] = e.Ts
+		}
+	}
+	for _, e := range raw.TraceEvents {
+		if s, ok := starts[fmt.Sprint(e.ID)]; ok && e.Ph == "f" && e.Ts < s {
+			t.Errorf("flow %v ends at %.1f µs, before it starts at %.1f", e.ID, e.Ts, s)
+		}
+	}
+	for _, ph := range []string{"M", "X", "C", "s", "f"} {
+		if phases[ph] == 0 {
+			t.Errorf("raw trace has no %q events (has %v)", ph, phases)
+		}
+	}
+	if phases["s"] != 9 || phases["f"] != 9 {
+		t.Errorf("want 9 flows (3 hops × 3 rounds): %v", phases)
+	}
+
 	st, _ := status(t, ps[0])
 	master := st.MasterID
 	var workers, masters []*agentProc

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -239,7 +240,46 @@ func runDemo(ctx context.Context, opts demoOptions, stdout, stderr io.Writer) er
 		return nil
 	}
 	printDemoTable(stdout, opts, nodes)
+	if len(nodes) > 1 {
+		// Leave a real multi-node trace to look at: one ring benchmark.
+		fmt.Fprintln(stderr, "orrery demo: running a ring benchmark (4 MiB × 3 rounds) to leave a trace …")
+		if id, err := demoRingTrace(ctx, nodes[0].url); err != nil {
+			fmt.Fprintf(stderr, "orrery demo: ring benchmark: %v\n", err)
+		} else {
+			fmt.Fprintf(stdout, "\nA ring benchmark left trace %s on node 0:\n  curl %s/v1/traces/%s/stats\n  Perfetto: open %s/perfetto/%s in a browser (or: orrery trace open %s)\n",
+				id, nodes[0].url, id, nodes[0].url, id, id)
+		}
+	}
 	return waitDemo(ctx, nodes, exits, stderr)
+}
+
+// demoRingTrace runs a small ring benchmark from the agent at url and
+// returns the id of the trace it saved.
+func demoRingTrace(ctx context.Context, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	body := strings.NewReader(`{"sizeBytes":4194304,"rounds":3}`)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/cluster/ring-bench", body)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		TraceID string `json:"traceId"`
+		Error   string `json:"error"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out); err != nil {
+		return "", fmt.Errorf("decode answer (%s): %w", resp.Status, err)
+	}
+	if resp.StatusCode != http.StatusOK || out.TraceID == "" {
+		return "", fmt.Errorf("%s: %s", resp.Status, out.Error)
+	}
+	return out.TraceID, nil
 }
 
 // startDemoNode starts one agent with its stderr (and stdout) appended to

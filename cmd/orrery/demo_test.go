@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -195,6 +196,26 @@ func (d *demoProc) table(t *testing.T) (rows []demoRow, text string) {
 	}
 }
 
+// traceLine reads stdout until the demo says which trace it left, for at
+// most 40 s, and returns the trace id.
+func (d *demoProc) traceLine(t *testing.T) string {
+	t.Helper()
+	timeout := time.After(40 * time.Second)
+	for {
+		select {
+		case l, ok := <-d.lines:
+			if !ok {
+				t.Fatalf("demo stdout ended before the trace line\nstderr:\n%s", d.stderr.String())
+			}
+			if rest, found := strings.CutPrefix(l, "A ring benchmark left trace "); found {
+				return strings.Fields(rest)[0]
+			}
+		case <-timeout:
+			t.Fatalf("no trace line within 40 s\nstderr:\n%s", d.stderr.String())
+		}
+	}
+}
+
 // stop sends sig and checks the demo exits 0 within 15 s.
 func (d *demoProc) stop(t *testing.T, sig os.Signal) {
 	t.Helper()
@@ -222,6 +243,20 @@ func TestDemoProcess(t *testing.T) {
 	t.Logf("demo printed:\n%s", text)
 	if len(rows) != 3 {
 		t.Fatalf("%d table rows, want 3:\n%s", len(rows), text)
+	}
+	// The demo leaves a ring-benchmark trace on node 0.
+	traceID := d.traceLine(t)
+	var list struct {
+		Traces []struct {
+			TaskID string `json:"taskId"`
+			Nodes  int    `json:"nodes"`
+		} `json:"traces"`
+	}
+	if code, b, err := (&agentProc{addr: strings.TrimPrefix(rows[0].url, "http://")}).get("/v1/traces"); err != nil || code != 200 || json.Unmarshal(b, &list) != nil {
+		t.Fatalf("GET /v1/traces on node 0: %d %s %v", code, b, err)
+	}
+	if len(list.Traces) == 0 || list.Traces[0].TaskID != traceID || list.Traces[0].Nodes != 3 {
+		t.Errorf("node 0 lists %+v, want the demo's trace %s over 3 nodes first", list.Traces, traceID)
 	}
 	ids := map[string]bool{}
 	master := ""

@@ -31,8 +31,8 @@ const (
 //   - X events carry ts and dur in µs (sub-µs as up to three decimals) and
 //     args {rank, lane?, bytes?, peer?, token?, flowOut?, flowIn?}.
 //   - s/f events (id = flow id; f with bp "e") follow every span with a
-//     flow (Args.FlowOut/FlowIn), bound to the middle of that span, and
-//     t.Flows follow.
+//     flow (Args.FlowOut/FlowIn): s at the send span's start, f just inside
+//     the receive span's end; then t.Flows.
 //   - C events hold the counter samples, args {unit: value}.
 //
 // Events are written in the order of t's slices, so output is deterministic.
@@ -117,14 +117,22 @@ func WriteChrome(w io.Writer, t *Trace) error {
 		b = appendArgs(b, s.Lane, &s.Args)
 		b = append(b, "}}"...)
 		if s.Args.Has&(ArgFlowOut|ArgFlowIn) != 0 && s.Args.Flow != 0 {
-			mid := s.StartNs + s.DurNs/2
+			// A flow leaves at the start of the send and arrives at the
+			// end of the receive (1 ns inside it, so the slice encloses
+			// it): the data cannot have arrived before it was sent, so
+			// the arrow never points backwards, however long the receive
+			// waited or the send waited for its ack.
 			if id := s.Args.FlowOut(); id != 0 {
 				b = append(b, ",\n"...)
-				b = appendFlow(b, FlowStart, id, flowName, flowCat, mid, pid, tid, nil)
+				b = appendFlow(b, FlowStart, id, flowName, flowCat, s.StartNs, pid, tid, nil)
 			}
 			if id := s.Args.FlowIn(); id != 0 {
+				end := s.StartNs
+				if s.DurNs > 1 {
+					end = s.EndNs() - 1
+				}
 				b = append(b, ",\n"...)
-				b = appendFlow(b, FlowFinish, id, flowName, flowCat, mid, pid, tid, nil)
+				b = appendFlow(b, FlowFinish, id, flowName, flowCat, end, pid, tid, nil)
 			}
 		}
 		e.write(b)
