@@ -82,14 +82,24 @@ func (s *Server) traceItem(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, m)
 }
 
-func (s *Server) traceStats(w http.ResponseWriter, r *http.Request) {
+// openTrace validates the request's id and opens its file; on failure it
+// has answered the request.
+func (s *Server) openTrace(w http.ResponseWriter, r *http.Request) (*os.File, string, bool) {
 	id, ok := s.traceID(w, r)
 	if !ok {
-		return
+		return nil, "", false
 	}
 	f, _, err := s.Traces.OpenTrace(id)
 	if err != nil {
 		traceError(w, err)
+		return nil, "", false
+	}
+	return f, id, true
+}
+
+func (s *Server) traceStats(w http.ResponseWriter, r *http.Request) {
+	f, id, ok := s.openTrace(w, r)
+	if !ok {
 		return
 	}
 	defer f.Close()
@@ -104,13 +114,8 @@ func (s *Server) traceStats(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) traceRaw(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.traceID(w, r)
+	f, id, ok := s.openTrace(w, r)
 	if !ok {
-		return
-	}
-	f, _, err := s.Traces.OpenTrace(id)
-	if err != nil {
-		traceError(w, err)
 		return
 	}
 	defer f.Close()
