@@ -65,7 +65,7 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	case "export":
 		fs.StringVar(&out, "o", "", "output file (- for stdout)")
 	}
-	pos, err := parseInterleaved(fs, args)
+	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -127,25 +127,6 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// parseInterleaved parses flags that may come before or after the
-// positional arguments ("stats ID --api URL"), which flag alone stops at.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if i := len(args) - len(rest) - 1; i >= 0 && args[i] == "--" {
-			return append(pos, rest...), nil // everything after -- is positional
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
 
 type traceClient struct {
 	base string
