@@ -127,7 +127,6 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-
 type traceClient struct {
 	base string
 	http *http.Client
