@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/shirou/gopsutil/v4/cpu"
 
@@ -61,10 +62,9 @@ func TestSystemSamplerRealMachine(t *testing.T) {
 	if sys := first.(state.NodeSystemMeasured).System; sys.CPUUsage != nil {
 		t.Errorf("first sample has CPU usage %v without a previous sample", *sys.CPUUsage)
 	}
-	// Burn a little CPU so the counters advance, then sample again.
-	for i, x := 0, 0; i < 20_000_000; i++ {
-		x += i
-	}
+	// /proc/stat counts in 10 ms ticks: let a few pass (busy and idle both
+	// count) so that the second sample has a delta to divide.
+	time.Sleep(100 * time.Millisecond)
 	ev, err := s.Sample(ctx)
 	if err != nil {
 		t.Fatal(err)
