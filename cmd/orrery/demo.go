@@ -117,15 +117,8 @@ func runDemoCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opts.BasePort, "base-port", demoDefaultBasePort, "API port of node 0; node i gets base-port+i, on 127.0.0.1")
 	fs.StringVar(&opts.Dir, "dir", demoDefaultDir(), "directory for the cluster key, the loopback dir and each node's data (node-<i>/, kept across runs)")
 	fs.StringVar(&opts.LogLevel, "log-level", "info", "the agents' log level: debug, info, warn or error (logs go to <dir>/node-<i>/agent.log)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orrery demo: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if opts.Dir == "" {
 		opts.Dir = demoDefaultDir()

@@ -116,15 +116,8 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	api := fs.String("api", doctorDefaultAPI, "base URL of the agent's local API")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orrery doctor: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	base, err := doctorBaseURL(*api)
 	if err != nil {

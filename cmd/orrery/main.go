@@ -93,15 +93,8 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "heartbeat and link-probe period")
 	fs.DurationVar(&cfg.FailAfter, "fail-after", cfg.FailAfter, "silence after which a peer is marked gone")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orrery agent: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	if *loopback && cfg.LoopbackDir == "" {
 		cfg.LoopbackDir = filepath.Join(os.TempDir(), fmt.Sprintf("orrery-loopback-%d", os.Getuid()))
@@ -125,4 +118,21 @@ func runAgent(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseFlags parses a command's flags, which take no positional argument.
+// When ok is false the command must exit with code: 0 after -h, 2 on a
+// usage error (already reported on stderr).
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,15 +45,8 @@ func runRingBench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	size := fs.Int("size", 16<<20, "payload size in bytes (at most 64 MiB)")
 	rounds := fs.Int("rounds", 5, "rounds around the ring (at most 100)")
 	asJSON := fs.Bool("json", false, "print the raw JSON result")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "orrery ring-bench: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
 	}
 	body, _ := json.Marshal(map[string]int{"sizeBytes": *size, "rounds": *rounds})
 	url := strings.TrimSuffix(*api, "/") + "/v1/cluster/ring-bench"
