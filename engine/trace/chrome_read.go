@@ -165,37 +165,15 @@ func (l *loader) top() error {
 		return l.d.syntax("want '{' or '['")
 	}
 	d := l.d
-	if err := d.enter('{'); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		more, err := d.more('}', first)
-		if err != nil || !more {
-			return err
-		}
-		if err := d.readKey(); err != nil {
-			return err
-		}
+	return d.members(func() error {
 		switch string(d.key) {
 		case "traceEvents":
-			if c, _ := d.peek(); c == '[' {
-				err = l.eventArray()
-			} else {
-				err = d.skip()
-			}
+			return d.valueIf('[', l.eventArray)
 		case "otherData":
-			if c, _ := d.peek(); c == '{' {
-				err = l.otherData()
-			} else {
-				err = d.skip()
-			}
-		default:
-			err = d.skip()
+			return d.valueIf('{', l.otherData)
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return d.skip()
+	})
 }
 
 // eventArray reads the array of events. It may end with a trailing comma; an
@@ -334,11 +312,7 @@ func (l *loader) event() error {
 		case "id":
 			ev.id, _, err = l.flowID()
 		case "args":
-			if c, _ := d.peek(); c == '{' {
-				err = l.args()
-			} else {
-				err = d.skip()
-			}
+			err = d.valueIf('{', l.args)
 		default:
 			err = d.skip()
 		}
@@ -571,55 +545,32 @@ func (l *loader) dispatch() {
 
 func (l *loader) otherData() error {
 	d := l.d
-	if err := d.enter('{'); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		more, err := d.more('}', first)
-		if err != nil || !more {
-			return err
-		}
-		if err := d.readKey(); err != nil {
-			return err
-		}
+	return d.members(func() error {
 		switch string(d.key) {
 		case "taskId":
-			var v scalar
-			if v, err = d.readScalar(); err == nil && v.kind == 's' {
+			v, err := d.readScalar()
+			if err == nil && v.kind == 's' {
 				l.t.TaskID = string(v.text)
 			}
+			return err
 		case "createdAt":
-			var v scalar
-			if v, err = d.readScalar(); err == nil && v.kind == 's' {
+			v, err := d.readScalar()
+			if err == nil && v.kind == 's' {
 				if at, perr := time.Parse(time.RFC3339Nano, string(v.text)); perr == nil {
 					l.t.CreatedAt = at.UTC()
 				}
 			}
-		case "missingRanks":
-			if c, _ := d.peek(); c == '[' {
-				err = l.missingRanks()
-			} else {
-				err = d.skip()
-			}
-		default:
-			err = d.skip()
-		}
-		if err != nil {
 			return err
+		case "missingRanks":
+			return d.valueIf('[', l.missingRanks)
 		}
-	}
+		return d.skip()
+	})
 }
 
 func (l *loader) missingRanks() error {
 	d := l.d
-	if err := d.enter('['); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		more, err := d.more(']', first)
-		if err != nil || !more {
-			return err
-		}
+	return d.elems(func() error {
 		v, err := d.readScalar()
 		if err != nil {
 			return err
@@ -627,7 +578,8 @@ func (l *loader) missingRanks() error {
 		if n, ok := v.fixedInt(0); ok && len(l.t.MissingRanks) < l.lim.MaxEvents {
 			l.t.MissingRanks = append(l.t.MissingRanks, clampInt(n))
 		}
-	}
+		return nil
+	})
 }
 
 // finish resolves pids to node ids and drops flow events that spans already

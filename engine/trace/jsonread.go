@@ -142,6 +142,53 @@ func (d *decoder) more(close byte, first bool) (bool, error) {
 	return true, nil
 }
 
+// members reads an object, calling member after each key has been read
+// into d.key; member must consume the value. (The hot loops over events
+// and their args are written out instead, so no closure is made per event.)
+func (d *decoder) members(member func() error) error {
+	if err := d.enter('{'); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		more, err := d.more('}', first)
+		if err != nil || !more {
+			return err
+		}
+		if err := d.readKey(); err != nil {
+			return err
+		}
+		if err := member(); err != nil {
+			return err
+		}
+	}
+}
+
+// elems reads an array, calling elem for each element.
+func (d *decoder) elems(elem func() error) error {
+	if err := d.enter('['); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		more, err := d.more(']', first)
+		if err != nil || !more {
+			return err
+		}
+		if err := elem(); err != nil {
+			return err
+		}
+	}
+}
+
+// valueIf reads the next value with read when it starts with open ('{' or
+// '['), and skips it otherwise: a field of an unexpected type is ignored,
+// as the loader tolerates foreign files.
+func (d *decoder) valueIf(open byte, read func() error) error {
+	if c, _ := d.peek(); c == open {
+		return read()
+	}
+	return d.skip()
+}
+
 // readKey reads an object key and its ':' into d.key.
 func (d *decoder) readKey() error {
 	s, err := d.readString()
@@ -507,18 +554,7 @@ func (d *decoder) skip() error {
 			}
 		}
 	case c == '[':
-		if err := d.enter('['); err != nil {
-			return err
-		}
-		for first := true; ; first = false {
-			more, err := d.more(']', first)
-			if err != nil || !more {
-				return err
-			}
-			if err := d.skip(); err != nil {
-				return err
-			}
-		}
+		return d.elems(d.skip)
 	case c == '"':
 		_, err := d.readString()
 		return err
