@@ -42,16 +42,13 @@ type doctorHealth struct {
 
 // doctorCluster is the part of GET /cluster the doctor and the demo read.
 // It is declared here rather than taken from the cluster package so that
-// the CLI reads the API's JSON as any client does. Both ways the API has
-// carried RTT and clock offsets are read: a "probes" map by peer id and a
-// "links" list; the links win when both are present.
+// the CLI reads the API's JSON as any client does.
 type doctorCluster struct {
-	NodeID   string                 `json:"nodeId"`
-	MasterID string                 `json:"masterId"`
-	IsMaster bool                   `json:"isMaster"`
-	Members  []doctorMember         `json:"members"`
-	Probes   map[string]doctorProbe `json:"probes"`
-	Links    []doctorLink           `json:"links"`
+	NodeID   string         `json:"nodeId"`
+	MasterID string         `json:"masterId"`
+	IsMaster bool           `json:"isMaster"`
+	Members  []doctorMember `json:"members"`
+	Links    []doctorLink   `json:"links"`
 }
 
 type doctorMember struct {
@@ -59,13 +56,6 @@ type doctorMember struct {
 	StartedAt time.Time `json:"startedAt"`
 	LastHeard time.Time `json:"lastHeard"`
 	Self      bool      `json:"self"`
-}
-
-// doctorProbe is one entry of /cluster's "probes".
-type doctorProbe struct {
-	RTT    time.Duration `json:"rttNs"`
-	Offset time.Duration `json:"offsetNs"` // peer clock − ours
-	At     time.Time     `json:"at"`
 }
 
 // doctorLink is one entry of /cluster's "links".
@@ -263,8 +253,6 @@ func renderDoctor(w io.Writer, r doctorReport) {
 			if l.LossPct > 0 {
 				meas += fmt.Sprintf("\tloss %.0f%%", l.LossPct)
 			}
-		} else if p, ok := r.Cluster.Probes[m.NodeID]; ok {
-			meas = fmt.Sprintf("rtt %s\toffset %s", doctorMs(p.RTT, false), doctorMs(p.Offset, true))
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", m.NodeID, role, meas)
 	}

@@ -33,8 +33,7 @@ func cannedAgent(t *testing.T, bodies map[string]string) *httptest.Server {
 
 const (
 	cannedHealth = `{"status":"ok","nodeId":"node-b","version":"1.2.3","lastEventAppliedIdx":41}`
-	// node-a is measured through "links", node-c through the older
-	// "probes" map, node-d not at all yet.
+	// node-a and node-c are measured ("links"), node-d not yet.
 	cannedCluster = `{"nodeId":"node-b","masterId":"node-a","isMaster":false,
 		"members":[
 			{"nodeId":"node-a","startedAt":"2025-01-01T00:00:00Z","lastHeard":"2025-01-01T00:01:00Z","self":false},
@@ -43,8 +42,8 @@ const (
 			{"nodeId":"node-d","startedAt":"2025-01-01T00:00:03Z","lastHeard":"2025-01-01T00:01:00Z","self":false}],
 		"lastEventAppliedIdx":41,"stateHash":"ab",
 		"links":[{"peerId":"node-a","rttLastNs":300000,"rttEwmaNs":254000,"rttMinNs":200000,"lossPct":0,"probes":5,
-			"clockOffsetNs":-1500000,"clockOffsetUncertaintyNs":100000}],
-		"probes":{"node-c":{"rttNs":1234567,"offsetNs":20000,"at":"2025-01-01T00:01:00Z"}}}`
+			"clockOffsetNs":-1500000,"clockOffsetUncertaintyNs":100000},
+			{"peerId":"node-c","rttEwmaNs":1234567,"clockOffsetNs":20000}]}`
 	cannedDiscoveryOK = `{"mode":{"mdns":true,"loopback":false,"static":true},"peersFound":3,
 		"multicastInterfaces":["eth0","wlan0"],"problems":[]}`
 	cannedDiscoveryBad = `{"mode":{"mdns":false,"loopback":true,"static":false},"peersFound":1,
