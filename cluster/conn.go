@@ -32,14 +32,10 @@ type conn struct {
 	done      chan struct{}
 }
 
-// frame is one queued message. Probe messages (heartbeat, ack) are kept
-// as structs and encoded by the writer, which stamps their send time at
-// the moment of writing: queueing delay must not count as network RTT.
+// frame is one encoded, queued message.
 type frame struct {
 	typ     wire.Type
 	payload []byte
-	hb      *wire.Heartbeat
-	ack     *wire.ProbeAck
 }
 
 func newConn(tc *tls.Conn, log *slog.Logger) *conn {
@@ -48,21 +44,11 @@ func newConn(tc *tls.Conn, log *slog.Logger) *conn {
 
 // send queues a message; it never blocks.
 func (c *conn) send(msg any) error {
-	var f frame
-	switch m := msg.(type) {
-	case *wire.Heartbeat:
-		hb := *m
-		f = frame{typ: wire.TypeHeartbeat, hb: &hb}
-	case *wire.ProbeAck:
-		ack := *m
-		f = frame{typ: wire.TypeProbeAck, ack: &ack}
-	default:
-		typ, b, err := wire.Encode(msg)
-		if err != nil {
-			return err
-		}
-		f = frame{typ: typ, payload: b}
+	typ, b, err := wire.Encode(msg)
+	if err != nil {
+		return err
 	}
+	f := frame{typ: typ, payload: b}
 	select {
 	case <-c.done:
 		return errors.New("peer link closed")
@@ -92,11 +78,6 @@ func (c *conn) writeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case f := <-c.queue:
-			if err := f.stamp(); err != nil {
-				c.log.Error("encode probe", "err", err)
-				c.close()
-				return
-			}
 			c.tc.SetWriteDeadline(time.Now().Add(writeTimeout))
 			if err := wire.WriteFrame(c.tc, f.typ, f.payload); err != nil {
 				c.close()
@@ -114,17 +95,4 @@ func (c *conn) close() {
 		close(c.done)
 		c.tc.Close()
 	})
-}
-
-// stamp encodes a probe frame with its send time, just before writing.
-func (f *frame) stamp() (err error) {
-	switch {
-	case f.hb != nil:
-		f.hb.T1 = time.Now().UnixNano()
-		_, f.payload, err = wire.Encode(f.hb)
-	case f.ack != nil:
-		f.ack.T3 = time.Now().UnixNano()
-		_, f.payload, err = wire.Encode(f.ack)
-	}
-	return err
 }

@@ -583,7 +583,8 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 		}
 		switch m := msg.(type) {
 		case *wire.Heartbeat, *wire.ProbeAck:
-			// Probes are answered on the read loop, stamped when read.
+			// Liveness messages are answered on the read loop, never queued
+			// behind event work.
 			n.handleProbe(c, m, readAt)
 		default:
 			// Everything else may apply events, hash state or snapshot:
@@ -607,7 +608,6 @@ func (n *Node) handleProbe(c *conn, msg any, readAt time.Time) {
 			return
 		}
 		n.table.Heard(c.peer, m.StartedAt, readAt)
-		// T3 is stamped by the writer.
 		c.send(&wire.ProbeAck{NodeID: n.cfg.NodeID, Seq: m.Seq, T1: m.T1, T2: readAt.UnixNano()})
 		// Learning peers and catching up may take locks and send: off the
 		// read loop's probe path, in order with the link's other work.

@@ -94,8 +94,9 @@ type RingReport struct {
 	Error string    `json:"error,omitempty"`
 }
 
-// Heartbeat says "I am alive" and carries a probe stamp (T1, the sender's
-// clock in Unix ns) so that the ack gives RTT and clock offset.
+// Heartbeat says "I am alive". T1 is the sender's clock (Unix ns) when it
+// was built; link RTT and clock offset are measured on the separate probe
+// link, where nothing queues ahead of a probe.
 type Heartbeat struct {
 	NodeID    string    `json:"nodeId"`
 	StartedAt time.Time `json:"startedAt"`
@@ -116,8 +117,9 @@ type PeerInfo struct {
 	Addr   string `json:"addr"`
 }
 
-// ProbeAck answers a heartbeat: T1 echoed, T2 when it arrived and T3 when
-// the ack left (the receiver's clock, Unix ns). The sender notes T4.
+// ProbeAck answers a heartbeat, so that the sender hears from the peer on
+// its own link: T1 echoed, T2 when the heartbeat was read (the receiver's
+// clock, Unix ns); T3 is unused and kept for compatibility.
 type ProbeAck struct {
 	NodeID string `json:"nodeId"`
 	Seq    uint64 `json:"seq"`
