@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/identity"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
+	"github.com/orrery-cluster/orrery/agent/tracecollect"
 	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/auth"
@@ -51,6 +52,10 @@ type Config struct {
 	Heartbeat, FailAfter time.Duration
 	// Getenv reads ORRERY_CLUSTER_KEY; nil means os.Getenv.
 	Getenv func(string) string
+	// TraceMergeTimeout is how long the master waits, after a traced task
+	// ended, for ranks that have not delivered their spans; the trace is
+	// then saved as partial, naming them.
+	TraceMergeTimeout time.Duration
 	// Version is reported in the identity and /healthz.
 	Version string
 	Logger  *slog.Logger
@@ -65,17 +70,18 @@ func DefaultConfig() Config {
 		dir = filepath.Join(home, ".orrery")
 	}
 	return Config{
-		APIAddr:         "127.0.0.1:52416",
-		DataDir:         dir,
-		MemoryInterval:  500 * time.Millisecond,
-		SystemInterval:  time.Second,
-		DiskInterval:    10 * time.Second,
-		NetworkInterval: 5 * time.Second,
-		PeerAddr:        "0.0.0.0:52400",
-		MDNS:            true,
-		Heartbeat:       time.Second,
-		FailAfter:       cluster.DefaultFailAfter,
-		Version:         "dev",
+		APIAddr:           "127.0.0.1:52416",
+		DataDir:           dir,
+		MemoryInterval:    500 * time.Millisecond,
+		SystemInterval:    time.Second,
+		DiskInterval:      10 * time.Second,
+		NetworkInterval:   5 * time.Second,
+		PeerAddr:          "0.0.0.0:52400",
+		MDNS:              true,
+		Heartbeat:         time.Second,
+		FailAfter:         cluster.DefaultFailAfter,
+		TraceMergeTimeout: tracecollect.DefaultTimeout,
+		Version:           "dev",
 	}
 }
 
@@ -100,22 +106,26 @@ func (c Config) validate() error {
 	if c.Heartbeat < 10*time.Millisecond || c.FailAfter < 2*c.Heartbeat {
 		return fmt.Errorf("heartbeat %v / fail-after %v: want heartbeat ≥ 10ms and fail-after ≥ 2 heartbeats", c.Heartbeat, c.FailAfter)
 	}
+	if c.TraceMergeTimeout < 100*time.Millisecond || c.TraceMergeTimeout > 10*time.Minute {
+		return fmt.Errorf("trace merge timeout %v: want 100ms..10m", c.TraceMergeTimeout)
+	}
 	return nil
 }
 
 // Agent is one running node.
 type Agent struct {
-	cfg      Config
-	log      *slog.Logger
-	identity state.NodeIdentity
-	store    *state.Store
-	seq      state.Sequencer
-	ln       net.Listener // API
-	pln      net.Listener // peer links; owned by node once Run starts
-	node     *cluster.Node
-	disc     *discovery.Discovery
-	replica  *replica
-	traces   *tracestore.Store
+	cfg       Config
+	log       *slog.Logger
+	identity  state.NodeIdentity
+	store     *state.Store
+	seq       state.Sequencer
+	ln        net.Listener // API
+	pln       net.Listener // peer links; owned by node once Run starts
+	node      *cluster.Node
+	disc      *discovery.Discovery
+	replica   *replica
+	traces    *tracestore.Store
+	collector *tracecollect.Collector // merges ranks' spans (on the master)
 }
 
 // New loads the identity, prepares the data dir and binds the API listener,
@@ -175,6 +185,19 @@ func New(cfg Config) (*Agent, error) {
 	}
 	store := state.NewStore(state.NewLog(state.DefaultLogRetention), state.NewMemoryHistory(state.DefaultHistoryWindow))
 	rep := newReplica(store)
+	a := &Agent{
+		cfg:      cfg,
+		log:      cfg.Logger.With("nodeId", id.NodeID),
+		identity: id,
+		store:    store,
+		ln:       ln,
+		pln:      pln,
+		disc:     disc,
+		replica:  rep,
+		traces:   traces,
+	}
+	a.collector = tracecollect.New(tracecollect.Config{Timeout: cfg.TraceMergeTimeout,
+		ClockOffsets: a.clockOffsets, Save: a.saveTrace, Logger: a.log})
 	node, err := cluster.NewNode(cluster.Config{
 		NodeID: id.NodeID, StartedAt: id.StartedAt, Version: cfg.Version,
 		Listener: pln, PeerPort: peerPort,
@@ -184,23 +207,12 @@ func New(cfg Config) (*Agent, error) {
 			disc.ReportDial(p.NodeID, p.Addr, err, err != nil && auth.IsKeyMismatch(err))
 		},
 		App: rep, Heartbeat: cfg.Heartbeat, FailAfter: cfg.FailAfter, Logger: cfg.Logger,
+		OnTrace: a.onTrace, RingRun: a.ringRankRun,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("cluster: %w", err))
 	}
-	a := &Agent{
-		cfg:      cfg,
-		log:      cfg.Logger.With("nodeId", id.NodeID),
-		identity: id,
-		store:    store,
-		seq:      clusterSequencer{node: node},
-		ln:       ln,
-		pln:      pln,
-		node:     node,
-		disc:     disc,
-		replica:  rep,
-		traces:   traces,
-	}
+	a.node, a.seq = node, clusterSequencer{node: node}
 	// Whoever becomes master must know every node's identity: republish
 	// ours on each change. The master turns failure detection into state.
 	rep.onMaster = func(string, bool) { a.publishIdentity() }
@@ -251,8 +263,8 @@ type clusterView struct{ a *Agent }
 
 func (v clusterView) ClusterStatus() any              { return v.a.node.Status() }
 func (v clusterView) HashAt(idx int64) (string, bool) { return v.a.replica.HashAt(idx) }
-func (v clusterView) RingBench(ctx context.Context, size, rounds int) (any, error) {
-	return v.a.ringBench(ctx, size, rounds)
+func (v clusterView) RingBench(ctx context.Context, size, rounds int, noTrace bool) (any, error) {
+	return v.a.ringBench(ctx, size, rounds, noTrace)
 }
 
 type discoveryView struct{ d *discovery.Discovery }
@@ -302,7 +314,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	srv := &http.Server{
 		Handler: (&api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log,
-			Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces}).Handler(),
+			Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Long-lived SSE streams end when the agent's context does.
 		BaseContext: func(net.Listener) context.Context { return ctx },
@@ -324,6 +336,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		err = fmt.Errorf("api shutdown: %w", serr)
 	}
 	wg.Wait()
+	// Save whatever ranks delivered for traces still being merged.
+	a.collector.Close()
 	a.log.Info("agent stopped")
 	return err
 }

@@ -1,110 +1,120 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
-	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/cluster/wire"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // RingBenchResult is the API's ring benchmark answer: the cluster's result
-// plus the id of the trace it left in the store.
+// plus where its trace went.
 type RingBenchResult struct {
 	cluster.RingResult
-	TraceID string `json:"traceId,omitempty"`
+	// TraceID names the run's trace; it is stored on TraceMaster (the
+	// master when the run ended), and already saved when TraceSaved.
+	TraceID     string `json:"traceId,omitempty"`
+	TraceMaster string `json:"traceMaster,omitempty"`
+	TraceSaved  bool   `json:"traceSaved"`
 }
 
-// ringBench runs the ring benchmark and saves its trace: one process per
-// node, one lane per rank, a send span per hop (send until ack) and a recv
-// span per receive, a flow from each send to its receive, and the nodes'
-// memory during the run. Every node's times are moved onto this node's
-// clock by the offset the link probes measured.
-func (a *Agent) ringBench(ctx context.Context, size, rounds int) (RingBenchResult, error) {
-	res, err := a.node.RingBench(ctx, size, rounds)
-	if err != nil {
-		return RingBenchResult{}, err
-	}
+// ringBench runs the ring benchmark coordinated by this node. Unless
+// noTrace, every rank ships its spans to the master (ringRankRun) and this
+// node announces the run there, so that the master merges one trace: one
+// process per node, one lane per rank, send and recv spans per hop with a
+// flow from each send to its receive, link MB/s and memory counters. When
+// this node is the master it waits for the merge, so that the trace id it
+// returns can be opened at once.
+func (a *Agent) ringBench(ctx context.Context, size, rounds int, noTrace bool) (RingBenchResult, error) {
+	res, err := a.node.RingBench(ctx, size, rounds, noTrace)
 	out := RingBenchResult{RingResult: res}
-	tr := ringTrace(res, a.store.State(), a.store.History())
-	meta, err := a.traces.Save(tracestore.Meta{TaskID: res.Bench, Kind: "ring-bench", Spans: len(tr.Spans), Nodes: len(res.Order)},
-		func(w io.Writer) error { return trace.WriteChrome(w, tr) })
-	if err != nil {
-		// The benchmark itself worked: report it, and say the trace is lost.
-		a.log.Warn("save ring-bench trace", "err", err)
-		return out, nil
+	if res.Bench == "" || noTrace {
+		return out, err
 	}
-	out.TraceID = meta.TaskID
+	task := &wire.TraceTask{Task: res.Bench, Kind: "ring-bench"}
+	for i, id := range res.Order {
+		task.Ranks = append(task.Ranks, wire.TraceRank{Rank: i, Node: id})
+	}
+	if err != nil {
+		task.Error = truncate(err.Error(), 1024)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	master, serr := a.node.ShipTrace(sctx, task)
+	if serr != nil {
+		a.log.Warn("announce ring-bench trace", "task", res.Bench, "err", serr)
+		return out, err
+	}
+	out.TraceID, out.TraceMaster = res.Bench, master
+	if err != nil {
+		return out, fmt.Errorf("%w (its partial trace %s goes to the master, %s)", err, res.Bench, master)
+	}
+	if master == a.identity.NodeID {
+		wctx, cancel := context.WithTimeout(ctx, a.cfg.TraceMergeTimeout+2*time.Second)
+		defer cancel()
+		if r, werr := a.collector.Wait(wctx, res.Bench); werr != nil {
+			a.log.Warn("ring-bench trace", "task", res.Bench, "err", werr)
+		} else {
+			out.TraceSaved = r.Err == nil
+		}
+	}
 	return out, nil
 }
 
-// ringTrace builds the trace of one ring benchmark run.
-func ringTrace(res cluster.RingResult, st state.State, hist *state.MemoryHistory) *trace.Trace {
-	tr := &trace.Trace{TaskID: res.Bench, CreatedAt: time.Now().UTC(), Processes: map[string]string{}}
-	rank := map[string]int{}
-	for i, id := range res.Order {
-		rank[id] = i
-		name := id
-		if ident, ok := st.NodeIdentities[id]; ok && ident.FriendlyName != "" {
-			name = fmt.Sprintf("%s (%.8s)", ident.FriendlyName, id)
-		}
-		tr.Processes[id] = name
+// ringRankRun is cluster.Config.RingRun: this node's rank of a ring
+// benchmark records its hops and ships them to the master when it is done.
+func (a *Agent) ringRankRun(start wire.RingStart) func(*wire.RingReport, error) {
+	rank := slices.Index(start.Order, a.identity.NodeID)
+	if start.NoTrace || rank < 0 {
+		return nil
 	}
-	var first, last int64
-	for _, rep := range res.Reports {
-		r, ok := rank[rep.From]
-		if !ok {
-			continue
+	sh := a.newShipper(start.Bench, rank)
+	return func(rep *wire.RingReport, err error) {
+		if rep != nil {
+			sh.Add(ringSpans(start, rank, rep, a.identity.NodeID)...)
 		}
-		to := rank[rep.To]
-		from := (r + len(res.Order) - 1) % len(res.Order)
-		for _, h := range rep.Hops {
-			if h.SendStartNs != 0 {
-				tr.Spans = append(tr.Spans, trace.Span{
-					Name: fmt.Sprintf("send → rank %d", to), Cat: "ring/send", Node: rep.From, Rank: r,
-					StartNs: h.SendStartNs, DurNs: h.AckNs - h.SendStartNs,
-					Args: trace.Send(to, int64(res.Size), trace.FlowKey(r, to, uint64(h.Round))),
-				})
-			}
-			if h.RecvStartNs != 0 {
-				tr.Spans = append(tr.Spans, trace.Span{
-					Name: fmt.Sprintf("recv ← rank %d", from), Cat: "ring/recv", Node: rep.From, Rank: r,
-					StartNs: h.RecvStartNs, DurNs: h.RecvEndNs - h.RecvStartNs,
-					Args: trace.Recv(from, int64(res.Size), trace.FlowKey(from, r, uint64(h.Round))),
-				})
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if serr := sh.Finish(ctx); serr != nil {
+			a.log.Warn("ship ring-bench trace", "task", start.Bench, "rank", rank, "err", serr)
 		}
 	}
-	// Put every node on the coordinator's clock: offset = node − us.
-	shift := map[string]time.Duration{}
-	for id, off := range res.ClockOffsets {
-		shift[id] = -off
-	}
-	tr.ShiftAll(shift)
-	for _, s := range tr.Spans {
-		if first == 0 || s.StartNs < first {
-			first = s.StartNs
+}
+
+// ringSpans turns one rank's hop timings into spans: a send span (first
+// byte until the ack) and a recv span per round, each end of a hop carrying
+// the same flow id so that the merged trace draws an arrow.
+func ringSpans(start wire.RingStart, rank int, rep *wire.RingReport, node string) []trace.Span {
+	n := len(start.Order)
+	to, from := (rank+1)%n, (rank+n-1)%n
+	size := int64(start.Size)
+	var spans []trace.Span
+	for _, h := range rep.Hops {
+		if h.SendStartNs != 0 {
+			spans = append(spans, trace.Span{
+				Name: fmt.Sprintf("send → rank %d", to), Cat: "ring/send", Node: node, Rank: rank,
+				StartNs: h.SendStartNs, DurNs: h.AckNs - h.SendStartNs,
+				Args: trace.Send(to, size, trace.FlowKey(rank, to, uint64(h.Round))),
+			})
 		}
-		last = max(last, s.EndNs())
-	}
-	// Memory of each node around the run (the history is on this node's
-	// clock only approximately: samples carry their node's time).
-	for _, id := range res.Order {
-		samples, _ := hist.Get(id)
-		for _, m := range samples {
-			t := m.T.UnixNano() - int64(res.ClockOffsets[id])
-			if t < first-int64(time.Second) || t > last+int64(time.Second) || m.RAMTotal == nil || m.RAMAvailable == nil {
-				continue
-			}
-			tr.Counters = append(tr.Counters, trace.MemorySample(id, time.Unix(0, t), float64(m.RAMTotal.InBytes-m.RAMAvailable.InBytes)))
+		if h.RecvStartNs != 0 {
+			spans = append(spans, trace.Span{
+				Name: fmt.Sprintf("recv ← rank %d", from), Cat: "ring/recv", Node: node, Rank: rank,
+				StartNs: h.RecvStartNs, DurNs: h.RecvEndNs - h.RecvStartNs,
+				Args: trace.Recv(from, size, trace.FlowKey(from, rank, uint64(h.Round))),
+			})
 		}
 	}
-	slices.SortFunc(tr.Spans, func(a, b trace.Span) int { return cmp.Compare(a.StartNs, b.StartNs) })
-	return tr
+	return spans
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }

@@ -73,6 +73,16 @@ type Config struct {
 	// silence after which a member is gone (3 s).
 	Heartbeat, FailAfter time.Duration
 	Logger               *slog.Logger
+	// OnTrace receives, on the master, the TraceTask and TraceChunk
+	// messages ranks ship with ShipTrace (from is the sending node, this
+	// node's own id for local ones). It runs on the link's work goroutine:
+	// it must not block for long. Nil drops them.
+	OnTrace func(from string, msg any)
+	// RingRun, when set, is called as this node's rank of a ring benchmark
+	// starts; the function it returns is called when the rank is done, with
+	// its hop timings (those it got to, on an error too) so that the agent
+	// can trace them. Either may be nil.
+	RingRun func(start wire.RingStart) (done func(rep *wire.RingReport, err error))
 }
 
 // Timeouts and queue sizes.
@@ -644,6 +654,8 @@ func (n *Node) handle(c *conn, msg any) {
 		n.onRingStart(c, m)
 	case *wire.RingReport:
 		n.onRingReport(m)
+	case *wire.TraceTask, *wire.TraceChunk:
+		n.onTrace(c.peer, m)
 	}
 }
 

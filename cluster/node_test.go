@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -169,6 +170,38 @@ type testNode struct {
 	cancel context.CancelFunc
 	onDial atomic.Pointer[func(PeerAddr, error)]
 	done   chan error
+
+	hookMu sync.Mutex
+	traced []string // "from:type:task" of trace messages received (OnTrace)
+	rings  []string // "bench:hops:err" of this node's ring ranks (RingRun)
+}
+
+func (tn *testNode) onTrace(from string, msg any) {
+	tn.hookMu.Lock()
+	defer tn.hookMu.Unlock()
+	switch m := msg.(type) {
+	case *wire.TraceTask:
+		tn.traced = append(tn.traced, from+":task:"+m.Task)
+	case *wire.TraceChunk:
+		tn.traced = append(tn.traced, fmt.Sprintf("%s:chunk:%s:%d", from, m.Task, m.Rank))
+	}
+}
+
+func (tn *testNode) ringRun(start wire.RingStart) func(*wire.RingReport, error) {
+	if start.NoTrace {
+		return nil
+	}
+	return func(rep *wire.RingReport, err error) {
+		tn.hookMu.Lock()
+		defer tn.hookMu.Unlock()
+		tn.rings = append(tn.rings, fmt.Sprintf("%s:%d:%v", start.Bench, len(rep.Hops), err))
+	}
+}
+
+func (tn *testNode) hooks() (traced, rings []string) {
+	tn.hookMu.Lock()
+	defer tn.hookMu.Unlock()
+	return append([]string(nil), tn.traced...), append([]string(nil), tn.rings...)
 }
 
 // cluster starts nodes that all know every address (a static peer list).
@@ -197,7 +230,8 @@ func startCluster(t *testing.T, ca *testCA, ids []string, started []time.Time) [
 					(*f)(p, err)
 				}
 			},
-			Heartbeat: 100 * time.Millisecond, FailAfter: 500 * time.Millisecond, Logger: testLogger(t, id)})
+			Heartbeat: 100 * time.Millisecond, FailAfter: 500 * time.Millisecond, Logger: testLogger(t, id),
+			OnTrace: tn.onTrace, RingRun: tn.ringRun})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,9 +417,16 @@ func TestRingBench(t *testing.T) {
 	nodes := startCluster(t, ca, []string{"a", "b", "c"}, []time.Time{now, now.Add(time.Second), now.Add(2 * time.Second)})
 	waitUntil(t, "3 members everywhere", 10*time.Second, func() bool { return converged(nodes) })
 	waitUntil(t, "b probing both peers", 10*time.Second, func() bool { return len(nodes[1].node.Links()) == 2 })
-	res, err := nodes[1].node.RingBench(context.Background(), 1<<20, 3)
+	res, err := nodes[1].node.RingBench(context.Background(), 1<<20, 3, false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Every rank told RingRun about its 3 hops before the result came back
+	// (the members report after their hook ran).
+	for _, n := range nodes {
+		if _, rings := n.hooks(); len(rings) != 1 || rings[0] != res.Bench+":3:<nil>" {
+			t.Errorf("%s: ring hook calls %v", n.id, rings)
+		}
 	}
 	if len(res.Order) != 3 || res.Order[0] != "b" || len(res.Hops) != 3 || len(res.RoundMs) != 3 {
 		t.Fatalf("result = %+v", res)
@@ -406,11 +447,61 @@ func TestRingBench(t *testing.T) {
 		t.Errorf("largest per-peer counters: sent %d, received %d; want ≥ 3 MiB each", sent, recv)
 	}
 	// A second run works (ids do not collide; links are cleaned up).
-	if _, err := nodes[0].node.RingBench(context.Background(), 1000, 1); err != nil {
+	// NoTrace reaches the members: no hook call.
+	if _, err := nodes[0].node.RingBench(context.Background(), 1000, 1, true); err != nil {
 		t.Errorf("second run: %v", err)
 	}
+	for _, n := range nodes {
+		if _, rings := n.hooks(); len(rings) != 1 {
+			t.Errorf("%s: untraced run called the ring hook: %v", n.id, rings)
+		}
+	}
 	// Bad parameters are refused before anything is sent.
-	if _, err := nodes[0].node.RingBench(context.Background(), 0, 1); err == nil {
+	if _, err := nodes[0].node.RingBench(context.Background(), 0, 1, false); err == nil {
 		t.Error("a 0-byte payload was accepted")
+	}
+}
+
+// Trace messages go to the master, from other members over the control
+// link and from the master itself directly.
+func TestShipTrace(t *testing.T) {
+	ca := newTestCA(t)
+	now := time.Now()
+	nodes := startCluster(t, ca, []string{"a", "b", "c"}, []time.Time{now, now.Add(time.Second), now.Add(2 * time.Second)})
+	waitUntil(t, "3 members everywhere", 10*time.Second, func() bool { return converged(nodes) })
+	master := nodes[0].node.Status().MasterID
+	if master != "a" {
+		t.Fatalf("master %s, want the longest-running a", master)
+	}
+	ctx := context.Background()
+	// More chunks than the send queue holds: ShipTrace paces them.
+	const chunks = 2 * sendQueueLen
+	for i := range chunks {
+		got, err := nodes[2].node.ShipTrace(ctx, &wire.TraceChunk{Task: "t1", Rank: 2, Seq: i, Data: []byte(`{"spans":[]}`)})
+		if err != nil || got != "a" {
+			t.Fatalf("chunk %d: master %q, %v", i, got, err)
+		}
+	}
+	if _, err := nodes[0].node.ShipTrace(ctx, &wire.TraceTask{Task: "t1", Ranks: []wire.TraceRank{{Rank: 0, Node: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "every chunk on the master", 10*time.Second, func() bool {
+		traced, _ := nodes[0].hooks()
+		return len(traced) == chunks+1
+	})
+	traced, _ := nodes[0].hooks()
+	if !slices.Contains(traced, "a:task:t1") || !slices.Contains(traced, "c:chunk:t1:2") {
+		t.Errorf("the master's own announcement or c's chunks are missing: %v", traced[:3])
+	}
+	for _, n := range nodes[1:] {
+		if traced, _ := n.hooks(); len(traced) != 0 {
+			t.Errorf("%s (not master) got trace messages: %v", n.id, traced)
+		}
+	}
+	if _, err := nodes[1].node.ShipTrace(ctx, &wire.TraceChunk{Task: "../x", Data: []byte(`{}`)}); err == nil {
+		t.Error("an invalid chunk was shipped")
+	}
+	if _, err := nodes[1].node.ShipTrace(ctx, &wire.Fetch{}); err == nil {
+		t.Error("a non-trace message was shipped")
 	}
 }

@@ -67,15 +67,17 @@ func (n *Node) ringLocked(bench string) *ringRun {
 }
 
 // RingBench runs a ring benchmark over all current members, coordinated by
-// this node: size bytes, rounds times around.
-func (n *Node) RingBench(ctx context.Context, size, rounds int) (RingResult, error) {
+// this node: size bytes, rounds times around; traced unless noTrace. On an
+// error after the run started, the result still names the run (Bench,
+// Order), so that the caller can account for its trace.
+func (n *Node) RingBench(ctx context.Context, size, rounds int, noTrace bool) (RingResult, error) {
 	order := []string{n.cfg.NodeID}
 	for _, m := range n.table.Alive() {
 		if m.NodeID != n.cfg.NodeID {
 			order = append(order, m.NodeID)
 		}
 	}
-	start := &wire.RingStart{Bench: newBenchID(), Order: order, Size: size, Rounds: rounds}
+	start := &wire.RingStart{Bench: newBenchID(), Order: order, Size: size, Rounds: rounds, NoTrace: noTrace}
 	if err := start.Validate(); err != nil {
 		return RingResult{}, fmt.Errorf("ring bench: %w", err)
 	}
@@ -89,29 +91,29 @@ func (n *Node) RingBench(ctx context.Context, size, rounds int) (RingResult, err
 	run := n.ringLocked(start.Bench)
 	n.mu.Unlock()
 	defer func() { n.mu.Lock(); delete(n.rings, start.Bench); n.mu.Unlock() }()
+	res := RingResult{Bench: start.Bench, Order: order, Size: size, Rounds: rounds}
 	for id, c := range conns {
 		if err := c.send(start); err != nil {
-			return RingResult{}, fmt.Errorf("ring bench: start %s: %w", id, err)
+			return res, fmt.Errorf("ring bench: start %s: %w", id, err)
 		}
 	}
 	rounds_, own, err := n.runRing(ctx, start, run)
 	if err != nil {
-		return RingResult{}, err
+		return res, err
 	}
 	reports := []*wire.RingReport{own}
 	for len(reports) < len(order) {
 		select {
 		case r := <-run.reports:
 			if r.Error != "" {
-				return RingResult{}, fmt.Errorf("ring bench: member %s: %s", r.From, r.Error)
+				return res, fmt.Errorf("ring bench: member %s: %s", r.From, r.Error)
 			}
 			reports = append(reports, r)
 		case <-ctx.Done():
-			return RingResult{}, fmt.Errorf("ring bench: waiting for %d member reports: %w", len(order)-len(reports), ctx.Err())
+			return res, fmt.Errorf("ring bench: waiting for %d member reports: %w", len(order)-len(reports), ctx.Err())
 		}
 	}
-	res := RingResult{Bench: start.Bench, Order: order, Size: size, Rounds: rounds, RoundMs: rounds_,
-		Reports: reports, ClockOffsets: map[string]time.Duration{}}
+	res.RoundMs, res.Reports, res.ClockOffsets = rounds_, reports, map[string]time.Duration{}
 	for _, l := range n.Links() {
 		res.ClockOffsets[l.PeerID] = l.ClockOffset
 	}
@@ -187,9 +189,27 @@ func (n *Node) acceptRankLink(c *conn) {
 	}
 }
 
-// runRing is one rank's part. The coordinator (Order[0]) sends first and
-// times whole rounds too; everyone else receives, acks, then sends on.
+// runRing is one rank's part, told to Config.RingRun (with the hops done so
+// far when it fails).
 func (n *Node) runRing(ctx context.Context, m *wire.RingStart, run *ringRun) ([]float64, *wire.RingReport, error) {
+	var done func(*wire.RingReport, error)
+	if n.cfg.RingRun != nil {
+		done = n.cfg.RingRun(*m)
+	}
+	roundMs, rep, err := n.runRingRank(ctx, m, run)
+	if done != nil {
+		done(rep, err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return roundMs, rep, nil
+}
+
+// runRingRank does the work of runRing. The coordinator (Order[0]) sends
+// first and times whole rounds too; everyone else receives, acks, then
+// sends on. The report it returns holds the hops done, on an error too.
+func (n *Node) runRingRank(ctx context.Context, m *wire.RingStart, run *ringRun) ([]float64, *wire.RingReport, error) {
 	i := slices.Index(m.Order, n.cfg.NodeID)
 	succ := m.Order[(i+1)%len(m.Order)]
 	pred := m.Order[(i+len(m.Order)-1)%len(m.Order)]
@@ -218,21 +238,21 @@ func (n *Node) runRing(ctx context.Context, m *wire.RingStart, run *ringRun) ([]
 		if i != 0 {
 			rs, re, err := recvPayload(in, payload, fromPred)
 			if err != nil {
-				return nil, nil, fmt.Errorf("ring bench: round %d from %s: %w", r, pred, err)
+				return nil, rep, fmt.Errorf("ring bench: round %d from %s: %w", r, pred, err)
 			}
 			hop.RecvStartNs, hop.RecvEndNs = rs.UnixNano(), re.UnixNano()
 		}
 		ss := time.Now()
 		lat, err := sendPayload(out, payload, toSucc)
 		if err != nil {
-			return nil, nil, fmt.Errorf("ring bench: round %d to %s: %w", r, succ, err)
+			return nil, rep, fmt.Errorf("ring bench: round %d to %s: %w", r, succ, err)
 		}
 		hop.Round, hop.LatencyNs = r, lat.Nanoseconds()
 		hop.SendStartNs, hop.AckNs = ss.UnixNano(), ss.Add(lat).UnixNano()
 		if i == 0 {
 			rs, re, err := recvPayload(in, payload, fromPred)
 			if err != nil {
-				return nil, nil, fmt.Errorf("ring bench: round %d back from %s: %w", r, pred, err)
+				return nil, rep, fmt.Errorf("ring bench: round %d back from %s: %w", r, pred, err)
 			}
 			hop.RecvStartNs, hop.RecvEndNs = rs.UnixNano(), re.UnixNano()
 			roundMs = append(roundMs, float64(time.Since(t0))/1e6)

@@ -40,6 +40,9 @@ type Server struct {
 	Discovery DiscoveryView
 	// Traces, when set, serves /v1/traces and /perfetto/{id}.
 	Traces TraceStore
+	// OpenURL opens a URL in the system browser, for
+	// POST /v1/traces/{id}/open; nil answers 501 with the URL.
+	OpenURL func(ctx context.Context, url string) error
 	// AllowAnyHost turns off the Host check; set it only when the API is
 	// deliberately bound to a non-loopback address.
 	AllowAnyHost bool
@@ -52,8 +55,9 @@ type ClusterView interface {
 	// HashAt is the state hash this node had at idx, while still kept.
 	HashAt(idx int64) (string, bool)
 	// RingBench passes size bytes around all members rounds times over
-	// rank links and returns per-hop latency and throughput.
-	RingBench(ctx context.Context, size, rounds int) (any, error)
+	// rank links and returns per-hop latency and throughput, and the trace
+	// it left unless noTrace.
+	RingBench(ctx context.Context, size, rounds int, noTrace bool) (any, error)
 }
 
 // DiscoveryView explains what discovery found, and why not.
@@ -82,6 +86,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/v1/traces/{id}", allow(s.traceItem, http.MethodGet, http.MethodHead, http.MethodDelete))
 	mux.Handle("/v1/traces/{id}/stats", onlyGET(s.traceStats))
 	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.traceRaw))
+	mux.Handle("/v1/traces/{id}/open", allow(s.traceOpen, http.MethodPost))
 	mux.Handle("/perfetto/{id}", onlyGET(s.perfettoPage))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
@@ -355,6 +360,9 @@ func (s *Server) clusterHash(w http.ResponseWriter, r *http.Request) {
 type RingBenchRequest struct {
 	SizeBytes int `json:"sizeBytes"`
 	Rounds    int `json:"rounds"`
+	// NoTrace runs the benchmark without tracing (to measure tracing's
+	// overhead); by default every run is traced.
+	NoTrace bool `json:"noTrace"`
 }
 
 // Ring benchmark defaults: 16 MiB, 5 rounds.
@@ -368,10 +376,7 @@ func (s *Server) ringBench(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "this node runs without a cluster")
 		return
 	}
-	// A JSON content type makes a browser preflight a cross-site request,
-	// which this API never approves: no web page can start a benchmark.
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		writeError(w, http.StatusUnsupportedMediaType, "ring-bench: want Content-Type: application/json")
+	if !requireJSON(w, r, "ring-bench") {
 		return
 	}
 	req := RingBenchRequest{SizeBytes: DefaultRingSize, Rounds: DefaultRingRounds}
@@ -383,12 +388,23 @@ func (s *Server) ringBench(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.Cluster.RingBench(r.Context(), req.SizeBytes, req.Rounds)
+	res, err := s.Cluster.RingBench(r.Context(), req.SizeBytes, req.Rounds, req.NoTrace)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// requireJSON answers 415 unless the request says its body is JSON. A JSON
+// content type makes a browser preflight a cross-site request, which this
+// API never approves: no web page can make it act.
+func requireJSON(w http.ResponseWriter, r *http.Request, what string) bool {
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, what+": want Content-Type: application/json")
+		return false
+	}
+	return true
 }
 
 func intParam(v string, def int64) (int64, error) {

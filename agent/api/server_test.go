@@ -1245,6 +1245,6 @@ type refuseCluster struct{}
 
 func (refuseCluster) ClusterStatus() any          { return nil }
 func (refuseCluster) HashAt(int64) (string, bool) { return "", false }
-func (refuseCluster) RingBench(context.Context, int, int) (any, error) {
+func (refuseCluster) RingBench(context.Context, int, int, bool) (any, error) {
 	return nil, errors.New("refused for test")
 }

@@ -255,3 +255,27 @@ func (s *Server) perfettoPage(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	w.Write(buf.Bytes())
 }
+
+// traceOpen opens the trace's Perfetto hand-off page in the system browser
+// of the machine the agent runs on (the menu-bar app's case).
+func (s *Server) traceOpen(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.traceID(w, r)
+	if !ok || !requireJSON(w, r, "open") {
+		return
+	}
+	if _, err := s.Traces.Get(id); err != nil {
+		traceError(w, err)
+		return
+	}
+	// The Host check has made sure r.Host is this loopback API.
+	page := "http://" + r.Host + "/perfetto/" + id
+	if s.OpenURL == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]any{"error": "this agent cannot open a browser; open the url yourself", "url": page})
+		return
+	}
+	if err := s.OpenURL(r.Context(), page); err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]any{"error": "open a browser: " + err.Error() + "; open the url yourself", "url": page})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"taskId": id, "url": page, "opened": true})
+}

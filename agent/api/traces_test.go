@@ -2,13 +2,17 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +28,9 @@ type traceFixture struct {
 	store  *tracestore.Store
 	srv    *httptest.Server
 	traces map[string]*trace.Trace
+
+	mu     sync.Mutex
+	opened []string // URLs handed to OpenURL
 }
 
 const outsideSecret = "OUTSIDE-THE-STORE-SECRET"
@@ -60,9 +67,69 @@ func newTraceFixture(t *testing.T) *traceFixture {
 	}
 	s := newAPI(nil)
 	s.Traces = ts
+	s.OpenURL = func(_ context.Context, u string) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.opened = append(f.opened, u)
+		if strings.Contains(u, "/old") {
+			return errors.New("no browser here")
+		}
+		return nil
+	}
 	f.srv = httptest.NewServer(s.Handler())
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+func TestTraceOpenInBrowser(t *testing.T) {
+	f := newTraceFixture(t)
+	post := func(path, ct string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, f.srv.URL+path, nil)
+		if ct != "" {
+			req.Header.Set("Content-Type", ct)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
+	code, m := post("/v1/traces/new/open", "application/json")
+	want := f.srv.URL + "/perfetto/new"
+	if code != 200 || m["url"] != want || m["opened"] != true {
+		t.Errorf("open = %d %v, want 200 with url %s", code, m, want)
+	}
+	// The opener failing gives the URL to open by hand.
+	if code, m := post("/v1/traces/old/open", "application/json"); code != http.StatusBadGateway || m["url"] != f.srv.URL+"/perfetto/old" ||
+		!strings.Contains(fmt.Sprint(m["error"]), "no browser here") {
+		t.Errorf("failed open = %d %v", code, m)
+	}
+	// A form post (what a cross-site page can send), an unknown and a bad
+	// id open nothing.
+	for _, c := range []struct {
+		path, ct string
+		code     int
+	}{
+		{"/v1/traces/new/open", "application/x-www-form-urlencoded", http.StatusUnsupportedMediaType},
+		{"/v1/traces/nope/open", "application/json", http.StatusNotFound},
+		{"/v1/traces/..%2Fsecret/open", "application/json", http.StatusBadRequest},
+	} {
+		if code, m := post(c.path, c.ct); code != c.code {
+			t.Errorf("POST %s (%s) = %d %v, want %d", c.path, c.ct, code, m, c.code)
+		}
+	}
+	if r := get(t, f.srv.URL+"/v1/traces/new/open"); r.code != http.StatusMethodNotAllowed {
+		t.Errorf("GET open = %d", r.code)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.opened) != 2 {
+		t.Errorf("opener called for %v, want only new and old", f.opened)
+	}
 }
 
 func TestTraceList(t *testing.T) {

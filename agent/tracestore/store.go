@@ -45,6 +45,8 @@ type Meta struct {
 	MissingRanks []int `json:"missingRanks,omitempty"`
 	Spans        int   `json:"spans"`
 	Nodes        int   `json:"nodes"`
+	// Error is the task's failure, when it failed.
+	Error string `json:"error,omitempty"`
 }
 
 // Config tunes a Store. Zero values take the defaults.

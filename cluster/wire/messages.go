@@ -12,21 +12,24 @@ type Type byte
 
 // Message types. Numbers are part of the protocol: never reuse one.
 const (
-	TypeHello      Type = 1 // first frame on a connection, both ways
-	TypeHeartbeat  Type = 2 // every heartbeat interval, with a probe stamp
-	TypeProbeAck   Type = 3 // answer to a heartbeat: the four NTP stamps
-	TypeSubmit     Type = 4 // worker → master: local events to index
-	TypeEvents     Type = 5 // master → all: indexed events
-	TypeFetch      Type = 6 // node → master: resend events since N
-	TypeSnapshot   Type = 7 // master → node: whole state at an index
-	TypeRingStart  Type = 8 // coordinator → members: run a ring benchmark
-	TypeRingReport Type = 9 // member → coordinator: its hop timings
+	TypeHello      Type = 1  // first frame on a connection, both ways
+	TypeHeartbeat  Type = 2  // every heartbeat interval, with a probe stamp
+	TypeProbeAck   Type = 3  // answer to a heartbeat: the four NTP stamps
+	TypeSubmit     Type = 4  // worker → master: local events to index
+	TypeEvents     Type = 5  // master → all: indexed events
+	TypeFetch      Type = 6  // node → master: resend events since N
+	TypeSnapshot   Type = 7  // master → node: whole state at an index
+	TypeRingStart  Type = 8  // coordinator → members: run a ring benchmark
+	TypeRingReport Type = 9  // member → coordinator: its hop timings
+	TypeTraceTask  Type = 10 // task owner → master: a traced task ended; its ranks
+	TypeTraceChunk Type = 11 // rank → master: a chunk of its spans
 )
 
 var typeNames = map[Type]string{
 	TypeHello: "hello", TypeHeartbeat: "heartbeat", TypeProbeAck: "probe-ack", TypeSubmit: "submit",
 	TypeEvents: "events", TypeFetch: "fetch", TypeSnapshot: "snapshot",
 	TypeRingStart: "ring-start", TypeRingReport: "ring-report",
+	TypeTraceTask: "trace-task", TypeTraceChunk: "trace-chunk",
 }
 
 func (t Type) String() string {
@@ -70,6 +73,8 @@ type RingStart struct {
 	Order  []string `json:"order"`
 	Size   int      `json:"size"`
 	Rounds int      `json:"rounds"`
+	// NoTrace asks the ranks not to trace this run.
+	NoTrace bool `json:"noTrace,omitempty"`
 }
 
 // RingHop is one timed hop: Size bytes from one rank to the next, from the
@@ -92,6 +97,42 @@ type RingReport struct {
 	To    string    `json:"to"`
 	Hops  []RingHop `json:"hops"`
 	Error string    `json:"error,omitempty"`
+}
+
+// Trace collection limits. A chunk's payload is bounded by MaxTraceChunk so
+// that one chunk never holds a link for long (heartbeats share it).
+const (
+	MaxTraceChunk = 1 << 20
+	MaxTraceRanks = 1024
+	maxKindLen    = 32
+)
+
+// TraceRank is one rank of a traced task and the node it ran on.
+type TraceRank struct {
+	Rank int    `json:"rank"`
+	Node string `json:"node"`
+}
+
+// TraceTask tells the master that traced task Task (a trace id) has ended
+// and which ranks took part, so that it merges as soon as all of them have
+// delivered their spans, or after its timeout with the rest missing.
+type TraceTask struct {
+	Task  string      `json:"task"`
+	Kind  string      `json:"kind"`
+	Ranks []TraceRank `json:"ranks"`
+	// Error is the task's failure, if it failed; the trace keeps it.
+	Error string `json:"error,omitempty"`
+}
+
+// TraceChunk is a bounded part of one rank's spans. Seq counts from 0;
+// Final marks the rank's last chunk. Data is opaque here (the agent's span
+// encoding).
+type TraceChunk struct {
+	Task  string          `json:"task"`
+	Rank  int             `json:"rank"`
+	Seq   int             `json:"seq"`
+	Final bool            `json:"final,omitempty"`
+	Data  json.RawMessage `json:"data"`
 }
 
 // Heartbeat says "I am alive". T1 is the sender's clock (Unix ns) when it
@@ -191,6 +232,10 @@ func Encode(v any) (Type, []byte, error) {
 		t = TypeRingStart
 	case *RingReport:
 		t = TypeRingReport
+	case *TraceTask:
+		t = TypeTraceTask
+	case *TraceChunk:
+		t = TypeTraceChunk
 	default:
 		return 0, nil, fmt.Errorf("encode: unknown message %T", v)
 	}
@@ -224,6 +269,10 @@ func Decode(t Type, payload []byte) (any, error) {
 		v = new(RingStart)
 	case TypeRingReport:
 		v = new(RingReport)
+	case TypeTraceTask:
+		v = new(TraceTask)
+	case TypeTraceChunk:
+		v = new(TraceChunk)
 	default:
 		return nil, fmt.Errorf("decode: unknown message %s", t)
 	}
@@ -331,6 +380,60 @@ func (m *RingReport) validate() error {
 	}
 	if len(m.Error) > 1024 {
 		return errors.New("error text too long")
+	}
+	return nil
+}
+
+// Validate checks a TraceTask before it is sent.
+func (m *TraceTask) Validate() error { return m.validate() }
+
+func (m *TraceTask) validate() error {
+	if err := ValidNodeID(m.Task); err != nil {
+		return fmt.Errorf("task id: %w", err)
+	}
+	if len(m.Kind) > maxKindLen {
+		return fmt.Errorf("kind is %d bytes, limit %d", len(m.Kind), maxKindLen)
+	}
+	if len(m.Ranks) == 0 || len(m.Ranks) > MaxTraceRanks {
+		return fmt.Errorf("%d ranks, want 1..%d", len(m.Ranks), MaxTraceRanks)
+	}
+	seen := map[int]bool{}
+	for _, r := range m.Ranks {
+		if r.Rank < 0 || r.Rank >= MaxTraceRanks {
+			return fmt.Errorf("rank %d, want 0..%d", r.Rank, MaxTraceRanks-1)
+		}
+		if seen[r.Rank] {
+			return fmt.Errorf("rank %d twice", r.Rank)
+		}
+		seen[r.Rank] = true
+		if err := ValidNodeID(r.Node); err != nil {
+			return fmt.Errorf("rank %d node: %w", r.Rank, err)
+		}
+	}
+	if len(m.Error) > 1024 {
+		return errors.New("error text too long")
+	}
+	return nil
+}
+
+// Validate checks a TraceChunk before it is sent.
+func (m *TraceChunk) Validate() error { return m.validate() }
+
+func (m *TraceChunk) validate() error {
+	if err := ValidNodeID(m.Task); err != nil {
+		return fmt.Errorf("task id: %w", err)
+	}
+	if m.Rank < 0 || m.Rank >= MaxTraceRanks {
+		return fmt.Errorf("rank %d, want 0..%d", m.Rank, MaxTraceRanks-1)
+	}
+	if m.Seq < 0 {
+		return fmt.Errorf("seq %d", m.Seq)
+	}
+	if len(m.Data) > MaxTraceChunk {
+		return fmt.Errorf("chunk data is %d bytes, limit %d", len(m.Data), MaxTraceChunk)
+	}
+	if len(m.Data) == 0 || m.Data[0] != '{' {
+		return errors.New("chunk data is not a JSON object")
 	}
 	return nil
 }

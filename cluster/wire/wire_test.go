@@ -25,6 +25,8 @@ func TestFrameRoundTrip(t *testing.T) {
 		&RingStart{Bench: "r-1", Order: []string{"a", "b", "c"}, Size: 1 << 20, Rounds: 3},
 		&RingReport{Bench: "r-1", From: "b", To: "c", Hops: []RingHop{{Round: 0, LatencyNs: 1500}}},
 		&Hello{NodeID: "a", Purpose: "ring", Bench: "r-1"},
+		&TraceTask{Task: "r-1", Kind: "ring-bench", Ranks: []TraceRank{{Rank: 0, Node: "a"}, {Rank: 1, Node: "b"}}, Error: "x"},
+		&TraceChunk{Task: "r-1", Rank: 1, Seq: 3, Final: true, Data: json.RawMessage(`{"spans":[]}`)},
 	}
 	for _, m := range msgs {
 		typ, b, err := Encode(m)
@@ -104,6 +106,15 @@ func TestDecodeRefusesBadMessages(t *testing.T) {
 		{TypeRingReport, `{"bench":"r","from":"a","hops":[` + strings.Repeat(`{"round":0},`, 100) + `{"round":0}]}`, "hops, limit"},
 		{TypeHeartbeat, `{"nodeId":"a","peers":[{"nodeId":"b","addr":""}]}`, "address length"},
 		{TypeHello, `{"nodeId":`, "decode hello"},
+		{TypeTraceTask, `{"task":"../x","ranks":[{"rank":0,"node":"a"}]}`, "task id"},
+		{TypeTraceTask, `{"task":"t","ranks":[]}`, "0 ranks"},
+		{TypeTraceTask, `{"task":"t","ranks":[{"rank":0,"node":"a"},{"rank":0,"node":"b"}]}`, "rank 0 twice"},
+		{TypeTraceTask, `{"task":"t","ranks":[{"rank":1024,"node":"a"}]}`, "rank 1024"},
+		{TypeTraceTask, `{"task":"t","kind":"` + strings.Repeat("k", 33) + `","ranks":[{"rank":0,"node":"a"}]}`, "kind is 33 bytes"},
+		{TypeTraceChunk, `{"task":"t","rank":-1,"data":{}}`, "rank -1"},
+		{TypeTraceChunk, `{"task":"t","rank":0,"seq":-2,"data":{}}`, "seq -2"},
+		{TypeTraceChunk, `{"task":"t","rank":0,"data":[1]}`, "not a JSON object"},
+		{TypeTraceChunk, `{"task":"t","rank":0,"data":{"a":"` + strings.Repeat("x", MaxTraceChunk) + `"}}`, "limit"},
 	} {
 		_, err := Decode(tc.t, []byte(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

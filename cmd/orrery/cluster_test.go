@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -134,7 +135,7 @@ func TestClusterProcesses(t *testing.T) {
 	bin := buildBinary(t)
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
 	lb := t.TempDir()
-	extra := []string{"--loopback-dir", lb, "--memory-interval", "200ms", "--log-level", "debug"}
+	extra := []string{"--loopback-dir", lb, "--memory-interval", "200ms", "--log-level", "debug", "--trace-merge-timeout", "2s"}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	var ps []*agentProc
 	for _, d := range dirs {
@@ -197,45 +198,67 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	t.Logf("ring-bench 1 MiB × 3 on loopback: %+v", ring.Hops)
 
-	// It left a trace on the coordinator: a byRank entry per node, and raw
-	// Chrome JSON with M, X, C and s/f events, no flow pointing backwards.
+	// Every rank shipped its spans to the master, which merged one trace: a
+	// byRank entry per node, and raw Chrome JSON with M, X, C and s/f
+	// events, link MB/s tracks, no flow pointing backwards.
 	var withID struct {
-		TraceID string `json:"traceId"`
+		TraceID     string `json:"traceId"`
+		TraceMaster string `json:"traceMaster"`
 	}
 	json.Unmarshal(out, &withID)
-	if withID.TraceID == "" {
-		t.Fatalf("ring-bench result has no traceId: %s", out)
+	var mp *agentProc
+	for _, p := range ps {
+		if s, _ := status(t, p); s.IsMaster {
+			mp = p
+			if withID.TraceMaster != s.NodeID {
+				t.Errorf("traceMaster %q, want the master %s", withID.TraceMaster, s.NodeID)
+			}
+		}
 	}
+	if withID.TraceID == "" || mp == nil {
+		t.Fatalf("ring-bench result has no traceId, or no master: %s", out)
+	}
+	pollAll(t, []*agentProc{mp}, 5*time.Second, "the ring trace on the master", func() (bool, string) {
+		code, b, err := mp.get("/v1/traces/" + withID.TraceID)
+		return err == nil && code == 200, fmt.Sprintf("%d %s %v", code, b, err)
+	})
 	var list struct {
 		Traces []struct {
-			TaskID string `json:"taskId"`
+			TaskID  string `json:"taskId"`
+			Partial bool   `json:"partial"`
+			Nodes   int    `json:"nodes"`
 		} `json:"traces"`
 	}
-	ps[2].mustGet(t, "/v1/traces", &list)
-	if len(list.Traces) == 0 || list.Traces[0].TaskID != withID.TraceID {
-		t.Errorf("/v1/traces = %+v, want %s first", list, withID.TraceID)
+	mp.mustGet(t, "/v1/traces", &list)
+	if len(list.Traces) == 0 || list.Traces[0].TaskID != withID.TraceID || list.Traces[0].Partial || list.Traces[0].Nodes != 3 {
+		t.Errorf("/v1/traces = %+v, want %s first, complete, 3 nodes", list, withID.TraceID)
 	}
 	var stats struct {
 		ByRank map[string]any `json:"byRank"`
 	}
-	ps[2].mustGet(t, "/v1/traces/"+withID.TraceID+"/stats", &stats)
+	mp.mustGet(t, "/v1/traces/"+withID.TraceID+"/stats", &stats)
 	if len(stats.ByRank) != 3 {
 		t.Errorf("stats byRank has %d ranks, want 3: %+v", len(stats.ByRank), stats.ByRank)
 	}
 	var raw struct {
 		TraceEvents []struct {
-			Ph string  `json:"ph"`
-			ID any     `json:"id"`
-			Ts float64 `json:"ts"`
+			Ph   string  `json:"ph"`
+			Name string  `json:"name"`
+			ID   any     `json:"id"`
+			Ts   float64 `json:"ts"`
 		} `json:"traceEvents"`
 	}
-	ps[2].mustGet(t, "/v1/traces/"+withID.TraceID+"/raw", &raw)
+	mp.mustGet(t, "/v1/traces/"+withID.TraceID+"/raw", &raw)
 	phases := map[string]int{}
 	starts := map[string]float64{}
+	counters := map[string]bool{}
 	for _, e := range raw.TraceEvents {
 		phases[e.Ph]++
 		if e.Ph == "s" {
 			starts[fmt.Sprint(e.ID)] = e.Ts
+		}
+		if e.Ph == "C" {
+			counters[strings.Fields(e.Name)[0]] = true
 		}
 	}
 	for _, e := range raw.TraceEvents {
@@ -250,6 +273,22 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	if phases["s"] != 9 || phases["f"] != 9 {
 		t.Errorf("want 9 flows (3 hops × 3 rounds): %v", phases)
+	}
+	if !counters["memory"] || !counters["link"] {
+		t.Errorf("counter tracks %v, want memory and link", counters)
+	}
+
+	// --no-trace runs leave no trace; --repeat prints median times.
+	out, err = exec.Command(bin, "ring-bench", "--api", "http://"+mp.addr, "--size", "1024", "--rounds", "2", "--repeat", "3", "--no-trace").Output()
+	if err != nil || !strings.HasPrefix(string(out), "3 runs (not traced): full round median ") {
+		t.Errorf("ring-bench --repeat 3 --no-trace: %v\n%s", err, out)
+	}
+	var after struct {
+		Traces []any `json:"traces"`
+	}
+	mp.mustGet(t, "/v1/traces", &after)
+	if len(after.Traces) != len(list.Traces) {
+		t.Errorf("untraced runs changed the trace count from %d to %d", len(list.Traces), len(after.Traces))
 	}
 
 	st, _ := status(t, ps[0])
@@ -269,12 +308,49 @@ func TestClusterProcesses(t *testing.T) {
 		t.Fatalf("%d agents think they are master", len(masters))
 	}
 
-	// kill -9 a worker: the others mark it gone within 5 s and drop it
-	// from the state.
+	// kill -9 a worker in the middle of a long ring benchmark: the run
+	// fails, and the master saves a partial trace that names the dead
+	// rank (after --trace-merge-timeout) with the others' spans. The others
+	// mark the worker gone within 5 s and drop it from the state.
 	victim := workers[0]
 	vs, _ := status(t, victim)
+	benchErr := make(chan string, 1)
+	go func() {
+		code, b, err := masters[0].post("/v1/cluster/ring-bench", `{"sizeBytes":16777216,"rounds":100}`)
+		benchErr <- fmt.Sprintf("%d %s %v", code, b, err)
+	}()
+	time.Sleep(time.Second)
 	victim.cmd.Process.Signal(syscall.SIGKILL)
 	victim.wait(t, 5*time.Second)
+	select {
+	case res := <-benchErr:
+		if !strings.HasPrefix(res, "400 ") || !strings.Contains(res, "partial trace") {
+			t.Errorf("ring bench through a killed member: %s", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ring bench did not end within 10 s of a member's death")
+	}
+	// Ring order: the coordinator, then the others by node id.
+	ms, _ := status(t, masters[0])
+	s1, _ := status(t, workers[1])
+	others := []string{vs.NodeID, s1.NodeID}
+	slices.Sort(others)
+	victimRank := 1 + slices.Index(others, vs.NodeID)
+	pollAll(t, masters, 10*time.Second, "a partial trace naming the dead rank", func() (bool, string) {
+		var l struct {
+			Traces []struct {
+				TaskID       string `json:"taskId"`
+				Partial      bool   `json:"partial"`
+				MissingRanks []int  `json:"missingRanks"`
+				Spans        int    `json:"spans"`
+				Error        string `json:"error"`
+			} `json:"traces"`
+		}
+		masters[0].mustGet(t, "/v1/traces", &l)
+		tr := l.Traces[0]
+		ok := tr.TaskID != withID.TraceID && tr.Partial && slices.Equal(tr.MissingRanks, []int{victimRank}) && tr.Spans > 0 && tr.Error != ""
+		return ok, fmt.Sprintf("newest trace %+v (master %s, victim rank %d)", tr, ms.NodeID, victimRank)
+	})
 	rest := []*agentProc{masters[0], workers[1]}
 	took = pollAll(t, rest, 5*time.Second, "the killed worker gone", func() (bool, string) { return agreed(t, rest, 2) })
 	t.Logf("killed worker marked gone in %v", took)

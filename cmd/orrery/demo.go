@@ -234,20 +234,27 @@ func runDemo(ctx context.Context, opts demoOptions, stdout, stderr io.Writer) er
 	}
 	printDemoTable(stdout, opts, nodes)
 	if len(nodes) > 1 {
-		// Leave a real multi-node trace to look at: one ring benchmark.
+		// Leave a real multi-node trace to look at: one ring benchmark,
+		// coordinated by the master, which keeps the merged trace.
+		m := nodes[0]
+		for _, n := range nodes {
+			if n.master {
+				m = n
+			}
+		}
 		fmt.Fprintln(stderr, "orrery demo: running a ring benchmark (4 MiB × 3 rounds) to leave a trace …")
-		if id, err := demoRingTrace(ctx, nodes[0].url); err != nil {
+		if id, err := demoRingTrace(ctx, m.url); err != nil {
 			fmt.Fprintf(stderr, "orrery demo: ring benchmark: %v\n", err)
 		} else {
-			fmt.Fprintf(stdout, "\nA ring benchmark left trace %s on node 0:\n  curl %s/v1/traces/%s/stats\n  Perfetto: open %s/perfetto/%s in a browser (or: orrery trace open %s)\n",
-				id, nodes[0].url, id, nodes[0].url, id, id)
+			fmt.Fprintf(stdout, "\nA ring benchmark left trace %s on node %d (the master):\n  curl %s/v1/traces/%s/stats\n  Perfetto: open %s/perfetto/%s in a browser (or: orrery trace open %s --api %s)\n",
+				id, m.idx, m.url, id, m.url, id, id, m.url)
 		}
 	}
 	return waitDemo(ctx, nodes, exits, stderr)
 }
 
-// demoRingTrace runs a small ring benchmark from the agent at url and
-// returns the id of the trace it saved.
+// demoRingTrace runs a small ring benchmark from the agent at url (the
+// master) and returns the id of the trace it saved.
 func demoRingTrace(ctx context.Context, url string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -263,14 +270,18 @@ func demoRingTrace(ctx context.Context, url string) (string, error) {
 	}
 	defer resp.Body.Close()
 	var out struct {
-		TraceID string `json:"traceId"`
-		Error   string `json:"error"`
+		TraceID    string `json:"traceId"`
+		TraceSaved bool   `json:"traceSaved"`
+		Error      string `json:"error"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out); err != nil {
 		return "", fmt.Errorf("decode answer (%s): %w", resp.Status, err)
 	}
 	if resp.StatusCode != http.StatusOK || out.TraceID == "" {
 		return "", fmt.Errorf("%s: %s", resp.Status, out.Error)
+	}
+	if !out.TraceSaved {
+		return "", fmt.Errorf("trace %s was not saved (see the master's agent.log)", out.TraceID)
 	}
 	return out.TraceID, nil
 }

@@ -244,7 +244,7 @@ func TestDemoProcess(t *testing.T) {
 	if len(rows) != 3 {
 		t.Fatalf("%d table rows, want 3:\n%s", len(rows), text)
 	}
-	// The demo leaves a ring-benchmark trace on node 0.
+	// The demo leaves a ring-benchmark trace on the master.
 	traceID := d.traceLine(t)
 	var list struct {
 		Traces []struct {
@@ -252,11 +252,17 @@ func TestDemoProcess(t *testing.T) {
 			Nodes  int    `json:"nodes"`
 		} `json:"traces"`
 	}
-	if code, b, err := (&agentProc{addr: strings.TrimPrefix(rows[0].url, "http://")}).get("/v1/traces"); err != nil || code != 200 || json.Unmarshal(b, &list) != nil {
-		t.Fatalf("GET /v1/traces on node 0: %d %s %v", code, b, err)
+	masterURL := ""
+	for _, r := range rows {
+		if r.role == "master" {
+			masterURL = r.url
+		}
+	}
+	if code, b, err := (&agentProc{addr: strings.TrimPrefix(masterURL, "http://")}).get("/v1/traces"); err != nil || code != 200 || json.Unmarshal(b, &list) != nil {
+		t.Fatalf("GET /v1/traces on the master (%s): %d %s %v", masterURL, code, b, err)
 	}
 	if len(list.Traces) == 0 || list.Traces[0].TaskID != traceID || list.Traces[0].Nodes != 3 {
-		t.Errorf("node 0 lists %+v, want the demo's trace %s over 3 nodes first", list.Traces, traceID)
+		t.Errorf("the master lists %+v, want the demo's trace %s over 3 nodes first", list.Traces, traceID)
 	}
 	ids := map[string]bool{}
 	master := ""

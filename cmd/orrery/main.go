@@ -92,6 +92,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.LoopbackDir, "loopback-dir", "", "directory for loopback discovery records (implies --loopback; default $TMPDIR/orrery-loopback-$UID)")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "heartbeat and link-probe period")
 	fs.DurationVar(&cfg.FailAfter, "fail-after", cfg.FailAfter, "silence after which a peer is marked gone")
+	fs.DurationVar(&cfg.TraceMergeTimeout, "trace-merge-timeout", cfg.TraceMergeTimeout, "how long the master waits for a traced task's ranks before saving a partial trace")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code

@@ -208,6 +208,17 @@ func (p *agentProc) get(path string) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
+// post sends a JSON body, with no client timeout (for long runs).
+func (p *agentProc) post(path, body string) (int, []byte, error) {
+	resp, err := http.Post("http://"+p.addr+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
 func (p *agentProc) mustGet(t *testing.T, path string, v any) {
 	t.Helper()
 	code, b, err := p.get(path)

@@ -11,15 +11,14 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/orrery-cluster/orrery/agent"
 	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -34,7 +33,7 @@ const traceUsage = `Usage:
 `
 
 // traceOpenURL opens url in the system browser; tests replace it.
-var traceOpenURL = openInBrowser
+var traceOpenURL = agent.OpenInBrowser
 
 // runTrace runs "orrery trace …". Exit status: 0 done, 1 failed, 2 usage.
 func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -378,25 +377,3 @@ func (c *traceClient) open(ctx context.Context, stdout, stderr io.Writer, id str
 	return nil
 }
 
-// openInBrowser hands url to the system's opener: open on macOS,
-// xdg-open elsewhere.
-func openInBrowser(ctx context.Context, u string) error {
-	name := "xdg-open"
-	if runtime.GOOS == "darwin" {
-		name = "open"
-	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, u).CombinedOutput()
-	if err != nil {
-		if msg := strings.TrimSpace(string(out)); msg != "" {
-			return fmt.Errorf("%s: %w: %s", name, err, msg)
-		}
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
-}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent"
 	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/engine/trace/tracetest"
@@ -187,7 +188,7 @@ func TestTraceOpen(t *testing.T) {
 	base, _ := traceAgent(t)
 	var opened []string
 	traceOpenURL = func(_ context.Context, u string) error { opened = append(opened, u); return nil }
-	t.Cleanup(func() { traceOpenURL = openInBrowser })
+	t.Cleanup(func() { traceOpenURL = agent.OpenInBrowser })
 	code, out, errs := runTraceCmd(t, "open", "--api", base, "bench-1")
 	if code != 0 || len(opened) != 1 || opened[0] != base+"/perfetto/bench-1" {
 		t.Errorf("trace open = %d, opened %v, stdout %q, stderr %q", code, opened, out, errs)
@@ -213,5 +214,40 @@ func TestTraceUsage(t *testing.T) {
 	code, _, errs := runTraceCmd(t, "ls", "--api", "http://127.0.0.1:1")
 	if code != 1 || !strings.Contains(errs, "no agent answers") {
 		t.Errorf("ls without an agent = %d %q", code, errs)
+	}
+}
+
+// POST /v1/traces/{id}/open on a real agent runs the system opener
+// (xdg-open here; a script on $PATH records what it was given).
+func TestTraceOpenEndpointRunsOpener(t *testing.T) {
+	bin := buildBinary(t)
+	dataDir := t.TempDir()
+	ts, err := tracestore.Open(tracestore.Config{Dir: filepath.Join(dataDir, "traces")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tracetest.Pipeline(tracetest.PipelineConfig{Spans: 20, Ranks: 2, Flows: true})
+	tr.TaskID = "opened-1"
+	if _, err := ts.Save(tracestore.Meta{TaskID: tr.TaskID, Spans: len(tr.Spans)}, func(w io.Writer) error { return trace.WriteChrome(w, tr) }); err != nil {
+		t.Fatal(err)
+	}
+	fake := t.TempDir()
+	record := filepath.Join(fake, "opened.txt")
+	script := "#!/bin/sh\nprintf '%s\\n' \"$1\" >> " + record + "\n"
+	if err := os.WriteFile(filepath.Join(fake, "xdg-open"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := startAgentEnv(t, bin, freeAddr(t), dataDir, []string{"PATH=" + fake + ":" + os.Getenv("PATH")})
+	waitHealthy(t, p)
+	code, b, err := p.post("/v1/traces/opened-1/open", "")
+	if err != nil || code != 200 {
+		t.Fatalf("POST open = %d %s %v", code, b, err)
+	}
+	got, err := os.ReadFile(record)
+	if want := "http://" + p.addr + "/perfetto/opened-1\n"; err != nil || string(got) != want {
+		t.Errorf("xdg-open got %q (%v), want %q", got, err, want)
+	}
+	if code, b, _ := p.post("/v1/traces/missing/open", ""); code != 404 {
+		t.Errorf("open of a missing trace = %d %s", code, b)
 	}
 }
