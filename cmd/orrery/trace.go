@@ -376,4 +376,3 @@ func (c *traceClient) open(ctx context.Context, stdout, stderr io.Writer, id str
 	fmt.Fprintf(stderr, "opened %s in the browser\n", page)
 	return nil
 }
-

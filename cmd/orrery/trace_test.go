@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent"
+	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/engine/trace/tracetest"
