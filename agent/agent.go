@@ -197,7 +197,7 @@ func New(cfg Config) (*Agent, error) {
 		traces:   traces,
 	}
 	a.collector = tracecollect.New(tracecollect.Config{Timeout: cfg.TraceMergeTimeout,
-		ClockOffsets: a.clockOffsets, Save: a.saveTrace, Logger: a.log})
+		ClockOffsets: a.clockOffsets, Self: id.NodeID, Save: a.saveTrace, Logger: a.log})
 	node, err := cluster.NewNode(cluster.Config{
 		NodeID: id.NodeID, StartedAt: id.StartedAt, Version: cfg.Version,
 		Listener: pln, PeerPort: peerPort,

@@ -40,18 +40,9 @@ func (a *Agent) newShipper(task string, rank int) *tracecollect.Shipper {
 			_, err := a.node.ShipTrace(ctx, msg)
 			return err
 		},
-		LinkBytes: a.linkBytes,
+		LinkBytes: a.node.BytesSent,
 		Options:   trace.Options{NodeName: a.identity.FriendlyName},
 	})
-}
-
-// linkBytes is the bytes sent so far to each peer, over all links.
-func (a *Agent) linkBytes() map[string]uint64 {
-	out := map[string]uint64{}
-	for _, l := range a.node.Links() {
-		out[l.PeerID] = l.BytesSent
-	}
-	return out
 }
 
 // clockOffsets is every peer's clock minus ours, from the link probes.
@@ -75,21 +66,24 @@ func (a *Agent) saveTrace(tr *trace.Trace, info tracecollect.Info) error {
 	for _, n := range info.Ranks {
 		nodes[n] = true
 	}
-	tr.Processes = map[string]string{}
-	short := map[string]string{}
-	for id := range nodes {
-		name := id
-		short[id] = id
+	name := func(id string) string {
 		if ident, ok := st.NodeIdentities[id]; ok && ident.FriendlyName != "" {
-			name = fmt.Sprintf("%s (%.8s)", ident.FriendlyName, id)
-			short[id] = ident.FriendlyName
+			return fmt.Sprintf("%s (%.8s)", ident.FriendlyName, id)
 		}
-		tr.Processes[id] = name
+		return id
 	}
+	tr.Processes = map[string]string{}
+	for id := range nodes {
+		tr.Processes[id] = name(id)
+	}
+	// A link track sits on its sending node's process: name it by the
+	// receiving end (friendly names alone may repeat, e.g. on one machine).
 	for i := range tr.Counters {
 		c := &tr.Counters[i]
-		if from, to, ok := strings.Cut(strings.TrimPrefix(c.Name, "link "), "→"); ok && strings.HasPrefix(c.Name, "link ") {
-			c.Name = "link " + nameOr(short, from) + "→" + nameOr(short, to)
+		if rest, ok := strings.CutPrefix(c.Name, "link "); ok {
+			if _, to, ok := strings.Cut(rest, "→"); ok {
+				c.Name = "link → " + name(to)
+			}
 		}
 	}
 	var first, last int64
@@ -106,13 +100,6 @@ func (a *Agent) saveTrace(tr *trace.Trace, info tracecollect.Info) error {
 		Partial: len(info.Missing) > 0, MissingRanks: info.Missing, Error: info.Error}
 	_, err := a.traces.Save(meta, func(w io.Writer) error { return trace.WriteChrome(w, tr) })
 	return err
-}
-
-func nameOr(m map[string]string, k string) string {
-	if v, ok := m[k]; ok {
-		return v
-	}
-	return k
 }
 
 // memoryCounters are the memory-use samples of nodes from a second before

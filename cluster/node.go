@@ -762,6 +762,18 @@ func (n *Node) linksLocked() []Link {
 	return out
 }
 
+// BytesSent returns the bytes sent so far to each peer over all links, for
+// every peer ever linked (Links lists only probed ones).
+func (n *Node) BytesSent() map[string]uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]uint64, len(n.traffic))
+	for id, t := range n.traffic {
+		out[id] = t.sent.Load()
+	}
+	return out
+}
+
 // learn adds peer addresses heard from a member, for members we have no
 // link to yet.
 func (n *Node) learn(peers []wire.PeerInfo) {

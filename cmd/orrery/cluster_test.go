@@ -244,6 +244,7 @@ func TestClusterProcesses(t *testing.T) {
 		TraceEvents []struct {
 			Ph   string  `json:"ph"`
 			Name string  `json:"name"`
+			Pid  int     `json:"pid"`
 			ID   any     `json:"id"`
 			Ts   float64 `json:"ts"`
 		} `json:"traceEvents"`
@@ -252,6 +253,7 @@ func TestClusterProcesses(t *testing.T) {
 	phases := map[string]int{}
 	starts := map[string]float64{}
 	counters := map[string]bool{}
+	linkTracks := map[string]bool{} // pid + name: one track per sender and peer
 	for _, e := range raw.TraceEvents {
 		phases[e.Ph]++
 		if e.Ph == "s" {
@@ -259,6 +261,7 @@ func TestClusterProcesses(t *testing.T) {
 		}
 		if e.Ph == "C" {
 			counters[strings.Fields(e.Name)[0]] = true
+			linkTracks[fmt.Sprint(e.Pid, e.Name)] = true
 		}
 	}
 	for _, e := range raw.TraceEvents {
@@ -276,6 +279,10 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	if !counters["memory"] || !counters["link"] {
 		t.Errorf("counter tracks %v, want memory and link", counters)
+	}
+	// 3 memory tracks, and 2 link tracks (one per peer) on each of 3 nodes.
+	if len(linkTracks) != 9 {
+		t.Errorf("counter tracks by process %v, want 9", linkTracks)
 	}
 
 	// --no-trace runs leave no trace; --repeat prints median times.

@@ -243,6 +243,9 @@ func runDemo(ctx context.Context, opts demoOptions, stdout, stderr io.Writer) er
 			}
 		}
 		fmt.Fprintln(stderr, "orrery demo: running a ring benchmark (4 MiB × 3 rounds) to leave a trace …")
+		if err := waitProbed(ctx, m.url, len(nodes)-1); err != nil {
+			fmt.Fprintf(stderr, "orrery demo: %v; the trace's clocks may be uncorrected\n", err)
+		}
 		if id, err := demoRingTrace(ctx, m.url); err != nil {
 			fmt.Fprintf(stderr, "orrery demo: ring benchmark: %v\n", err)
 		} else {
@@ -251,6 +254,42 @@ func runDemo(ctx context.Context, opts demoOptions, stdout, stderr io.Writer) er
 		}
 	}
 	return waitDemo(ctx, nodes, exits, stderr)
+}
+
+// waitProbed waits (at most 10 s) until the agent at url has probed its
+// links to peers others, so that it knows their clock offsets.
+func waitProbed(ctx context.Context, url string, peers int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		var st struct {
+			Links []struct {
+				Probes int `json:"probes"`
+			} `json:"links"`
+		}
+		probed := 0
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/cluster", nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st)
+			resp.Body.Close()
+			for _, l := range st.Links {
+				if l.Probes > 0 {
+					probed++
+				}
+			}
+		}
+		if probed >= peers {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("links to %d of %d peers probed", probed, peers)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // demoRingTrace runs a small ring benchmark from the agent at url (the
