@@ -56,8 +56,9 @@ type Config struct {
 	// OrphanTimeout is how long chunks of a task never announced are kept
 	// before they are saved as they are.
 	OrphanTimeout time.Duration
-	// MaxTasks bounds the tasks collected at once; MaxSpans the spans kept
-	// per task (more are dropped and counted).
+	// MaxTasks bounds the tasks collected at once; MaxSpans the spans held
+	// for all of them together (more are dropped and counted), so that
+	// memory stays bounded whatever peers send.
 	MaxTasks int
 	MaxSpans int
 	// ClockOffsets returns every peer's clock minus ours; Self is our node
@@ -75,8 +76,11 @@ type Collector struct {
 	cfg Config
 	log *slog.Logger
 
+	merging sync.WaitGroup // merges running off the caller's goroutine
+
 	mu      sync.Mutex // guards the fields below
 	tasks   map[string]*pending
+	held    int // spans held in tasks
 	merged  map[string]Result // recently merged, for Wait and late chunks
 	order   []string          // merged ids, oldest first
 	waiters map[string][]chan Result
@@ -176,13 +180,14 @@ func (c *Collector) Task(from string, m *wire.TraceTask) error {
 			// A node sent spans as a rank the owner gave to another node.
 			c.log.Warn("trace chunk from the wrong node: dropped", "task", m.Task, "rank", r.Rank, "from", d.node, "want", r.Node)
 			p.spans -= len(d.spans)
+			c.held -= len(d.spans)
 			delete(p.got, r.Rank)
 		}
 		p.ranks[r.Rank] = r.Node
 	}
 	if c.completeLocked(p) {
 		c.mu.Unlock()
-		c.merge(p)
+		c.mergeAsync(p)
 		return nil
 	}
 	p.timer.Stop()
@@ -243,22 +248,33 @@ func (c *Collector) Chunk(from string, m *wire.TraceChunk) error {
 		c.log.Warn("trace chunk out of sequence", "task", m.Task, "rank", m.Rank, "seq", m.Seq, "want", rd.nextSeq)
 	}
 	rd.nextSeq = m.Seq + 1
-	room := max(0, c.cfg.MaxSpans-p.spans)
+	room := max(0, c.cfg.MaxSpans-c.held)
 	if len(d.Spans) > room {
 		p.dropped += uint64(len(d.Spans) - room)
 		d.Spans = d.Spans[:room]
 	}
 	p.dropped += d.Dropped
 	p.spans += len(d.Spans)
+	c.held += len(d.Spans)
 	rd.spans = append(rd.spans, d.Spans...)
 	rd.counters = append(rd.counters, d.Counters...)
 	rd.final = m.Final
 	done := m.Final && c.completeLocked(p)
 	c.mu.Unlock()
 	if done {
-		c.merge(p)
+		c.mergeAsync(p)
 	}
 	return nil
+}
+
+// mergeAsync merges off the caller's goroutine: Task and Chunk run on a
+// peer link's goroutine, which must not wait for a large trace's save.
+func (c *Collector) mergeAsync(p *pending) {
+	c.merging.Add(1)
+	go func() {
+		defer c.merging.Done()
+		c.merge(p)
+	}()
 }
 
 // completeLocked reports whether an announced task has every rank's last
@@ -272,9 +288,15 @@ func (c *Collector) completeLocked(p *pending) bool {
 			return false
 		}
 	}
-	delete(c.tasks, p.task)
-	p.timer.Stop()
+	c.dropLocked(p)
 	return true
+}
+
+// dropLocked takes p off the pending list.
+func (c *Collector) dropLocked(p *pending) {
+	delete(c.tasks, p.task)
+	c.held -= p.spans
+	p.timer.Stop()
 }
 
 // expire merges a task whose time is up, with whatever it has.
@@ -284,7 +306,7 @@ func (c *Collector) expire(p *pending) {
 		c.mu.Unlock()
 		return // merged meanwhile
 	}
-	delete(c.tasks, p.task)
+	c.dropLocked(p)
 	c.mu.Unlock()
 	c.merge(p)
 }
@@ -378,18 +400,19 @@ func (c *Collector) Wait(ctx context.Context, task string) (Result, error) {
 	}
 }
 
-// Close merges every task still pending with what it has, so that an agent
-// shutting down loses no spans it received; later data is refused.
+// Close merges every task still pending with what it has and waits for
+// merges under way, so that an agent shutting down loses no spans it
+// received; later data is refused.
 func (c *Collector) Close() {
 	c.mu.Lock()
 	c.closed = true
 	ps := slices.Collect(maps.Values(c.tasks))
 	for _, p := range ps {
-		p.timer.Stop()
-		delete(c.tasks, p.task)
+		c.dropLocked(p)
 	}
 	c.mu.Unlock()
 	for _, p := range ps {
 		c.merge(p)
 	}
+	c.merging.Wait()
 }

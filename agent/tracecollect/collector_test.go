@@ -190,8 +190,9 @@ func TestChunkChecks(t *testing.T) {
 		t.Error("malformed chunk accepted")
 	}
 	// MaxTasks bounds the traces collected at once.
+	// (t4's spans are no longer held: t6 may hold up to 3 again.)
 	for _, id := range []string{"t6", "t7"} {
-		if err := c.Chunk("a", chunk(t, id, 0, 0, false)); err != nil {
+		if err := c.Chunk("a", chunk(t, id, 0, 0, false, span("1", 1, 1), span("2", 2, 1))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -207,8 +208,19 @@ func TestChunkChecks(t *testing.T) {
 	// Close saves what is pending (t6 waits for its last chunk, t7 was
 	// never announced) and refuses more.
 	c.Close()
-	if trs, _ := s.get(); len(trs) != 3 {
-		t.Errorf("%d traces saved after Close, want 3", len(trs))
+	trs, infos := s.get()
+	if len(trs) != 3 {
+		t.Fatalf("%d traces saved after Close, want 3", len(trs))
+	}
+	kept := map[string]int{}
+	var dropped uint64
+	for i, tr := range trs {
+		kept[tr.TaskID] = len(tr.Spans)
+		dropped += infos[i].Dropped
+	}
+	// 3 spans at most held at once: t6 got 2, t7 the 1 left.
+	if kept["t6"] != 2 || kept["t7"] != 1 || dropped != 2 {
+		t.Errorf("spans kept %v, dropped %d; want t6 2, t7 1, 2 dropped in all", kept, dropped)
 	}
 	if err := c.Chunk("a", chunk(t, "t9", 0, 0, false)); err == nil {
 		t.Error("chunk accepted after Close")
