@@ -80,7 +80,7 @@ type Collector struct {
 
 	mu      sync.Mutex // guards the fields below
 	tasks   map[string]*pending
-	held    int // spans held in tasks
+	held    int               // spans held in tasks
 	merged  map[string]Result // recently merged, for Wait and late chunks
 	order   []string          // merged ids, oldest first
 	waiters map[string][]chan Result
