@@ -1,0 +1,166 @@
+package gguf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"math"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func sampleKVs() []KV {
+	return []KV{
+		{"general.architecture", "llama"},
+		{"llama.block_count", uint32(2)},
+		{"llama.rope.freq_base", float32(10000)},
+		{"general.flag", true},
+		{"x.i64", int64(-5)},
+		{"x.f64", 1.5},
+		{"tokenizer.ggml.tokens", []string{"<s>", "a", "é"}},
+		{"tokenizer.ggml.scores", []float32{0, -1, -2}},
+		{"tokenizer.ggml.token_type", []int32{3, 1, 1}},
+		{"x.u8", uint8(7)}, {"x.i8", int8(-7)}, {"x.u16", uint16(9)}, {"x.i16", int16(-9)}, {"x.u64", uint64(1 << 40)},
+	}
+}
+
+func sampleTensors() []WriteTensor {
+	f32 := func(vals ...float32) func(io.Writer) error {
+		return func(w io.Writer) error { return binary.Write(w, binary.LittleEndian, vals) }
+	}
+	q := make([]float32, 64)
+	for i := range q {
+		q[i] = float32(i) - 31.5
+	}
+	qb, _ := AppendQ8_0(nil, q)
+	return []WriteTensor{
+		{Name: "a", Type: F32, Dims: []uint64{3}, Data: f32(1, 2, 3)},
+		{Name: "b", Type: Q8_0, Dims: []uint64{32, 2}, Data: func(w io.Writer) error { _, err := w.Write(qb); return err }},
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	if err := WriteFile(path, sampleKVs(), sampleTensors()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(f.KV, sampleKVs()) {
+		t.Errorf("KV = %#v", f.KV)
+	}
+	if f.String("general.architecture", "") != "llama" || f.Uint("llama.block_count", 0) != 2 || f.Float("llama.rope.freq_base", 0) != 10000 ||
+		!f.Bool("general.flag", false) || len(f.Strings("tokenizer.ggml.tokens")) != 3 || f.Uint("x.i64", 99) != 99 {
+		t.Error("typed getters disagree")
+	}
+	a, _ := f.Tensor("a")
+	b, _ := f.Tensor("b")
+	if a.Size != 12 || b.Size != 68 || b.Offset%32 != 0 || f.DataOffset%32 != 0 || b.Elements() != 64 {
+		t.Errorf("tensors %+v %+v, data at %d", a, b, f.DataOffset)
+	}
+}
+
+func TestF16(t *testing.T) {
+	for h := 0; h < 1<<16; h++ {
+		f := F16ToFloat32(uint16(h))
+		if math.IsNaN(float64(f)) {
+			continue
+		}
+		if back := Float32ToF16(f); back != uint16(h) {
+			t.Fatalf("%#04x → %g → %#04x", h, f, back)
+		}
+	}
+	for _, c := range []struct {
+		f float32
+		h uint16
+	}{{1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {1e6, 0x7c00}, {1.0009765625 + 1.0/4096, 0x3c01}, {5.96e-8, 0x0001}, {1e-9, 0}} {
+		if got := Float32ToF16(c.f); got != c.h {
+			t.Errorf("F16(%g) = %#04x, want %#04x", c.f, got, c.h)
+		}
+	}
+}
+
+func TestQ8_0(t *testing.T) {
+	src := make([]float32, 96)
+	for i := range src {
+		src[i] = float32(math.Sin(float64(i))) * float32(i%7+1)
+	}
+	b, err := AppendQ8_0(nil, src)
+	if err != nil || len(b) != 3*34 {
+		t.Fatalf("%d bytes, %v", len(b), err)
+	}
+	back, err := Dequantize(Q8_0, b, len(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range src {
+		if d := math.Abs(back[i] - float64(v)); d > 7.0/127/2*1.01 {
+			t.Errorf("value %d: %g → %g", i, v, back[i])
+		}
+	}
+	if _, err := AppendQ8_0(nil, src[:5]); err == nil {
+		t.Error("a partial block was quantized")
+	}
+}
+
+func header(t *testing.T) []byte {
+	var buf bytes.Buffer
+	if err := Write(&buf, sampleKVs(), sampleTensors()); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestMalformed(t *testing.T) {
+	good := header(t)
+	mod := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+	for _, c := range []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"empty", nil, "unexpected EOF"},
+		{"magic", mod(func(b []byte) []byte { b[0] = 'X'; return b }), "not a GGUF file"},
+		{"version", mod(func(b []byte) []byte { b[4] = 9; return b }), "version 9"},
+		{"many kvs", mod(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[16:], 1<<40); return b }), "metadata entries, limit"},
+		{"many tensors", mod(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[8:], 1<<40); return b }), "tensors, limit"},
+		{"long key", mod(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[24:], 1<<50); return b }), "string of"},
+		{"truncated header", good[:100], "unexpected EOF"},
+		{"truncated data", good[:len(good)-40], "past the end of the file"},
+		{"value type", mod(func(b []byte) []byte {
+			i := bytes.Index(b, []byte("general.architecture")) + len("general.architecture")
+			b[i] = 77
+			return b
+		}), "unknown value type 77"},
+	} {
+		_, err := Read(bytes.NewReader(c.in), int64(len(c.in)), Limits{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+	if _, err := Read(bytes.NewReader(good), int64(len(good)), Limits{MaxArray: 2}); err == nil || !strings.Contains(err.Error(), "array of 3 elements") {
+		t.Errorf("array limit: %v", err)
+	}
+}
+
+// FuzzRead: any bytes either fail with an error or give a header whose
+// tensors lie within the input.
+func FuzzRead(f *testing.F) {
+	f.Add(header(&testing.T{}))
+	f.Add([]byte("GGUF\x03\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		gf, err := Read(bytes.NewReader(data), int64(len(data)), Limits{MaxMetaBytes: 1 << 20, MaxArray: 1 << 12})
+		if err != nil {
+			return
+		}
+		for _, tn := range gf.Tensors {
+			if uint64(gf.DataOffset)+tn.Offset+tn.Size > uint64(len(data)) {
+				t.Fatalf("tensor %q past the end", tn.Name)
+			}
+		}
+	})
+}
