@@ -1,0 +1,150 @@
+// Package model describes decoder-only transformer models stored as GGUF:
+// their shape from the metadata, their tokenizer and chat template, where
+// users keep them, and a generator of random-weight models for tests.
+package model
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+)
+
+// Supported lists the architectures the runner implements.
+var Supported = []string{"llama", "qwen2"}
+
+// ErrUnsupported is wrapped by the error for any other architecture.
+var ErrUnsupported = errors.New("unsupported architecture")
+
+// Config is a model's shape and hyperparameters.
+type Config struct {
+	Arch       string  `json:"arch"`
+	Name       string  `json:"name,omitempty"`
+	Layers     int     `json:"layers"`
+	Dim        int     `json:"dim"`
+	FFDim      int     `json:"ffDim"`
+	Heads      int     `json:"heads"`
+	KVHeads    int     `json:"kvHeads"`
+	HeadDim    int     `json:"headDim"`
+	Vocab      int     `json:"vocab"`
+	ContextLen int     `json:"contextLength"`
+	RopeBase   float64 `json:"ropeBase"`
+	RopeScale  float64 `json:"ropeScale"`
+	Eps        float64 `json:"eps"`
+	// RopeNeoX rotates the two halves of a head (qwen2) instead of
+	// adjacent pairs (llama).
+	RopeNeoX bool `json:"ropeNeoX"`
+	// QKVBias: the q, k and v projections have biases (qwen2).
+	QKVBias bool `json:"qkvBias"`
+	// TiedOutput: no output.weight; the embedding matrix is reused.
+	TiedOutput bool `json:"tiedOutput"`
+	// FileType is the dominant weight type (e.g. "Q8_0").
+	FileType string `json:"quantization"`
+	// Params is the number of weights.
+	Params uint64 `json:"params"`
+}
+
+// FromGGUF reads a model's config from its metadata and checks that the
+// tensors a forward pass needs are there with the right shapes.
+func FromGGUF(f *gguf.File) (Config, error) {
+	arch := f.String("general.architecture", "")
+	if !slices.Contains(Supported, arch) {
+		if arch == "" {
+			arch = "(none)"
+		}
+		return Config{}, fmt.Errorf("%w %q; supported: %s", ErrUnsupported, arch, strings.Join(Supported, ", "))
+	}
+	k := func(s string) string { return arch + "." + s }
+	c := Config{
+		Arch:       arch,
+		Name:       f.String("general.name", ""),
+		Layers:     int(f.Uint(k("block_count"), 0)),
+		Dim:        int(f.Uint(k("embedding_length"), 0)),
+		FFDim:      int(f.Uint(k("feed_forward_length"), 0)),
+		Heads:      int(f.Uint(k("attention.head_count"), 0)),
+		ContextLen: int(f.Uint(k("context_length"), 2048)),
+		RopeBase:   f.Float(k("rope.freq_base"), 10000),
+		RopeScale:  1,
+		Eps:        f.Float(k("attention.layer_norm_rms_epsilon"), 1e-5),
+		RopeNeoX:   arch == "qwen2",
+	}
+	if v, ok := f.Get(k("rope.scaling.factor")); ok {
+		if s, ok := v.(float32); ok && s > 0 {
+			c.RopeScale = float64(s)
+		}
+	}
+	c.KVHeads = int(f.Uint(k("attention.head_count_kv"), uint64(c.Heads)))
+	if c.Layers <= 0 || c.Dim <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.FFDim <= 0 {
+		return Config{}, fmt.Errorf("%s model: block_count %d, embedding_length %d, feed_forward_length %d, head_count %d, head_count_kv %d: all must be > 0",
+			arch, c.Layers, c.Dim, c.FFDim, c.Heads, c.KVHeads)
+	}
+	if c.Dim%c.Heads != 0 || c.Heads%c.KVHeads != 0 {
+		return Config{}, fmt.Errorf("%s model: %d heads do not divide dim %d, or %d kv heads do not divide them", arch, c.Heads, c.Dim, c.KVHeads)
+	}
+	c.HeadDim = int(f.Uint(k("attention.key_length"), uint64(c.Dim/c.Heads)))
+	if rd := f.Uint(k("rope.dimension_count"), uint64(c.HeadDim)); int(rd) != c.HeadDim {
+		return Config{}, fmt.Errorf("%s model: partial rotary embeddings (%d of %d dims) are not supported", arch, rd, c.HeadDim)
+	}
+	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
+		c.Vocab = len(tokens)
+	}
+	emb, ok := f.Tensor("token_embd.weight")
+	if !ok {
+		return Config{}, errors.New("no token_embd.weight tensor")
+	}
+	if len(emb.Dims) != 2 || int(emb.Dims[0]) != c.Dim {
+		return Config{}, fmt.Errorf("token_embd.weight is %v, want [%d, vocab]", emb.Dims, c.Dim)
+	}
+	if c.Vocab == 0 {
+		c.Vocab = int(emb.Dims[1])
+	}
+	if int(emb.Dims[1]) != c.Vocab {
+		return Config{}, fmt.Errorf("token_embd.weight has %d rows, the tokenizer %d tokens", emb.Dims[1], c.Vocab)
+	}
+	_, hasOut := f.Tensor("output.weight")
+	c.TiedOutput = !hasOut
+	_, c.QKVBias = f.Tensor("blk.0.attn_q.bias")
+	q, kv := uint64(c.Heads*c.HeadDim), uint64(c.KVHeads*c.HeadDim)
+	want := map[string][]uint64{
+		"attn_norm.weight": {uint64(c.Dim)}, "ffn_norm.weight": {uint64(c.Dim)},
+		"attn_q.weight": {uint64(c.Dim), q}, "attn_k.weight": {uint64(c.Dim), kv}, "attn_v.weight": {uint64(c.Dim), kv},
+		"attn_output.weight": {q, uint64(c.Dim)},
+		"ffn_gate.weight":    {uint64(c.Dim), uint64(c.FFDim)}, "ffn_up.weight": {uint64(c.Dim), uint64(c.FFDim)},
+		"ffn_down.weight": {uint64(c.FFDim), uint64(c.Dim)},
+	}
+	if c.QKVBias {
+		want["attn_q.bias"], want["attn_k.bias"], want["attn_v.bias"] = []uint64{q}, []uint64{kv}, []uint64{kv}
+	}
+	counts := map[gguf.TensorType]uint64{}
+	for _, t := range f.Tensors {
+		c.Params += t.Elements()
+		counts[t.Type] += t.Elements()
+	}
+	var best uint64
+	for t, n := range counts {
+		if n > best {
+			best, c.FileType = n, t.String()
+		}
+	}
+	// Every block must be there with the right shapes.
+	for i := 0; i < c.Layers; i++ {
+		for suffix, dims := range want {
+			name := fmt.Sprintf("blk.%d.%s", i, suffix)
+			t, ok := f.Tensor(name)
+			if !ok {
+				return Config{}, fmt.Errorf("no %s tensor", name)
+			}
+			if !slices.Equal(t.Dims, dims) {
+				return Config{}, fmt.Errorf("%s is %v, want %v", name, t.Dims, dims)
+			}
+		}
+	}
+	return c, nil
+}
+
+// String summarises the shape.
+func (c Config) String() string {
+	return fmt.Sprintf("%s %d layers, dim %d, ff %d, %d/%d heads, vocab %d, %s", c.Arch, c.Layers, c.Dim, c.FFDim, c.Heads, c.KVHeads, c.Vocab, c.FileType)
+}

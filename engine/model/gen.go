@@ -1,0 +1,294 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+)
+
+// GenOptions is the shape of a generated model.
+type GenOptions struct {
+	Arch       string // llama or qwen2
+	Layers     int
+	Dim        int
+	FFDim      int // 0: 8/3 × Dim, rounded up to a multiple of 64
+	Heads      int
+	KVHeads    int // 0: Heads
+	Vocab      int
+	ContextLen int // 0: 2048
+	// Type is the weight type: F32, F16 or Q8_0 (norms are always F32).
+	Type string
+	Seed uint64
+}
+
+// Presets are named shapes for gen-model.
+var Presets = map[string]GenOptions{
+	// tiny: tests (a few MB).
+	"tiny": {Arch: "llama", Layers: 4, Dim: 64, FFDim: 192, Heads: 4, KVHeads: 2, Vocab: 512, ContextLen: 512, Type: "F32"},
+	// small: the demo and quick benchmarks (~30 MB).
+	"small": {Arch: "llama", Layers: 8, Dim: 512, FFDim: 1408, Heads: 8, KVHeads: 4, Vocab: 4096, ContextLen: 2048, Type: "Q8_0"},
+	// 1b: the performance reference, 1.1 G weights (1.17 GB in Q8_0).
+	"1b": {Arch: "llama", Layers: 16, Dim: 2048, FFDim: 8192, Heads: 32, KVHeads: 8, Vocab: 32000, ContextLen: 4096, Type: "Q8_0"},
+}
+
+// ChatMLTemplate is the chat template written into generated models.
+const ChatMLTemplate = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+
+// Special token ids of generated models.
+const (
+	genUnk, genBOS, genEOS, genImStart, genImEnd = 0, 1, 2, 3, 4
+	genFirstByte                                 = 5
+	genFirstPiece                                = genFirstByte + 256
+)
+
+func (o *GenOptions) fill() error {
+	if o.Arch == "" {
+		o.Arch = "llama"
+	}
+	if !slices.Contains(Supported, o.Arch) {
+		return fmt.Errorf("arch %q: want one of %v", o.Arch, Supported)
+	}
+	if o.KVHeads == 0 {
+		o.KVHeads = o.Heads
+	}
+	if o.FFDim == 0 {
+		o.FFDim = (o.Dim*8/3 + 63) / 64 * 64
+	}
+	if o.ContextLen == 0 {
+		o.ContextLen = 2048
+	}
+	if o.Type == "" {
+		o.Type = "Q8_0"
+	}
+	switch {
+	case o.Layers < 1 || o.Layers > 512:
+		return fmt.Errorf("layers %d: want 1..512", o.Layers)
+	case o.Dim < 32 || o.Dim%32 != 0 || o.Dim > 65536:
+		return fmt.Errorf("dim %d: want a multiple of 32 up to 65536", o.Dim)
+	case o.FFDim < 32 || o.FFDim%32 != 0:
+		return fmt.Errorf("ff dim %d: want a multiple of 32", o.FFDim)
+	case o.Heads < 1 || o.Dim%o.Heads != 0 || (o.Dim/o.Heads)%2 != 0:
+		return fmt.Errorf("%d heads: they must divide dim %d into even head sizes", o.Heads, o.Dim)
+	case o.KVHeads < 1 || o.Heads%o.KVHeads != 0:
+		return fmt.Errorf("%d kv heads: they must divide %d heads", o.KVHeads, o.Heads)
+	case o.Vocab < genFirstPiece+64 || o.Vocab > 1<<20:
+		return fmt.Errorf("vocab %d: want %d..%d", o.Vocab, genFirstPiece+64, 1<<20)
+	case o.ContextLen < 16 || o.ContextLen > 1<<20:
+		return fmt.Errorf("context length %d: want 16..%d", o.ContextLen, 1<<20)
+	}
+	if _, ok := genTypes[o.Type]; !ok {
+		return fmt.Errorf("type %q: want F32, F16 or Q8_0", o.Type)
+	}
+	return nil
+}
+
+var genTypes = map[string]gguf.TensorType{"F32": gguf.F32, "F16": gguf.F16, "Q8_0": gguf.Q8_0}
+
+// fileTypes are general.file_type values (llama.cpp's LLAMA_FTYPE).
+var fileTypes = map[string]uint32{"F32": 0, "F16": 1, "Q8_0": 7}
+
+// Generate writes a random-weight model of shape o to path, atomically.
+// The same options always give the same bytes. Its output is gibberish:
+// it exists to exercise the runner, not to say anything.
+func Generate(path string, o GenOptions) error {
+	if err := o.fill(); err != nil {
+		return fmt.Errorf("gen-model: %w", err)
+	}
+	kvs, err := genMetadata(o)
+	if err != nil {
+		return err
+	}
+	return gguf.WriteFile(path, kvs, genTensors(o))
+}
+
+// GenSize is the file size Generate writes for o (roughly: the weights).
+func GenSize(o GenOptions) (uint64, error) {
+	if err := o.fill(); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, t := range genTensors(o) {
+		elems := uint64(1)
+		for _, d := range t.Dims {
+			elems *= d
+		}
+		sz, _ := t.Type.RowBytes(elems)
+		n += sz
+	}
+	return n, nil
+}
+
+func genMetadata(o GenOptions) ([]gguf.KV, error) {
+	a := o.Arch
+	tokens, scores, types := genVocab(o.Vocab)
+	name := fmt.Sprintf("orrery-gen-%s-%dL-%dd-%s", a, o.Layers, o.Dim, o.Type)
+	return []gguf.KV{
+		{Key: "general.architecture", Value: a},
+		{Key: "general.name", Value: name},
+		{Key: "general.description", Value: "random weights from orrery gen-model (seed " + fmt.Sprint(o.Seed) + "): output is gibberish"},
+		{Key: "general.file_type", Value: fileTypes[o.Type]},
+		{Key: a + ".context_length", Value: uint32(o.ContextLen)},
+		{Key: a + ".embedding_length", Value: uint32(o.Dim)},
+		{Key: a + ".block_count", Value: uint32(o.Layers)},
+		{Key: a + ".feed_forward_length", Value: uint32(o.FFDim)},
+		{Key: a + ".attention.head_count", Value: uint32(o.Heads)},
+		{Key: a + ".attention.head_count_kv", Value: uint32(o.KVHeads)},
+		{Key: a + ".attention.layer_norm_rms_epsilon", Value: float32(1e-5)},
+		{Key: a + ".rope.freq_base", Value: float32(10000)},
+		{Key: a + ".rope.dimension_count", Value: uint32(o.Dim / o.Heads)},
+		{Key: a + ".vocab_size", Value: uint32(o.Vocab)},
+		{Key: "tokenizer.ggml.model", Value: "llama"},
+		{Key: "tokenizer.ggml.tokens", Value: tokens},
+		{Key: "tokenizer.ggml.scores", Value: scores},
+		{Key: "tokenizer.ggml.token_type", Value: types},
+		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(genBOS)},
+		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(genImEnd)},
+		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(genUnk)},
+		{Key: "tokenizer.ggml.add_bos_token", Value: true},
+		{Key: "tokenizer.ggml.add_eos_token", Value: false},
+		{Key: "tokenizer.chat_template", Value: ChatMLTemplate},
+	}, nil
+}
+
+// genVocab is a SentencePiece vocabulary that can encode any text: special
+// tokens, the 256 byte-fallback tokens, then pieces (letters, common words
+// with the SentencePiece space mark, and letter pairs), longer pieces
+// scoring higher so that they are preferred.
+func genVocab(n int) (tokens []string, scores []float32, types []int32) {
+	add := func(t string, s float32, typ int32) {
+		tokens, scores, types = append(tokens, t), append(scores, s), append(types, typ)
+	}
+	add("<unk>", 0, 2)
+	add("<s>", 0, 3)
+	add("</s>", 0, 3)
+	add("<|im_start|>", 0, 3)
+	add("<|im_end|>", 0, 3)
+	for b := 0; b < 256; b++ {
+		add(fmt.Sprintf("<0x%02X>", b), 0, 6)
+	}
+	seen := map[string]bool{}
+	piece := func(p string) {
+		if len(tokens) < n && !seen[p] {
+			seen[p] = true
+			add(p, float32(len([]rune(p)))-float32(len(tokens))*1e-6, 1)
+		}
+	}
+	piece("▁")
+	for c := byte(' ' + 1); c < 127; c++ {
+		piece(string(c))
+	}
+	for _, w := range []string{"the", "of", "and", "to", "in", "is", "it", "you", "that", "he", "was", "for", "on",
+		"are", "with", "as", "I", "his", "they", "be", "at", "one", "have", "this", "from", "or", "had", "by", "hello",
+		"world", "what", "orrery", "cluster", "token", "model", "Mac", "trace", "node", "rank"} {
+		piece("▁" + w)
+		piece(w)
+	}
+	letters := "etaoinshrdlucmfwypvbgkjqxz"
+	for _, a := range letters {
+		piece("▁" + string(a))
+	}
+	for _, a := range letters {
+		for _, b := range letters {
+			piece(string(a) + string(b))
+		}
+	}
+	for _, a := range letters {
+		for _, b := range letters {
+			for _, c := range letters {
+				piece(string(a) + string(b) + string(c))
+			}
+		}
+	}
+	for i := 0; len(tokens) < n; i++ {
+		add(fmt.Sprintf("<unused%d>", i), -1e9, 5)
+	}
+	return tokens, scores, types
+}
+
+// genTensors lists the tensors in file order; each fills itself from a
+// generator seeded by the model seed and the tensor's name.
+func genTensors(o GenOptions) []gguf.WriteTensor {
+	wt := genTypes[o.Type]
+	hd := o.Dim / o.Heads
+	q, kv := uint64(o.Heads*hd), uint64(o.KVHeads*hd)
+	dim, ff := uint64(o.Dim), uint64(o.FFDim)
+	var ts []gguf.WriteTensor
+	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
+		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
+	}
+	add("token_embd.weight", wt, 1, false, dim, uint64(o.Vocab))
+	for i := 0; i < o.Layers; i++ {
+		p := fmt.Sprintf("blk.%d.", i)
+		add(p+"attn_norm.weight", gguf.F32, 0.1, true, dim)
+		add(p+"attn_q.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, q)
+		add(p+"attn_k.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
+		add(p+"attn_v.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
+		if o.Arch == "qwen2" {
+			add(p+"attn_q.bias", gguf.F32, 0.02, false, q)
+			add(p+"attn_k.bias", gguf.F32, 0.02, false, kv)
+			add(p+"attn_v.bias", gguf.F32, 0.02, false, kv)
+		}
+		add(p+"attn_output.weight", wt, 1/math.Sqrt(float64(q)), false, q, dim)
+		add(p+"ffn_norm.weight", gguf.F32, 0.1, true, dim)
+		add(p+"ffn_gate.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
+		add(p+"ffn_up.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
+		add(p+"ffn_down.weight", wt, 1/math.Sqrt(float64(ff)), false, ff, dim)
+	}
+	add("output_norm.weight", gguf.F32, 0.1, true, dim)
+	add("output.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, uint64(o.Vocab))
+	return ts
+}
+
+// genData writes normal(0, std) values (1 + normal for norm weights) of
+// type t, a row of dims[0] at a time.
+func genData(seed uint64, name string, t gguf.TensorType, std float64, norm bool, dims []uint64) func(io.Writer) error {
+	return func(w io.Writer) error {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+		row := int(dims[0])
+		rows := 1
+		for _, d := range dims[1:] {
+			rows *= int(d)
+		}
+		vals := make([]float32, row)
+		var buf []byte
+		for r := 0; r < rows; r++ {
+			for i := range vals {
+				v := rng.NormFloat64() * std
+				if norm {
+					v += 1
+				}
+				vals[i] = float32(v)
+			}
+			buf = buf[:0]
+			switch t {
+			case gguf.F32:
+				for _, v := range vals {
+					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+				}
+			case gguf.F16:
+				for _, v := range vals {
+					buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToF16(v))
+				}
+			case gguf.Q8_0:
+				var err error
+				if buf, err = gguf.AppendQ8_0(buf, vals); err != nil {
+					return err
+				}
+			default:
+				return fmt.Errorf("cannot generate %s", t)
+			}
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
