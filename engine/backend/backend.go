@@ -1,0 +1,83 @@
+// Package backend is Orrery's small interface to a compute backend: one
+// rank's blocks of a model, run a batch at a time with their own KV cache.
+// engine/backend/ggml implements it on ggml; tests compare it with a
+// pure-Go reference.
+package backend
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// Options say what a rank loads and how it runs.
+type Options struct {
+	// Threads for the CPU path (0: the backend's default).
+	Threads int
+	// ContextLen is the KV cache capacity in tokens (0: the model's).
+	ContextLen int
+	// BatchSize is the most tokens one Forward takes (default 512).
+	BatchSize int
+	// FirstLayer and LastLayer are the blocks [FirstLayer, LastLayer) this
+	// rank holds; LastLayer 0 means all of them. The first rank embeds
+	// tokens; the last applies the output head.
+	FirstLayer, LastLayer int
+	// KVType is the KV cache element type, "f16" (default) or "f32".
+	KVType string
+}
+
+// Resolve fills defaults against the model and checks the range.
+func (o *Options) Resolve(c model.Config) error {
+	if o.LastLayer == 0 {
+		o.LastLayer = c.Layers
+	}
+	if o.FirstLayer < 0 || o.LastLayer > c.Layers || o.FirstLayer >= o.LastLayer {
+		return fmt.Errorf("layers [%d, %d) of a %d-layer model", o.FirstLayer, o.LastLayer, c.Layers)
+	}
+	if o.ContextLen <= 0 || o.ContextLen > c.ContextLen {
+		o.ContextLen = c.ContextLen
+	}
+	if o.BatchSize <= 0 {
+		o.BatchSize = 512
+	}
+	o.BatchSize = min(o.BatchSize, o.ContextLen)
+	switch o.KVType {
+	case "":
+		o.KVType = "f16"
+	case "f16", "f32":
+	default:
+		return fmt.Errorf("kv cache type %q: want f16 or f32", o.KVType)
+	}
+	return nil
+}
+
+// Batch is one forward step's input: tokens (first rank) or hidden states
+// (dim × len(Positions), later ranks), at consecutive positions.
+type Batch struct {
+	Tokens    []int32
+	Hidden    []float32
+	Positions []int32
+	// AllLogits asks the last rank for every position's logits, not just
+	// the last one's (tests).
+	AllLogits bool
+}
+
+// Result is a forward step's output: logits (vocab per output position)
+// on the last rank, hidden states (dim × positions) on the others.
+type Result struct {
+	Logits []float32
+	Hidden []float32
+}
+
+// Rank is one rank's loaded blocks. Its methods are not safe for
+// concurrent use: one Forward runs at a time.
+type Rank interface {
+	Config() model.Config
+	Options() Options
+	// Forward runs one batch; positions continue the cache (0 after Reset).
+	Forward(ctx context.Context, b Batch) (Result, error)
+	// Reset forgets the KV cache.
+	Reset() error
+	Close()
+}

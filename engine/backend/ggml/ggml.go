@@ -1,0 +1,229 @@
+// Package ggml runs a rank's blocks on ggml through ollama's ml packages
+// (CPU here, Metal on macOS), pinned to github.com/ollama/ollama v0.17.4.
+// Nothing outside this package sees that API.
+package ggml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/ollama/ollama/kvcache"
+	"github.com/ollama/ollama/ml"
+	_ "github.com/ollama/ollama/ml/backend/ggml" // registers the ggml backend
+	"github.com/ollama/ollama/ml/nn"
+	"github.com/ollama/ollama/ml/nn/rope"
+	"github.com/ollama/ollama/model/input"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+type layer struct {
+	attnNorm, q, k, v, qb, kb, vb, o ml.Tensor
+	ffnNorm, gate, up, down          ml.Tensor
+}
+
+// Rank is a loaded range of blocks on ggml.
+type Rank struct {
+	cfg   model.Config
+	opts  backend.Options
+	b     ml.Backend
+	cache *kvcache.Causal
+
+	tokEmb, outNorm, out ml.Tensor
+	layers               []layer // indexed from opts.FirstLayer
+}
+
+var _ backend.Rank = (*Rank)(nil)
+
+// Load loads the model at path (a whole model or a shard holding the
+// rank's blocks) and prepares a KV cache. progress gets 0..1 as weights load.
+func Load(ctx context.Context, path string, opts backend.Options, progress func(float32)) (*Rank, error) {
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := opts.Resolve(cfg); err != nil {
+		return nil, err
+	}
+	b, err := newBackend(path, opts.Threads)
+	if err != nil {
+		return nil, fmt.Errorf("ggml backend: %w", err)
+	}
+	if progress == nil {
+		progress = func(float32) {}
+	}
+	if err := b.Load(ctx, progress); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("load weights: %w", err)
+	}
+	r := &Rank{cfg: cfg, opts: opts, b: b}
+	get := func(name string, required bool) (ml.Tensor, error) {
+		t := b.Get(name)
+		if t == nil && required {
+			return nil, fmt.Errorf("tensor %s missing", name)
+		}
+		return t, nil
+	}
+	var errs []error
+	must := func(name string) ml.Tensor {
+		t, err := get(name, true)
+		errs = append(errs, err)
+		return t
+	}
+	if opts.FirstLayer == 0 {
+		r.tokEmb = must("token_embd.weight")
+	}
+	if opts.LastLayer == cfg.Layers {
+		r.outNorm = must("output_norm.weight")
+		if cfg.TiedOutput {
+			r.out = must("token_embd.weight")
+		} else {
+			r.out = must("output.weight")
+		}
+	}
+	for i := opts.FirstLayer; i < opts.LastLayer; i++ {
+		p := fmt.Sprintf("blk.%d.", i)
+		l := layer{
+			attnNorm: must(p + "attn_norm.weight"), q: must(p + "attn_q.weight"), k: must(p + "attn_k.weight"),
+			v: must(p + "attn_v.weight"), o: must(p + "attn_output.weight"), ffnNorm: must(p + "ffn_norm.weight"),
+			gate: must(p + "ffn_gate.weight"), up: must(p + "ffn_up.weight"), down: must(p + "ffn_down.weight"),
+		}
+		if cfg.QKVBias {
+			l.qb, l.kb, l.vb = must(p+"attn_q.bias"), must(p+"attn_k.bias"), must(p+"attn_v.bias")
+		}
+		r.layers = append(r.layers, l)
+	}
+	if err := errors.Join(errs...); err != nil {
+		b.Close()
+		return nil, err
+	}
+	kvType := ml.DTypeF16
+	if opts.KVType == "f32" {
+		kvType = ml.DTypeF32
+	}
+	r.cache = kvcache.NewCausalCache(r.shift)
+	r.cache.Init(b, kvType, 1, opts.ContextLen, opts.BatchSize)
+	return r, nil
+}
+
+// newBackend creates the ggml backend, turning its panics (it panics on
+// some malformed files) into errors.
+func newBackend(path string, threads int) (b ml.Backend, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	return ml.NewBackend(path, ml.BackendParams{AllocMemory: true, NumThreads: threads})
+}
+
+// shift would re-rotate cached keys after a context shift; Orrery refuses
+// prompts longer than the context instead, so it is never needed.
+func (r *Rank) shift(ml.Context, int, ml.Tensor, ml.Tensor) (ml.Tensor, error) {
+	return nil, errors.New("context shift is not supported")
+}
+
+func (r *Rank) Config() model.Config      { return r.cfg }
+func (r *Rank) Options() backend.Options { return r.opts }
+
+// Reset forgets every cached position.
+func (r *Rank) Reset() error { return r.cache.Remove(0, 0, math.MaxInt32) }
+
+// Close frees the weights and the cache.
+func (r *Rank) Close() {
+	r.cache.Close()
+	r.b.Close()
+}
+
+// Forward runs one batch through the rank's blocks.
+func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Result, err error) {
+	n := len(in.Positions)
+	first, last := r.opts.FirstLayer == 0, r.opts.LastLayer == r.cfg.Layers
+	switch {
+	case n == 0 || n > r.opts.BatchSize:
+		return res, fmt.Errorf("batch of %d positions, want 1..%d", n, r.opts.BatchSize)
+	case first && len(in.Tokens) != n:
+		return res, fmt.Errorf("%d tokens for %d positions", len(in.Tokens), n)
+	case !first && len(in.Hidden) != n*r.cfg.Dim:
+		return res, fmt.Errorf("%d hidden values for %d positions of dim %d", len(in.Hidden), n, r.cfg.Dim)
+	}
+	for _, t := range in.Tokens {
+		if t < 0 || int(t) >= r.cfg.Vocab {
+			return res, fmt.Errorf("token %d outside the %d-token vocabulary", t, r.cfg.Vocab)
+		}
+	}
+	if int(in.Positions[n-1]) >= r.opts.ContextLen {
+		return res, fmt.Errorf("position %d past the context of %d", in.Positions[n-1], r.opts.ContextLen)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("ggml forward: %v", p)
+		}
+	}()
+	c := r.b.NewContext()
+	defer c.Close()
+	positions := c.Input().FromInts(in.Positions, n)
+	var h ml.Tensor
+	if first {
+		h = r.tokEmb.Rows(c, c.Input().FromInts(in.Tokens, n))
+	} else {
+		h = c.Input().FromFloats(in.Hidden, r.cfg.Dim, n)
+	}
+	if err := r.cache.StartForward(c, input.Batch{Positions: in.Positions, Sequences: make([]int, n)}, false); err != nil {
+		return res, fmt.Errorf("kv cache: %w", err)
+	}
+	for i := range r.layers {
+		r.cache.SetLayer(r.opts.FirstLayer + i)
+		h = r.block(c, &r.layers[i], h, positions, n)
+	}
+	if !last {
+		c.Forward(h).Compute(h)
+		res.Hidden = h.Floats()
+		return res, nil
+	}
+	if !in.AllLogits && n > 1 {
+		h = h.Rows(c, c.Input().FromInts([]int32{int32(n - 1)}, 1))
+	}
+	h = h.RMSNorm(c, r.outNorm, float32(r.cfg.Eps))
+	logits := r.out.Mulmat(c, h)
+	c.Forward(logits).Compute(logits)
+	res.Logits = logits.Floats()
+	return res, nil
+}
+
+// block is one transformer block: attention and SwiGLU MLP, each with
+// RMSNorm before and a residual around.
+func (r *Rank) block(c ml.Context, l *layer, x, positions ml.Tensor, n int) ml.Tensor {
+	cfg := &r.cfg
+	h := x.RMSNorm(c, l.attnNorm, float32(cfg.Eps))
+	q, k, v := l.q.Mulmat(c, h), l.k.Mulmat(c, h), l.v.Mulmat(c, h)
+	if l.qb != nil {
+		q, k, v = q.Add(c, l.qb), k.Add(c, l.kb), v.Add(c, l.vb)
+	}
+	q = q.Reshape(c, cfg.HeadDim, cfg.Heads, n)
+	k = k.Reshape(c, cfg.HeadDim, cfg.KVHeads, n)
+	v = v.Reshape(c, cfg.HeadDim, cfg.KVHeads, n)
+	var ropeOpts []func(*rope.Options)
+	if cfg.RopeNeoX {
+		ropeOpts = append(ropeOpts, rope.WithTypeNeoX())
+	}
+	q = nn.RoPE(c, q, positions, cfg.HeadDim, float32(cfg.RopeBase), float32(1/cfg.RopeScale), ropeOpts...)
+	k = nn.RoPE(c, k, positions, cfg.HeadDim, float32(cfg.RopeBase), float32(1/cfg.RopeScale), ropeOpts...)
+	a := nn.Attention(c, q, k, v, 1/math.Sqrt(float64(cfg.HeadDim)), r.cache)
+	a = a.Reshape(c, cfg.HeadDim*cfg.Heads, n)
+	x = l.o.Mulmat(c, a).Add(c, x)
+	h = x.RMSNorm(c, l.ffnNorm, float32(cfg.Eps))
+	h = l.gate.Mulmat(c, h).SILU(c, l.up.Mulmat(c, h))
+	return l.down.Mulmat(c, h).Add(c, x)
+}

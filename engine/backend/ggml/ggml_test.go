@@ -1,0 +1,144 @@
+package ggml
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+func gen(t *testing.T, arch, typ string) string {
+	t.Helper()
+	o := model.Presets["tiny"]
+	o.Arch, o.Type, o.Seed = arch, typ, 7
+	path := filepath.Join(t.TempDir(), arch+"-"+typ+".gguf")
+	if err := model.Generate(path, o); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// relErr is max|a−b| / max|b|.
+func relErr(a []float32, b []float64) float64 {
+	var d, m float64
+	for i := range b {
+		d = max(d, math.Abs(float64(a[i])-b[i]))
+		m = max(m, math.Abs(b[i]))
+	}
+	return d / m
+}
+
+func argmax[T float32 | float64](x []T) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// The ggml path agrees with the pure-Go float64 reference: a prompt in one
+// batch (every position's logits), then single-token steps through the KV
+// cache, for both architectures.
+func TestMatchesReference(t *testing.T) {
+	prompt := []int32{1, 300, 301, 302, 17, 250, 99, 7}
+	for _, c := range []struct {
+		arch, typ string
+		tol       float64
+	}{
+		{"llama", "F32", 1e-4},
+		{"qwen2", "F32", 1e-4},
+		{"llama", "Q8_0", 5e-2}, // ggml quantizes activations to 8 bits for Q8_0 weights
+	} {
+		t.Run(c.arch+"-"+c.typ, func(t *testing.T) {
+			path := gen(t, c.arch, c.typ)
+			ref, err := reference.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Load(context.Background(), path, backend.Options{Threads: 2, KVType: "f32", BatchSize: 16}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			vocab := r.Config().Vocab
+			// Prefill the first 5 tokens in one batch, all logits.
+			pos := []int32{0, 1, 2, 3, 4}
+			res, err := r.Forward(context.Background(), backend.Batch{Tokens: prompt[:5], Positions: pos, AllLogits: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Logits) != 5*vocab {
+				t.Fatalf("%d logits, want %d", len(res.Logits), 5*vocab)
+			}
+			worst := 0.0
+			for i := 0; i < 5; i++ {
+				want := ref.Step(prompt[i], i)
+				got := res.Logits[i*vocab : (i+1)*vocab]
+				worst = max(worst, relErr(got, want))
+				if argmax(got) != argmax(want) {
+					t.Errorf("position %d: argmax %d, reference %d", i, argmax(got), argmax(want))
+				}
+			}
+			// Then token by token through the cache.
+			for i := 5; i < len(prompt); i++ {
+				res, err := r.Forward(context.Background(), backend.Batch{Tokens: prompt[i : i+1], Positions: []int32{int32(i)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := ref.Step(prompt[i], i)
+				worst = max(worst, relErr(res.Logits, want))
+				if argmax(res.Logits) != argmax(want) {
+					t.Errorf("position %d: argmax %d, reference %d", i, argmax(res.Logits), argmax(want))
+				}
+			}
+			t.Logf("%s %s: worst relative logit error %.2e (tolerance %.0e)", c.arch, c.typ, worst, c.tol)
+			if worst > c.tol {
+				t.Errorf("relative error %.3e over %.0e", worst, c.tol)
+			}
+			// After Reset, position 0 again gives the first logits.
+			if err := r.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			res, err = r.Forward(context.Background(), backend.Batch{Tokens: prompt[:1], Positions: []int32{0}})
+			ref.Reset()
+			if want := ref.Step(prompt[0], 0); err != nil || relErr(res.Logits, want) > c.tol {
+				t.Errorf("after Reset: %v, error %.2e", err, relErr(res.Logits, want))
+			}
+		})
+	}
+}
+
+func TestForwardChecksInput(t *testing.T) {
+	r, err := Load(context.Background(), gen(t, "llama", "F32"), backend.Options{Threads: 1, BatchSize: 4, ContextLen: 8}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, c := range []struct {
+		b    backend.Batch
+		want string
+	}{
+		{backend.Batch{}, "batch of 0"},
+		{backend.Batch{Tokens: []int32{1, 2, 3, 4, 5}, Positions: []int32{0, 1, 2, 3, 4}}, "batch of 5"},
+		{backend.Batch{Tokens: []int32{1}, Positions: []int32{0, 1}}, "1 tokens for 2"},
+		{backend.Batch{Tokens: []int32{100000}, Positions: []int32{0}}, "outside the 512-token"},
+		{backend.Batch{Tokens: []int32{1}, Positions: []int32{8}}, "past the context of 8"},
+	} {
+		if _, err := r.Forward(context.Background(), c.b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: err = %v, want %q", c.b, err, c.want)
+		}
+	}
+	if _, err := Load(context.Background(), filepath.Join(t.TempDir(), "none.gguf"), backend.Options{}, nil); err == nil {
+		t.Error("a missing file loaded")
+	}
+	if _, err := Load(context.Background(), gen(t, "llama", "F32"), backend.Options{FirstLayer: 3, LastLayer: 9}, nil); err == nil || !strings.Contains(err.Error(), "layers [3, 9)") {
+		t.Errorf("bad range: %v", err)
+	}
+}

@@ -1,0 +1,176 @@
+// Package reference is a pure-Go float64 forward pass of the llama and
+// qwen2 architectures, written from the math rather than from ggml, for
+// tests to check the ggml path against. It is slow and keeps everything in
+// memory: small models only.
+package reference
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// Model holds a model's weights as float64 matrices (row = output).
+type Model struct {
+	Cfg    model.Config
+	w      map[string][]float64
+	kcache [][][]float64 // layer → position → kv heads × head dim
+	vcache [][][]float64
+}
+
+// Load reads every tensor of the file at path (F32, F16 or Q8_0).
+func Load(path string) (*Model, error) {
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Cfg: cfg, w: map[string][]float64{}}
+	for _, t := range f.Tensors {
+		start := uint64(f.DataOffset) + t.Offset
+		v, err := gguf.Dequantize(t.Type, data[start:start+t.Size], int(t.Elements()))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		m.w[t.Name] = v
+	}
+	m.Reset()
+	return m, nil
+}
+
+// Reset clears the KV cache.
+func (m *Model) Reset() {
+	m.kcache = make([][][]float64, m.Cfg.Layers)
+	m.vcache = make([][][]float64, m.Cfg.Layers)
+}
+
+// matvec returns W·x for W of `out` rows of len(x).
+func matvec(w []float64, x []float64, out int) []float64 {
+	in := len(x)
+	y := make([]float64, out)
+	for o := 0; o < out; o++ {
+		row := w[o*in : (o+1)*in]
+		var s float64
+		for i, v := range row {
+			s += v * x[i]
+		}
+		y[o] = s
+	}
+	return y
+}
+
+func rmsnorm(x, w []float64, eps float64) []float64 {
+	var ss float64
+	for _, v := range x {
+		ss += v * v
+	}
+	scale := 1 / math.Sqrt(ss/float64(len(x))+eps)
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = v * scale * w[i]
+	}
+	return y
+}
+
+// rope rotates one head at position pos: adjacent pairs (llama) or the two
+// halves (NeoX, qwen2), by pos · base^(-2i/d) / scale.
+func rope(x []float64, pos int, base, scale float64, neox bool) {
+	d := len(x)
+	for i := 0; i < d/2; i++ {
+		theta := float64(pos) / scale * math.Pow(base, -2*float64(i)/float64(d))
+		c, s := math.Cos(theta), math.Sin(theta)
+		a, b := 2*i, 2*i+1
+		if neox {
+			a, b = i, i+d/2
+		}
+		x0, x1 := x[a], x[b]
+		x[a], x[b] = x0*c-x1*s, x0*s+x1*c
+	}
+}
+
+// Step runs one token at position pos (positions must follow on from the
+// cache) and returns its logits.
+func (m *Model) Step(token int32, pos int) []float64 {
+	c := m.Cfg
+	x := append([]float64(nil), m.w["token_embd.weight"][int(token)*c.Dim:(int(token)+1)*c.Dim]...)
+	hd, group := c.HeadDim, c.Heads/c.KVHeads
+	for l := 0; l < c.Layers; l++ {
+		p := fmt.Sprintf("blk.%d.", l)
+		h := rmsnorm(x, m.w[p+"attn_norm.weight"], c.Eps)
+		q := matvec(m.w[p+"attn_q.weight"], h, c.Heads*hd)
+		k := matvec(m.w[p+"attn_k.weight"], h, c.KVHeads*hd)
+		v := matvec(m.w[p+"attn_v.weight"], h, c.KVHeads*hd)
+		if c.QKVBias {
+			for i := range q {
+				q[i] += m.w[p+"attn_q.bias"][i]
+			}
+			for i := range k {
+				k[i] += m.w[p+"attn_k.bias"][i]
+				v[i] += m.w[p+"attn_v.bias"][i]
+			}
+		}
+		for hh := 0; hh < c.Heads; hh++ {
+			rope(q[hh*hd:(hh+1)*hd], pos, c.RopeBase, c.RopeScale, c.RopeNeoX)
+		}
+		for hh := 0; hh < c.KVHeads; hh++ {
+			rope(k[hh*hd:(hh+1)*hd], pos, c.RopeBase, c.RopeScale, c.RopeNeoX)
+		}
+		m.kcache[l] = append(m.kcache[l], k)
+		m.vcache[l] = append(m.vcache[l], v)
+		att := make([]float64, c.Heads*hd)
+		for hh := 0; hh < c.Heads; hh++ {
+			kv := hh / group
+			qh := q[hh*hd : (hh+1)*hd]
+			scores := make([]float64, len(m.kcache[l]))
+			mx := math.Inf(-1)
+			for t, kt := range m.kcache[l] {
+				var s float64
+				for i := 0; i < hd; i++ {
+					s += qh[i] * kt[kv*hd+i]
+				}
+				scores[t] = s / math.Sqrt(float64(hd))
+				mx = max(mx, scores[t])
+			}
+			var sum float64
+			for t := range scores {
+				scores[t] = math.Exp(scores[t] - mx)
+				sum += scores[t]
+			}
+			for t, vt := range m.vcache[l] {
+				for i := 0; i < hd; i++ {
+					att[hh*hd+i] += scores[t] / sum * vt[kv*hd+i]
+				}
+			}
+		}
+		o := matvec(m.w[p+"attn_output.weight"], att, c.Dim)
+		for i := range x {
+			x[i] += o[i]
+		}
+		h = rmsnorm(x, m.w[p+"ffn_norm.weight"], c.Eps)
+		g := matvec(m.w[p+"ffn_gate.weight"], h, c.FFDim)
+		u := matvec(m.w[p+"ffn_up.weight"], h, c.FFDim)
+		for i := range g {
+			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		}
+		d := matvec(m.w[p+"ffn_down.weight"], g, c.Dim)
+		for i := range x {
+			x[i] += d[i]
+		}
+	}
+	h := rmsnorm(x, m.w["output_norm.weight"], c.Eps)
+	out := m.w["output.weight"]
+	if c.TiedOutput {
+		out = m.w["token_embd.weight"]
+	}
+	return matvec(out, h, c.Vocab)
+}
