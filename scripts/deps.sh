@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
+# g++ compiles ggml's C++ (engine/backend/ggml, through cgo).
+command -v g++ >/dev/null || need_apt+=(g++)
 # ip (iproute2) builds the network namespaces of the netns tests.
 command -v ip >/dev/null || need_apt+=(iproute2)
 if ((${#need_apt[@]})); then
