@@ -166,3 +166,16 @@ func (t *Tokenizer) Chat(msgs []Message) (string, error) {
 	}
 	return out, nil
 }
+
+// Special reports whether id is a control or unused token, whose text is
+// not part of generated output.
+func (t *Tokenizer) Special(id int32) bool {
+	if id < 0 || int(id) >= len(t.vocab.Types) {
+		return true
+	}
+	switch t.vocab.Types[id] {
+	case tokenizer.TOKEN_TYPE_CONTROL, tokenizer.TOKEN_TYPE_UNUSED:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,312 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// Limits of one request.
+const (
+	// DefaultMaxTokens is the completion budget when a request sets none.
+	DefaultMaxTokens = 256
+	// MaxStop and MaxStopLen bound the stop strings (OpenAI allows 4).
+	MaxStop    = 4
+	MaxStopLen = 256
+)
+
+// ErrPromptTooLong is wrapped by the error for a prompt that does not fit
+// the context with room for one generated token.
+var ErrPromptTooLong = errors.New("prompt longer than the context")
+
+// ErrBadRequest is wrapped by errors in a request's parameters.
+var ErrBadRequest = errors.New("bad request")
+
+// Forwarder is what generation runs on: tokens in at the first rank, the
+// last position's logits out of the last. A backend.Rank holding every
+// block is one; a pipeline of ranks across nodes is another.
+type Forwarder interface {
+	Config() model.Config
+	Options() backend.Options
+	Forward(ctx context.Context, b backend.Batch) (backend.Result, error)
+	Reset() error
+}
+
+// Request is one completion: chat messages (rendered with the model's
+// template) or a raw prompt.
+type Request struct {
+	Messages []model.Message `json:"messages,omitempty"`
+	Prompt   string          `json:"prompt,omitempty"`
+	// MaxTokens caps the completion (0: DefaultMaxTokens, and never past
+	// the context).
+	MaxTokens int            `json:"maxTokens,omitempty"`
+	Stop      []string       `json:"stop,omitempty"`
+	Sample    sample.Options `json:"sample"`
+}
+
+// Validate checks the parameters that do not need the model.
+func (r *Request) Validate() error {
+	if len(r.Messages) == 0 && r.Prompt == "" {
+		return fmt.Errorf("%w: no messages and no prompt", ErrBadRequest)
+	}
+	if r.MaxTokens < 0 {
+		return fmt.Errorf("%w: max_tokens %d: want ≥ 0", ErrBadRequest, r.MaxTokens)
+	}
+	if len(r.Stop) > MaxStop {
+		return fmt.Errorf("%w: %d stop strings, at most %d", ErrBadRequest, len(r.Stop), MaxStop)
+	}
+	for _, s := range r.Stop {
+		if s == "" || len(s) > MaxStopLen {
+			return fmt.Errorf("%w: stop string of %d bytes: want 1..%d", ErrBadRequest, len(s), MaxStopLen)
+		}
+	}
+	if err := r.Sample.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// Piece is one generated token and the text it adds to the output (empty
+// while a multi-byte character or a possible stop string is held back).
+type Piece struct {
+	Index int    `json:"index"`
+	Token int32  `json:"token"`
+	Text  string `json:"text"`
+}
+
+// Result is how a completion ended and what it cost.
+type Result struct {
+	// FinishReason is "stop" (end-of-generation token or stop string) or
+	// "length" (max tokens or the context is full).
+	FinishReason     string `json:"finishReason"`
+	PromptTokens     int    `json:"promptTokens"`
+	CompletionTokens int    `json:"completionTokens"`
+	// Durations in nanoseconds: prefill (prompt processing up to the
+	// first sampled token), decode (every later token), and time to the
+	// first token from the start of Generate (tokenizing included).
+	PrefillNs    int64 `json:"prefillNs"`
+	DecodeNs     int64 `json:"decodeNs"`
+	FirstTokenNs int64 `json:"firstTokenNs"`
+}
+
+// PrefillTokPerSec and DecodeTokPerSec are the throughputs (0 if unknown).
+func (r Result) PrefillTokPerSec() float64 { return perSec(r.PromptTokens, r.PrefillNs) }
+
+// DecodeTokPerSec counts the tokens after the first, which prefill made.
+func (r Result) DecodeTokPerSec() float64 { return perSec(r.CompletionTokens-1, r.DecodeNs) }
+
+func perSec(n int, ns int64) float64 {
+	if n <= 0 || ns <= 0 {
+		return 0
+	}
+	return float64(n) / (float64(ns) / 1e9)
+}
+
+// Generator runs completions on one model. It is not safe for concurrent
+// use: the Server queues requests in front of it.
+type Generator struct {
+	F   Forwarder
+	Tok *model.Tokenizer
+}
+
+// Prepare renders and tokenizes a request's prompt, and checks that it
+// fits the context.
+func (g *Generator) Prepare(req *Request) ([]int32, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	text := req.Prompt
+	if len(req.Messages) > 0 {
+		var err error
+		if text, err = g.Tok.Chat(req.Messages); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+	}
+	ids, err := g.Tok.Encode(text, true)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tokenize: %v", ErrBadRequest, err)
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadRequest)
+	}
+	if ctxLen := g.F.Options().ContextLen; len(ids) >= ctxLen {
+		return nil, fmt.Errorf("%w: the prompt is %d tokens and the context holds %d (with room for at least one generated token)",
+			ErrPromptTooLong, len(ids), ctxLen)
+	}
+	return ids, nil
+}
+
+// Generate prefills prompt (from Prepare) in batches, then decodes token by
+// token through the KV cache, calling emit for every token. rec (may be
+// nil) gets a "prefill" span with "compute" children per batch and a
+// "sample" child, and a "decode" span per later token with the same
+// children, each carrying its token index. An error from emit stops
+// generation and is returned.
+func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, rec *trace.Recorder, emit func(Piece) error) (Result, error) {
+	start := time.Now()
+	res := Result{PromptTokens: len(prompt)}
+	opts := g.F.Options()
+	if err := g.F.Reset(); err != nil {
+		return res, fmt.Errorf("reset kv cache: %w", err)
+	}
+	maxTok := req.MaxTokens
+	if maxTok == 0 {
+		maxTok = DefaultMaxTokens
+	}
+	maxTok = min(maxTok, opts.ContextLen-len(prompt))
+	smp := sample.New(req.Sample)
+	out := newOutput(req.Stop)
+
+	// Prefill: the prompt in batches; the last batch's logits give the
+	// first token.
+	pre := rec.Start("prefill", "prefill")
+	var logits []float32
+	for i := 0; i < len(prompt); i += opts.BatchSize {
+		j := min(i+opts.BatchSize, len(prompt))
+		c := pre.Child(fmt.Sprintf("compute [%d, %d)", i, j), "compute")
+		r, err := g.F.Forward(ctx, backend.Batch{Tokens: prompt[i:j], Positions: positions(i, j)})
+		c.End(trace.Args{}.WithToken(i))
+		if err != nil {
+			pre.End(trace.Args{})
+			return res, fmt.Errorf("prefill tokens [%d, %d): %w", i, j, err)
+		}
+		logits = r.Logits
+	}
+	s := pre.Child("sample", "sample")
+	id, err := smp.Next(logits)
+	s.End(trace.Args{}.WithToken(len(prompt)))
+	pre.End(trace.Args{}.WithToken(0))
+	if err != nil {
+		return res, fmt.Errorf("sample token 0: %w", err)
+	}
+	res.PrefillNs = time.Since(start).Nanoseconds()
+	res.FirstTokenNs = res.PrefillNs
+	decodeStart := time.Now()
+	for n := 0; ; n++ {
+		res.CompletionTokens = n + 1
+		piece, done := out.add(g.Tok, id)
+		piece.Index, piece.Token = n, id
+		if err := emit(piece); err != nil {
+			return res, err
+		}
+		if done {
+			res.FinishReason = "stop"
+			break
+		}
+		if n+1 >= maxTok {
+			res.FinishReason = "length"
+			break
+		}
+		pos := len(prompt) + n
+		d := rec.Start(fmt.Sprintf("token %d", n+1), "decode")
+		c := d.Child("compute", "compute")
+		r, err := g.F.Forward(ctx, backend.Batch{Tokens: []int32{id}, Positions: []int32{int32(pos)}})
+		c.End(trace.Args{}.WithToken(n + 1))
+		if err != nil {
+			d.End(trace.Args{})
+			return res, fmt.Errorf("decode token %d: %w", n+1, err)
+		}
+		s := d.Child("sample", "sample")
+		id, err = smp.Next(r.Logits)
+		s.End(trace.Args{}.WithToken(n + 1))
+		d.End(trace.Args{}.WithToken(n + 1))
+		if err != nil {
+			return res, fmt.Errorf("sample token %d: %w", n+1, err)
+		}
+	}
+	res.DecodeNs = time.Since(decodeStart).Nanoseconds()
+	if tail := out.flush(); tail != "" {
+		if err := emit(Piece{Index: res.CompletionTokens, Token: -1, Text: tail}); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func positions(i, j int) []int32 {
+	p := make([]int32, j-i)
+	for k := range p {
+		p[k] = int32(i + k)
+	}
+	return p
+}
+
+// output turns tokens into text: it holds back bytes of a character split
+// across tokens, and any tail that could be the start of a stop string, so
+// that a stop string never reaches the client.
+type output struct {
+	stop    []string
+	pending []byte // decoded, not yet released
+	done    bool
+}
+
+func newOutput(stop []string) *output { return &output{stop: stop} }
+
+// add appends token id's text and returns what can be released, and
+// whether generation is over (end-of-generation token or stop string).
+func (o *output) add(tok *model.Tokenizer, id int32) (Piece, bool) {
+	if o.done {
+		return Piece{}, true
+	}
+	if tok.EndsGeneration(id) {
+		o.done = true
+		return Piece{Text: o.flush()}, true
+	}
+	if !tok.Special(id) {
+		s, err := tok.Decode([]int32{id})
+		if err == nil {
+			o.pending = append(o.pending, s...)
+		}
+	}
+	text := string(o.pending)
+	for _, st := range o.stop {
+		if i := strings.Index(text, st); i >= 0 {
+			o.done = true
+			o.pending = o.pending[:0]
+			return Piece{Text: validPrefix(text[:i])}, true
+		}
+	}
+	// Release all but a possible stop-string start and an incomplete rune.
+	keep := 0
+	for _, st := range o.stop {
+		for k := min(len(st)-1, len(text)); k > keep; k-- {
+			if strings.HasSuffix(text, st[:k]) {
+				keep = k
+				break
+			}
+		}
+	}
+	cut := len(text) - keep
+	for cut > 0 && !utf8.FullRuneInString(text[lastRuneStart(text[:cut]):cut]) {
+		cut = lastRuneStart(text[:cut])
+	}
+	o.pending = append(o.pending[:0], text[cut:]...)
+	return Piece{Text: validPrefix(text[:cut])}, false
+}
+
+// flush releases what is held back (invalid bytes become U+FFFD).
+func (o *output) flush() string {
+	s := validPrefix(string(o.pending))
+	o.pending = o.pending[:0]
+	return s
+}
+
+func validPrefix(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+
+// lastRuneStart is the index where the last (possibly partial) rune of s
+// begins: at most 3 continuation bytes back.
+func lastRuneStart(s string) int {
+	i := len(s) - 1
+	for k := 0; i > 0 && k < 3 && !utf8.RuneStart(s[i]); k++ {
+		i--
+	}
+	return max(i, 0)
+}

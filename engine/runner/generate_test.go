@@ -1,0 +1,238 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// tinyTokenizer is the tokenizer of a generated tiny model.
+func tinyTokenizer(t *testing.T) *model.Tokenizer {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tiny.gguf")
+	o := model.Presets["tiny"]
+	if err := model.Generate(path, o); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := model.NewTokenizer(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// script is a fake Forwarder (a unit-test double for the model): after
+// position p it puts the highest logit on next[p - len(prompt)] so that
+// greedy decoding emits exactly that sequence, and records the batches it
+// was given.
+type script struct {
+	vocab, ctxLen, batch int
+	prompt               int
+	next                 []int32
+	batches              [][]int32
+	failAt               int // position whose forward fails (0: never)
+}
+
+func (s *script) Config() model.Config { return model.Config{Vocab: s.vocab} }
+func (s *script) Options() backend.Options {
+	return backend.Options{ContextLen: s.ctxLen, BatchSize: s.batch}
+}
+func (s *script) Reset() error { s.batches = nil; return nil }
+func (s *script) Forward(ctx context.Context, b backend.Batch) (backend.Result, error) {
+	s.batches = append(s.batches, slices.Clone(b.Positions))
+	last := int(b.Positions[len(b.Positions)-1])
+	if s.failAt != 0 && last >= s.failAt {
+		return backend.Result{}, errors.New("boom")
+	}
+	logits := make([]float32, s.vocab)
+	if i := last + 1 - s.prompt; i >= 0 && i < len(s.next) {
+		logits[s.next[i]] = 10
+	}
+	return backend.Result{Logits: logits}, nil
+}
+
+// ids encodes s without BOS.
+func ids(t *testing.T, tok *model.Tokenizer, s string) []int32 {
+	t.Helper()
+	x, err := tok.Encode(s, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func run(t *testing.T, g *Generator, req Request, rec *trace.Recorder) (string, []Piece, Result, error) {
+	t.Helper()
+	prompt, err := g.Prepare(&req)
+	if err != nil {
+		return "", nil, Result{}, err
+	}
+	var b strings.Builder
+	var pieces []Piece
+	res, err := g.Generate(context.Background(), &req, prompt, rec, func(p Piece) error {
+		b.WriteString(p.Text)
+		pieces = append(pieces, p)
+		return nil
+	})
+	return b.String(), pieces, res, err
+}
+
+func TestGenerateStopsAndLimits(t *testing.T) {
+	tok := tinyTokenizer(t)
+	prompt, _ := tok.Encode("hello world", true)
+	words := ids(t, tok, "the cluster is the model")
+	eos := int32(4) // <|im_end|> ends generation in generated models
+	newGen := func(next []int32) (*Generator, *script) {
+		s := &script{vocab: tok.VocabSize(), ctxLen: 64, batch: 4, prompt: len(prompt), next: next}
+		return &Generator{F: s, Tok: tok}, s
+	}
+
+	// End-of-generation token: "stop", its text not emitted.
+	g, s := newGen(append(slices.Clone(words), eos))
+	text, pieces, res, err := run(t, g, Request{Prompt: "hello world"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(text) != "the cluster is the model" || res.FinishReason != "stop" || res.CompletionTokens != len(words)+1 {
+		t.Fatalf("text %q, %+v", text, res)
+	}
+	if len(pieces) != len(words)+1 {
+		t.Errorf("%d pieces for %d tokens", len(pieces), len(words)+1)
+	}
+	// Prefill went in batches of 4, then one position per decode step.
+	if len(s.batches[0]) != 4 || len(s.batches[len(s.batches)-1]) != 1 {
+		t.Errorf("batches %v", s.batches)
+	}
+
+	// Stop string: the text before it, never the stop string itself.
+	g, _ = newGen(append(slices.Clone(words), eos))
+	text, _, res, err = run(t, g, Request{Prompt: "hello world", Stop: []string{"is the"}}, nil)
+	if err != nil || strings.TrimSpace(text) != "the cluster" || res.FinishReason != "stop" {
+		t.Fatalf("stop string: %q %+v %v", text, res, err)
+	}
+	// A stop string that never completes is released at the end.
+	g, _ = newGen(append(slices.Clone(words), eos))
+	text, _, _, err = run(t, g, Request{Prompt: "hello world", Stop: []string{"model!"}}, nil)
+	if err != nil || strings.TrimSpace(text) != "the cluster is the model" {
+		t.Fatalf("partial stop string: %q %v", text, err)
+	}
+
+	// Max tokens: "length".
+	g, _ = newGen(append(slices.Clone(words), eos))
+	_, _, res, err = run(t, g, Request{Prompt: "hello world", MaxTokens: 2}, nil)
+	if err != nil || res.FinishReason != "length" || res.CompletionTokens != 2 {
+		t.Fatalf("max tokens: %+v %v", res, err)
+	}
+
+	// The context bounds the completion too.
+	g, s = newGen(nil)
+	s.ctxLen = len(prompt) + 3
+	_, _, res, err = run(t, g, Request{Prompt: "hello world", MaxTokens: 100}, nil)
+	if err != nil || res.FinishReason != "length" || res.CompletionTokens != 3 {
+		t.Fatalf("context bound: %+v %v", res, err)
+	}
+
+	// A prompt that does not fit: ErrPromptTooLong, naming the numbers.
+	g, s = newGen(nil)
+	s.ctxLen = len(prompt)
+	_, _, _, err = run(t, g, Request{Prompt: "hello world"}, nil)
+	if !errors.Is(err, ErrPromptTooLong) || !strings.Contains(err.Error(), "context holds") {
+		t.Fatalf("long prompt: %v", err)
+	}
+
+	// Bad parameters.
+	for _, req := range []Request{{}, {Prompt: "x", MaxTokens: -1}, {Prompt: "x", Stop: []string{""}},
+		{Prompt: "x", Stop: []string{"a", "b", "c", "d", "e"}}, {Prompt: "x", Sample: sample.Options{TopP: 2}}} {
+		if _, err := g.Prepare(&req); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%+v: %v, want ErrBadRequest", req, err)
+		}
+	}
+
+	// A failing forward pass is an error naming the step.
+	g, s = newGen(words)
+	s.failAt = len(prompt) + 2
+	if _, _, _, err = run(t, g, Request{Prompt: "hello world"}, nil); err == nil || !strings.Contains(err.Error(), "decode token") {
+		t.Fatalf("failing forward: %v", err)
+	}
+}
+
+// Tracing: prefill/compute per batch and prefill/sample, then decode,
+// decode/compute and decode/sample per token, with token indices.
+func TestGenerateSpans(t *testing.T) {
+	tok := tinyTokenizer(t)
+	prompt, _ := tok.Encode("hello world", true)
+	words := ids(t, tok, "the model")
+	s := &script{vocab: tok.VocabSize(), ctxLen: 64, batch: 2, prompt: len(prompt), next: append(words, 4)}
+	rec := trace.NewRecorder(0, "node-a", trace.Options{})
+	_, _, res, err := run(t, &Generator{F: s, Tok: tok}, Request{Prompt: "hello world"}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	tokens := map[string][]int32{}
+	for _, sp := range rec.Drain(0) {
+		count[sp.Cat]++
+		if sp.Args.Has&trace.ArgToken != 0 {
+			tokens[sp.Cat] = append(tokens[sp.Cat], sp.Args.Token)
+		}
+	}
+	batches := (len(prompt) + 1) / 2
+	decode := res.CompletionTokens - 1
+	want := map[string]int{"prefill": 1, "prefill/compute": batches, "prefill/sample": 1,
+		"decode": decode, "decode/compute": decode, "decode/sample": decode}
+	for cat, n := range want {
+		if count[cat] != n {
+			t.Errorf("%s: %d spans, want %d (all: %v)", cat, count[cat], n, count)
+		}
+	}
+	if got := tokens["decode/compute"]; len(got) != decode || got[0] != 1 {
+		t.Errorf("decode/compute token indices %v", got)
+	}
+}
+
+// The output holds back a possible stop-string start and split UTF-8.
+func TestOutputHoldsBack(t *testing.T) {
+	tok := tinyTokenizer(t)
+	o := newOutput([]string{"<end>"})
+	var got strings.Builder
+	for _, id := range ids(t, tok, "ok <en") {
+		p, done := o.add(tok, id)
+		if done {
+			t.Fatal("stopped early")
+		}
+		got.WriteString(p.Text)
+	}
+	if strings.Contains(got.String(), "<") {
+		t.Fatalf("released %q before the stop string could be ruled out", got.String())
+	}
+	// "é" is two byte-fallback tokens: nothing is released after the first.
+	o = newOutput(nil)
+	// Generated vocabularies have no "é" piece: it is the byte tokens
+	// <0xC3> <0xA9> (after a "▁").
+	e := ids(t, tok, "é")
+	first, second := e[len(e)-2], e[len(e)-1]
+	if first != 5+0xC3 || second != 5+0xA9 {
+		t.Fatalf("é encodes as %v, want …, <0xC3>, <0xA9>", e)
+	}
+	for _, id := range e[:len(e)-1] {
+		if p, _ := o.add(tok, id); strings.ContainsRune(p.Text, 0xFFFD) || strings.Contains(p.Text, "\xc3") {
+			t.Fatalf("released %q from half a character", p.Text)
+		}
+	}
+	if p, _ := o.add(tok, second); p.Text != "é" {
+		t.Fatalf("released %q, want é", p.Text)
+	}
+}

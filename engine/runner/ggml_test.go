@@ -1,0 +1,223 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/backend/ggml"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/sample"
+)
+
+func genModel(t *testing.T, typ string) string {
+	t.Helper()
+	o := model.Presets["tiny"]
+	o.Type, o.Seed = typ, 11
+	path := filepath.Join(t.TempDir(), "tiny-"+typ+".gguf")
+	if err := model.Generate(path, o); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func load(ctx context.Context, path string, opts backend.Options, progress func(float32)) (backend.Rank, error) {
+	return ggml.Load(ctx, path, opts, progress)
+}
+
+func newServer(t *testing.T, path string) (*runner.Server, *runner.Client) {
+	t.Helper()
+	s := runner.NewServer(runner.Config{ModelPath: path, Load: load, Token: "secret", Node: "node-a",
+		Options: backend.Options{Threads: 2, BatchSize: 16, KVType: "f32"}})
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return s, &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}
+}
+
+func complete(t *testing.T, c *runner.Client, req runner.CompletionRequest) ([]int32, string, *runner.Done) {
+	t.Helper()
+	var toks []int32
+	var text strings.Builder
+	done, err := c.Complete(context.Background(), req, func(p runner.Piece) error {
+		if p.Token >= 0 {
+			toks = append(toks, p.Token)
+		}
+		text.WriteString(p.Text)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toks, text.String(), done
+}
+
+// Greedy generation through the runner's server is deterministic and is
+// the reference forward pass's argmax chain.
+func TestGreedyMatchesReference(t *testing.T) {
+	path := genModel(t, "F32")
+	_, c := newServer(t, path)
+	req := runner.CompletionRequest{Request: runner.Request{
+		Messages: []model.Message{{Role: "user", Content: "hello orrery"}}, MaxTokens: 12}}
+	a, text, done := complete(t, c, req)
+	b, _, _ := complete(t, c, req)
+	if !slices.Equal(a, b) {
+		t.Fatalf("greedy runs differ:\n%v\n%v", a, b)
+	}
+	if done.CompletionTokens != len(a) || done.PromptTokens == 0 {
+		t.Fatalf("usage %+v for %d tokens", done.Result, len(a))
+	}
+	t.Logf("%d tokens: %q (%s)", len(a), text, done.FinishReason)
+
+	// The reference, fed the same prompt, picks the same tokens.
+	_, tok := tokenizerOf(t, path)
+	prompt, err := tok.Chat(req.Messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := tok.Encode(prompt, true)
+	ref, err := reference.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logits []float64
+	for i, id := range ids {
+		logits = ref.Step(id, i)
+	}
+	for i, want := range a {
+		got := int32(argmax(logits))
+		if got != want {
+			t.Fatalf("token %d: runner %d, reference %d", i, want, got)
+		}
+		if tok.EndsGeneration(got) {
+			break
+		}
+		logits = ref.Step(got, len(ids)+i)
+	}
+}
+
+func tokenizerOf(t *testing.T, path string) (model.Config, *model.Tokenizer) {
+	t.Helper()
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := model.NewTokenizer(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, tok
+}
+
+func argmax(x []float64) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// The same seed samples the same tokens; spans come back when traced;
+// errors before the stream are typed.
+func TestServerCompletion(t *testing.T) {
+	s, c := newServer(t, genModel(t, "Q8_0"))
+	if h := s.Health(); h.Status != runner.StatusReady || h.LayersLoaded != 4 || h.TotalLayers != 4 || h.ContextLen != 512 {
+		t.Fatalf("health %+v", h)
+	}
+	req := runner.CompletionRequest{TraceID: "chat-1", Request: runner.Request{Prompt: "the cluster", MaxTokens: 8,
+		Sample: sample.Options{Temperature: 0.9, TopK: 40, TopP: 0.95, Seed: 5}}}
+	a, _, done := complete(t, c, req)
+	b, _, _ := complete(t, c, req)
+	if !slices.Equal(a, b) {
+		t.Fatalf("seeded runs differ: %v vs %v", a, b)
+	}
+	cats := map[string]bool{}
+	for _, sp := range done.Spans {
+		cats[sp.Cat] = true
+		if sp.Node != "node-a" {
+			t.Fatalf("span on node %q", sp.Node)
+		}
+	}
+	for _, want := range []string{"prefill", "prefill/compute", "prefill/sample", "decode/compute", "decode/sample"} {
+		if !cats[want] {
+			t.Errorf("no %s span (have %v)", want, cats)
+		}
+	}
+	spans, err := c.LoadSpans(context.Background())
+	if err != nil || len(spans) != 3 || spans[len(spans)-1].Cat != "load" {
+		t.Fatalf("load spans %v, %v", spans, err)
+	}
+
+	// Untraced: no spans.
+	req.TraceID = ""
+	if _, _, done := complete(t, c, req); len(done.Spans) != 0 {
+		t.Fatalf("%d spans untraced", len(done.Spans))
+	}
+
+	long := runner.CompletionRequest{Request: runner.Request{Prompt: strings.Repeat("hello world ", 400)}}
+	_, err = c.Complete(context.Background(), long, func(runner.Piece) error { return nil })
+	var re *runner.RequestError
+	if !errors.As(err, &re) || re.Kind != "prompt_too_long" || re.Status != 400 {
+		t.Fatalf("long prompt: %v", err)
+	}
+	bad := &runner.Client{Addr: c.Addr, Token: "wrong"}
+	if _, err := bad.Health(context.Background()); !errors.As(err, &re) || re.Status != 401 {
+		t.Fatalf("wrong token: %v", err)
+	}
+}
+
+// Requests queue: a second request waits for the first and then runs.
+func TestServerQueues(t *testing.T) {
+	_, c := newServer(t, genModel(t, "Q8_0"))
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	started := make(chan struct{})
+	run := func(name string, n int, first bool) {
+		defer wg.Done()
+		once := sync.Once{}
+		done, err := c.Complete(context.Background(), runner.CompletionRequest{Request: runner.Request{Prompt: "hi", MaxTokens: n}},
+			func(runner.Piece) error {
+				if first {
+					once.Do(func() { close(started) })
+				}
+				return nil
+			})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		order = append(order, name)
+		mu.Unlock()
+		if !first && done.QueueNs <= 0 {
+			t.Errorf("second request did not queue (%d ns)", done.QueueNs)
+		}
+	}
+	wg.Add(2)
+	go run("first", 200, true)
+	<-started
+	go run("second", 2, false)
+	wg.Wait()
+	if !slices.Equal(order, []string{"first", "second"}) {
+		t.Fatalf("finished in order %v", order)
+	}
+}

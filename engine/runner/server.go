@@ -1,0 +1,366 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// Runner statuses, as /health reports them.
+const (
+	StatusLoading = "loading"
+	StatusReady   = "ready"
+	StatusFailed  = "failed"
+)
+
+// maxRequestBytes caps a completion request's body.
+const maxRequestBytes = 4 << 20
+
+// LoadFunc loads a rank's blocks of the model at path; progress gets 0..1.
+type LoadFunc func(ctx context.Context, path string, opts backend.Options, progress func(float32)) (backend.Rank, error)
+
+// Config configures a runner's server.
+type Config struct {
+	ModelPath string
+	Options   backend.Options
+	Load      LoadFunc
+	// Token must be presented as "Authorization: Bearer <token>" on every
+	// request: the port is on loopback, but other local users can reach it.
+	Token string
+	// Node and NodeName stamp the spans (the agent's node id and name).
+	Node, NodeName string
+	Logger         *slog.Logger
+}
+
+// Health is GET /health.
+type Health struct {
+	Status       string        `json:"status"`
+	LayersLoaded int           `json:"layersLoaded"`
+	TotalLayers  int           `json:"totalLayers"`
+	Error        string        `json:"error,omitempty"`
+	Model        *model.Config `json:"model,omitempty"`
+	// ContextLen is the KV cache's capacity in tokens, once loaded.
+	ContextLen int `json:"contextLength,omitempty"`
+	Pid        int `json:"pid"`
+}
+
+// CompletionRequest is POST /completion: a request, traced when TraceID
+// is set.
+type CompletionRequest struct {
+	Request
+	TraceID string `json:"traceId,omitempty"`
+}
+
+// StreamMsg is one line of /completion's NDJSON answer: a piece, the end
+// (with the spans the request recorded), or an error after the stream
+// began.
+type StreamMsg struct {
+	Piece *Piece `json:"piece,omitempty"`
+	Done  *Done  `json:"done,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Done ends a completion stream.
+type Done struct {
+	Result
+	Spans []trace.Span `json:"spans,omitempty"`
+	// QueueNs is how long the request waited for the ones before it.
+	QueueNs int64 `json:"queueNs"`
+}
+
+// ErrorBody is the JSON of an error answered before streaming; Kind is
+// "prompt_too_long", "bad_request" or "not_ready".
+type ErrorBody struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind"`
+}
+
+// Server serves one loaded model to the agent that started the process.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	// queue admits one completion at a time; blocked senders on a Go
+	// channel are served in arrival order, so requests run FIFO.
+	queue chan struct{}
+
+	mu        sync.Mutex // guards the fields below
+	health    Health
+	gen       *Generator
+	loadSpans []trace.Span
+}
+
+// NewServer returns a server whose model is not loaded yet: call Load.
+func NewServer(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, queue: make(chan struct{}, 1),
+		health: Health{Status: StatusLoading, Pid: os.Getpid()}}
+}
+
+// Load reads the model's metadata and tokenizer, then its weights, and
+// records "load" spans with "metadata" and "weights" children.
+func (s *Server) Load(ctx context.Context) error {
+	rec := trace.NewRecorder(0, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
+	root := rec.Start("load "+s.cfg.ModelPath, "load")
+	err := s.load(ctx, &root)
+	root.End(trace.Args{})
+	spans := rec.Drain(0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loadSpans = spans
+	if err != nil {
+		s.health.Status, s.health.Error = StatusFailed, err.Error()
+		return err
+	}
+	s.health.Status = StatusReady
+	s.health.LayersLoaded = s.health.TotalLayers
+	return nil
+}
+
+func (s *Server) load(ctx context.Context, root *trace.Token) error {
+	meta := root.Child("metadata", "metadata")
+	f, err := gguf.ReadFile(s.cfg.ModelPath)
+	if err != nil {
+		meta.End(trace.Args{})
+		return err
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		meta.End(trace.Args{})
+		return fmt.Errorf("%s: %w", s.cfg.ModelPath, err)
+	}
+	tok, err := model.NewTokenizer(f)
+	meta.End(trace.Args{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.cfg.ModelPath, err)
+	}
+	opts := s.cfg.Options
+	if err := opts.Resolve(cfg); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.health.Model, s.health.TotalLayers = &cfg, opts.LastLayer-opts.FirstLayer
+	s.mu.Unlock()
+	w := root.Child("weights", "weights")
+	size := int64(0)
+	if st, err := os.Stat(s.cfg.ModelPath); err == nil {
+		size = st.Size()
+	}
+	rank, err := s.cfg.Load(ctx, s.cfg.ModelPath, opts, func(p float32) {
+		s.mu.Lock()
+		s.health.LayersLoaded = min(int(p*float32(s.health.TotalLayers)), s.health.TotalLayers)
+		s.mu.Unlock()
+	})
+	w.End(trace.Args{}.WithBytes(size))
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.gen = &Generator{F: rank, Tok: tok}
+	s.health.ContextLen = rank.Options().ContextLen
+	s.mu.Unlock()
+	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen)
+	return nil
+}
+
+// Close frees the model.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != nil {
+		if c, ok := s.gen.F.(interface{ Close() }); ok {
+			c.Close()
+		}
+		s.gen = nil
+	}
+}
+
+// Health returns the current status.
+func (s *Server) Health() Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.health
+	return h
+}
+
+// Handler serves GET /health, GET /load-trace and POST /completion.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.Health())
+	})
+	mux.HandleFunc("GET /load-trace", func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		spans := s.loadSpans
+		s.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]any{"spans": spans})
+	})
+	mux.HandleFunc("POST /completion", s.completion)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, []byte("Bearer "+s.cfg.Token)) != 1 {
+			writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: "runner: missing or wrong token", Kind: "unauthorized"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
+	var req CompletionRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "completion body: " + err.Error(), Kind: "bad_request"})
+		return
+	}
+	if req.TraceID != "" {
+		if err := validTraceID(req.TraceID); err != nil {
+			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Kind: "bad_request"})
+			return
+		}
+	}
+	s.mu.Lock()
+	gen, h := s.gen, s.health
+	s.mu.Unlock()
+	if gen == nil {
+		msg := "model is " + h.Status
+		if h.Error != "" {
+			msg += ": " + h.Error
+		}
+		writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: msg, Kind: "not_ready"})
+		return
+	}
+	prompt, err := gen.Prepare(&req.Request)
+	if err != nil {
+		kind, code := "bad_request", http.StatusBadRequest
+		if errors.Is(err, ErrPromptTooLong) {
+			kind = "prompt_too_long"
+		}
+		writeJSON(w, code, ErrorBody{Error: err.Error(), Kind: kind})
+		return
+	}
+	queued := time.Now()
+	select {
+	case s.queue <- struct{}{}:
+	case <-r.Context().Done():
+		return
+	}
+	defer func() { <-s.queue }()
+	queueNs := time.Since(queued).Nanoseconds()
+
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	send := func(m StreamMsg) error {
+		if err := enc.Encode(m); err != nil {
+			return err
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	}
+	var rec *trace.Recorder
+	if req.TraceID != "" {
+		rec = trace.NewRecorder(0, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
+	}
+	// Every token is sent, with empty text while text is held back, so
+	// that the client can count and time tokens.
+	res, err := gen.Generate(r.Context(), &req.Request, prompt, rec, func(p Piece) error {
+		return send(StreamMsg{Piece: &p})
+	})
+	if err != nil {
+		if r.Context().Err() == nil {
+			send(StreamMsg{Error: err.Error()})
+		}
+		s.log.Warn("completion failed", "err", err)
+		return
+	}
+	send(StreamMsg{Done: &Done{Result: res, Spans: rec.Drain(0), QueueNs: queueNs}})
+}
+
+// validTraceID accepts the ids the trace store accepts: [A-Za-z0-9_-]{1,64}.
+func validTraceID(id string) error {
+	if len(id) == 0 || len(id) > 64 {
+		return fmt.Errorf("trace id of %d bytes: want 1..64", len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return fmt.Errorf("trace id %q: byte %d is not [A-Za-z0-9_-]", id, i)
+		}
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+// ListenLine is what a runner process prints on stdout once it listens:
+// ListenPrefix and the address.
+const ListenPrefix = "ORRERY_RUNNER_LISTEN "
+
+// Serve runs a runner process's server: it listens on 127.0.0.1 (port 0),
+// prints the ListenPrefix line to out, loads the model while already
+// answering /health, and serves until ctx ends or parentGone (the agent's
+// pipe on stdin) closes. A failed load is reported through /health, not by
+// exiting, so that the agent reads the error.
+func Serve(ctx context.Context, cfg Config, out io.Writer, parentGone io.Reader) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("runner listen: %w", err)
+	}
+	s := NewServer(cfg)
+	defer s.Close()
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if parentGone != nil {
+		go func() {
+			io.Copy(io.Discard, parentGone)
+			cfg.Logger.Info("agent gone (stdin closed): runner exits")
+			cancel()
+		}()
+	}
+	if _, err := fmt.Fprintf(out, "%s%s\n", ListenPrefix, ln.Addr()); err != nil {
+		return fmt.Errorf("runner: announce address: %w", err)
+	}
+	go func() {
+		if err := s.Load(ctx); err != nil {
+			cfg.Logger.Error("load failed", "model", cfg.ModelPath, "err", err)
+		}
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("runner serve: %w", err)
+	}
+	return nil
+}

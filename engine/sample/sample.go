@@ -1,0 +1,134 @@
+// Package sample picks the next token from a rank's logits: greedy, or
+// temperature with top-k and top-p (nucleus) filtering, from a seeded
+// generator so that a request with a seed is reproducible.
+package sample
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// Options are a request's sampling parameters, with OpenAI's meanings.
+type Options struct {
+	// Temperature 0 is greedy (argmax); higher flattens the distribution.
+	Temperature float64
+	// TopK keeps the k most likely tokens (0: all).
+	TopK int
+	// TopP keeps the smallest set of most likely tokens whose
+	// probabilities sum to at least p (0 or 1: all).
+	TopP float64
+	// Seed seeds the generator; requests with the same seed, options and
+	// prompt sample the same tokens.
+	Seed uint64
+}
+
+// Validate checks the ranges.
+func (o Options) Validate() error {
+	switch {
+	case math.IsNaN(o.Temperature) || o.Temperature < 0 || o.Temperature > 10:
+		return fmt.Errorf("temperature %v: want 0..10", o.Temperature)
+	case o.TopK < 0:
+		return fmt.Errorf("top_k %d: want ≥ 0", o.TopK)
+	case math.IsNaN(o.TopP) || o.TopP < 0 || o.TopP > 1:
+		return fmt.Errorf("top_p %v: want 0..1", o.TopP)
+	}
+	return nil
+}
+
+// Sampler draws tokens. It keeps scratch space between calls and is not
+// safe for concurrent use.
+type Sampler struct {
+	opts Options
+	rng  *rand.Rand
+	cand []cand
+}
+
+type cand struct {
+	id int32
+	p  float64
+}
+
+// New returns a sampler for o (which must be valid).
+func New(o Options) *Sampler {
+	return &Sampler{opts: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x9e3779b97f4a7c15))}
+}
+
+// Next picks a token from logits (one per vocabulary entry). NaN logits
+// are never picked; if every logit is NaN or -Inf it returns an error.
+func (s *Sampler) Next(logits []float32) (int32, error) {
+	if len(logits) == 0 {
+		return 0, fmt.Errorf("no logits")
+	}
+	best := -1
+	for i, l := range logits {
+		if !isBad(l) && (best < 0 || l > logits[best]) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return 0, fmt.Errorf("all %d logits are NaN or -Inf", len(logits))
+	}
+	o := s.opts
+	if o.Temperature == 0 || o.TopK == 1 {
+		return int32(best), nil
+	}
+	// Softmax at temperature, relative to the max for stability.
+	maxL := float64(logits[best])
+	s.cand = s.cand[:0]
+	for i, l := range logits {
+		if !isBad(l) {
+			s.cand = append(s.cand, cand{int32(i), math.Exp((float64(l) - maxL) / o.Temperature)})
+		}
+	}
+	c := s.cand
+	if o.TopK > 0 && o.TopK < len(c) {
+		// Partial selection would do; a full sort of the survivors is
+		// simple and, at 32 k tokens, well under a millisecond.
+		slices.SortFunc(c, byProb)
+		c = c[:o.TopK]
+	}
+	if o.TopP > 0 && o.TopP < 1 {
+		if o.TopK == 0 || o.TopK >= len(s.cand) {
+			slices.SortFunc(c, byProb)
+		}
+		var total float64
+		for _, x := range c {
+			total += x.p
+		}
+		var cum float64
+		for i, x := range c {
+			cum += x.p
+			if cum >= o.TopP*total {
+				c = c[:i+1]
+				break
+			}
+		}
+	}
+	var total float64
+	for _, x := range c {
+		total += x.p
+	}
+	r := s.rng.Float64() * total
+	for _, x := range c {
+		r -= x.p
+		if r < 0 {
+			return x.id, nil
+		}
+	}
+	return c[len(c)-1].id, nil
+}
+
+// byProb orders by probability, highest first, then by id for determinism.
+func byProb(a, b cand) int {
+	switch {
+	case a.p > b.p:
+		return -1
+	case a.p < b.p:
+		return 1
+	}
+	return int(a.id - b.id)
+}
+
+func isBad(l float32) bool { return l != l || math.IsInf(float64(l), -1) }

@@ -1,0 +1,89 @@
+package sample
+
+import (
+	"math"
+	"testing"
+)
+
+func TestGreedy(t *testing.T) {
+	s := New(Options{})
+	got, err := s.Next([]float32{0.1, 3, float32(math.NaN()), 2.9})
+	if err != nil || got != 1 {
+		t.Fatalf("Next = %d, %v; want 1", got, err)
+	}
+	if _, err := s.Next([]float32{float32(math.NaN()), float32(math.Inf(-1))}); err == nil {
+		t.Fatal("all-NaN logits: want an error")
+	}
+	if _, err := s.Next(nil); err == nil {
+		t.Fatal("no logits: want an error")
+	}
+}
+
+// Top-k 2 never picks outside the two best; top-p that the best token alone
+// covers always picks it; the same seed gives the same sequence.
+func TestFilters(t *testing.T) {
+	logits := []float32{1, 5, 4.5, 0, -2}
+	s := New(Options{Temperature: 1, TopK: 2, Seed: 3})
+	seen := map[int32]int{}
+	for range 2000 {
+		id, err := s.Next(logits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[id]++
+	}
+	if len(seen) != 2 || seen[1] == 0 || seen[2] == 0 {
+		t.Fatalf("top-k 2 picked %v, want only ids 1 and 2", seen)
+	}
+	// p(1) = e^5/(e^5+e^4.5+…) ≈ 0.6: top-p 0.5 keeps id 1 alone.
+	s = New(Options{Temperature: 1, TopP: 0.5, Seed: 3})
+	for range 200 {
+		if id, _ := s.Next(logits); id != 1 {
+			t.Fatalf("top-p 0.5 picked %d, want 1", id)
+		}
+	}
+	// Top-p 0.99 lets more than one through.
+	s = New(Options{Temperature: 1, TopP: 0.99, Seed: 3})
+	seen = map[int32]int{}
+	for range 2000 {
+		id, _ := s.Next(logits)
+		seen[id]++
+	}
+	if len(seen) < 3 {
+		t.Fatalf("top-p 0.99 picked only %v", seen)
+	}
+	a, b := New(Options{Temperature: 0.8, Seed: 42}), New(Options{Temperature: 0.8, Seed: 42})
+	for i := range 100 {
+		x, _ := a.Next(logits)
+		y, _ := b.Next(logits)
+		if x != y {
+			t.Fatalf("draw %d: %d vs %d with the same seed", i, x, y)
+		}
+	}
+}
+
+// At temperature 1 the frequencies follow the softmax.
+func TestDistribution(t *testing.T) {
+	logits := []float32{0, float32(math.Log(3))} // p = 0.25, 0.75
+	s := New(Options{Temperature: 1, Seed: 1})
+	n, ones := 20000, 0
+	for range n {
+		if id, _ := s.Next(logits); id == 1 {
+			ones++
+		}
+	}
+	if f := float64(ones) / float64(n); math.Abs(f-0.75) > 0.02 {
+		t.Fatalf("p(1) = %.3f, want 0.75 ± 0.02", f)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, o := range []Options{{Temperature: -1}, {Temperature: math.NaN()}, {TopK: -1}, {TopP: 1.5}} {
+		if o.Validate() == nil {
+			t.Errorf("%+v: want an error", o)
+		}
+	}
+	if err := (Options{Temperature: 0.7, TopK: 40, TopP: 0.9}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
