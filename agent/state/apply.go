@@ -28,6 +28,19 @@ func Apply(s State, ev Event) State {
 	case NodeLinksMeasured:
 		s.NodeLinkTelemetry = with(s.NodeLinkTelemetry, e.NodeID, e.Links)
 		s.Topology = withEdgesFrom(s.Topology, e.NodeID, e.Links.Links)
+	case NodeModelsMeasured:
+		s.NodeModels = with(s.NodeModels, e.NodeID, e.Models)
+	case InstanceCreated:
+		s.Instances = with(s.Instances, e.Instance.InstanceID, e.Instance)
+	case InstanceDeleted:
+		s.Instances = without(s.Instances, e.InstanceID)
+		s.Runners = withoutWhere(s.Runners, func(r Runner) bool { return r.InstanceID == e.InstanceID })
+	case RunnerStatusChanged:
+		// A late status of a deleted instance's runner must not bring
+		// the runner back.
+		if _, ok := s.Instances[e.Runner.InstanceID]; ok {
+			s.Runners = with(s.Runners, e.Runner.RunnerID, e.Runner)
+		}
 	case NodeGone:
 		s.NodeIdentities = without(s.NodeIdentities, e.NodeID)
 		s.NodeMemory = without(s.NodeMemory, e.NodeID)
@@ -35,6 +48,16 @@ func Apply(s State, ev Event) State {
 		s.NodeDisk = without(s.NodeDisk, e.NodeID)
 		s.NodeNetwork = without(s.NodeNetwork, e.NodeID)
 		s.NodeLinkTelemetry = without(s.NodeLinkTelemetry, e.NodeID)
+		s.NodeModels = without(s.NodeModels, e.NodeID)
+		// Instances with a rank on the node are down with it.
+		gone := map[string]bool{}
+		for id, in := range s.Instances {
+			if in.NodeID == e.NodeID || slices.ContainsFunc(in.Ranks, func(r ShardRange) bool { return r.NodeID == e.NodeID }) {
+				gone[id] = true
+			}
+		}
+		s.Instances = withoutWhere(s.Instances, func(in Instance) bool { return gone[in.InstanceID] })
+		s.Runners = withoutWhere(s.Runners, func(r Runner) bool { return r.NodeID == e.NodeID || gone[r.InstanceID] })
 		s.Topology = withoutTopologyNode(s.Topology, e.NodeID)
 	}
 	return s
@@ -67,6 +90,26 @@ func without[V any](m map[string]V, k string) map[string]V {
 	for kk, v := range m {
 		if kk != k {
 			out[kk] = v
+		}
+	}
+	return out
+}
+
+// withoutWhere drops the values drop selects (m itself when none).
+func withoutWhere[V any](m map[string]V, drop func(V) bool) map[string]V {
+	n := 0
+	for _, v := range m {
+		if drop(v) {
+			n++
+		}
+	}
+	if n == 0 {
+		return m
+	}
+	out := make(map[string]V, len(m)-n)
+	for k, v := range m {
+		if !drop(v) {
+			out[k] = v
 		}
 	}
 	return out

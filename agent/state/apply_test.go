@@ -20,6 +20,12 @@ func sampleEvents(node string) []Event {
 		NodeNetworkMeasured{NodeID: node, Network: NodeNetwork{Interfaces: []NetworkInterface{{Name: "en0", Kind: "wifi", MTU: 1500}}, SampledAt: t0}},
 		NodeGone{NodeID: "gone-" + node},
 		NodeLinksMeasured{NodeID: node, Links: NodeLinks{Links: []LinkTelemetry{{Peer: "peer-" + node, SourceInterface: "en0", RTTEwmaMs: 1.5, ConnectionType: "thunderbolt"}}, SampledAt: t0}},
+		NodeModelsMeasured{NodeID: node, Models: NodeModels{Models: []ModelInfo{{ID: "demo", Source: "orrery", Size: Bytes(30 << 20), Arch: "llama", Layers: 8}}, SampledAt: t0}},
+		InstanceCreated{NodeID: node, Instance: Instance{InstanceID: "inst-" + node, ModelID: "demo", NodeID: node,
+			Ranks: []ShardRange{{Rank: 0, NodeID: node, FirstLayer: 0, LastLayer: 8}}, CreatedAt: t0}},
+		RunnerStatusChanged{NodeID: node, Runner: Runner{RunnerID: "inst-" + node + "-0", InstanceID: "inst-" + node, NodeID: node,
+			Status: RunnerLoading, LayersLoaded: 3, TotalLayers: 8, Since: t0}},
+		InstanceDeleted{NodeID: node, InstanceID: "inst-" + node},
 	}
 }
 
@@ -90,6 +96,27 @@ func TestApplyEveryEventType(t *testing.T) {
 			t.Errorf("NodeGone of an unknown node changed the state: %+v", s)
 		}
 	}})
+	type tcase = struct {
+		ev    Event
+		check func(t *testing.T, s State)
+	}
+	tests = append(tests, tcase{evs[7], func(t *testing.T, s State) {
+		if m := s.NodeModels["n1"].Models; len(m) != 1 || m[0].ID != "demo" || m[0].Layers != 8 {
+			t.Errorf("models = %+v", m)
+		}
+	}}, tcase{evs[8], func(t *testing.T, s State) {
+		if in := s.Instances["inst-n1"]; in.ModelID != "demo" || len(in.Ranks) != 1 {
+			t.Errorf("instance = %+v", in)
+		}
+	}}, tcase{evs[9], func(t *testing.T, s State) {
+		if len(s.Runners) != 0 {
+			t.Errorf("a runner of an unknown instance entered the state: %+v", s.Runners)
+		}
+	}}, tcase{evs[10], func(t *testing.T, s State) {
+		if len(s.Instances) != 0 {
+			t.Errorf("instances = %+v", s.Instances)
+		}
+	}})
 	for _, tc := range tests {
 		t.Run(tc.ev.Type(), func(t *testing.T) {
 			before := New()
@@ -100,6 +127,36 @@ func TestApplyEveryEventType(t *testing.T) {
 				t.Errorf("Apply mutated its input:\nbefore %s\nafter  %s", snapshot, again)
 			}
 		})
+	}
+}
+
+// An instance's runners live and die with it, and with its nodes.
+func TestApplyInstanceLifecycle(t *testing.T) {
+	evs := sampleEvents("n1")
+	s := New()
+	for _, ev := range evs[7:10] {
+		s = Apply(s, ev)
+	}
+	if r := s.Runners["inst-n1-0"]; r.Status != RunnerLoading || r.LayersLoaded != 3 {
+		t.Fatalf("runner = %+v", r)
+	}
+	s = Apply(s, RunnerStatusChanged{NodeID: "n1", Runner: Runner{RunnerID: "inst-n1-0", InstanceID: "inst-n1", NodeID: "n1", Status: RunnerReady}})
+	if s.Runners["inst-n1-0"].Status != RunnerReady {
+		t.Fatalf("runner = %+v", s.Runners["inst-n1-0"])
+	}
+	deleted := Apply(s, evs[10])
+	if len(deleted.Runners) != 0 || len(deleted.Instances) != 0 {
+		t.Fatalf("after delete: %+v %+v", deleted.Instances, deleted.Runners)
+	}
+	gone := Apply(s, NodeGone{NodeID: "n1"})
+	if len(gone.Runners) != 0 || len(gone.Instances) != 0 || len(gone.NodeModels) != 0 {
+		t.Fatalf("after NodeGone: %+v %+v %+v", gone.Instances, gone.Runners, gone.NodeModels)
+	}
+	if other := Apply(s, NodeGone{NodeID: "n2"}); len(other.Instances) != 1 || len(other.Runners) != 1 {
+		t.Fatalf("NodeGone of another node dropped n1's instance")
+	}
+	if len(s.Instances) != 1 || len(s.Runners) != 1 {
+		t.Fatal("Apply mutated its input")
 	}
 }
 

@@ -76,6 +76,42 @@ func (e NodeSystemMeasured) Node() string   { return e.NodeID }
 func (e NodeDiskMeasured) Node() string     { return e.NodeID }
 func (e NodeNetworkMeasured) Node() string  { return e.NodeID }
 
+// NodeModelsMeasured is a node's model list (at start, then when it
+// changes; scanned every 30 s).
+type NodeModelsMeasured struct {
+	NodeID string     `json:"nodeId"`
+	Models NodeModels `json:"models"`
+}
+
+// InstanceCreated places a model; NodeID is the owning node, which
+// publishes it.
+type InstanceCreated struct {
+	NodeID   string   `json:"nodeId"`
+	Instance Instance `json:"instance"`
+}
+
+// InstanceDeleted removes an instance and its runners.
+type InstanceDeleted struct {
+	NodeID     string `json:"nodeId"`
+	InstanceID string `json:"instanceId"`
+}
+
+// RunnerStatusChanged is a runner's new lifecycle state, published by
+// the node it runs on.
+type RunnerStatusChanged struct {
+	NodeID string `json:"nodeId"`
+	Runner Runner `json:"runner"`
+}
+
+func (NodeModelsMeasured) Type() string    { return "NodeModelsMeasured" }
+func (e NodeModelsMeasured) Node() string  { return e.NodeID }
+func (InstanceCreated) Type() string       { return "InstanceCreated" }
+func (e InstanceCreated) Node() string     { return e.NodeID }
+func (InstanceDeleted) Type() string       { return "InstanceDeleted" }
+func (e InstanceDeleted) Node() string     { return e.NodeID }
+func (RunnerStatusChanged) Type() string   { return "RunnerStatusChanged" }
+func (e RunnerStatusChanged) Node() string { return e.NodeID }
+
 // decoders maps a wire type name to a function decoding its payload. It is
 // written only here, at init, and read-only afterwards.
 var decoders = map[string]func([]byte) (Event, error){
@@ -86,6 +122,10 @@ var decoders = map[string]func([]byte) (Event, error){
 	"NodeNetworkMeasured":  decodeAs[NodeNetworkMeasured],
 	"NodeGone":             decodeAs[NodeGone],
 	"NodeLinksMeasured":    decodeAs[NodeLinksMeasured],
+	"NodeModelsMeasured":   decodeAs[NodeModelsMeasured],
+	"InstanceCreated":      decodeAs[InstanceCreated],
+	"InstanceDeleted":      decodeAs[InstanceDeleted],
+	"RunnerStatusChanged":  decodeAs[RunnerStatusChanged],
 }
 
 func decodeAs[T Event](b []byte) (Event, error) {

@@ -183,6 +183,9 @@ type State struct {
 	NodeDisk            map[string]NodeDisk     `json:"nodeDisk"`
 	NodeNetwork         map[string]NodeNetwork  `json:"nodeNetwork"`
 	NodeLinkTelemetry   map[string]NodeLinks    `json:"nodeLinkTelemetry"`
+	NodeModels          map[string]NodeModels   `json:"nodeModels"`
+	Instances           map[string]Instance     `json:"instances"`
+	Runners             map[string]Runner       `json:"runners"`
 	Topology            Topology                `json:"topology"`
 }
 
@@ -197,6 +200,76 @@ func New() State {
 		NodeDisk:            map[string]NodeDisk{},
 		NodeNetwork:         map[string]NodeNetwork{},
 		NodeLinkTelemetry:   map[string]NodeLinks{},
+		NodeModels:          map[string]NodeModels{},
+		Instances:           map[string]Instance{},
+		Runners:             map[string]Runner{},
 		Topology:            Topology{Nodes: []TopologyNode{}, Connections: []Connection{}},
 	}
+}
+
+// ModelInfo is one model a node has on disk (see engine/model.Entry).
+type ModelInfo struct {
+	ID           string  `json:"id"`
+	Source       string  `json:"source"`
+	Path         string  `json:"path"`
+	Size         *Memory `json:"size"`
+	Arch         string  `json:"arch,omitempty"`
+	Layers       int     `json:"layers,omitempty"`
+	Quantization string  `json:"quantization,omitempty"`
+	Params       uint64  `json:"params,omitempty"`
+	ContextLen   int     `json:"contextLength,omitempty"`
+	// Error says why the node cannot serve the model.
+	Error string `json:"error,omitempty"`
+}
+
+// NodeModels is a node's model list, from its last scan.
+type NodeModels struct {
+	Models    []ModelInfo `json:"models"`
+	SampledAt time.Time   `json:"sampledAt"`
+}
+
+// ShardRange is the blocks [FirstLayer, LastLayer) one rank of an
+// instance holds, on NodeID.
+type ShardRange struct {
+	Rank       int    `json:"rank"`
+	NodeID     string `json:"nodeId"`
+	FirstLayer int    `json:"firstLayer"`
+	LastLayer  int    `json:"lastLayer"`
+}
+
+// Instance is a model placed on the cluster: the ranks that serve it.
+type Instance struct {
+	InstanceID string       `json:"instanceId"`
+	ModelID    string       `json:"modelId"`
+	NodeID     string       `json:"nodeId"` // the node that owns (placed) it
+	Ranks      []ShardRange `json:"ranks"`
+	CreatedAt  time.Time    `json:"createdAt"`
+}
+
+// Runner lifecycle statuses.
+const (
+	RunnerIdle     = "Idle"
+	RunnerLoading  = "Loading"
+	RunnerReady    = "Ready"
+	RunnerRunning  = "Running"
+	RunnerFailed   = "Failed"
+	RunnerShutdown = "Shutdown"
+)
+
+// Runner is the state of one rank's runner process.
+type Runner struct {
+	RunnerID   string `json:"runnerId"`
+	InstanceID string `json:"instanceId"`
+	NodeID     string `json:"nodeId"`
+	Rank       int    `json:"rank"`
+	Status     string `json:"status"`
+	// LayersLoaded of TotalLayers while Loading.
+	LayersLoaded int    `json:"layersLoaded"`
+	TotalLayers  int    `json:"totalLayers"`
+	Error        string `json:"error,omitempty"`
+	Pid          int    `json:"pid,omitempty"`
+	// Restarts counts the times the runner was started again after it
+	// failed.
+	Restarts int       `json:"restarts"`
+	Since    time.Time `json:"since"`
 }

@@ -29,6 +29,10 @@ Usage:
   orrery doctor [--api URL]   ask a running agent about its cluster and discovery problems
   orrery ring-bench [flags]   time a payload around the cluster, hop by hop
   orrery trace SUB [flags]    the agent's traces: ls, stats ID, export ID -o FILE, open ID (Perfetto)
+  orrery models ls [flags]    list the GGUF models on this machine
+  orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
+  orrery engine-bench [flags] time prefill and decode of a model on this machine, in process
+  orrery runner [flags]       the model runner child process (started by the agent)
   orrery key show             print this machine's cluster key (creating one if none)
   orrery key set KEY|-        use the cluster key from another machine
   orrery key fingerprint      print the key's public fingerprint
@@ -57,6 +61,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRingBench(context.Background(), args[1:], stdout, stderr)
 	case "trace":
 		return runTrace(context.Background(), args[1:], stdout, stderr)
+	case "models":
+		return runModels(args[1:], stdout, stderr)
+	case "gen-model":
+		return runGenModel(args[1:], stdout, stderr)
+	case "engine-bench":
+		return runEngineBench(context.Background(), args[1:], stdout, stderr)
+	case "runner":
+		return runRunner(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "key":
 		return runKey(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "version", "--version", "-version":

@@ -96,7 +96,11 @@ var fileTypes = map[string]uint32{"F32": 0, "F16": 1, "Q8_0": 7}
 // Generate writes a random-weight model of shape o to path, atomically.
 // The same options always give the same bytes. Its output is gibberish:
 // it exists to exercise the runner, not to say anything.
-func Generate(path string, o GenOptions) error {
+func Generate(path string, o GenOptions) error { return GenerateProgress(path, o, nil) }
+
+// GenerateProgress is Generate, calling progress (when not nil) with the
+// tensor bytes written so far and the total, after every tensor row.
+func GenerateProgress(path string, o GenOptions, progress func(done, total uint64)) error {
 	if err := o.fill(); err != nil {
 		return fmt.Errorf("gen-model: %w", err)
 	}
@@ -104,7 +108,29 @@ func Generate(path string, o GenOptions) error {
 	if err != nil {
 		return err
 	}
-	return gguf.WriteFile(path, kvs, genTensors(o))
+	ts := genTensors(o)
+	if progress != nil {
+		total, _ := GenSize(o)
+		var done uint64
+		for i := range ts {
+			data := ts[i].Data
+			ts[i].Data = func(w io.Writer) error {
+				return data(countingWriter{w, func(n int) { done += uint64(n); progress(done, total) }})
+			}
+		}
+	}
+	return gguf.WriteFile(path, kvs, ts)
+}
+
+type countingWriter struct {
+	w   io.Writer
+	add func(int)
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.add(n)
+	return n, err
 }
 
 // GenSize is the file size Generate writes for o (roughly: the weights).

@@ -50,6 +50,9 @@ type Request struct {
 	MaxTokens int            `json:"maxTokens,omitempty"`
 	Stop      []string       `json:"stop,omitempty"`
 	Sample    sample.Options `json:"sample"`
+	// IgnoreEOS keeps generating past end-of-generation tokens, so that
+	// a benchmark decodes exactly MaxTokens.
+	IgnoreEOS bool `json:"ignoreEos,omitempty"`
 }
 
 // Validate checks the parameters that do not need the model.
@@ -164,6 +167,7 @@ func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, 
 	maxTok = min(maxTok, opts.ContextLen-len(prompt))
 	smp := sample.New(req.Sample)
 	out := newOutput(req.Stop)
+	out.ignoreEOS = req.IgnoreEOS
 
 	// Prefill: the prompt in batches; the last batch's logits give the
 	// first token.
@@ -243,9 +247,10 @@ func positions(i, j int) []int32 {
 // across tokens, and any tail that could be the start of a stop string, so
 // that a stop string never reaches the client.
 type output struct {
-	stop    []string
-	pending []byte // decoded, not yet released
-	done    bool
+	stop      []string
+	pending   []byte // decoded, not yet released
+	done      bool
+	ignoreEOS bool
 }
 
 func newOutput(stop []string) *output { return &output{stop: stop} }
@@ -256,7 +261,7 @@ func (o *output) add(tok *model.Tokenizer, id int32) (Piece, bool) {
 	if o.done {
 		return Piece{}, true
 	}
-	if tok.EndsGeneration(id) {
+	if tok.EndsGeneration(id) && !o.ignoreEOS {
 		o.done = true
 		return Piece{Text: o.flush()}, true
 	}

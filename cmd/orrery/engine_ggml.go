@@ -1,0 +1,17 @@
+//go:build !orrery_omit_engine
+
+package main
+
+import (
+	"context"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/backend/ggml"
+)
+
+// loadRank loads a model's blocks on ggml (cgo). Building with the tag
+// orrery_omit_engine leaves ggml out (for the darwin vet, which has no
+// cgo); such a binary cannot run models.
+func loadRank(ctx context.Context, path string, opts backend.Options, progress func(float32)) (backend.Rank, error) {
+	return ggml.Load(ctx, path, opts, progress)
+}

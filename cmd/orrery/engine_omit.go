@@ -1,0 +1,14 @@
+//go:build orrery_omit_engine
+
+package main
+
+import (
+	"context"
+	"errors"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+)
+
+func loadRank(context.Context, string, backend.Options, func(float32)) (backend.Rank, error) {
+	return nil, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend")
+}

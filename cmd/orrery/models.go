@@ -1,0 +1,196 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+const genModelUsage = `Usage: orrery gen-model [flags]
+
+Writes a deterministic random-weight GGUF model: the same flags always give
+the same bytes. It has a working tokenizer and a ChatML chat template, but
+its output is gibberish: it exists to exercise the runner, the cluster and
+benchmarks where no real weights can be downloaded.
+
+Presets: tiny (4 layers, dim 64, F32, a few MB), small (8 layers, dim 512,
+Q8_0, ~30 MB), 1b (16 layers, dim 2048, ff 8192, 32/8 heads, vocab 32000,
+Q8_0, 1.17 GB). Other flags override the preset's fields.
+
+Flags:
+`
+
+// runGenModel runs "orrery gen-model". Exit status: 0 done, 1 failed, 2 usage.
+func runGenModel(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("orrery gen-model", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), genModelUsage)
+		fs.PrintDefaults()
+	}
+	preset := fs.String("preset", "small", "shape to start from: tiny, small or 1b")
+	arch := fs.String("arch", "", "architecture: llama or qwen2 (default: the preset's)")
+	layers := fs.Int("layers", 0, "transformer blocks")
+	dim := fs.Int("dim", 0, "embedding dimension (a multiple of 32)")
+	ff := fs.Int("ff", 0, "feed-forward dimension (a multiple of 32)")
+	heads := fs.Int("heads", 0, "attention heads")
+	kvHeads := fs.Int("kv-heads", 0, "key/value heads (grouped-query attention)")
+	vocab := fs.Int("vocab", 0, "vocabulary size")
+	ctxLen := fs.Int("ctx", 0, "context length in tokens")
+	typ := fs.String("type", "", "weight type: F32, F16 or Q8_0")
+	seed := fs.Uint64("seed", 0, "random seed")
+	dataDir := fs.String("data-dir", agent.DefaultConfig().DataDir, "agent data directory; the model goes to <data-dir>/models unless -o")
+	name := fs.String("name", "", "model id (file name without .gguf; default orrery-<preset>)")
+	out := fs.String("o", "", "output file (default <data-dir>/models/<name>.gguf)")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	o, ok := model.Presets[*preset]
+	if !ok {
+		fmt.Fprintf(stderr, "orrery gen-model: --preset %q: want tiny, small or 1b\n", *preset)
+		return 2
+	}
+	set := func(dst *int, v int) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&o.Layers, *layers)
+	set(&o.Dim, *dim)
+	set(&o.FFDim, *ff)
+	set(&o.Heads, *heads)
+	set(&o.KVHeads, *kvHeads)
+	set(&o.Vocab, *vocab)
+	set(&o.ContextLen, *ctxLen)
+	if *arch != "" {
+		o.Arch = *arch
+	}
+	if *typ != "" {
+		o.Type = strings.ToUpper(*typ)
+	}
+	o.Seed = *seed
+	if *name == "" {
+		*name = "orrery-" + *preset
+	}
+	path := *out
+	if path == "" {
+		if strings.ContainsAny(*name, `/\`) || strings.HasPrefix(*name, ".") {
+			fmt.Fprintf(stderr, "orrery gen-model: --name %q: want a plain file name\n", *name)
+			return 2
+		}
+		path = filepath.Join(*dataDir, "models", *name+".gguf")
+	}
+	size, err := model.GenSize(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery gen-model: %v\n", err)
+		return 2
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		fmt.Fprintf(stderr, "orrery gen-model: %v\n", err)
+		return 1
+	}
+	start := time.Now()
+	last := time.Time{}
+	fmt.Fprintf(stderr, "writing %s (%s, %s)\n", path, humanBytes(int64(size)), shape(o))
+	err = model.GenerateProgress(path, o, func(done, total uint64) {
+		if now := time.Now(); now.Sub(last) >= time.Second || done == total {
+			last = now
+			el := now.Sub(start).Seconds()
+			rate := float64(done) / 1e6 / max(el, 1e-9)
+			eta := ""
+			if rate > 0 && done < total {
+				eta = fmt.Sprintf(", %.0f s left", float64(total-done)/1e6/rate)
+			}
+			fmt.Fprintf(stderr, "\r  %5.1f%%  %s of %s  %.0f MB/s%s   ", 100*float64(done)/float64(max(total, 1)),
+				humanBytes(int64(done)), humanBytes(int64(total)), rate, eta)
+		}
+	})
+	fmt.Fprintln(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery gen-model: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s\n", path)
+	fmt.Fprintf(stderr, "done in %.1f s. Random weights: this model's output is gibberish.\n", time.Since(start).Seconds())
+	return 0
+}
+
+func shape(o model.GenOptions) string {
+	return fmt.Sprintf("%s, %d layers, dim %d, ff %d, %d/%d heads, vocab %d, ctx %d, %s", o.Arch, o.Layers, o.Dim, o.FFDim, o.Heads, o.KVHeads, o.Vocab, o.ContextLen, o.Type)
+}
+
+const modelsUsage = `Usage: orrery models ls [--data-dir DIR] [--json]
+
+Lists the GGUF models on this machine: <data-dir>/models, and read-only
+Ollama's store (~/.ollama/models or $OLLAMA_MODELS), LM Studio
+(~/.lmstudio/models) and the Hugging Face cache (~/.cache/huggingface/hub,
+or $HF_HUB_CACHE / $HF_HOME/hub), with size, architecture, layers and
+quantization. A model this runner cannot serve is listed with the reason.
+`
+
+// runModels runs "orrery models ls".
+func runModels(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "ls" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprint(stdout, modelsUsage)
+			return 0
+		}
+		fmt.Fprint(stderr, modelsUsage)
+		return 2
+	}
+	fs := flag.NewFlagSet("orrery models ls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, modelsUsage) }
+	dataDir := fs.String("data-dir", agent.DefaultConfig().DataDir, "agent data directory")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if code, ok := parseFlags(fs, args[1:], stderr); !ok {
+		return code
+	}
+	home, _ := os.UserHomeDir()
+	s := &model.Scanner{Dirs: model.DefaultDirs(*dataDir, home, os.Getenv)}
+	ms := s.Scan()
+	if *asJSON {
+		if ms == nil {
+			ms = []model.Entry{}
+		}
+		b, _ := json.MarshalIndent(map[string]any{"models": ms}, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return 0
+	}
+	if len(ms) == 0 {
+		fmt.Fprintf(stdout, "no models found (looked in %s). Make one with: orrery gen-model\n", strings.Join(nonEmpty(s.Dirs), ", "))
+		return 0
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSOURCE\tSIZE\tARCH\tLAYERS\tQUANT\tNOTE")
+	for _, m := range ms {
+		layers := "-"
+		if m.Layers > 0 {
+			layers = fmt.Sprint(m.Layers)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Source, humanBytes(m.SizeBytes), orDash(m.Arch), layers, orDash(m.Quantization), m.Error)
+	}
+	tw.Flush()
+	return 0
+}
+
+func nonEmpty(d model.Dirs) []string {
+	return slices.DeleteFunc([]string{d.Orrery, d.Ollama, d.LMStudio, d.HuggingFace}, func(s string) bool { return s == "" })
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runner"
+)
+
+// RunnerTokenEnv carries the runner's bearer token from the agent (not on
+// the command line, where every local user could read it).
+const RunnerTokenEnv = "ORRERY_RUNNER_TOKEN"
+
+const runnerUsage = `Usage: orrery runner --model PATH [flags]
+
+The model runner: a child process the agent starts for each instance (not
+meant to be run by hand). It listens on 127.0.0.1 on a free port, prints
+"` + runner.ListenPrefix + `ADDR", loads the model and serves completions
+to the agent, which must send the token from $` + RunnerTokenEnv + `. It exits
+when its stdin closes (the agent is gone) or on SIGTERM.
+
+Flags:
+`
+
+func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("orrery runner", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), runnerUsage)
+		fs.PrintDefaults()
+	}
+	var opts backend.Options
+	path := fs.String("model", "", "GGUF model (or shard) to load")
+	fs.IntVar(&opts.Threads, "threads", runtime.NumCPU(), "CPU threads for compute")
+	fs.IntVar(&opts.ContextLen, "ctx", 0, "context length in tokens (0: the model's)")
+	fs.IntVar(&opts.BatchSize, "batch", 512, "prompt tokens per forward pass")
+	fs.StringVar(&opts.KVType, "kv-type", "f16", "KV cache type: f16 or f32")
+	fs.IntVar(&opts.FirstLayer, "first-layer", 0, "first block this rank holds")
+	fs.IntVar(&opts.LastLayer, "last-layer", 0, "end of this rank's blocks (0: the last)")
+	node := fs.String("node", "", "node id stamped on trace spans")
+	nodeName := fs.String("node-name", "", "node name stamped on trace spans")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "orrery runner: --model is required")
+		return 2
+	}
+	token := getenv(RunnerTokenEnv)
+	if token == "" {
+		fmt.Fprintf(stderr, "orrery runner: $%s is not set (the agent sets it)\n", RunnerTokenEnv)
+		return 2
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToLower(*level))); err != nil {
+		fmt.Fprintf(stderr, "orrery runner: --log-level %q: want debug, info, warn or error\n", *level)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("component", "runner", "pid", os.Getpid())
+	// ollama's ggml package logs through the default logger.
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := runner.Serve(ctx, runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
+		Node: *node, NodeName: *nodeName, Logger: log}, stdout, stdin)
+	if err != nil {
+		log.Error("runner failed", "err", err)
+		return 1
+	}
+	return 0
+}
