@@ -83,6 +83,9 @@ type Config struct {
 	// its hop timings (those it got to, on an error too) so that the agent
 	// can trace them. Either may be nil.
 	RingRun func(start wire.RingStart) (done func(rep *wire.RingReport, err error))
+	// OnStream takes an accepted stream link (see DialStream) and owns
+	// it; purpose is wire.StreamHTTP. Nil refuses streams.
+	OnStream func(peer, purpose string, c net.Conn)
 }
 
 // Timeouts and queue sizes.
@@ -483,6 +486,9 @@ func (n *Node) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 				return
 			case "probe":
 				n.echoProbes(c)
+				return
+			case wire.StreamHTTP:
+				n.acceptStream(c)
 				return
 			}
 			n.table.Heard(c.peer, c.hello.StartedAt, time.Now())

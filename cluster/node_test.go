@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -198,6 +199,18 @@ func (tn *testNode) ringRun(start wire.RingStart) func(*wire.RingReport, error) 
 	}
 }
 
+// onStream echoes a stream's first line back, prefixed by who it came from.
+func (tn *testNode) onStream(peer, purpose string, c net.Conn) {
+	go func() {
+		defer c.Close()
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return
+		}
+		fmt.Fprintf(c, "%s %s %s", peer, purpose, line)
+	}()
+}
+
 func (tn *testNode) hooks() (traced, rings []string) {
 	tn.hookMu.Lock()
 	defer tn.hookMu.Unlock()
@@ -231,7 +244,7 @@ func startCluster(t *testing.T, ca *testCA, ids []string, started []time.Time) [
 				}
 			},
 			Heartbeat: 100 * time.Millisecond, FailAfter: 500 * time.Millisecond, Logger: testLogger(t, id),
-			OnTrace: tn.onTrace, RingRun: tn.ringRun})
+			OnTrace: tn.onTrace, RingRun: tn.ringRun, OnStream: tn.onStream})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -503,5 +516,31 @@ func TestShipTrace(t *testing.T) {
 	}
 	if _, err := nodes[1].node.ShipTrace(ctx, &wire.Fetch{}); err == nil {
 		t.Error("a non-trace message was shipped")
+	}
+}
+
+// A stream link reaches the peer's OnStream authenticated (the peer sees
+// our id), and its bytes count as traffic with that peer.
+func TestStream(t *testing.T) {
+	ca := newTestCA(t)
+	now := time.Now()
+	nodes := startCluster(t, ca, []string{"a", "b"}, []time.Time{now, now.Add(time.Second)})
+	waitUntil(t, "2 members", 10*time.Second, func() bool { return converged(nodes) })
+	before := nodes[0].node.BytesSent()["b"]
+	c, err := nodes[0].node.DialStream(context.Background(), "b", wire.StreamHTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "hello\n")
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || got != "a http hello\n" {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+	if after := nodes[0].node.BytesSent()["b"]; after < before+6 {
+		t.Errorf("bytes sent to b: %d then %d", before, after)
+	}
+	if _, err := nodes[0].node.DialStream(context.Background(), "nobody", wire.StreamHTTP); err == nil {
+		t.Error("a stream to a non-member was opened")
 	}
 }

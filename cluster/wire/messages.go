@@ -55,10 +55,15 @@ type Hello struct {
 	Version   string    `json:"version"`
 	PeerPort  int       `json:"peerPort"`
 	// Purpose is "" for the control link, "probe" for the link-probe echo
-	// link, "ring" for a ring-benchmark rank link (then Bench names the run).
+	// link, "ring" for a ring-benchmark rank link (then Bench names the run),
+	// "http" for a stream carrying the agent's peer API.
 	Purpose string `json:"purpose,omitempty"`
 	Bench   string `json:"bench,omitempty"`
 }
+
+// StreamHTTP is the link purpose of a stream carrying the agent's peer
+// HTTP API (requests forwarded from another node).
+const StreamHTTP = "http"
 
 // Ring benchmark limits.
 const (
@@ -322,7 +327,7 @@ func (m *Hello) validate() error {
 		if err := validBench(m.Bench); err != nil {
 			return err
 		}
-	case "probe":
+	case "probe", StreamHTTP:
 	default:
 		return fmt.Errorf("unknown link purpose %q", m.Purpose)
 	}
