@@ -15,12 +15,14 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/identity"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/agent/tracecollect"
 	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 // Config is one agent's configuration. DefaultConfig fills every field.
@@ -56,6 +58,15 @@ type Config struct {
 	// ended, for ranks that have not delivered their spans; the trace is
 	// then saved as partial, naming them.
 	TraceMergeTimeout time.Duration
+	// RunnerExe is the orrery binary that model runners are started with
+	// (`RunnerExe runner …`); empty means this very executable.
+	RunnerExe string
+	// RunnerThreads and ContextLen are passed to runners (0: all CPUs,
+	// and the model's context length).
+	RunnerThreads, ContextLen int
+	// ModelDirs are where models are looked for; nil means
+	// model.DefaultDirs (the data dir, Ollama, LM Studio, the HF cache).
+	ModelDirs *model.Dirs
 	// Version is reported in the identity and /healthz.
 	Version string
 	Logger  *slog.Logger
@@ -126,6 +137,11 @@ type Agent struct {
 	replica   *replica
 	traces    *tracestore.Store
 	collector *tracecollect.Collector // merges ranks' spans (on the master)
+	models    *model.Scanner
+	sup       *supervisor.Supervisor
+	peerLn    *streamListener // stream links from peers, for the peer API
+	peerHTTP  *http.Client    // to other nodes' peer APIs
+	bg        sync.WaitGroup  // trace shipping started by requests
 }
 
 // New loads the identity, prepares the data dir and binds the API listener,
@@ -183,6 +199,18 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return fail(fmt.Errorf("discovery: %w", err))
 	}
+	dirs := cfg.ModelDirs
+	if dirs == nil {
+		home, _ := os.UserHomeDir()
+		d := model.DefaultDirs(cfg.DataDir, home, getenv)
+		dirs = &d
+	}
+	exe := cfg.RunnerExe
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return fail(fmt.Errorf("%w: %v", errNoExe, err))
+		}
+	}
 	store := state.NewStore(state.NewLog(state.DefaultLogRetention), state.NewMemoryHistory(state.DefaultHistoryWindow))
 	rep := newReplica(store)
 	a := &Agent{
@@ -195,7 +223,20 @@ func New(cfg Config) (*Agent, error) {
 		disc:     disc,
 		replica:  rep,
 		traces:   traces,
+		models:   &model.Scanner{Dirs: *dirs},
+		peerLn:   newStreamListener(pln.Addr()),
 	}
+	a.peerHTTP = &http.Client{Transport: a.peerTransport()}
+	a.sup = supervisor.New(supervisor.Config{NodeID: id.NodeID, NodeName: id.FriendlyName, Exe: exe,
+		LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads, ContextLen: cfg.ContextLen,
+		ModelPath: func(modelID string) (string, error) {
+			e, ok := a.models.Find(modelID)
+			if !ok {
+				return "", fmt.Errorf("model %q is not on this node", modelID)
+			}
+			return e.Path, nil
+		},
+		Publish: func(ev state.Event) error { return a.seq.Publish(ev) }, OnLoaded: a.onLoaded, Logger: a.log})
 	a.collector = tracecollect.New(tracecollect.Config{Timeout: cfg.TraceMergeTimeout,
 		ClockOffsets: a.clockOffsets, Self: id.NodeID, Save: a.saveTrace, Logger: a.log})
 	node, err := cluster.NewNode(cluster.Config{
@@ -208,6 +249,7 @@ func New(cfg Config) (*Agent, error) {
 		},
 		App: rep, Heartbeat: cfg.Heartbeat, FailAfter: cfg.FailAfter, Logger: cfg.Logger,
 		OnTrace: a.onTrace, RingRun: a.ringRankRun,
+		OnStream: func(peer, purpose string, c net.Conn) { a.peerLn.offer(c) },
 	})
 	if err != nil {
 		return fail(fmt.Errorf("cluster: %w", err))
@@ -303,6 +345,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		{&telemetry.DiskSampler{NodeID: id, Path: filepath.Join(a.cfg.DataDir, "models")}, a.cfg.DiskInterval},
 		{telemetry.NewNetworkSampler(id), a.cfg.NetworkInterval},
 		{&linkSampler{nodeID: id, links: a.node.Links, state: a.store.State, failAfter: a.cfg.FailAfter}, LinkInterval},
+		{&modelsSampler{nodeID: id, scan: a.models}, ModelScanInterval},
 	}
 	for _, sm := range samplers {
 		wg.Add(1)
@@ -312,9 +355,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.reconcile(ctx)
+	}()
+	apiSrv := &api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log,
+		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser,
+		Inference: inference{a}}
+	peerSrv := &http.Server{Handler: apiSrv.PeerHandler(), ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, BaseContext: func(net.Listener) context.Context { return ctx },
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		peerSrv.Serve(a.peerLn)
+	}()
 	srv := &http.Server{
-		Handler: (&api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log,
-			Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser}).Handler(),
+		Handler:           apiSrv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Long-lived SSE streams end when the agent's context does.
 		BaseContext: func(net.Listener) context.Context { return ctx },
@@ -332,10 +390,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	shutCtx, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
+	// Runners first: their requests end with an error event.
+	a.sup.Close()
 	if serr := srv.Shutdown(shutCtx); serr != nil && err == nil {
 		err = fmt.Errorf("api shutdown: %w", serr)
 	}
+	peerSrv.Shutdown(shutCtx)
+	a.peerLn.Close()
 	wg.Wait()
+	a.bg.Wait()
 	// Save whatever ranks delivered for traces still being merged.
 	a.collector.Close()
 	a.log.Info("agent stopped")

@@ -43,6 +43,9 @@ type Server struct {
 	// OpenURL opens a URL in the system browser, for
 	// POST /v1/traces/{id}/open; nil answers 501 with the URL.
 	OpenURL func(ctx context.Context, url string) error
+	// Inference, when set, serves /v1/chat/completions, /v1/models and
+	// /instance.
+	Inference Inference
 	// AllowAnyHost turns off the Host check; set it only when the API is
 	// deliberately bound to a non-loopback address.
 	AllowAnyHost bool
@@ -88,6 +91,10 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.traceRaw))
 	mux.Handle("/v1/traces/{id}/open", allow(s.traceOpen, http.MethodPost))
 	mux.Handle("/perfetto/{id}", onlyGET(s.perfettoPage))
+	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, false) }))
+	mux.Handle("/v1/models", onlyGET(s.models))
+	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, false) }))
+	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, false) }, http.MethodDelete))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
 	})
@@ -97,6 +104,20 @@ func (s *Server) Handler() http.Handler {
 		h = loopbackHostOnly(h)
 	}
 	return h
+}
+
+// PeerHandler serves the requests other nodes forward here over
+// authenticated stream links: completions for instances on this node and
+// placement on it. They are answered here, never forwarded again.
+func (s *Server) PeerHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, true) }))
+	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, true) }))
+	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, true) }, http.MethodDelete))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such peer endpoint: %s", r.URL.Path))
+	})
+	return limitBody(mux)
 }
 
 // onlyGET answers 405 with an Allow header to anything but GET and HEAD.

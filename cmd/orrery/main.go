@@ -105,6 +105,8 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "heartbeat and link-probe period")
 	fs.DurationVar(&cfg.FailAfter, "fail-after", cfg.FailAfter, "silence after which a peer is marked gone")
 	fs.DurationVar(&cfg.TraceMergeTimeout, "trace-merge-timeout", cfg.TraceMergeTimeout, "how long the master waits for a traced task's ranks before saving a partial trace")
+	fs.IntVar(&cfg.RunnerThreads, "runner-threads", 0, "CPU threads per model runner (0: all)")
+	fs.IntVar(&cfg.ContextLen, "ctx", 0, "context length of model runners in tokens (0: each model's own)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code

@@ -1,0 +1,71 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/runner"
+)
+
+// Inference is the node's model serving: placement on this node, local
+// completions, and the way to other nodes for the rest.
+type Inference interface {
+	// Route picks the instance that serves model: its id and the node
+	// that runs it. It wraps ErrModelNotRunning when there is none.
+	Route(model string) (instanceID, node string, err error)
+	// PickNode is the node a new instance of model goes to when the
+	// request names none (this node if it has the model).
+	PickNode(model string) (string, error)
+	// Place creates an instance of model on this node.
+	Place(ctx context.Context, model string) (state.Instance, error)
+	// Delete stops and removes an instance placed on this node.
+	Delete(ctx context.Context, instanceID string) error
+	// Complete runs a completion on an instance on this node. traced
+	// says whether the request's spans go into a trace (named traceID).
+	Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error)
+	// Peer is an HTTP client whose requests to http://<node id>/… reach
+	// that node's peer API over an authenticated stream link.
+	Peer() *http.Client
+}
+
+// Errors an Inference returns, mapped to HTTP statuses by inferenceStatus.
+var (
+	ErrModelNotRunning = errors.New("model not running")
+	ErrModelNotFound   = errors.New("model not found")
+	ErrNoMemory        = errors.New("model does not fit")
+	ErrConflict        = errors.New("conflict")
+	ErrNotHere         = errors.New("not on this node")
+)
+
+// inferenceStatus maps an Inference error to an HTTP status and an
+// OpenAI error type and code.
+func inferenceStatus(err error) (status int, typ, code string) {
+	switch {
+	case errors.Is(err, runner.ErrPromptTooLong):
+		return http.StatusBadRequest, "invalid_request_error", "context_length_exceeded"
+	case errors.Is(err, runner.ErrBadRequest):
+		return http.StatusBadRequest, "invalid_request_error", "invalid_value"
+	case errors.Is(err, ErrModelNotRunning), errors.Is(err, ErrModelNotFound):
+		return http.StatusNotFound, "invalid_request_error", "model_not_found"
+	case errors.Is(err, ErrNoMemory):
+		return http.StatusInsufficientStorage, "server_error", "insufficient_memory"
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict, "invalid_request_error", "conflict"
+	case errors.Is(err, ErrNotHere):
+		return http.StatusNotFound, "invalid_request_error", "not_found"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, "server_error", "timeout"
+	}
+	var re *runner.RequestError
+	if errors.As(err, &re) {
+		switch re.Kind {
+		case "prompt_too_long":
+			return http.StatusBadRequest, "invalid_request_error", "context_length_exceeded"
+		case "bad_request":
+			return http.StatusBadRequest, "invalid_request_error", "invalid_value"
+		}
+	}
+	return http.StatusServiceUnavailable, "server_error", "runner_unavailable"
+}

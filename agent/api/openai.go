@@ -1,0 +1,458 @@
+package api
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/sample"
+)
+
+// Headers of the inference API.
+const (
+	// TraceIDHeader names the trace a completion left.
+	TraceIDHeader = "X-Orrery-Trace-Id"
+	// TraceHeader "off" runs a completion untraced (to measure tracing).
+	TraceHeader = "X-Orrery-Trace"
+	// NodeHeader names the node that served a completion.
+	NodeHeader = "X-Orrery-Node"
+)
+
+// maxMessages bounds a chat request's messages.
+const maxMessages = 1024
+
+// chatRequest is the part of OpenAI's chat completion request Orrery
+// uses; other fields are accepted and ignored, as SDKs send many.
+type chatRequest struct {
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	Stream              bool            `json:"stream"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"`
+	Seed                *int64          `json:"seed"`
+	Stop                json.RawMessage `json:"stop"`
+	N                   *int            `json:"n"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// text is a message's content: a string, or an array of parts whose text
+// parts are joined (other part types are refused).
+func (m chatMessage) text() (string, error) {
+	var s string
+	if err := json.Unmarshal(m.Content, &s); err == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(m.Content, &parts); err != nil {
+		return "", errors.New("content: want a string or an array of text parts")
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" {
+			return "", fmt.Errorf("content part of type %q: only text is supported", p.Type)
+		}
+		b.WriteString(p.Text)
+	}
+	return b.String(), nil
+}
+
+// toRunner turns the request into the runner's terms, with OpenAI's
+// defaults (temperature 1, top_p 1) and a random seed when none is given.
+func (c *chatRequest) toRunner() (runner.Request, error) {
+	var req runner.Request
+	if c.Model == "" {
+		return req, errors.New("model is required")
+	}
+	if len(c.Messages) == 0 || len(c.Messages) > maxMessages {
+		return req, fmt.Errorf("messages: want 1..%d, got %d", maxMessages, len(c.Messages))
+	}
+	if c.N != nil && *c.N != 1 {
+		return req, fmt.Errorf("n = %d: only 1 is supported", *c.N)
+	}
+	for i, m := range c.Messages {
+		switch m.Role {
+		case "system", "developer", "user", "assistant", "tool":
+		default:
+			return req, fmt.Errorf("messages[%d].role %q: want system, user, assistant or tool", i, m.Role)
+		}
+		t, err := m.text()
+		if err != nil {
+			return req, fmt.Errorf("messages[%d].%v", i, err)
+		}
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		req.Messages = append(req.Messages, model.Message{Role: role, Content: t})
+	}
+	switch {
+	case c.MaxCompletionTokens != nil:
+		req.MaxTokens = *c.MaxCompletionTokens
+	case c.MaxTokens != nil:
+		req.MaxTokens = *c.MaxTokens
+	}
+	if req.MaxTokens < 0 {
+		return req, fmt.Errorf("max_tokens %d: want ≥ 0", req.MaxTokens)
+	}
+	req.Sample = sample.Options{Temperature: 1, TopP: 1}
+	if c.Temperature != nil {
+		req.Sample.Temperature = *c.Temperature
+	}
+	if c.TopP != nil {
+		req.Sample.TopP = *c.TopP
+	}
+	if c.TopK != nil {
+		req.Sample.TopK = *c.TopK
+	}
+	if c.Seed != nil {
+		req.Sample.Seed = uint64(*c.Seed)
+	} else {
+		var b [8]byte
+		rand.Read(b[:])
+		for _, x := range b {
+			req.Sample.Seed = req.Sample.Seed<<8 | uint64(x)
+		}
+	}
+	if len(c.Stop) > 0 && string(c.Stop) != "null" {
+		var one string
+		if err := json.Unmarshal(c.Stop, &one); err == nil {
+			req.Stop = []string{one}
+		} else if err := json.Unmarshal(c.Stop, &req.Stop); err != nil {
+			return req, errors.New("stop: want a string or an array of strings")
+		}
+	}
+	if err := req.Validate(); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// openAIError writes OpenAI's error shape.
+func openAIError(w http.ResponseWriter, status int, typ, code, msg string) {
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code}})
+	writeRaw(w, status, b)
+}
+
+func inferenceError(w http.ResponseWriter, err error) {
+	status, typ, code := inferenceStatus(err)
+	openAIError(w, status, typ, code, err.Error())
+}
+
+// newTraceID names a request's trace: chat-<unix ms>-<random>.
+func newTraceID() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("chat-%d-%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
+}
+
+// usage is OpenAI's usage object.
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// orreryExt is the "orrery" extension object next to usage: where the
+// request ran, its trace and timings.
+type orreryExt struct {
+	TraceID        string  `json:"traceId,omitempty"`
+	Node           string  `json:"node"`
+	InstanceID     string  `json:"instanceId"`
+	PrefillTokPerS float64 `json:"prefillTokPerSec"`
+	DecodeTokPerS  float64 `json:"decodeTokPerSec"`
+	TimeToFirstMs  float64 `json:"timeToFirstTokenMs"`
+	QueueMs        float64 `json:"queueMs"`
+	DurationMs     float64 `json:"durationMs"`
+	FinishReason   string  `json:"finishReason"`
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forwarded bool) {
+	if s.Inference == nil {
+		openAIError(w, http.StatusNotFound, "invalid_request_error", "not_found", "this node serves no models")
+		return
+	}
+	if mt, _, _ := mimeType(r); mt != "application/json" {
+		openAIError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "invalid_content_type", "want Content-Type: application/json")
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "read body: "+err.Error())
+		return
+	}
+	var cr chatRequest
+	if err := json.Unmarshal(body, &cr); err != nil {
+		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "chat completion body: "+err.Error())
+		return
+	}
+	req, err := cr.toRunner()
+	if err != nil {
+		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", err.Error())
+		return
+	}
+	instanceID, node, err := s.Inference.Route(cr.Model)
+	if err != nil {
+		inferenceError(w, err)
+		return
+	}
+	if node != s.NodeID {
+		if forwarded {
+			openAIError(w, http.StatusMisdirectedRequest, "server_error", "misrouted", fmt.Sprintf("instance %s is on %s, not here", instanceID, node))
+			return
+		}
+		s.forward(w, r, node, "/v1/chat/completions", body)
+		return
+	}
+	traceID := ""
+	if !strings.EqualFold(r.Header.Get(TraceHeader), "off") {
+		traceID = newTraceID()
+		w.Header().Set(TraceIDHeader, traceID)
+	}
+	w.Header().Set(NodeHeader, s.NodeID)
+	id := "chatcmpl-" + strings.TrimPrefix(traceID, "chat-")
+	if traceID == "" {
+		id = "chatcmpl-" + strings.TrimPrefix(newTraceID(), "chat-")
+	}
+	created := time.Now().Unix()
+	start := time.Now()
+	ext := func(d *runner.Done) orreryExt {
+		return orreryExt{TraceID: traceID, Node: s.NodeID, InstanceID: instanceID,
+			PrefillTokPerS: round3(d.PrefillTokPerSec()), DecodeTokPerS: round3(d.DecodeTokPerSec()),
+			TimeToFirstMs: round3(float64(d.FirstTokenNs) / 1e6), QueueMs: round3(float64(d.QueueNs) / 1e6),
+			DurationMs: round3(float64(time.Since(start).Microseconds()) / 1e3), FinishReason: d.FinishReason}
+	}
+	use := func(d *runner.Done) usage {
+		return usage{PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, TotalTokens: d.PromptTokens + d.CompletionTokens}
+	}
+
+	if !cr.Stream {
+		var text strings.Builder
+		done, err := s.Inference.Complete(r.Context(), instanceID, traceID, req, func(p runner.Piece) error {
+			text.WriteString(p.Text)
+			return nil
+		})
+		if err != nil {
+			inferenceError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"id": id, "object": "chat.completion", "created": created, "model": cr.Model,
+			"choices": []any{map[string]any{"index": 0, "finish_reason": done.FinishReason,
+				"message": map[string]any{"role": "assistant", "content": text.String()}}},
+			"usage": use(done), "orrery": ext(done),
+		})
+		return
+	}
+
+	// Streaming: the 200 and the first chunk wait for the first token, so
+	// that a request the runner refuses still gets a proper status.
+	flusher, _ := w.(http.Flusher)
+	started := false
+	chunk := func(delta map[string]any, finish any, extra map[string]any) error {
+		m := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": cr.Model,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
+		for k, v := range extra {
+			m[k] = v
+		}
+		b, _ := json.Marshal(m)
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return err
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	}
+	begin := func() error {
+		if started {
+			return nil
+		}
+		started = true
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no")
+		w.WriteHeader(http.StatusOK)
+		return chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)
+	}
+	done, err := s.Inference.Complete(r.Context(), instanceID, traceID, req, func(p runner.Piece) error {
+		if err := begin(); err != nil {
+			return err
+		}
+		if p.Text == "" {
+			return nil
+		}
+		return chunk(map[string]any{"content": p.Text}, nil, nil)
+	})
+	if err != nil {
+		if !started {
+			inferenceError(w, err)
+			return
+		}
+		// Mid-stream: an error event (the OpenAI SDKs raise it), no [DONE].
+		_, typ, code := inferenceStatus(err)
+		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": code}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return
+	}
+	if err := begin(); err != nil {
+		return
+	}
+	chunk(map[string]any{}, done.FinishReason, map[string]any{"usage": use(done), "orrery": ext(done)})
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if flusher != nil {
+		flusher.Flush()
+	}
+}
+
+func mimeType(r *http.Request) (string, map[string]string, error) {
+	return mime.ParseMediaType(r.Header.Get("Content-Type"))
+}
+
+// forward relays the request to node's peer API and its answer back,
+// flushing as bytes arrive so that a stream stays a stream. If the stream
+// breaks, an SSE answer gets an error event.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, node, path string, body []byte) {
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+node+path, bytes.NewReader(body))
+	if err != nil {
+		openAIError(w, http.StatusInternalServerError, "server_error", "forward", err.Error())
+		return
+	}
+	for _, h := range []string{"Content-Type", "Accept", TraceHeader} {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	resp, err := s.Inference.Peer().Do(req)
+	if err != nil {
+		openAIError(w, http.StatusBadGateway, "server_error", "node_unreachable", fmt.Sprintf("forward to node %s: %v", node, err))
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range []string{"Content-Type", "Cache-Control", TraceIDHeader, NodeHeader} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	flusher, _ := w.(http.Flusher)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": fmt.Sprintf("node %s broke off: %v", node, err),
+					"type": "server_error", "code": "node_unreachable"}})
+				fmt.Fprintf(w, "\n\ndata: %s\n\n", b)
+				if flusher != nil {
+					flusher.Flush()
+				}
+			}
+			return
+		}
+	}
+}
+
+// modelEntry is one /v1/models item: OpenAI's fields plus where the model
+// is and whether it runs.
+type modelEntry struct {
+	ID      string         `json:"id"`
+	Object  string         `json:"object"`
+	Created int64          `json:"created"`
+	OwnedBy string         `json:"owned_by"`
+	Orrery  modelEntryInfo `json:"orrery"`
+}
+
+type modelEntryInfo struct {
+	// Running is set when an instance serves the model.
+	Running   bool     `json:"running"`
+	Instances []string `json:"instances"`
+	// Nodes have the model on disk.
+	Nodes        []string      `json:"nodes"`
+	Arch         string        `json:"arch,omitempty"`
+	Layers       int           `json:"layers,omitempty"`
+	Quantization string        `json:"quantization,omitempty"`
+	Size         *state.Memory `json:"size,omitempty"`
+}
+
+// models lists every model in the cluster: those running, and those on
+// some node's disk that could be placed.
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	st := s.Store.State()
+	byID := map[string]*modelEntry{}
+	get := func(id string) *modelEntry {
+		e := byID[id]
+		if e == nil {
+			e = &modelEntry{ID: id, Object: "model", OwnedBy: "orrery",
+				Orrery: modelEntryInfo{Instances: []string{}, Nodes: []string{}}}
+			byID[id] = e
+		}
+		return e
+	}
+	for node, nm := range st.NodeModels {
+		for _, m := range nm.Models {
+			if m.Error != "" {
+				continue
+			}
+			e := get(m.ID)
+			e.Orrery.Nodes = append(e.Orrery.Nodes, node)
+			e.Orrery.Arch, e.Orrery.Layers, e.Orrery.Quantization, e.Orrery.Size = m.Arch, m.Layers, m.Quantization, m.Size
+		}
+	}
+	for _, in := range st.Instances {
+		e := get(in.ModelID)
+		e.Orrery.Running = true
+		e.Orrery.Instances = append(e.Orrery.Instances, in.InstanceID)
+		if c := in.CreatedAt.Unix(); e.Created == 0 || c < e.Created {
+			e.Created = c
+		}
+	}
+	out := make([]modelEntry, 0, len(byID))
+	for _, e := range byID {
+		sort.Strings(e.Orrery.Nodes)
+		slices.Sort(e.Orrery.Instances)
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(a, b modelEntry) int { return strings.Compare(a.ID, b.ID) })
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": out})
+}
