@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/auth"
+)
+
+// genModel writes a generated model into an agent's data dir through the
+// CLI, and returns its id.
+func genModel(t *testing.T, bin, dataDir, name string, flags ...string) string {
+	t.Helper()
+	args := append([]string{"gen-model", "--data-dir", dataDir, "--name", name}, flags...)
+	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		t.Fatalf("gen-model: %v\n%s", err, out)
+	}
+	return name
+}
+
+type runnerState struct {
+	RunnerID     string `json:"runnerId"`
+	InstanceID   string `json:"instanceId"`
+	NodeID       string `json:"nodeId"`
+	Status       string `json:"status"`
+	LayersLoaded int    `json:"layersLoaded"`
+	TotalLayers  int    `json:"totalLayers"`
+	Error        string `json:"error"`
+	Pid          int    `json:"pid"`
+	Restarts     int    `json:"restarts"`
+}
+
+func runnerOf(t *testing.T, p *agentProc, id string) (runnerState, bool) {
+	var r runnerState
+	code, b, err := p.get("/state/runners/" + id)
+	if err != nil || code != http.StatusOK {
+		return r, false
+	}
+	return r, json.Unmarshal(b, &r) == nil
+}
+
+func waitRunner(t *testing.T, p *agentProc, id, status string, limit time.Duration) runnerState {
+	t.Helper()
+	var r runnerState
+	poll(t, p, limit, "runner "+id+" "+status, func() (bool, string) {
+		var ok bool
+		r, ok = runnerOf(t, p, id)
+		return ok && r.Status == status, fmt.Sprintf("%+v", r)
+	})
+	return r
+}
+
+type chatAnswer struct {
+	Choices []struct {
+		Message struct {
+			Content string `json:"content"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
+	} `json:"usage"`
+	Orrery struct {
+		TraceID string `json:"traceId"`
+		Node    string `json:"node"`
+	} `json:"orrery"`
+	Error *struct {
+		Message string `json:"message"`
+		Code    string `json:"code"`
+	} `json:"error"`
+}
+
+func chat(t *testing.T, p *agentProc, body string) (int, http.Header, chatAnswer) {
+	t.Helper()
+	resp, err := http.Post("http://"+p.addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("chat: %v", err)
+	}
+	defer resp.Body.Close()
+	var a chatAnswer
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatalf("chat answer: %v", err)
+	}
+	return resp.StatusCode, resp.Header, a
+}
+
+// Model serving with real processes: two agents, the model on one; the
+// other places it and chats through it (forwarded over the peer link);
+// requests are traced on the master; kill -9 of the runner mid-stream
+// gives the client an error event within 5 s, the runner shows Failed,
+// both agents stay up and the next request works; DELETE shuts it down.
+func TestInferenceProcesses(t *testing.T) {
+	bin := buildBinary(t)
+	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
+	lb := t.TempDir()
+	extra := []string{"--loopback-dir", lb, "--trace-merge-timeout", "2s", "--runner-threads", "1"}
+	dirA, dirB := t.TempDir(), t.TempDir()
+	// "small" (8 layers, dim 512) decodes slowly enough on one thread to
+	// be killed mid-stream.
+	modelID := genModel(t, bin, dirA, "small-test", "--preset", "small")
+	a := startAgentEnv(t, bin, freeAddr(t), dirA, append(env, "HOME="+dirA), extra...)
+	b := startAgentEnv(t, bin, freeAddr(t), dirB, append(env, "HOME="+dirB), extra...)
+	ps := []*agentProc{a, b}
+	for _, p := range ps {
+		waitHealthy(t, p)
+	}
+	pollAll(t, ps, 10*time.Second, "one master and 2 members", func() (bool, string) { return agreed(t, ps, 2) })
+	var aID string
+	a.mustGet(t, "/node_id", &aID)
+
+	// B sees A's model, and a placement asked of B lands on A.
+	poll(t, b, 10*time.Second, "the model in B's /v1/models", func() (bool, string) {
+		_, body, _ := b.get("/v1/models")
+		return strings.Contains(string(body), `"`+modelID+`"`) && strings.Contains(string(body), aID), string(body)
+	})
+	code, body, err := b.post("/instance", `{"model":"`+modelID+`"}`)
+	if err != nil || code != http.StatusCreated {
+		t.Fatalf("POST /instance = %d %s %v", code, body, err)
+	}
+	var placed struct {
+		Instance struct {
+			InstanceID, NodeID string
+		} `json:"instance"`
+		RunnerIDs []string `json:"runnerIds"`
+	}
+	if err := json.Unmarshal(body, &placed); err != nil || placed.Instance.NodeID != aID || len(placed.RunnerIDs) != 1 {
+		t.Fatalf("placement %s (%v), want on %s", body, err, aID)
+	}
+	rid := placed.RunnerIDs[0]
+	r := waitRunner(t, b, rid, "Ready", 60*time.Second)
+	if r.LayersLoaded != 8 || r.TotalLayers != 8 || r.Pid == 0 {
+		t.Fatalf("ready runner %+v", r)
+	}
+	if code, _, _ := b.post("/instance", `{"model":"`+modelID+`"}`); code != http.StatusConflict {
+		t.Errorf("a second instance of the model on the same node: %d, want 409", code)
+	}
+	if code, _, _ := b.post("/instance", `{"model":"no-such-model"}`); code != http.StatusNotFound {
+		t.Errorf("placing an unknown model: %d, want 404", code)
+	}
+
+	// A completion through B runs on A; greedy output is deterministic.
+	req := `{"model":"` + modelID + `","messages":[{"role":"user","content":"hello orrery"}],"max_tokens":12,"temperature":0}`
+	code, hdr, ans := chat(t, b, req)
+	if code != http.StatusOK || len(ans.Choices) != 1 || ans.Usage.CompletionTokens == 0 || ans.Usage.PromptTokens == 0 ||
+		ans.Usage.TotalTokens != ans.Usage.PromptTokens+ans.Usage.CompletionTokens {
+		t.Fatalf("chat = %d %+v", code, ans)
+	}
+	traceID := hdr.Get("X-Orrery-Trace-Id")
+	if traceID == "" || traceID != ans.Orrery.TraceID || hdr.Get("X-Orrery-Node") != aID {
+		t.Fatalf("headers %v, answer %+v", hdr, ans.Orrery)
+	}
+	_, _, again := chat(t, a, req)
+	if again.Choices[0].Message.Content != ans.Choices[0].Message.Content {
+		t.Errorf("greedy runs differ: %q vs %q", ans.Choices[0].Message.Content, again.Choices[0].Message.Content)
+	}
+	// The trace is on the master, with prefill and decode phases.
+	var st clusterStatus
+	st, _ = status(t, a)
+	master := a
+	if st.MasterID != aID {
+		master = b
+	}
+	poll(t, master, 10*time.Second, "the request's trace on the master", func() (bool, string) {
+		code, body, _ := master.get("/v1/traces/" + traceID + "/stats")
+		s := string(body)
+		return code == 200 && strings.Contains(s, `"prefill/compute"`) && strings.Contains(s, `"decode/sample"`), s
+	})
+
+	// A prompt longer than the context: 400 saying so.
+	long := strings.Repeat("the cluster model ", 1500)
+	code, _, ans = chat(t, b, `{"model":"`+modelID+`","messages":[{"role":"user","content":"`+long+`"}]}`)
+	if code != http.StatusBadRequest || ans.Error == nil || ans.Error.Code != "context_length_exceeded" || !strings.Contains(ans.Error.Message, "context holds 2048") {
+		t.Errorf("long prompt: %d %+v", code, ans.Error)
+	}
+	if code, _, ans = chat(t, b, `{"model":"nope","messages":[{"role":"user","content":"x"}]}`); code != http.StatusNotFound || ans.Error.Code != "model_not_found" {
+		t.Errorf("unknown model: %d %+v", code, ans.Error)
+	}
+
+	// kill -9 of the runner mid-stream, streaming through B.
+	var idx struct {
+		LastEventAppliedIdx int64 `json:"lastEventAppliedIdx"`
+	}
+	b.mustGet(t, "/healthz", &idx)
+	r, _ = runnerOf(t, b, rid)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+b.addr+"/v1/chat/completions",
+		strings.NewReader(`{"model":"`+modelID+`","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":1900}`))
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(hreq)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	events := make(chan string, 4096)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				events <- d
+			}
+		}
+	}()
+	for got := 0; got < 20; got++ { // the stream is under way
+		if _, ok := <-events; !ok {
+			t.Fatal("stream ended before the kill")
+		}
+	}
+	if err := syscall.Kill(r.Pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 runner %d: %v", r.Pid, err)
+	}
+	killed := time.Now()
+	var errEvent string
+	for d := range events {
+		if strings.Contains(d, `"error"`) {
+			errEvent = d
+			break
+		}
+		if d == "[DONE]" {
+			t.Fatal("the stream finished normally after kill -9")
+		}
+	}
+	took := time.Since(killed)
+	t.Logf("error event %v after kill -9: %s", took, errEvent)
+	if errEvent == "" || took > 5*time.Second {
+		t.Fatalf("error event %q after %v, want one within 5 s", errEvent, took)
+	}
+	// The runner went through Failed (in the replicated event log), both
+	// agents are up, and the runner is started again.
+	poll(t, b, 10*time.Second, "a Failed status for the runner in B's events", func() (bool, string) {
+		_, body, _ := b.get(fmt.Sprintf("/events?since=%d&limit=10000", idx.LastEventAppliedIdx))
+		return strings.Contains(string(body), `"status":"Failed"`) && strings.Contains(string(body), "exited"), ""
+	})
+	for _, p := range ps {
+		if p.exited() {
+			t.Fatalf("agent %s exited after the runner was killed", p.addr)
+		}
+	}
+	after := waitRunner(t, b, rid, "Ready", 60*time.Second)
+	if after.Restarts != 1 || after.Pid == r.Pid {
+		t.Errorf("restarted runner %+v (was pid %d)", after, r.Pid)
+	}
+	if code, _, ans = chat(t, b, req); code != http.StatusOK || ans.Usage.CompletionTokens == 0 {
+		t.Fatalf("request after the crash: %d %+v", code, ans)
+	}
+
+	// DELETE through B: Shutdown, gone from the state, the process ends.
+	hreq, _ = http.NewRequest(http.MethodDelete, "http://"+b.addr+"/instance/"+placed.Instance.InstanceID, nil)
+	dresp, err := http.DefaultClient.Do(hreq)
+	if err != nil || dresp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE = %v %v", dresp, err)
+	}
+	dresp.Body.Close()
+	poll(t, b, 10*time.Second, "the instance gone from B's state", func() (bool, string) {
+		code, body, _ := b.get("/state/instances/" + placed.Instance.InstanceID)
+		return code == http.StatusNotFound, string(body)
+	})
+	if err := syscall.Kill(after.Pid, 0); err == nil {
+		t.Errorf("runner pid %d still alive after DELETE", after.Pid)
+	}
+	for _, p := range ps {
+		stop(t, p)
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sdkDir holds the npm project whose openai SDK drives the API; make deps
+// (scripts/deps.sh) installs its node_modules.
+const sdkDir = "../../test/sdk"
+
+// The official openai npm SDK streams a completion from
+// /v1/chat/completions (and makes a non-streaming one and lists models).
+func TestOpenAISDK(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed for the SDK test: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(sdkDir, "node_modules", "openai", "package.json")); err != nil {
+		t.Fatalf("the openai SDK is not installed (run make deps, or npm ci in test/sdk): %v", err)
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	modelID := genModel(t, bin, dir, "tiny-sdk", "--preset", "tiny")
+	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	waitHealthy(t, p)
+	if code, body, err := p.post("/instance", `{"model":"`+modelID+`"}`); err != nil || code != http.StatusCreated {
+		t.Fatalf("POST /instance = %d %s %v", code, body, err)
+	}
+	poll(t, p, 30*time.Second, "a ready runner", func() (bool, string) {
+		_, body, _ := p.get("/state/runners")
+		return strings.Contains(string(body), `"status":"Ready"`), string(body)
+	})
+	cmd := exec.Command(node, "chat.mjs", "http://"+p.addr+"/v1", modelID)
+	cmd.Dir = sdkDir
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("node chat.mjs: %v\n%s\n%s", err, out, stderr)
+	}
+	var got struct {
+		TraceID      string `json:"traceId"`
+		ContentType  string `json:"contentType"`
+		Chunks       int    `json:"chunks"`
+		Text         string `json:"text"`
+		FinishReason string `json:"finishReason"`
+		Usage        *struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+		NonStreaming struct {
+			Text string `json:"text"`
+		} `json:"nonStreaming"`
+		Models []string `json:"models"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("sdk output %s: %v", out, err)
+	}
+	t.Logf("sdk: %s", out)
+	if got.Chunks < 3 || got.FinishReason == "" || got.Usage == nil || got.Usage.CompletionTokens == 0 || got.Usage.PromptTokens == 0 {
+		t.Errorf("stream: %+v", got)
+	}
+	if !strings.HasPrefix(got.ContentType, "text/event-stream") || got.TraceID == "" {
+		t.Errorf("content type %q, trace id %q", got.ContentType, got.TraceID)
+	}
+	if got.Text != got.NonStreaming.Text {
+		t.Errorf("greedy stream %q differs from the non-streaming answer %q", got.Text, got.NonStreaming.Text)
+	}
+	if len(got.Models) != 1 || got.Models[0] != modelID {
+		t.Errorf("models %v", got.Models)
+	}
+	poll(t, p, 10*time.Second, "the streamed request's trace", func() (bool, string) {
+		code, body, _ := p.get("/v1/traces/" + got.TraceID)
+		return code == http.StatusOK, string(body)
+	})
+}

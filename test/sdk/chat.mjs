@@ -1,0 +1,50 @@
+// Streams one chat completion from an Orrery agent with the official
+// openai SDK, then makes a non-streaming one and lists the models; prints
+// what it saw as JSON. Usage: node chat.mjs BASE_URL MODEL
+import OpenAI from 'openai';
+
+const [baseURL, model] = process.argv.slice(2);
+if (!baseURL || !model) {
+  console.error('usage: node chat.mjs BASE_URL MODEL');
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+
+const { data: stream, response } = await client.chat.completions
+  .create({
+    model,
+    messages: [{ role: 'user', content: 'hello from the openai sdk' }],
+    stream: true,
+    stream_options: { include_usage: true },
+    max_tokens: 16,
+    temperature: 0,
+  })
+  .withResponse();
+let text = '';
+let chunks = 0;
+let finishReason = null;
+let usage = null;
+for await (const chunk of stream) {
+  chunks++;
+  const choice = chunk.choices[0];
+  if (choice?.delta?.content) text += choice.delta.content;
+  if (choice?.finish_reason) finishReason = choice.finish_reason;
+  if (chunk.usage) usage = chunk.usage;
+}
+
+const once = await client.chat.completions.create({
+  model,
+  messages: [{ role: 'user', content: 'hello from the openai sdk' }],
+  max_tokens: 16,
+  temperature: 0,
+});
+const models = [];
+for await (const m of client.models.list()) models.push(m.id);
+
+console.log(JSON.stringify({
+  traceId: response.headers.get('x-orrery-trace-id'),
+  contentType: response.headers.get('content-type'),
+  chunks, text, finishReason, usage,
+  nonStreaming: { text: once.choices[0].message.content, usage: once.usage, finishReason: once.choices[0].finish_reason },
+  models,
+}));
