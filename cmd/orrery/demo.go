@@ -45,7 +45,10 @@ const demoUsage = `Usage: orrery demo [flags]
 
 Starts a cluster of agents on this machine, one process each, that find each
 other through a shared loopback dir and share a cluster key. It prints each
-node's API URL once they agree on a master, and stops them all on Ctrl-C.
+node's API URL once they agree on a master, runs a ring benchmark, then
+generates a small random-weight model on the last node, places it there and
+streams one chat completion through node 0 (printing its tok/s and trace id).
+Ctrl-C stops them all.
 
 Flags:
 `
@@ -67,6 +70,8 @@ type demoOptions struct {
 	// Exe is the orrery binary to start the agents with (default
 	// os.Executable(): this very binary).
 	Exe string
+	// NoChat skips the chat: no model is generated, placed or asked.
+	NoChat bool
 }
 
 func demoDefaultDir() string { return filepath.Join(os.TempDir(), "orrery-demo") }
@@ -116,6 +121,7 @@ func runDemoCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opts.Nodes, "nodes", demoDefaultNodes, fmt.Sprintf("number of agents to start (1..%d)", demoMaxNodes))
 	fs.IntVar(&opts.BasePort, "base-port", demoDefaultBasePort, "API port of node 0; node i gets base-port+i, on 127.0.0.1")
 	fs.StringVar(&opts.Dir, "dir", demoDefaultDir(), "directory for the cluster key, the loopback dir and each node's data (node-<i>/, kept across runs)")
+	fs.BoolVar(&opts.NoChat, "no-chat", false, "skip generating, placing and chatting with the demo model")
 	fs.StringVar(&opts.LogLevel, "log-level", "info", "the agents' log level: debug, info, warn or error (logs go to <dir>/node-<i>/agent.log)")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
@@ -253,7 +259,26 @@ func runDemo(ctx context.Context, opts demoOptions, stdout, stderr io.Writer) er
 				id, m.idx, m.url, id, m.url, id, id, m.url)
 		}
 	}
+	if !opts.NoChat {
+		m := demoMaster(nodes)
+		if id, err := demoChat(ctx, nodes, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "orrery demo: chat: %v\n", err)
+		} else {
+			fmt.Fprintf(stdout, "The chat left trace %s on node %d (the master):\n  orrery trace stats %s --api %s\n  Perfetto: open %s/perfetto/%s in a browser\n  Chat yourself: curl %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n",
+				id, m.idx, id, m.url, m.url, id, nodes[0].url, demoModel)
+		}
+	}
 	return waitDemo(ctx, nodes, exits, stderr)
+}
+
+// demoMaster is the node that reported itself master (node 0 if none did).
+func demoMaster(nodes []*demoNode) *demoNode {
+	for _, n := range nodes {
+		if n.master {
+			return n
+		}
+	}
+	return nodes[0]
 }
 
 // waitProbed waits (at most 10 s) until the agent at url has probed its

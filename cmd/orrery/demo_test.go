@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -122,6 +123,7 @@ type demoProc struct {
 	lines  chan string // stdout, line by line; closed at EOF
 	stderr *syncBuffer
 	done   chan struct{}
+	seen   []string // stdout lines lineAfter read
 }
 
 func startDemo(t *testing.T, bin string, args ...string) *demoProc {
@@ -200,18 +202,26 @@ func (d *demoProc) table(t *testing.T) (rows []demoRow, text string) {
 // most 40 s, and returns the trace id.
 func (d *demoProc) traceLine(t *testing.T) string {
 	t.Helper()
+	return d.lineAfter(t, "A ring benchmark left trace ")
+}
+
+// lineAfter waits (40 s) for a stdout line starting with prefix and
+// returns its first word after it; seen gets the lines before it.
+func (d *demoProc) lineAfter(t *testing.T, prefix string) string {
+	t.Helper()
 	timeout := time.After(40 * time.Second)
 	for {
 		select {
 		case l, ok := <-d.lines:
 			if !ok {
-				t.Fatalf("demo stdout ended before the trace line\nstderr:\n%s", d.stderr.String())
+				t.Fatalf("demo stdout ended before a line %q\nstderr:\n%s", prefix, d.stderr.String())
 			}
-			if rest, found := strings.CutPrefix(l, "A ring benchmark left trace "); found {
+			d.seen = append(d.seen, l)
+			if rest, found := strings.CutPrefix(l, prefix); found {
 				return strings.Fields(rest)[0]
 			}
 		case <-timeout:
-			t.Fatalf("no trace line within 40 s\nstderr:\n%s", d.stderr.String())
+			t.Fatalf("no line %q within 40 s\nstderr:\n%s", prefix, d.stderr.String())
 		}
 	}
 }
@@ -261,9 +271,25 @@ func TestDemoProcess(t *testing.T) {
 	if code, b, err := (&agentProc{addr: strings.TrimPrefix(masterURL, "http://")}).get("/v1/traces"); err != nil || code != 200 || json.Unmarshal(b, &list) != nil {
 		t.Fatalf("GET /v1/traces on the master (%s): %d %s %v", masterURL, code, b, err)
 	}
-	if len(list.Traces) == 0 || list.Traces[0].TaskID != traceID || list.Traces[0].Nodes != 3 {
-		t.Errorf("the master lists %+v, want the demo's trace %s over 3 nodes first", list.Traces, traceID)
+	ringListed := false
+	for _, tr := range list.Traces {
+		ringListed = ringListed || tr.TaskID == traceID && tr.Nodes == 3
 	}
+	if !ringListed {
+		t.Errorf("the master lists %+v, want the demo's trace %s over 3 nodes", list.Traces, traceID)
+	}
+	// Then the chat: a model placed on node 2, a completion streamed
+	// through node 0 with its speed, and its trace on the master.
+	chatTrace := d.lineAfter(t, "The chat left trace ")
+	out := strings.Join(d.seen, "\n")
+	if !strings.Contains(out, "Chat with orrery-demo-small on node 2, asked through node 0") || !regexp.MustCompile(`\d+ tokens in [0-9.]+ s .*decode [0-9.]+ tok/s, first token after \d+ ms`).MatchString(out) {
+		t.Errorf("chat output:\n%s", out)
+	}
+	m := &agentProc{addr: strings.TrimPrefix(masterURL, "http://")}
+	poll(t, m, 10*time.Second, "the chat trace on the master", func() (bool, string) {
+		code, b, _ := m.get("/v1/traces/" + chatTrace + "/stats")
+		return code == 200 && strings.Contains(string(b), "decode/compute"), string(b)
+	})
 	ids := map[string]bool{}
 	master := ""
 	for i, r := range rows {

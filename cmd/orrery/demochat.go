@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// demoModel is the generated model the demo serves.
+const demoModel = "orrery-demo-small"
+
+// demoLoadTimeout bounds the wait for the demo model's runner.
+const demoLoadTimeout = 2 * time.Minute
+
+// demoChat generates the demo model on the last node, places it there,
+// streams one chat completion through node 0 (forwarded over the peer
+// link when they differ), prints the tokens and their speed, and returns
+// the request's trace id.
+func demoChat(ctx context.Context, nodes []*demoNode, stdout, stderr io.Writer) (string, error) {
+	host, entry := nodes[len(nodes)-1], nodes[0]
+	path := filepath.Join(host.dataDir, "models", demoModel+".gguf")
+	if _, err := os.Stat(path); err != nil {
+		fmt.Fprintf(stderr, "orrery demo: generating a random-weight model (%s) on node %d …\n", shape(model.Presets["small"]), host.idx)
+		if err := model.Generate(path, model.Presets["small"]); err != nil {
+			return "", fmt.Errorf("generate the demo model: %w", err)
+		}
+	}
+	body, code, err := demoPost(ctx, host.url+"/instance", `{"model":"`+demoModel+`"}`)
+	if err != nil {
+		return "", fmt.Errorf("place %s: %w", demoModel, err)
+	}
+	if code != http.StatusCreated {
+		return "", fmt.Errorf("place %s: %d %s", demoModel, code, body)
+	}
+	var placed struct {
+		RunnerIDs []string `json:"runnerIds"`
+	}
+	if err := json.Unmarshal(body, &placed); err != nil || len(placed.RunnerIDs) != 1 {
+		return "", fmt.Errorf("place %s: answer %s", demoModel, body)
+	}
+	if err := demoWaitRunner(ctx, host.url, placed.RunnerIDs[0], stderr); err != nil {
+		return "", err
+	}
+	via := ""
+	if entry != host {
+		via = fmt.Sprintf(", asked through node %d", entry.idx)
+	}
+	fmt.Fprintf(stdout, "\nChat with %s on node %d%s (random weights: gibberish by design):\n> hello, cluster\n", demoModel, host.idx, via)
+	return demoStream(ctx, entry.url, stdout)
+}
+
+func demoPost(ctx context.Context, url, body string) ([]byte, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return b, resp.StatusCode, err
+}
+
+// demoWaitRunner shows the runner's load progress until it is Ready.
+func demoWaitRunner(ctx context.Context, url, id string, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, demoLoadTimeout)
+	defer cancel()
+	last := ""
+	for {
+		var r struct {
+			Status       string `json:"status"`
+			LayersLoaded int    `json:"layersLoaded"`
+			TotalLayers  int    `json:"totalLayers"`
+			Error        string `json:"error"`
+		}
+		if err := apiGet(ctx, http.DefaultClient, url, "/state/runners/"+id, &r); err == nil {
+			line := fmt.Sprintf("runner %s: %s %d/%d layers", id, r.Status, r.LayersLoaded, r.TotalLayers)
+			if line != last {
+				fmt.Fprintf(stderr, "orrery demo: %s\n", line)
+				last = line
+			}
+			switch r.Status {
+			case "Ready", "Running":
+				return nil
+			case "Failed":
+				return fmt.Errorf("runner %s failed: %s", id, r.Error)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("runner %s not ready within %v (last: %s)", id, demoLoadTimeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// demoStream streams one completion, printing tokens as they come and
+// then the speed figures; it returns the trace id.
+func demoStream(ctx context.Context, url string, stdout io.Writer) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	body := `{"model":"` + demoModel + `","stream":true,"max_tokens":48,"seed":1,` +
+		`"messages":[{"role":"user","content":"hello, cluster"}]}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("chat: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return "", fmt.Errorf("chat: %s %s", resp.Status, b)
+	}
+	traceID := resp.Header.Get("X-Orrery-Trace-Id")
+	var first time.Duration
+	var fin struct {
+		Usage struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+		Orrery struct {
+			PrefillTokPerSec   float64 `json:"prefillTokPerSec"`
+			DecodeTokPerSec    float64 `json:"decodeTokPerSec"`
+			TimeToFirstTokenMs float64 `json:"timeToFirstTokenMs"`
+		} `json:"orrery"`
+	}
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			done = true
+			break
+		}
+		var c struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			return traceID, fmt.Errorf("chat stream: %w", err)
+		}
+		if c.Error != nil {
+			return traceID, fmt.Errorf("chat stream: %s", c.Error.Message)
+		}
+		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+			if first == 0 {
+				first = time.Since(start)
+			}
+			fmt.Fprint(stdout, printable(c.Choices[0].Delta.Content))
+		}
+		json.Unmarshal([]byte(data), &fin) // the last chunk has usage and timings
+	}
+	if !done {
+		return traceID, errors.New("chat stream ended without [DONE]")
+	}
+	total := time.Since(start)
+	fmt.Fprintf(stdout, "\n\n%d tokens in %.2f s (%.1f tok/s end to end); prompt %d tokens at %.0f tok/s, decode %.1f tok/s, first token after %.0f ms\n",
+		fin.Usage.CompletionTokens, total.Seconds(), float64(fin.Usage.CompletionTokens)/total.Seconds(),
+		fin.Usage.PromptTokens, fin.Orrery.PrefillTokPerSec, fin.Orrery.DecodeTokPerSec, float64(first.Microseconds())/1000)
+	return traceID, nil
+}
+
+// printable keeps generated text from moving the terminal's cursor:
+// control characters other than newline and tab become U+FFFD.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
