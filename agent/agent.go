@@ -138,10 +138,12 @@ type Agent struct {
 	traces    *tracestore.Store
 	collector *tracecollect.Collector // merges ranks' spans (on the master)
 	models    *model.Scanner
-	sup       *supervisor.Supervisor
-	peerLn    *streamListener // stream links from peers, for the peer API
-	peerHTTP  *http.Client    // to other nodes' peer APIs
-	bg        sync.WaitGroup  // trace shipping started by requests
+	// modelsSampler publishes the model list (also on master changes).
+	modelsSampler *modelsSampler
+	sup           *supervisor.Supervisor
+	peerLn        *streamListener // stream links from peers, for the peer API
+	peerHTTP      *http.Client    // to other nodes' peer APIs
+	bg            sync.WaitGroup  // trace shipping started by requests
 }
 
 // New loads the identity, prepares the data dir and binds the API listener,
@@ -257,7 +259,12 @@ func New(cfg Config) (*Agent, error) {
 	a.node, a.seq = node, clusterSequencer{node: node}
 	// Whoever becomes master must know every node's identity: republish
 	// ours on each change. The master turns failure detection into state.
-	rep.onMaster = func(string, bool) { a.publishIdentity() }
+	// The same goes for the models each node has.
+	a.modelsSampler = &modelsSampler{nodeID: id.NodeID, scan: a.models}
+	rep.onMaster = func(string, bool) {
+		a.publishIdentity()
+		a.publishModels()
+	}
 	rep.onGone = func(gone string) {
 		if err := a.seq.Publish(state.NodeGone{NodeID: gone}); err != nil {
 			a.log.Warn("publish node gone", "node", gone, "err", err)
@@ -345,7 +352,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		{&telemetry.DiskSampler{NodeID: id, Path: filepath.Join(a.cfg.DataDir, "models")}, a.cfg.DiskInterval},
 		{telemetry.NewNetworkSampler(id), a.cfg.NetworkInterval},
 		{&linkSampler{nodeID: id, links: a.node.Links, state: a.store.State, failAfter: a.cfg.FailAfter}, LinkInterval},
-		{&modelsSampler{nodeID: id, scan: a.models}, ModelScanInterval},
+		{a.modelsSampler, ModelScanInterval},
 	}
 	for _, sm := range samplers {
 		wg.Add(1)

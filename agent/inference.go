@@ -246,17 +246,48 @@ func (a *Agent) reconcile(ctx context.Context) {
 }
 
 // modelsSampler publishes this node's model list when it changes (and
-// every 10 scans regardless, so that a new master learns it).
+// every 10 scans regardless).
 type modelsSampler struct {
 	nodeID string
 	scan   *model.Scanner
-	last   []state.ModelInfo
-	n      int
+
+	mu   sync.Mutex // guards last and n: Sample also runs on master changes
+	last []state.ModelInfo
+	n    int
 }
 
 func (m *modelsSampler) Name() string { return "models" }
 
+// publishModels publishes the model list now, whether or not it changed:
+// a new master must learn it.
+func (a *Agent) publishModels() {
+	ev := a.modelsSampler.list()
+	if err := a.seq.Publish(ev); err != nil {
+		a.log.Warn("publish models", "err", err)
+	}
+}
+
 func (m *modelsSampler) Sample(context.Context) (state.Event, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	ev := m.listLocked()
+	if m.last != nil && slices.EqualFunc(ev.Models.Models, m.last, func(a, b state.ModelInfo) bool { return a == b }) && m.n%10 != 0 {
+		return nil, nil
+	}
+	m.last = ev.Models.Models
+	return ev, nil
+}
+
+func (m *modelsSampler) list() state.NodeModelsMeasured {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ev := m.listLocked()
+	m.last = ev.Models.Models
+	return ev
+}
+
+func (m *modelsSampler) listLocked() state.NodeModelsMeasured {
 	var ms []state.ModelInfo
 	for _, e := range m.scan.Scan() {
 		ms = append(ms, state.ModelInfo{ID: e.ID, Source: e.Source, Path: e.Path, Size: state.Bytes(uint64(e.SizeBytes)),
@@ -265,12 +296,7 @@ func (m *modelsSampler) Sample(context.Context) (state.Event, error) {
 	if ms == nil {
 		ms = []state.ModelInfo{}
 	}
-	m.n++
-	if m.last != nil && slices.EqualFunc(ms, m.last, func(a, b state.ModelInfo) bool { return a == b }) && m.n%10 != 0 {
-		return nil, nil
-	}
-	m.last = ms
-	return state.NodeModelsMeasured{NodeID: m.nodeID, Models: state.NodeModels{Models: ms, SampledAt: time.Now().UTC()}}, nil
+	return state.NodeModelsMeasured{NodeID: m.nodeID, Models: state.NodeModels{Models: ms, SampledAt: time.Now().UTC()}}
 }
 
 // streamListener turns the peer stream links the cluster hands over into

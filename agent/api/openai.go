@@ -49,6 +49,9 @@ type chatRequest struct {
 	Seed                *int64          `json:"seed"`
 	Stop                json.RawMessage `json:"stop"`
 	N                   *int            `json:"n"`
+	// IgnoreEOS (as in vLLM) generates past end-of-generation tokens, up
+	// to max_tokens: for benchmarks and tests that need a fixed length.
+	IgnoreEOS bool `json:"ignore_eos"`
 }
 
 type chatMessage struct {
@@ -145,6 +148,7 @@ func (c *chatRequest) toRunner() (runner.Request, error) {
 			return req, errors.New("stop: want a string or an array of strings")
 		}
 	}
+	req.IgnoreEOS = c.IgnoreEOS
 	if err := req.Validate(); err != nil {
 		return req, err
 	}

@@ -79,14 +79,14 @@ type Supervisor struct {
 	cfg Config
 	log *slog.Logger
 
-	mu     sync.Mutex // guards procs, stopped and closed
-	procs  map[string]*proc
+	mu    sync.Mutex // guards procs, stopped and closed
+	procs map[string]*proc
 	// stopped are instances Stop took down: Reconcile does not start
 	// them again while the state still shows them (their deletion is on
 	// its way through the master).
 	stopped map[string]bool
 	closed  bool
-	wg     sync.WaitGroup
+	wg      sync.WaitGroup
 }
 
 // New returns a supervisor with no runners.

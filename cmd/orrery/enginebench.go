@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -92,47 +93,58 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	g := &runner.Generator{F: rank, Tok: tok}
 	vocab := rank.Config().Vocab
 	noop := func(runner.Piece) error { return nil }
-	var rows []benchRow
-	for _, traced := range []bool{false, true} {
-		if *pp > 0 {
-			row := benchRow{Test: fmt.Sprintf("pp%d", *pp), Traced: traced, Tokens: *pp}
-			var ttft []float64
-			for i := 0; i <= *repeat; i++ { // run 0 warms up
+	// Runs alternate untraced and traced, pp and tg, so that the VM's
+	// drift affects both sides alike; run 0 of each warms up.
+	rows := map[string]*benchRow{}
+	var order []string
+	row := func(test string, traced bool, tokens int) *benchRow {
+		key := fmt.Sprint(test, traced)
+		if rows[key] == nil {
+			rows[key] = &benchRow{Test: test, Traced: traced, Tokens: tokens}
+			order = append(order, key)
+		}
+		return rows[key]
+	}
+	ttft := map[bool][]float64{}
+	for i := 0; i <= *repeat; i++ {
+		for _, traced := range []bool{false, true} {
+			if *pp > 0 {
 				prompt := make([]int32, *pp)
 				for k := range prompt {
 					prompt[k] = int32((k*7919 + i*31 + 300) % vocab)
 				}
-				req := &runner.Request{MaxTokens: 1, IgnoreEOS: true}
-				res, err := g.Generate(ctx, req, prompt, benchRecorder(traced), noop)
+				res, err := g.Generate(ctx, &runner.Request{MaxTokens: 1, IgnoreEOS: true}, prompt, benchRecorder(traced), noop)
 				if err != nil {
 					fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
 					return 1
 				}
+				r := row(fmt.Sprintf("pp%d", *pp), traced, *pp)
 				if i > 0 {
-					row.TokPerS = append(row.TokPerS, res.PrefillTokPerSec())
-					ttft = append(ttft, float64(res.FirstTokenNs)/1e6)
+					r.TokPerS = append(r.TokPerS, res.PrefillTokPerSec())
+					ttft[traced] = append(ttft[traced], float64(res.FirstTokenNs)/1e6)
 				}
 			}
-			row.Mean, row.SD = meanSD(row.TokPerS)
-			row.TTFTMsMu, _ = meanSD(ttft)
-			rows = append(rows, row)
-		}
-		if *tg > 0 {
-			row := benchRow{Test: fmt.Sprintf("tg%d", *tg), Traced: traced, Tokens: *tg}
-			for i := 0; i <= *repeat; i++ {
-				req := &runner.Request{MaxTokens: *tg + 1, IgnoreEOS: true}
-				res, err := g.Generate(ctx, req, []int32{1}, benchRecorder(traced), noop)
+			if *tg > 0 {
+				res, err := g.Generate(ctx, &runner.Request{MaxTokens: *tg + 1, IgnoreEOS: true}, []int32{1}, benchRecorder(traced), noop)
 				if err != nil {
 					fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
 					return 1
 				}
+				r := row(fmt.Sprintf("tg%d", *tg), traced, *tg)
 				if i > 0 {
-					row.TokPerS = append(row.TokPerS, res.DecodeTokPerSec())
+					r.TokPerS = append(r.TokPerS, res.DecodeTokPerSec())
 				}
 			}
-			row.Mean, row.SD = meanSD(row.TokPerS)
-			rows = append(rows, row)
 		}
+	}
+	var out []benchRow
+	for _, k := range order {
+		r := rows[k]
+		r.Mean, r.SD = meanSD(r.TokPerS)
+		if strings.HasPrefix(r.Test, "pp") {
+			r.TTFTMsMu, _ = meanSD(ttft[r.Traced])
+		}
+		out = append(out, *r)
 	}
 	var gbps float64
 	if *bw {
@@ -140,13 +152,13 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(map[string]any{"model": *path, "weightBytes": weightBytes, "threads": *threads,
-			"rows": rows, "readBandwidthGBps": gbps, "decodeBoundTokPerSec": gbps * 1e9 / float64(weightBytes)}, "", "  ")
+			"rows": out, "readBandwidthGBps": gbps, "decodeBoundTokPerSec": gbps * 1e9 / float64(weightBytes)}, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TEST\tTRACING\tTOK/S\t±\tTTFT MS")
-	for _, r := range rows {
+	for _, r := range out {
 		on := "off"
 		if r.Traced {
 			on = "on"

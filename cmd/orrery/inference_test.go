@@ -195,7 +195,7 @@ func TestInferenceProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+b.addr+"/v1/chat/completions",
-		strings.NewReader(`{"model":"`+modelID+`","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":1900}`))
+		strings.NewReader(`{"model":"`+modelID+`","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":1900,"ignore_eos":true}`))
 	hreq.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(hreq)
 	if err != nil || resp.StatusCode != http.StatusOK {
@@ -212,10 +212,13 @@ func TestInferenceProcesses(t *testing.T) {
 			}
 		}
 	}()
+	var early []string
 	for got := 0; got < 20; got++ { // the stream is under way
-		if _, ok := <-events; !ok {
-			t.Fatal("stream ended before the kill")
+		d, ok := <-events
+		if !ok {
+			t.Fatalf("stream ended before the kill, after %q", early)
 		}
+		early = append(early, d)
 	}
 	if err := syscall.Kill(r.Pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 runner %d: %v", r.Pid, err)

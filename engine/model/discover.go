@@ -255,6 +255,12 @@ func ollamaModelBlob(manifest string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return parseOllamaManifest(b)
+}
+
+// parseOllamaManifest returns the blob file name of a manifest's model
+// layer: sha256-<64 hex digits>, nothing else.
+func parseOllamaManifest(b []byte) (string, error) {
 	var m struct {
 		Layers []struct {
 			MediaType string `json:"mediaType"`

@@ -131,7 +131,7 @@ func (r *Rank) shift(ml.Context, int, ml.Tensor, ml.Tensor) (ml.Tensor, error) {
 	return nil, errors.New("context shift is not supported")
 }
 
-func (r *Rank) Config() model.Config      { return r.cfg }
+func (r *Rank) Config() model.Config     { return r.cfg }
 func (r *Rank) Options() backend.Options { return r.opts }
 
 // Reset forgets every cached position.

@@ -1,4 +1,6 @@
-package runner_test
+// Package ggmltest runs engine/runner on the real ggml backend (kept apart so that
+// fuzzing engine/runner does not rebuild ggml with fuzz instrumentation).
+package ggmltest
 
 import (
 	"context"

@@ -1,0 +1,49 @@
+package api
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// Any body either parses into a valid runner request with one message per
+// input message, or is refused; re-encoding what parsed parses the same.
+func FuzzChatRequest(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":5,"stop":"x"}`)
+	f.Add(`{"model":"m","messages":[{"role":"system","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"stop":["a","b"],"temperature":0.5,"top_p":0.9,"seed":3}`)
+	f.Add(`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`)
+	f.Add(`{"model":"","messages":[]}`)
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"max_tokens":-1}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var cr chatRequest
+		if json.Unmarshal([]byte(body), &cr) != nil {
+			return
+		}
+		req, err := cr.toRunner()
+		if err != nil {
+			return
+		}
+		if err := req.Validate(); err != nil {
+			t.Fatalf("accepted an invalid request: %v", err)
+		}
+		if len(req.Messages) != len(cr.Messages) || req.MaxTokens < 0 {
+			t.Fatalf("%d messages from %d, max tokens %d", len(req.Messages), len(cr.Messages), req.MaxTokens)
+		}
+		b, err := json.Marshal(cr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again chatRequest
+		if err := json.Unmarshal(b, &again); err != nil {
+			t.Fatal(err)
+		}
+		req2, err := again.toRunner()
+		if err != nil || len(req2.Messages) != len(req.Messages) || req2.MaxTokens != req.MaxTokens || len(req2.Stop) != len(req.Stop) {
+			t.Fatalf("round trip: %+v vs %+v (%v)", req2, req, err)
+		}
+		for i := range req.Messages {
+			if req.Messages[i] != req2.Messages[i] {
+				t.Fatalf("message %d: %+v vs %+v", i, req.Messages[i], req2.Messages[i])
+			}
+		}
+	})
+}

@@ -1,0 +1,307 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/runner"
+)
+
+// fakeInference is a unit-test double: it routes every model to node and
+// answers completions from a script.
+type fakeInference struct {
+	node      string
+	pieces    []string
+	failAfter int   // fail after this many pieces (-1: never)
+	err       error // the failure
+	peer      *http.Client
+	gotTrace  chan string
+}
+
+func (f *fakeInference) Route(model string) (string, string, error) {
+	if model == "missing" {
+		return "", "", ErrModelNotRunning
+	}
+	return "inst-1", f.node, nil
+}
+func (f *fakeInference) PickNode(string) (string, error) { return f.node, nil }
+func (f *fakeInference) Place(ctx context.Context, model string) (state.Instance, error) {
+	return state.Instance{InstanceID: "inst-1", ModelID: model, NodeID: testNode, Ranks: []state.ShardRange{{NodeID: testNode}}}, nil
+}
+func (f *fakeInference) Delete(context.Context, string) error { return nil }
+func (f *fakeInference) Peer() *http.Client                   { return f.peer }
+func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error) {
+	if f.gotTrace != nil {
+		f.gotTrace <- traceID
+	}
+	for i, p := range f.pieces {
+		if i == f.failAfter {
+			return nil, f.err
+		}
+		if err := onPiece(runner.Piece{Index: i, Text: p}); err != nil {
+			return nil, err
+		}
+	}
+	if f.failAfter == len(f.pieces) {
+		return nil, f.err
+	}
+	return &runner.Done{Result: runner.Result{FinishReason: "length", PromptTokens: 7, CompletionTokens: len(f.pieces),
+		PrefillNs: 1e6, DecodeNs: 2e6, FirstTokenNs: 1e6}}, nil
+}
+
+func chatServer(t *testing.T, inf *fakeInference) *httptest.Server {
+	t.Helper()
+	st, _ := newStore(64)
+	s := newAPI(st)
+	s.Inference = inf
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func postChat(t *testing.T, url, contentType, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", contentType)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+// sseData returns the data lines of an SSE body.
+func sseData(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+const hello = `{"model":"m","messages":[{"role":"user","content":"hi"}]`
+
+func TestChatCompletion(t *testing.T) {
+	inf := &fakeInference{node: testNode, pieces: []string{"he", "", "llo"}, failAfter: -1, gotTrace: make(chan string, 1)}
+	srv := chatServer(t, inf)
+	resp := postChat(t, srv.URL, "application/json", hello+`}`)
+	var a struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Message      struct{ Role, Content string } `json:"message"`
+			FinishReason string                         `json:"finish_reason"`
+		} `json:"choices"`
+		Usage  usage     `json:"usage"`
+		Orrery orreryExt `json:"orrery"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %v", resp.StatusCode, err)
+	}
+	tid := resp.Header.Get(TraceIDHeader)
+	if a.Object != "chat.completion" || a.Choices[0].Message.Content != "hello" || a.Choices[0].Message.Role != "assistant" ||
+		a.Choices[0].FinishReason != "length" || a.Usage != (usage{7, 3, 10}) || a.Orrery.TraceID != tid || !strings.HasPrefix(tid, "chat-") ||
+		<-inf.gotTrace != tid || resp.Header.Get(NodeHeader) != testNode || a.Orrery.DecodeTokPerS != 1000 {
+		t.Fatalf("answer %+v, headers %v", a, resp.Header)
+	}
+	// Untraced on request: no trace id anywhere.
+	resp = postChat(t, srv.URL, "application/json", hello+`}`, TraceHeader, "off")
+	if resp.Header.Get(TraceIDHeader) != "" || <-inf.gotTrace != "" {
+		t.Fatal("X-Orrery-Trace: off still traced")
+	}
+}
+
+func TestChatStream(t *testing.T) {
+	srv := chatServer(t, &fakeInference{node: testNode, pieces: []string{"a", "b"}, failAfter: -1})
+	resp := postChat(t, srv.URL, "application/json", hello+`,"stream":true}`)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Fatalf("%d %v", resp.StatusCode, resp.Header)
+	}
+	data := sseData(t, resp.Body)
+	if len(data) != 5 || data[4] != "[DONE]" {
+		t.Fatalf("events %q", data)
+	}
+	var first, last struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Delta        map[string]string `json:"delta"`
+			FinishReason *string           `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *usage `json:"usage"`
+	}
+	json.Unmarshal([]byte(data[0]), &first)
+	json.Unmarshal([]byte(data[3]), &last)
+	if first.Object != "chat.completion.chunk" || first.Choices[0].Delta["role"] != "assistant" || first.Choices[0].FinishReason != nil {
+		t.Errorf("first chunk %s", data[0])
+	}
+	if !strings.Contains(data[1], `"content":"a"`) || !strings.Contains(data[2], `"content":"b"`) {
+		t.Errorf("content chunks %q", data[1:3])
+	}
+	if last.Choices[0].FinishReason == nil || *last.Choices[0].FinishReason != "length" || last.Usage == nil || last.Usage.CompletionTokens != 2 {
+		t.Errorf("last chunk %s", data[3])
+	}
+}
+
+func TestChatErrors(t *testing.T) {
+	tooLong := &runner.RequestError{Status: 400, ErrorBody: runner.ErrorBody{Error: "the prompt is 900 tokens and the context holds 512", Kind: "prompt_too_long"}}
+	// Refused before any token: a real status in OpenAI's shape, even
+	// when streaming.
+	srv := chatServer(t, &fakeInference{node: testNode, pieces: []string{"a"}, failAfter: 0, err: tooLong})
+	for _, stream := range []string{"false", "true"} {
+		resp := postChat(t, srv.URL, "application/json", hello+`,"stream":`+stream+`}`)
+		var e struct {
+			Error struct{ Message, Type, Code string } `json:"error"`
+		}
+		json.NewDecoder(resp.Body).Decode(&e)
+		if resp.StatusCode != 400 || e.Error.Code != "context_length_exceeded" || !strings.Contains(e.Error.Message, "context holds 512") {
+			t.Errorf("stream %s: %d %+v", stream, resp.StatusCode, e)
+		}
+	}
+	// Failing mid-stream: an error event, no [DONE].
+	srv = chatServer(t, &fakeInference{node: testNode, pieces: []string{"a", "b", "c"}, failAfter: 2, err: errors.New("runner failed: killed")})
+	data := sseData(t, postChat(t, srv.URL, "application/json", hello+`,"stream":true}`).Body)
+	if len(data) != 4 || !strings.Contains(data[3], `"error"`) || !strings.Contains(data[3], "killed") {
+		t.Fatalf("events %q", data)
+	}
+	for _, c := range []struct {
+		ct, body string
+		status   int
+		code     string
+	}{
+		{"text/plain", hello + `}`, 415, "invalid_content_type"},
+		{"application/json", `{"model":"m"`, 400, "invalid_json"},
+		{"application/json", `{"model":"m","messages":[]}`, 400, "invalid_value"},
+		{"application/json", hello + `,"n":2}`, 400, "invalid_value"},
+		{"application/json", `{"model":"m","messages":[{"role":"wizard","content":"x"}]}`, 400, "invalid_value"},
+		{"application/json", `{"model":"missing","messages":[{"role":"user","content":"x"}]}`, 404, "model_not_found"},
+	} {
+		resp := postChat(t, srv.URL, c.ct, c.body)
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		json.NewDecoder(resp.Body).Decode(&e)
+		if resp.StatusCode != c.status || e.Error.Code != c.code {
+			t.Errorf("%s %s: %d %q, want %d %q", c.ct, c.body, resp.StatusCode, e.Error.Code, c.status, c.code)
+		}
+	}
+}
+
+// A request for an instance on another node goes to that node's peer API
+// and comes back as it is, streamed; the peer never forwards again.
+func TestChatForwarded(t *testing.T) {
+	st, _ := newStore(64)
+	other := &Server{NodeID: "other-node", Store: st, Logger: newAPI(st).Logger,
+		Inference: &fakeInference{node: "other-node", pieces: []string{"x", "y"}, failAfter: -1}}
+	peer := httptest.NewServer(other.PeerHandler())
+	t.Cleanup(peer.Close)
+	toPeer := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		if !strings.HasPrefix(addr, "other-node:") {
+			t.Errorf("dialled %s", addr)
+		}
+		return (&net.Dialer{}).DialContext(ctx, "tcp", strings.TrimPrefix(peer.URL, "http://"))
+	}}}
+	srv := chatServer(t, &fakeInference{node: "other-node", peer: toPeer})
+	resp := postChat(t, srv.URL, "application/json", hello+`,"stream":true}`)
+	data := sseData(t, resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get(NodeHeader) != "other-node" || resp.Header.Get(TraceIDHeader) == "" ||
+		len(data) != 5 || data[4] != "[DONE]" || !strings.Contains(data[1], `"x"`) {
+		t.Fatalf("%d %v %q", resp.StatusCode, resp.Header, data)
+	}
+	// The peer API refuses what is not its own rather than forwarding.
+	misrouted := &Server{NodeID: "third", Store: st, Logger: other.Logger, Inference: &fakeInference{node: "other-node"}}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(hello+`}`))
+	req.Header.Set("Content-Type", "application/json")
+	misrouted.PeerHandler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusMisdirectedRequest {
+		t.Fatalf("misrouted peer request: %d %s", rec.Code, rec.Body)
+	}
+	// An unreachable node: 502 in OpenAI's shape.
+	dead := &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no stream link")
+	}}, Timeout: 5 * time.Second}
+	srv = chatServer(t, &fakeInference{node: "other-node", peer: dead})
+	if resp := postChat(t, srv.URL, "application/json", hello+`}`); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("unreachable node: %d", resp.StatusCode)
+	}
+}
+
+func TestModelsList(t *testing.T) {
+	st, seq := newStore(64)
+	publish(t, seq,
+		state.NodeModelsMeasured{NodeID: "n1", Models: state.NodeModels{Models: []state.ModelInfo{
+			{ID: "a", Arch: "llama", Layers: 4, Size: state.Bytes(10)}, {ID: "broken", Error: "bad"}}}},
+		state.NodeModelsMeasured{NodeID: "n2", Models: state.NodeModels{Models: []state.ModelInfo{{ID: "a"}}}},
+		state.InstanceCreated{NodeID: "n2", Instance: state.Instance{InstanceID: "inst-9", ModelID: "a", NodeID: "n2", CreatedAt: time.Unix(100, 0)}},
+	)
+	srv := serve(t, st)
+	resp, err := http.Get(srv.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var l struct {
+		Object string       `json:"object"`
+		Data   []modelEntry `json:"data"`
+	}
+	json.NewDecoder(resp.Body).Decode(&l)
+	if l.Object != "list" || len(l.Data) != 1 {
+		t.Fatalf("%+v", l)
+	}
+	m := l.Data[0]
+	if m.ID != "a" || m.Object != "model" || m.Created != 100 || !m.Orrery.Running || len(m.Orrery.Nodes) != 2 || m.Orrery.Instances[0] != "inst-9" {
+		t.Fatalf("%+v", m)
+	}
+}
+
+func TestPlaceInstance(t *testing.T) {
+	srv := chatServer(t, &fakeInference{node: testNode})
+	post := func(ct, body string) (int, string) {
+		resp, err := http.Post(srv.URL+"/instance", ct, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post("application/json", `{"model":"m"}`); code != 201 || !strings.Contains(body, `"runnerIds":["inst-1-0"]`) {
+		t.Fatalf("place: %d %s", code, body)
+	}
+	for _, c := range []struct {
+		ct, body string
+		code     int
+	}{
+		{"text/plain", `{"model":"m"}`, 415},
+		{"application/json", `{}`, 400},
+		{"application/json", `{"model":"m","node":"../x"}`, 400},
+		{"application/json", `{"model":"m","node":"not-a-member"}`, 404},
+	} {
+		if code, body := post(c.ct, c.body); code != c.code {
+			t.Errorf("%s %s: %d %s, want %d", c.ct, c.body, code, body, c.code)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/instance/inst-404", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 404 {
+		t.Fatalf("delete unknown: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
