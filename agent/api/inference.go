@@ -22,8 +22,8 @@ type Inference interface {
 	Place(ctx context.Context, model string) (state.Instance, error)
 	// Delete stops and removes an instance placed on this node.
 	Delete(ctx context.Context, instanceID string) error
-	// Complete runs a completion on an instance on this node. traced
-	// says whether the request's spans go into a trace (named traceID).
+	// Complete runs a completion on an instance on this node; its spans
+	// become trace traceID ("" runs it untraced).
 	Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error)
 	// Peer is an HTTP client whose requests to http://<node id>/… reach
 	// that node's peer API over an authenticated stream link.

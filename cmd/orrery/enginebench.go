@@ -57,6 +57,7 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	tg := fs.Int("tg", 64, "tokens for the decode test (0: skip)")
 	repeat := fs.Int("repeat", 3, "runs of each test")
 	bw := fs.Bool("bandwidth", true, "measure memory read bandwidth")
+	noFA := fs.Bool("no-flash-attn", false, "compute attention as separate ops instead of the fused flash-attention kernel")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
@@ -83,7 +84,7 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	ctxLen := max(*pp, *tg) + 8
 	start := time.Now()
-	rank, err := loadRank(ctx, *path, backend.Options{Threads: *threads, BatchSize: max(*pp, 1), ContextLen: ctxLen}, nil)
+	rank, err := loadRank(ctx, *path, backend.Options{Threads: *threads, BatchSize: max(*pp, 1), ContextLen: ctxLen, NoFlashAttention: *noFA}, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
 		return 1

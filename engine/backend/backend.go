@@ -25,6 +25,11 @@ type Options struct {
 	FirstLayer, LastLayer int
 	// KVType is the KV cache element type, "f16" (default) or "f32".
 	KVType string
+	// NoFlashAttention computes attention as separate ops (softmax of
+	// QKᵀ, then ·V) instead of ggml's fused flash-attention kernel, which
+	// is the default: on the CPU here it made prefill ~10 % and decode
+	// ~6 % faster, with the same logits within 1e-6.
+	NoFlashAttention bool
 }
 
 // Resolve fills defaults against the model and checks the range.

@@ -53,10 +53,17 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	if err := opts.Resolve(cfg); err != nil {
 		return nil, err
 	}
-	b, err := newBackend(path, opts.Threads)
+	before := largeAnon()
+	fa := ml.FlashAttentionEnabled
+	if opts.NoFlashAttention {
+		fa = ml.FlashAttentionDisabled
+	}
+	b, err := newBackend(path, opts.Threads, fa)
 	if err != nil {
 		return nil, fmt.Errorf("ggml backend: %w", err)
 	}
+	// Before the weights are read into the buffers just allocated.
+	adviseHugePages(before)
 	if progress == nil {
 		progress = func(float32) {}
 	}
@@ -116,13 +123,13 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 
 // newBackend creates the ggml backend, turning its panics (it panics on
 // some malformed files) into errors.
-func newBackend(path string, threads int) (b ml.Backend, err error) {
+func newBackend(path string, threads int, fa ml.FlashAttentionType) (b ml.Backend, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%v", p)
 		}
 	}()
-	return ml.NewBackend(path, ml.BackendParams{AllocMemory: true, NumThreads: threads})
+	return ml.NewBackend(path, ml.BackendParams{AllocMemory: true, NumThreads: threads, FlashAttention: fa})
 }
 
 // shift would re-rotate cached keys after a context shift; Orrery refuses

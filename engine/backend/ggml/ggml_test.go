@@ -51,18 +51,24 @@ func TestMatchesReference(t *testing.T) {
 	for _, c := range []struct {
 		arch, typ string
 		tol       float64
+		noFA      bool
 	}{
-		{"llama", "F32", 1e-4},
-		{"qwen2", "F32", 1e-4},
-		{"llama", "Q8_0", 5e-2}, // ggml quantizes activations to 8 bits for Q8_0 weights
+		{"llama", "F32", 1e-4, false},
+		{"llama", "F32", 1e-4, true}, // attention as separate ops
+		{"qwen2", "F32", 1e-4, false},
+		{"llama", "Q8_0", 5e-2, false}, // ggml quantizes activations to 8 bits for Q8_0 weights
 	} {
-		t.Run(c.arch+"-"+c.typ, func(t *testing.T) {
+		name := c.arch + "-" + c.typ
+		if c.noFA {
+			name += "-noFA"
+		}
+		t.Run(name, func(t *testing.T) {
 			path := gen(t, c.arch, c.typ)
 			ref, err := reference.Load(path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := Load(context.Background(), path, backend.Options{Threads: 2, KVType: "f32", BatchSize: 16}, nil)
+			r, err := Load(context.Background(), path, backend.Options{Threads: 2, KVType: "f32", BatchSize: 16, NoFlashAttention: c.noFA}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
