@@ -82,6 +82,12 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	for _, t := range f.Tensors {
 		weightBytes += int64(t.Size)
 	}
+	// Measured before the model is loaded: 1 GiB more resident while the
+	// weights are would only add noise.
+	var gbps float64
+	if *bw {
+		gbps = readBandwidth(*threads)
+	}
 	ctxLen := max(*pp, *tg) + 8
 	start := time.Now()
 	rank, err := loadRank(ctx, *path, backend.Options{Threads: *threads, BatchSize: max(*pp, 1), ContextLen: ctxLen, NoFlashAttention: *noFA}, nil)
@@ -146,10 +152,6 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 			r.TTFTMsMu, _ = meanSD(ttft[r.Traced])
 		}
 		out = append(out, *r)
-	}
-	var gbps float64
-	if *bw {
-		gbps = readBandwidth(*threads)
 	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(map[string]any{"model": *path, "weightBytes": weightBytes, "threads": *threads,
