@@ -34,11 +34,18 @@ type Options struct {
 
 // Resolve fills defaults against the model and checks the range.
 func (o *Options) Resolve(c model.Config) error {
-	if o.LastLayer == 0 {
-		o.LastLayer = c.Layers
+	first, last := c.Blocks()
+	switch {
+	case o.LastLayer == 0 && o.FirstLayer == 0:
+		o.FirstLayer, o.LastLayer = first, last
+	case o.LastLayer == 0:
+		o.LastLayer = last
 	}
 	if o.FirstLayer < 0 || o.LastLayer > c.Layers || o.FirstLayer >= o.LastLayer {
 		return fmt.Errorf("layers [%d, %d) of a %d-layer model", o.FirstLayer, o.LastLayer, c.Layers)
+	}
+	if o.FirstLayer < first || o.LastLayer > last {
+		return fmt.Errorf("layers [%d, %d), but the file holds blocks [%d, %d)", o.FirstLayer, o.LastLayer, first, last)
 	}
 	if o.ContextLen <= 0 || o.ContextLen > c.ContextLen {
 		o.ContextLen = c.ContextLen

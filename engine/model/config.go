@@ -42,8 +42,21 @@ type Config struct {
 	TiedOutput bool `json:"tiedOutput"`
 	// FileType is the dominant weight type (e.g. "Q8_0").
 	FileType string `json:"quantization"`
-	// Params is the number of weights.
+	// Params is the number of weights (in this file: a shard holds part).
 	Params uint64 `json:"params"`
+	// ShardFirst and ShardLast are the blocks [first, last) a shard holds;
+	// both 0 for a whole model.
+	ShardFirst int `json:"shardFirst,omitempty"`
+	ShardLast  int `json:"shardLast,omitempty"`
+}
+
+// Blocks is the range of blocks the file holds: [ShardFirst, ShardLast),
+// or all of them.
+func (c Config) Blocks() (first, last int) {
+	if c.ShardLast == 0 {
+		return 0, c.Layers
+	}
+	return c.ShardFirst, c.ShardLast
 }
 
 // FromGGUF reads a model's config from its metadata and checks that the
@@ -90,22 +103,42 @@ func FromGGUF(f *gguf.File) (Config, error) {
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
 		c.Vocab = len(tokens)
 	}
+	first, last := 0, c.Layers
+	if _, ok := f.Get(KeyShardLast); ok {
+		first, last = int(f.Uint(KeyShardFirst, 0)), int(f.Uint(KeyShardLast, 0))
+		if first < 0 || last > c.Layers || first >= last {
+			return Config{}, fmt.Errorf("shard of blocks [%d, %d) of a %d-layer model", first, last, c.Layers)
+		}
+		c.ShardFirst, c.ShardLast = first, last
+		c.TiedOutput = f.Bool(KeyShardTied, false)
+	} else {
+		_, hasOut := f.Tensor("output.weight")
+		c.TiedOutput = !hasOut
+	}
+	needEmb := first == 0 || last == c.Layers && c.TiedOutput
 	emb, ok := f.Tensor("token_embd.weight")
-	if !ok {
+	switch {
+	case !ok && needEmb:
 		return Config{}, errors.New("no token_embd.weight tensor")
+	case ok:
+		if len(emb.Dims) != 2 || int(emb.Dims[0]) != c.Dim {
+			return Config{}, fmt.Errorf("token_embd.weight is %v, want [%d, vocab]", emb.Dims, c.Dim)
+		}
+		if c.Vocab == 0 {
+			c.Vocab = int(emb.Dims[1])
+		}
+		if int(emb.Dims[1]) != c.Vocab {
+			return Config{}, fmt.Errorf("token_embd.weight has %d rows, the tokenizer %d tokens", emb.Dims[1], c.Vocab)
+		}
+	case c.Vocab == 0:
+		return Config{}, errors.New("no tokenizer.ggml.tokens and no token_embd.weight: vocabulary size unknown")
 	}
-	if len(emb.Dims) != 2 || int(emb.Dims[0]) != c.Dim {
-		return Config{}, fmt.Errorf("token_embd.weight is %v, want [%d, vocab]", emb.Dims, c.Dim)
+	if last == c.Layers {
+		if _, ok := f.Tensor("output_norm.weight"); !ok {
+			return Config{}, errors.New("no output_norm.weight tensor")
+		}
 	}
-	if c.Vocab == 0 {
-		c.Vocab = int(emb.Dims[1])
-	}
-	if int(emb.Dims[1]) != c.Vocab {
-		return Config{}, fmt.Errorf("token_embd.weight has %d rows, the tokenizer %d tokens", emb.Dims[1], c.Vocab)
-	}
-	_, hasOut := f.Tensor("output.weight")
-	c.TiedOutput = !hasOut
-	_, c.QKVBias = f.Tensor("blk.0.attn_q.bias")
+	_, c.QKVBias = f.Tensor(fmt.Sprintf("blk.%d.attn_q.bias", first))
 	q, kv := uint64(c.Heads*c.HeadDim), uint64(c.KVHeads*c.HeadDim)
 	want := map[string][]uint64{
 		"attn_norm.weight": {uint64(c.Dim)}, "ffn_norm.weight": {uint64(c.Dim)},
@@ -128,8 +161,8 @@ func FromGGUF(f *gguf.File) (Config, error) {
 			best, c.FileType = n, t.String()
 		}
 	}
-	// Every block must be there with the right shapes.
-	for i := 0; i < c.Layers; i++ {
+	// Every block (of the shard) must be there with the right shapes.
+	for i := first; i < last; i++ {
 		for suffix, dims := range want {
 			name := fmt.Sprintf("blk.%d.%s", i, suffix)
 			t, ok := f.Tensor(name)

@@ -1,0 +1,124 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+)
+
+// Shard metadata keys: a shard keeps the model's metadata and tensor names
+// and adds these, so that a rank (and FromGGUF) knows which blocks it holds.
+const (
+	KeyShardFirst  = "orrery.shard.first_layer"
+	KeyShardLast   = "orrery.shard.last_layer"
+	KeyShardTied   = "orrery.shard.tied_output"
+	KeyShardSource = "orrery.shard.source_sha256"
+)
+
+// ShardTensors lists the tensors rank [first, last) of a model needs:
+// its blocks, token_embd on the first rank, output_norm and the output
+// head (token_embd when tied) on the last.
+func ShardTensors(f *gguf.File, cfg Config, first, last int) ([]gguf.TensorInfo, error) {
+	if first < 0 || last > cfg.Layers || first >= last {
+		return nil, fmt.Errorf("shard [%d, %d) of a %d-layer model", first, last, cfg.Layers)
+	}
+	want := func(name string) bool {
+		switch {
+		case name == "token_embd.weight":
+			return first == 0 || last == cfg.Layers && cfg.TiedOutput
+		case name == "output_norm.weight" || strings.HasPrefix(name, "output."):
+			return last == cfg.Layers
+		case strings.HasPrefix(name, "blk."):
+			var n int
+			if _, err := fmt.Sscanf(name, "blk.%d.", &n); err != nil {
+				return false
+			}
+			return n >= first && n < last
+		}
+		return false
+	}
+	var out []gguf.TensorInfo
+	for _, t := range f.Tensors {
+		if want(t.Name) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// ShardSize is the number of tensor bytes rank [first, last) holds.
+func ShardSize(f *gguf.File, cfg Config, first, last int) (uint64, error) {
+	ts, err := ShardTensors(f, cfg, first, last)
+	var n uint64
+	for _, t := range ts {
+		n += t.Size
+	}
+	return n, err
+}
+
+// WriteShard writes the shard of blocks [first, last) of the model at src
+// to dst, atomically: the model's metadata plus the orrery.shard keys, and
+// the tensors ShardTensors lists, copied byte for byte. sourceHash names
+// the model the shard came from.
+func WriteShard(src, dst string, first, last int, sourceHash string) error {
+	f, err := gguf.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	cfg, err := FromGGUF(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	if cfg.ShardLast != 0 {
+		return fmt.Errorf("%s is itself a shard", src)
+	}
+	ts, err := ShardTensors(f, cfg, first, last)
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	kvs := make([]gguf.KV, 0, len(f.KV)+4)
+	for _, kv := range f.KV {
+		if !strings.HasPrefix(kv.Key, "orrery.shard.") {
+			kvs = append(kvs, kv)
+		}
+	}
+	kvs = append(kvs, gguf.KV{Key: KeyShardFirst, Value: uint32(first)}, gguf.KV{Key: KeyShardLast, Value: uint32(last)},
+		gguf.KV{Key: KeyShardTied, Value: cfg.TiedOutput}, gguf.KV{Key: KeyShardSource, Value: sourceHash})
+	wts := make([]gguf.WriteTensor, len(ts))
+	for i, t := range ts {
+		off := f.DataOffset + int64(t.Offset)
+		size := int64(t.Size)
+		wts[i] = gguf.WriteTensor{Name: t.Name, Type: t.Type, Dims: t.Dims, Data: func(w io.Writer) error {
+			n, err := io.Copy(w, io.NewSectionReader(in, off, size))
+			if err == nil && n != size {
+				err = fmt.Errorf("tensor %s: copied %d of %d bytes", t.Name, n, size)
+			}
+			return err
+		}}
+	}
+	return gguf.WriteFile(dst, kvs, wts)
+}
+
+// FileHash is the sha256 of a file, hex: a model's identity across nodes.
+func FileHash(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
