@@ -97,7 +97,7 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	defer rank.Close()
 	fmt.Fprintf(stderr, "loaded %s in %.1f s (%s of weights, %d threads)\n", *path, time.Since(start).Seconds(), humanBytes(weightBytes), *threads)
-	g := &runner.Generator{F: rank, Tok: tok}
+	g := &runner.Generator{M: &runner.Local{F: rank}, Tok: tok}
 	vocab := rank.Config().Vocab
 	noop := func(runner.Piece) error { return nil }
 	// Runs alternate untraced and traced, pp and tg, so that the VM's

@@ -107,7 +107,9 @@ func readError(resp *http.Response) error {
 
 // Complete runs a completion, calling onPiece for every token as it
 // comes. It returns the final line, a *RequestError for a request the
-// runner refused, or an error wrapping ErrStreamBroken.
+// runner refused, or an error wrapping ErrStreamBroken. When the runner
+// reports a failure mid-stream, the Done it returns with the error holds
+// the spans recorded until then.
 func (c *Client) Complete(ctx context.Context, req CompletionRequest, onPiece func(Piece) error) (*Done, error) {
 	resp, err := c.do(ctx, http.MethodPost, "/completion", req)
 	if err != nil {
@@ -126,7 +128,7 @@ func (c *Client) Complete(ctx context.Context, req CompletionRequest, onPiece fu
 		}
 		switch {
 		case m.Error != "":
-			return nil, errors.New(m.Error)
+			return m.Done, errors.New(m.Error)
 		case m.Done != nil:
 			return m.Done, nil
 		case m.Piece != nil:

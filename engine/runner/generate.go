@@ -116,8 +116,10 @@ func perSec(n int, ns int64) float64 {
 // Generator runs completions on one model. It is not safe for concurrent
 // use: the Server queues requests in front of it.
 type Generator struct {
-	F   Forwarder
+	M   Model
 	Tok *model.Tokenizer
+	// TraceID is passed to Model.Begin (set per request by the Server).
+	TraceID string
 }
 
 // Prepare renders and tokenizes a request's prompt, and checks that it
@@ -140,7 +142,7 @@ func (g *Generator) Prepare(req *Request) ([]int32, error) {
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadRequest)
 	}
-	if ctxLen := g.F.Options().ContextLen; len(ids) >= ctxLen {
+	if ctxLen := g.M.Options().ContextLen; len(ids) >= ctxLen {
 		return nil, fmt.Errorf("%w: the prompt is %d tokens and the context holds %d (with room for at least one generated token)",
 			ErrPromptTooLong, len(ids), ctxLen)
 	}
@@ -153,44 +155,36 @@ func (g *Generator) Prepare(req *Request) ([]int32, error) {
 // "sample" child, and a "decode" span per later token with the same
 // children, each carrying its token index. An error from emit stops
 // generation and is returned.
-func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, rec *trace.Recorder, emit func(Piece) error) (Result, error) {
+func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, rec *trace.Recorder, emit func(Piece) error) (res Result, err error) {
 	start := time.Now()
-	res := Result{PromptTokens: len(prompt)}
-	opts := g.F.Options()
-	if err := g.F.Reset(); err != nil {
-		return res, fmt.Errorf("reset kv cache: %w", err)
+	res = Result{PromptTokens: len(prompt)}
+	opts := g.M.Options()
+	if err := g.M.Begin(ctx, req, g.TraceID); err != nil {
+		return res, err
 	}
+	defer func() { g.M.End(ctx, err) }()
 	maxTok := req.MaxTokens
 	if maxTok == 0 {
 		maxTok = DefaultMaxTokens
 	}
 	maxTok = min(maxTok, opts.ContextLen-len(prompt))
-	smp := sample.New(req.Sample)
 	out := newOutput(req.Stop)
 	out.ignoreEOS = req.IgnoreEOS
 
-	// Prefill: the prompt in batches; the last batch's logits give the
-	// first token.
+	// Prefill: the prompt in batches (which a pipeline overlaps); the
+	// last batch's logits give the first token.
 	pre := rec.Start("prefill", "prefill")
-	var logits []float32
+	var id int32
 	for i := 0; i < len(prompt); i += opts.BatchSize {
 		j := min(i+opts.BatchSize, len(prompt))
-		c := pre.Child(fmt.Sprintf("compute [%d, %d)", i, j), "compute")
-		r, err := g.F.Forward(ctx, backend.Batch{Tokens: prompt[i:j], Positions: positions(i, j)})
-		c.End(trace.Args{}.WithToken(i))
+		last := j == len(prompt)
+		id, err = g.M.Step(ctx, prompt[i:j], i, last, false, &pre, i)
 		if err != nil {
 			pre.End(trace.Args{})
 			return res, fmt.Errorf("prefill tokens [%d, %d): %w", i, j, err)
 		}
-		logits = r.Logits
 	}
-	s := pre.Child("sample", "sample")
-	id, err := smp.Next(logits)
-	s.End(trace.Args{}.WithToken(len(prompt)))
 	pre.End(trace.Args{}.WithToken(0))
-	if err != nil {
-		return res, fmt.Errorf("sample token 0: %w", err)
-	}
 	res.PrefillNs = time.Since(start).Nanoseconds()
 	res.FirstTokenNs = res.PrefillNs
 	decodeStart := time.Now()
@@ -209,21 +203,11 @@ func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, 
 			res.FinishReason = "length"
 			break
 		}
-		pos := len(prompt) + n
 		d := rec.Start(fmt.Sprintf("token %d", n+1), "decode")
-		c := d.Child("compute", "compute")
-		r, err := g.F.Forward(ctx, backend.Batch{Tokens: []int32{id}, Positions: []int32{int32(pos)}})
-		c.End(trace.Args{}.WithToken(n + 1))
-		if err != nil {
-			d.End(trace.Args{})
-			return res, fmt.Errorf("decode token %d: %w", n+1, err)
-		}
-		s := d.Child("sample", "sample")
-		id, err = smp.Next(r.Logits)
-		s.End(trace.Args{}.WithToken(n + 1))
+		id, err = g.M.Step(ctx, []int32{id}, len(prompt)+n, true, true, &d, n+1)
 		d.End(trace.Args{}.WithToken(n + 1))
 		if err != nil {
-			return res, fmt.Errorf("sample token %d: %w", n+1, err)
+			return res, fmt.Errorf("decode token %d: %w", n+1, err)
 		}
 	}
 	res.DecodeNs = time.Since(decodeStart).Nanoseconds()

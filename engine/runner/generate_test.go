@@ -97,7 +97,7 @@ func TestGenerateStopsAndLimits(t *testing.T) {
 	eos := int32(4) // <|im_end|> ends generation in generated models
 	newGen := func(next []int32) (*Generator, *script) {
 		s := &script{vocab: tok.VocabSize(), ctxLen: 64, batch: 4, prompt: len(prompt), next: next}
-		return &Generator{F: s, Tok: tok}, s
+		return &Generator{M: &Local{F: s}, Tok: tok}, s
 	}
 
 	// End-of-generation token: "stop", its text not emitted.
@@ -177,7 +177,7 @@ func TestGenerateSpans(t *testing.T) {
 	words := ids(t, tok, "the model")
 	s := &script{vocab: tok.VocabSize(), ctxLen: 64, batch: 2, prompt: len(prompt), next: append(words, 4)}
 	rec := trace.NewRecorder(0, "node-a", trace.Options{})
-	_, _, res, err := run(t, &Generator{F: s, Tok: tok}, Request{Prompt: "hello world"}, rec)
+	_, _, res, err := run(t, &Generator{M: &Local{F: s}, Tok: tok}, Request{Prompt: "hello world"}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,10 +23,15 @@ import (
 
 // Runner statuses, as /health reports them.
 const (
-	StatusLoading = "loading"
-	StatusReady   = "ready"
-	StatusFailed  = "failed"
+	StatusLoading    = "loading"
+	StatusConnecting = "connecting" // loaded; rank links being set up
+	StatusReady      = "ready"
+	StatusFailed     = "failed"
 )
+
+// linkRetry is how often a rank retries reaching its successor, which may
+// still be loading.
+const linkRetry = 250 * time.Millisecond
 
 // maxRequestBytes caps a completion request's body.
 const maxRequestBytes = 4 << 20
@@ -45,6 +50,18 @@ type Config struct {
 	// Node and NodeName stamp the spans (the agent's node id and name).
 	Node, NodeName string
 	Logger         *slog.Logger
+
+	// A pipeline rank: Rank of Ranks (1: the whole model, no links) of
+	// Instance.
+	Instance    string
+	Rank, Ranks int
+	// DialNext connects to rank (Rank+1) mod Ranks (through the agent);
+	// RankListener accepts the link from rank Rank-1 (the agent connects
+	// and presents Token first). Both are needed when Ranks > 1.
+	DialNext     func(ctx context.Context) (net.Conn, error)
+	RankListener net.Listener
+	// OnStageTrace gets the spans of each traced request on ranks > 0.
+	OnStageTrace func(traceID string, spans []trace.Span, err error)
 }
 
 // Health is GET /health.
@@ -57,6 +74,14 @@ type Health struct {
 	// ContextLen is the KV cache's capacity in tokens, once loaded.
 	ContextLen int `json:"contextLength,omitempty"`
 	Pid        int `json:"pid"`
+	// Rank of Ranks; RankAddr is where the previous rank's link is
+	// accepted (loopback; the agent connects to it).
+	Rank     int    `json:"rank"`
+	Ranks    int    `json:"ranks"`
+	RankAddr string `json:"rankAddr,omitempty"`
+	// LinkBytesSent and LinkBytesRecv count the rank links' frames.
+	LinkBytesSent uint64 `json:"linkBytesSent"`
+	LinkBytesRecv uint64 `json:"linkBytesRecv"`
 }
 
 // CompletionRequest is POST /completion: a request, traced when TraceID
@@ -98,9 +123,14 @@ type Server struct {
 	// channel are served in arrival order, so requests run FIFO.
 	queue chan struct{}
 
+	// fatal gets the error that ends this runner: a broken pipeline.
+	fatal chan error
+
 	mu        sync.Mutex // guards the fields below
 	health    Health
 	gen       *Generator
+	rank      backend.Rank
+	in, out   *Link
 	loadSpans []trace.Span
 }
 
@@ -109,14 +139,31 @@ func NewServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, queue: make(chan struct{}, 1),
-		health: Health{Status: StatusLoading, Pid: os.Getpid()}}
+	if cfg.Ranks < 1 {
+		cfg.Ranks = 1
+	}
+	h := Health{Status: StatusLoading, Pid: os.Getpid(), Rank: cfg.Rank, Ranks: cfg.Ranks}
+	if cfg.RankListener != nil {
+		h.RankAddr = cfg.RankListener.Addr().String()
+	}
+	return &Server{cfg: cfg, log: cfg.Logger, queue: make(chan struct{}, 1), fatal: make(chan error, 1), health: h}
+}
+
+// Fatal delivers the error that ends the runner (a broken pipeline); the
+// process exits with it.
+func (s *Server) Fatal() <-chan error { return s.fatal }
+
+func (s *Server) die(err error) {
+	select {
+	case s.fatal <- err:
+	default:
+	}
 }
 
 // Load reads the model's metadata and tokenizer, then its weights, and
 // records "load" spans with "metadata" and "weights" children.
 func (s *Server) Load(ctx context.Context) error {
-	rec := trace.NewRecorder(0, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
+	rec := trace.NewRecorder(s.cfg.Rank, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
 	root := rec.Start("load "+s.cfg.ModelPath, "load")
 	err := s.load(ctx, &root)
 	root.End(trace.Args{})
@@ -129,7 +176,6 @@ func (s *Server) Load(ctx context.Context) error {
 		return err
 	}
 	s.health.Status = StatusReady
-	s.health.LayersLoaded = s.health.TotalLayers
 	return nil
 }
 
@@ -172,23 +218,151 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 		return err
 	}
 	s.mu.Lock()
-	s.gen = &Generator{F: rank, Tok: tok}
+	s.rank = rank
 	s.health.ContextLen = rank.Options().ContextLen
+	s.health.LayersLoaded = s.health.TotalLayers
 	s.mu.Unlock()
-	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen)
+	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
+		"rank", s.cfg.Rank, "ranks", s.cfg.Ranks)
+	if s.cfg.Ranks == 1 {
+		s.mu.Lock()
+		s.gen = &Generator{M: &Local{F: rank}, Tok: tok}
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Lock()
+	s.health.Status = StatusConnecting
+	s.mu.Unlock()
+	c := root.Child("connect", "connect")
+	in, out, err := s.connect(ctx)
+	c.End(trace.Args{})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.in, s.out = in, out
+	s.mu.Unlock()
+	if s.cfg.Rank == 0 {
+		s.mu.Lock()
+		s.gen = &Generator{M: &Pipeline{F: rank, Out: out, In: in, N: s.cfg.Ranks}, Tok: tok}
+		s.mu.Unlock()
+		return nil
+	}
+	st := &Stage{F: rank, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
+		OnTrace: s.cfg.OnStageTrace}
+	go func() {
+		err := st.Serve(ctx)
+		if ctx.Err() == nil {
+			s.die(fmt.Errorf("pipeline broke at rank %d of %d (blocks %v): %w", s.cfg.Rank, s.cfg.Ranks, rank.Options().FirstLayer, err))
+		}
+	}()
 	return nil
 }
 
-// Close frees the model.
+// connect sets up both rank links: it accepts the previous rank's (the
+// agent presents our token first) while dialling the next one, retrying
+// while that rank is not up yet.
+func (s *Server) connect(ctx context.Context) (in, out *Link, err error) {
+	if s.cfg.DialNext == nil || s.cfg.RankListener == nil {
+		return nil, nil, fmt.Errorf("rank %d of %d: no rank links configured", s.cfg.Rank, s.cfg.Ranks)
+	}
+	n, r := s.cfg.Ranks, s.cfg.Rank
+	prev, next := (r+n-1)%n, (r+1)%n
+	inc := make(chan *Link, 1)
+	errc := make(chan error, 2)
+	go func() {
+		for {
+			c, err := s.cfg.RankListener.Accept()
+			if err != nil {
+				errc <- fmt.Errorf("accept rank link: %w", err)
+				return
+			}
+			l := NewLink(c)
+			// The agent's hello carries our token; then the previous
+			// rank's own hello follows.
+			err = l.handshake(linkHello{Instance: s.cfg.Instance, From: r, To: prev}, func(h linkHello) error {
+				if subtle.ConstantTimeCompare([]byte(h.Token), []byte(s.cfg.Token)) != 1 {
+					return errors.New("rank link: wrong token")
+				}
+				return nil
+			})
+			if err == nil {
+				err = expectHello(l, s.cfg.Instance, prev, r)
+			}
+			if err != nil {
+				s.log.Warn("refused a rank link", "err", err)
+				l.Close()
+				continue
+			}
+			inc <- l
+			return
+		}
+	}()
+	for {
+		c, derr := s.cfg.DialNext(ctx)
+		if derr == nil {
+			l := NewLink(c)
+			derr = l.handshake(linkHello{Instance: s.cfg.Instance, From: r, To: next}, func(h linkHello) error {
+				if h.Instance != s.cfg.Instance || h.From != next || h.To != r {
+					return fmt.Errorf("rank link to %d answered as %+v", next, h)
+				}
+				return nil
+			})
+			if derr == nil {
+				out = l
+				break
+			}
+			l.Close()
+		}
+		s.log.Debug("rank link not up yet", "to", next, "err", derr)
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(linkRetry):
+		}
+	}
+	select {
+	case in = <-inc:
+	case err := <-errc:
+		out.Close()
+		return nil, nil, err
+	case <-ctx.Done():
+		out.Close()
+		return nil, nil, ctx.Err()
+	}
+	s.log.Info("rank links up", "from", prev, "to", next)
+	return in, out, nil
+}
+
+// expectHello reads the previous rank's hello on an accepted link.
+func expectHello(l *Link, instance string, from, to int) error {
+	l.c.SetDeadline(time.Now().Add(10 * time.Second))
+	defer l.c.SetDeadline(time.Time{})
+	typ, p, _, err := l.recvFrame()
+	if err != nil {
+		return err
+	}
+	var h linkHello
+	if typ != frameHello || json.Unmarshal(p, &h) != nil || h.Instance != instance || h.From != from || h.To != to {
+		return fmt.Errorf("rank link: hello %s, want instance %s from rank %d", p, instance, from)
+	}
+	return nil
+}
+
+// Close frees the model and the links.
 func (s *Server) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gen != nil {
-		if c, ok := s.gen.F.(interface{ Close() }); ok {
-			c.Close()
+	for _, l := range []*Link{s.in, s.out} {
+		if l != nil {
+			l.Close()
 		}
-		s.gen = nil
 	}
+	if s.rank != nil {
+		s.rank.Close()
+		s.rank = nil
+	}
+	s.gen = nil
 }
 
 // Health returns the current status.
@@ -196,6 +370,13 @@ func (s *Server) Health() Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.health
+	for _, l := range []*Link{s.in, s.out} {
+		if l != nil {
+			sent, recv := l.Bytes()
+			h.LinkBytesSent += sent
+			h.LinkBytesRecv += recv
+		}
+	}
 	return h
 }
 
@@ -235,6 +416,10 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Kind: "bad_request"})
 			return
 		}
+	}
+	if s.cfg.Rank > 0 {
+		writeJSON(w, http.StatusMisdirectedRequest, ErrorBody{Error: fmt.Sprintf("rank %d serves the pipeline; completions go to rank 0", s.cfg.Rank), Kind: "not_ready"})
+		return
 	}
 	s.mu.Lock()
 	gen, h := s.gen, s.health
@@ -286,6 +471,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	if req.TraceID != "" {
 		rec = trace.NewRecorder(0, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
 	}
+	gen.TraceID = req.TraceID
 	// Every token is sent, with empty text while text is held back, so
 	// that the client can count and time tokens.
 	res, err := gen.Generate(r.Context(), &req.Request, prompt, rec, func(p Piece) error {
@@ -293,9 +479,13 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		if r.Context().Err() == nil {
-			send(StreamMsg{Error: err.Error()})
+			// The spans so far go with the error: the trace keeps them.
+			send(StreamMsg{Error: err.Error(), Done: &Done{Result: res, Spans: rec.Drain(0), QueueNs: queueNs}})
 		}
 		s.log.Warn("completion failed", "err", err)
+		if errors.Is(err, ErrLinkLost) {
+			s.die(fmt.Errorf("pipeline broke at rank 0: %w", err))
+		}
 		return
 	}
 	send(StreamMsg{Done: &Done{Result: res, Spans: rec.Drain(0), QueueNs: queueNs}})
@@ -359,8 +549,25 @@ func Serve(ctx context.Context, cfg Config, out io.Writer, parentGone io.Reader)
 			cfg.Logger.Error("load failed", "model", cfg.ModelPath, "err", err)
 		}
 	}()
+	fatal := make(chan error, 1)
+	go func() {
+		select {
+		case err := <-s.Fatal():
+			cfg.Logger.Error("runner stops", "err", err)
+			// Let an answer in flight reach the agent first.
+			time.Sleep(50 * time.Millisecond)
+			fatal <- err
+			srv.Close()
+		case <-ctx.Done():
+		}
+	}()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("runner serve: %w", err)
 	}
-	return nil
+	select {
+	case err := <-fatal:
+		return err
+	default:
+		return nil
+	}
 }

@@ -192,6 +192,25 @@ func (t *Token) child(name, category string) Token {
 	return Token{r: r, name: name, cat: e.full, start: r.now()}
 }
 
+// StartAt is Start for a span that began at t (e.g. when the first byte
+// of a message arrived, before the code that records it ran).
+func (r *Recorder) StartAt(name, category string, at time.Time) Token {
+	t := r.Start(name, category)
+	if t.r != nil {
+		t.start -= max(time.Since(at).Nanoseconds(), 0)
+	}
+	return t
+}
+
+// ChildAt is Child for a span that began at t.
+func (t *Token) ChildAt(name, category string, at time.Time) Token {
+	c := t.Child(name, category)
+	if c.r != nil {
+		c.start -= max(time.Since(at).Nanoseconds(), 0)
+	}
+	return c
+}
+
 // Category is the span's full category ("" for a zero Token).
 func (t *Token) Category() string { return t.cat }
 

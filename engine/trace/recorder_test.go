@@ -331,3 +331,32 @@ func record(r *Recorder, name, cat string, a Args) {
 	tok := r.Start(name, cat)
 	tok.End(a)
 }
+
+// StartAt and ChildAt date a span back to when its operation began.
+func TestStartAt(t *testing.T) {
+	r := NewRecorder(0, "n", Options{})
+	at := time.Now().Add(-50 * time.Millisecond)
+	p := r.StartAt("step", "decode", at)
+	c := p.ChildAt("recv", "recv", at.Add(10*time.Millisecond))
+	c.End(Args{})
+	p.End(Args{})
+	spans := r.Drain(0)
+	if len(spans) != 2 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	child, parent := spans[0], spans[1]
+	if parent.Cat != "decode" || child.Cat != "decode/recv" {
+		t.Fatalf("categories %q, %q", parent.Cat, child.Cat)
+	}
+	if d := time.Duration(parent.DurNs); d < 50*time.Millisecond || d > 5*time.Second {
+		t.Errorf("parent lasted %v, want ≥ 50ms", d)
+	}
+	if off := time.Duration(child.StartNs - parent.StartNs); off < 9*time.Millisecond || off > 11*time.Millisecond {
+		t.Errorf("child starts %v after the parent, want 10ms", off)
+	}
+	var nilRec *Recorder
+	z := nilRec.StartAt("x", "y", at)
+	zc := z.ChildAt("a", "b", at)
+	zc.End(Args{})
+	z.End(Args{})
+}

@@ -1,0 +1,274 @@
+package ggmltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// pipeline is N runner servers in this process, one per shard, whose rank
+// links go straight over loopback TCP (the agents' relay, which presents
+// the runner's token first, is imitated by dialNext).
+type pipeline struct {
+	servers []*runner.Server
+	lns     []net.Listener
+	client  *runner.Client // rank 0's
+	mu      sync.Mutex
+	traces  map[int][]trace.Span // stage spans by rank
+	conns   []net.Conn           // every link end dialled, to cut them
+}
+
+func startPipeline(t *testing.T, path string, ranges [][2]int) *pipeline {
+	t.Helper()
+	n := len(ranges)
+	p := &pipeline{traces: map[int][]trace.Span{}}
+	for range ranges {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		p.lns = append(p.lns, ln)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	var wg sync.WaitGroup
+	for r, rg := range ranges {
+		shard := path
+		if n > 1 {
+			shard = filepath.Join(t.TempDir(), fmt.Sprintf("shard-%d.gguf", r))
+			if err := model.WriteShard(path, shard, rg[0], rg[1], "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		next := (r + 1) % n
+		s := runner.NewServer(runner.Config{ModelPath: shard, Load: serialLoad, Token: fmt.Sprintf("tok-%d", r), Node: fmt.Sprintf("node-%d", r),
+			Options: backend.Options{Threads: 1, BatchSize: 4, KVType: "f32"}, Instance: "inst-t", Rank: r, Ranks: n,
+			RankListener: p.lns[r],
+			DialNext: func(ctx context.Context) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", p.lns[next].Addr().String())
+				if err != nil {
+					return nil, err
+				}
+				if err := runner.SendAuth(c, fmt.Sprintf("tok-%d", next)); err != nil {
+					c.Close()
+					return nil, err
+				}
+				p.mu.Lock()
+				p.conns = append(p.conns, c)
+				p.mu.Unlock()
+				return c, nil
+			},
+			OnStageTrace: func(id string, spans []trace.Span, err error) {
+				p.mu.Lock()
+				p.traces[r] = append(p.traces[r], spans...)
+				p.mu.Unlock()
+			}})
+		t.Cleanup(s.Close)
+		p.servers = append(p.servers, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Load(ctx); err != nil {
+				t.Errorf("rank %d: %v", r, err)
+			}
+		}()
+	}
+	wg.Wait()
+	hs := httptest.NewServer(p.servers[0].Handler())
+	t.Cleanup(hs.Close)
+	p.client = &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "tok-0"}
+	return p
+}
+
+// computeMu serialises forward passes across the ranks in this process:
+// ggml's CPU backend is not safe for several backends computing at once in
+// one process (a runner process holds one rank, so this never arises
+// outside tests), which here gave NaN logits.
+var computeMu sync.Mutex
+
+type serialRank struct{ backend.Rank }
+
+func (r serialRank) Forward(ctx context.Context, b backend.Batch) (backend.Result, error) {
+	computeMu.Lock()
+	defer computeMu.Unlock()
+	return r.Rank.Forward(ctx, b)
+}
+
+func serialLoad(ctx context.Context, path string, opts backend.Options, progress func(float32)) (backend.Rank, error) {
+	r, err := load(ctx, path, opts, progress)
+	if err != nil {
+		return nil, err
+	}
+	return serialRank{r}, nil
+}
+
+func (p *pipeline) complete(t *testing.T, req runner.CompletionRequest) ([]int32, *runner.Done, error) {
+	t.Helper()
+	var toks []int32
+	done, err := p.client.Complete(context.Background(), req, func(pc runner.Piece) error {
+		if pc.Token >= 0 {
+			toks = append(toks, pc.Token)
+		}
+		return nil
+	})
+	return toks, done, err
+}
+
+// Greedy generation over 2 and 3 ranks (links over TCP, prompt in
+// batches of 4 pipelined across the ranks) picks exactly the tokens of 1
+// rank, and seeded sampling on the last rank matches too.
+func TestPipelineGeneration(t *testing.T) {
+	path := genModel(t, "Q8_0")
+	req := runner.CompletionRequest{Request: runner.Request{Prompt: "the cluster is a model of the world", MaxTokens: 10, IgnoreEOS: true}}
+	seeded := req
+	seeded.Sample.Temperature, seeded.Sample.Seed = 0.8, 9
+	var base, baseSeeded []int32
+	for i, ranges := range splits {
+		p := startPipeline(t, path, ranges)
+		for r, s := range p.servers {
+			if h := s.Health(); h.Status != runner.StatusReady || h.Rank != r || h.Ranks != len(ranges) {
+				t.Fatalf("rank %d health %+v", r, h)
+			}
+		}
+		greedy, done, err := p.complete(t, req)
+		if err != nil {
+			for r, s := range p.servers {
+				select {
+				case e := <-s.Fatal():
+					t.Logf("rank %d: %v", r, e)
+				default:
+				}
+			}
+			t.Fatal(err)
+		}
+		sampled, _, err := p.complete(t, seeded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			base, baseSeeded = greedy, sampled
+			continue
+		}
+		t.Logf("%d ranks: %v (prefill %.0f tok/s, decode %.0f tok/s)", len(ranges), greedy, done.PrefillTokPerSec(), done.DecodeTokPerSec())
+		if !slices.Equal(greedy, base) || !slices.Equal(sampled, baseSeeded) {
+			t.Errorf("%d ranks: greedy %v / seeded %v; 1 rank: %v / %v", len(ranges), greedy, sampled, base, baseSeeded)
+		}
+		if h := p.servers[1].Health(); h.LinkBytesSent == 0 || h.LinkBytesRecv == 0 {
+			t.Errorf("rank 1 counted no link bytes: %+v", h)
+		}
+	}
+}
+
+// A traced request leaves compute, send and recv spans on every rank, in
+// prefill and decode, sample on the last, and flows that pair up.
+func TestPipelineSpans(t *testing.T) {
+	p := startPipeline(t, genModel(t, "F32"), splits[2])
+	_, done, err := p.complete(t, runner.CompletionRequest{TraceID: "t-1", Request: runner.Request{Prompt: "hello world", MaxTokens: 4, IgnoreEOS: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		ok := len(p.traces[1]) > 0 && len(p.traces[2]) > 0
+		p.mu.Unlock()
+		if ok || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	all := map[int][]trace.Span{0: done.Spans, 1: p.traces[1], 2: p.traces[2]}
+	want := map[int][]string{
+		0: {"prefill/compute", "prefill/send", "prefill/recv", "decode/compute", "decode/send", "decode/recv"},
+		1: {"prefill/recv", "prefill/compute", "prefill/send", "decode/recv", "decode/compute", "decode/send"},
+		2: {"prefill/recv", "prefill/compute", "prefill/sample", "prefill/send", "decode/recv", "decode/compute", "decode/sample", "decode/send"},
+	}
+	outs, ins := map[uint64]bool{}, map[uint64]bool{}
+	for r, spans := range all {
+		cats := map[string]bool{}
+		for _, s := range spans {
+			cats[s.Cat] = true
+			if s.Rank != r {
+				t.Errorf("rank %d span on rank %d", r, s.Rank)
+			}
+			if f := s.Args.FlowOut(); f != 0 {
+				outs[f] = true
+			}
+			if f := s.Args.FlowIn(); f != 0 {
+				ins[f] = true
+			}
+		}
+		for _, c := range want[r] {
+			if !cats[c] {
+				t.Errorf("rank %d: no %s span (has %v)", r, c, cats)
+			}
+		}
+	}
+	if len(outs) == 0 || len(outs) != len(ins) {
+		t.Errorf("%d flows out, %d in", len(outs), len(ins))
+	}
+	for f := range outs {
+		if !ins[f] {
+			t.Errorf("flow %d has no receive end", f)
+		}
+	}
+}
+
+// Cutting the links mid-stream ends the completion with ErrLinkLost (and
+// the spans so far), and rank 0 reports that its pipeline is dead.
+func TestPipelineBreaks(t *testing.T) {
+	p := startPipeline(t, genModel(t, "Q8_0"), splits[1])
+	errc := make(chan error, 1)
+	var got int
+	var once sync.Once
+	go func() {
+		_, err := p.client.Complete(context.Background(), runner.CompletionRequest{TraceID: "t-2",
+			Request: runner.Request{Prompt: "hi", MaxTokens: 400, IgnoreEOS: true}},
+			func(runner.Piece) error {
+				got++
+				if got == 5 {
+					once.Do(func() {
+						p.mu.Lock()
+						for _, c := range p.conns {
+							c.Close()
+						}
+						p.mu.Unlock()
+					})
+				}
+				return nil
+			})
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "rank link lost") {
+			t.Fatalf("completion after the cut: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no error 10 s after the links were cut")
+	}
+	select {
+	case err := <-p.servers[0].Fatal():
+		if !errors.Is(err, runner.ErrLinkLost) {
+			t.Fatalf("fatal: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("rank 0 did not report its dead pipeline")
+	}
+}
