@@ -144,6 +144,11 @@ type Agent struct {
 	peerLn        *streamListener // stream links from peers, for the peer API
 	peerHTTP      *http.Client    // to other nodes' peer APIs
 	bg            sync.WaitGroup  // trace shipping started by requests
+	hashes        hashCache       // model files' sha256
+	shardMu       sync.Mutex      // serialises cutting shards
+	failMu        sync.Mutex      // guards failSeen
+	failSeen      map[string]time.Time
+	placeMu       sync.Mutex // serialises replacing failed instances
 }
 
 // New loads the identity, prepares the data dir and binds the API listener,
@@ -227,17 +232,12 @@ func New(cfg Config) (*Agent, error) {
 		traces:   traces,
 		models:   &model.Scanner{Dirs: *dirs},
 		peerLn:   newStreamListener(pln.Addr()),
+		failSeen: map[string]time.Time{},
 	}
 	a.peerHTTP = &http.Client{Transport: a.peerTransport()}
 	a.sup = supervisor.New(supervisor.Config{NodeID: id.NodeID, NodeName: id.FriendlyName, Exe: exe,
-		LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads, ContextLen: cfg.ContextLen,
-		ModelPath: func(modelID string) (string, error) {
-			e, ok := a.models.Find(modelID)
-			if !ok {
-				return "", fmt.Errorf("model %q is not on this node", modelID)
-			}
-			return e.Path, nil
-		},
+		AgentAPI: ln.Addr().String(), LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads,
+		ContextLen: cfg.ContextLen, ModelFile: a.modelFile,
 		Publish: func(ev state.Event) error { return a.seq.Publish(ev) }, OnLoaded: a.onLoaded, Logger: a.log})
 	a.collector = tracecollect.New(tracecollect.Config{Timeout: cfg.TraceMergeTimeout,
 		ClockOffsets: a.clockOffsets, Self: id.NodeID, Save: a.saveTrace, Logger: a.log})
@@ -251,7 +251,7 @@ func New(cfg Config) (*Agent, error) {
 		},
 		App: rep, Heartbeat: cfg.Heartbeat, FailAfter: cfg.FailAfter, Logger: cfg.Logger,
 		OnTrace: a.onTrace, RingRun: a.ringRankRun,
-		OnStream: func(peer, purpose string, c net.Conn) { a.peerLn.offer(c) },
+		OnStream: a.onStream,
 	})
 	if err != nil {
 		return fail(fmt.Errorf("cluster: %w", err))
@@ -370,7 +370,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	apiSrv := &api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log,
 		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser,
 		Inference: inference{a}}
-	peerSrv := &http.Server{Handler: apiSrv.PeerHandler(), ReadHeaderTimeout: 10 * time.Second,
+	peerMux := http.NewServeMux()
+	peerMux.HandleFunc("GET /internal/shard", a.serveShard)
+	peerMux.Handle("/", apiSrv.PeerHandler())
+	peerSrv := &http.Server{Handler: peerMux, ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout: 2 * time.Minute, BaseContext: func(net.Listener) context.Context { return ctx },
 		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	wg.Add(1)
@@ -378,8 +381,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer wg.Done()
 		peerSrv.Serve(a.peerLn)
 	}()
+	localMux := http.NewServeMux()
+	localMux.Handle("/internal/", a.internalHandler())
+	localMux.Handle("/", apiSrv.Handler())
 	srv := &http.Server{
-		Handler:           apiSrv.Handler(),
+		Handler:           localMux,
 		ReadHeaderTimeout: 10 * time.Second,
 		// Long-lived SSE streams end when the agent's context does.
 		BaseContext: func(net.Listener) context.Context { return ctx },

@@ -84,8 +84,9 @@ type Config struct {
 	// can trace them. Either may be nil.
 	RingRun func(start wire.RingStart) (done func(rep *wire.RingReport, err error))
 	// OnStream takes an accepted stream link (see DialStream) and owns
-	// it; purpose is wire.StreamHTTP. Nil refuses streams.
-	OnStream func(peer, purpose string, c net.Conn)
+	// it; purpose is wire.StreamHTTP or wire.StreamRank, id what the
+	// dialler said it is for. Nil refuses streams.
+	OnStream func(peer, purpose, id string, c net.Conn)
 }
 
 // Timeouts and queue sizes.
@@ -487,7 +488,7 @@ func (n *Node) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 			case "probe":
 				n.echoProbes(c)
 				return
-			case wire.StreamHTTP:
+			case wire.StreamHTTP, wire.StreamRank:
 				n.acceptStream(c)
 				return
 			}

@@ -200,14 +200,14 @@ func (tn *testNode) ringRun(start wire.RingStart) func(*wire.RingReport, error) 
 }
 
 // onStream echoes a stream's first line back, prefixed by who it came from.
-func (tn *testNode) onStream(peer, purpose string, c net.Conn) {
+func (tn *testNode) onStream(peer, purpose, id string, c net.Conn) {
 	go func() {
 		defer c.Close()
 		line, err := bufio.NewReader(c).ReadString('\n')
 		if err != nil {
 			return
 		}
-		fmt.Fprintf(c, "%s %s %s", peer, purpose, line)
+		fmt.Fprintf(c, "%s %s%s %s", peer, purpose, id, line)
 	}()
 }
 
@@ -527,7 +527,7 @@ func TestStream(t *testing.T) {
 	nodes := startCluster(t, ca, []string{"a", "b"}, []time.Time{now, now.Add(time.Second)})
 	waitUntil(t, "2 members", 10*time.Second, func() bool { return converged(nodes) })
 	before := nodes[0].node.BytesSent()["b"]
-	c, err := nodes[0].node.DialStream(context.Background(), "b", wire.StreamHTTP)
+	c, err := nodes[0].node.DialStream(context.Background(), "b", wire.StreamHTTP, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +540,16 @@ func TestStream(t *testing.T) {
 	if after := nodes[0].node.BytesSent()["b"]; after < before+6 {
 		t.Errorf("bytes sent to b: %d then %d", before, after)
 	}
-	if _, err := nodes[0].node.DialStream(context.Background(), "nobody", wire.StreamHTTP); err == nil {
+	r, err := nodes[0].node.DialStream(context.Background(), "b", wire.StreamRank, "inst-1-r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	fmt.Fprintf(r, "x\n")
+	if got, err := bufio.NewReader(r).ReadString('\n'); err != nil || got != "a rankinst-1-r1 x\n" {
+		t.Fatalf("rank stream echo %q, %v", got, err)
+	}
+	if _, err := nodes[0].node.DialStream(context.Background(), "nobody", wire.StreamHTTP, ""); err == nil {
 		t.Error("a stream to a non-member was opened")
 	}
 }

@@ -13,8 +13,9 @@ import (
 // for the agent's own protocols: the peer API that forwards requests to
 // the node running an instance. Their bytes count in the peer's traffic.
 
-// DialStream opens a stream link of purpose to member peer.
-func (n *Node) DialStream(ctx context.Context, peer, purpose string) (net.Conn, error) {
+// DialStream opens a stream link of purpose to member peer; id (may be
+// empty) tells the peer what the stream is for (e.g. which rank).
+func (n *Node) DialStream(ctx context.Context, peer, purpose, id string) (net.Conn, error) {
 	conns, err := n.waitLinks(ctx, []string{peer})
 	if err != nil {
 		return nil, err
@@ -29,7 +30,7 @@ func (n *Node) DialStream(ctx context.Context, peer, purpose string) (net.Conn, 
 		return nil, fmt.Errorf("stream to %s: %w", peer, err)
 	}
 	tc := raw.(*tls.Conn)
-	sc, err := n.handshakeAs(tc, purpose, "")
+	sc, err := n.handshakeAs(tc, purpose, id)
 	if err != nil {
 		tc.Close()
 		return nil, fmt.Errorf("stream to %s: %w", peer, err)
@@ -46,7 +47,7 @@ func (n *Node) acceptStream(c *conn) {
 		c.tc.Close()
 		return
 	}
-	n.cfg.OnStream(c.peer, c.hello.Purpose, &countedConn{Conn: c.tc, t: c.traffic})
+	n.cfg.OnStream(c.peer, c.hello.Purpose, c.hello.Bench, &countedConn{Conn: c.tc, t: c.traffic})
 }
 
 // countedConn adds what crosses a stream to the peer's byte counters

@@ -6,20 +6,24 @@ import (
 	"net/http"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/placement"
 	"github.com/orrery-cluster/orrery/engine/runner"
 )
 
 // Inference is the node's model serving: placement on this node, local
 // completions, and the way to other nodes for the rest.
 type Inference interface {
-	// Route picks the instance that serves model: its id and the node
-	// that runs it. It wraps ErrModelNotRunning when there is none.
-	Route(model string) (instanceID, node string, err error)
-	// PickNode is the node a new instance of model goes to when the
-	// request names none (this node if it has the model).
+	// Route picks the instance that serves model: its id and the node of
+	// its rank 0, which drives generation. It replaces a failed instance
+	// (placing anew), and wraps ErrModelNotRunning when there is none.
+	Route(ctx context.Context, model string) (instanceID, node string, err error)
+	// PickNode is the node that places model: this one if it has it,
+	// else one that does.
 	PickNode(model string) (string, error)
-	// Place creates an instance of model on this node.
-	Place(ctx context.Context, model string) (state.Instance, error)
+	// Place creates an instance of a model this node has, as req says.
+	Place(ctx context.Context, req PlaceRequest) (state.Instance, error)
+	// Previews lists candidate placements of a model this node has.
+	Previews(model string) (PreviewsResponse, error)
 	// Delete stops and removes an instance placed on this node.
 	Delete(ctx context.Context, instanceID string) error
 	// Complete runs a completion on an instance on this node; its spans
@@ -68,4 +72,13 @@ func inferenceStatus(err error) (status int, typ, code string) {
 		}
 	}
 	return http.StatusServiceUnavailable, "server_error", "runner_unavailable"
+}
+
+// PreviewsResponse answers GET /instance/previews.
+type PreviewsResponse struct {
+	Model      string              `json:"model"`
+	Layers     int                 `json:"layers"`
+	ModelBytes uint64              `json:"modelBytes"`
+	ContextLen int                 `json:"contextLength"`
+	Previews   []placement.Preview `json:"previews"`
 }

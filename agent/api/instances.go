@@ -9,12 +9,18 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 )
 
-// PlaceRequest is the body of POST /instance.
+// PlaceRequest is the body of POST /instance: a model and, optionally,
+// where. With none of Node, Nodes and Ranks the best placement is taken
+// (the fewest nodes, most memory first, that fit).
 type PlaceRequest struct {
 	Model string `json:"model"`
-	// Node is where to place it; empty picks a node that has the model
-	// (this one first).
+	// Node places the whole model on one node.
 	Node string `json:"node,omitempty"`
+	// Nodes are the ranks' nodes in order; layers are split in
+	// proportion to their available memory.
+	Nodes []string `json:"nodes,omitempty"`
+	// Ranks give every rank's node and layers [firstLayer, lastLayer).
+	Ranks []state.ShardRange `json:"ranks,omitempty"`
 }
 
 // PlaceResponse answers POST /instance.
@@ -47,29 +53,34 @@ func (s *Server) placeInstance(w http.ResponseWriter, r *http.Request, forwarded
 		writeError(w, http.StatusBadRequest, `instance body: "model" is required`)
 		return
 	}
-	if req.Node == "" {
-		if req.Node, err = s.Inference.PickNode(req.Model); err != nil {
-			writeInferenceError(w, err)
+	for _, id := range append(append([]string{req.Node}, req.Nodes...), rankNodes(req.Ranks)...) {
+		if id == "" {
+			continue
+		}
+		if err := state.ValidNodeID(id); err != nil {
+			writeError(w, http.StatusBadRequest, "node: "+err.Error())
 			return
 		}
-	} else if err := state.ValidNodeID(req.Node); err != nil {
-		writeError(w, http.StatusBadRequest, "node: "+err.Error())
+		if _, ok := s.Store.State().NodeIdentities[id]; !ok {
+			writeError(w, http.StatusNotFound, fmt.Sprintf("node %s is not a member of this cluster", id))
+			return
+		}
+	}
+	holder, err := s.Inference.PickNode(req.Model)
+	if err != nil {
+		writeInferenceError(w, err)
 		return
 	}
-	if req.Node != s.NodeID {
+	if holder != s.NodeID {
 		if forwarded {
-			writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("placement for %s reached %s", req.Node, s.NodeID))
-			return
-		}
-		if _, ok := s.Store.State().NodeIdentities[req.Node]; !ok {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("node %s is not a member of this cluster", req.Node))
+			writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("placement of %s reached %s, which lacks the model", req.Model, s.NodeID))
 			return
 		}
 		b, _ := json.Marshal(req)
-		s.forward(w, r, req.Node, "/instance", b)
+		s.forward(w, r, holder, "/instance", b)
 		return
 	}
-	in, err := s.Inference.Place(r.Context(), req.Model)
+	in, err := s.Inference.Place(r.Context(), req)
 	if err != nil {
 		writeInferenceError(w, err)
 		return
@@ -115,4 +126,46 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request, forwarde
 func writeInferenceError(w http.ResponseWriter, err error) {
 	status, _, _ := inferenceStatus(err)
 	writeError(w, status, err.Error())
+}
+
+func rankNodes(rs []state.ShardRange) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.NodeID)
+	}
+	return out
+}
+
+// previews answers GET /instance/previews?model=…: for 1…N nodes (most
+// available memory first), each rank's layers and expected memory, and
+// whether it fits. The node that has the model answers.
+func (s *Server) previews(w http.ResponseWriter, r *http.Request, forwarded bool) {
+	if s.Inference == nil {
+		writeError(w, http.StatusNotFound, "this node serves no models")
+		return
+	}
+	m := r.URL.Query().Get("model")
+	if m == "" {
+		writeError(w, http.StatusBadRequest, "model: required (?model=ID)")
+		return
+	}
+	holder, err := s.Inference.PickNode(m)
+	if err != nil {
+		writeInferenceError(w, err)
+		return
+	}
+	if holder != s.NodeID {
+		if forwarded {
+			writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("previews of %s reached %s, which lacks the model", m, s.NodeID))
+			return
+		}
+		s.forward(w, r, holder, "/instance/previews?"+r.URL.RawQuery, nil)
+		return
+	}
+	p, err := s.Inference.Previews(m)
+	if err != nil {
+		writeInferenceError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
 }

@@ -220,7 +220,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", err.Error())
 		return
 	}
-	instanceID, node, err := s.Inference.Route(cr.Model)
+	instanceID, node, err := s.Inference.Route(r.Context(), cr.Model)
 	if err != nil {
 		inferenceError(w, err)
 		return

@@ -28,15 +28,18 @@ type fakeInference struct {
 	gotTrace  chan string
 }
 
-func (f *fakeInference) Route(model string) (string, string, error) {
+func (f *fakeInference) Route(ctx context.Context, model string) (string, string, error) {
 	if model == "missing" {
 		return "", "", ErrModelNotRunning
 	}
 	return "inst-1", f.node, nil
 }
 func (f *fakeInference) PickNode(string) (string, error) { return f.node, nil }
-func (f *fakeInference) Place(ctx context.Context, model string) (state.Instance, error) {
-	return state.Instance{InstanceID: "inst-1", ModelID: model, NodeID: testNode, Ranks: []state.ShardRange{{NodeID: testNode}}}, nil
+func (f *fakeInference) Place(ctx context.Context, req PlaceRequest) (state.Instance, error) {
+	return state.Instance{InstanceID: "inst-1", ModelID: req.Model, NodeID: testNode, Ranks: []state.ShardRange{{NodeID: testNode}}}, nil
+}
+func (f *fakeInference) Previews(model string) (PreviewsResponse, error) {
+	return PreviewsResponse{Model: model, Layers: 4}, nil
 }
 func (f *fakeInference) Delete(context.Context, string) error { return nil }
 func (f *fakeInference) Peer() *http.Client                   { return f.peer }

@@ -95,6 +95,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/v1/models", onlyGET(s.models))
 	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, false) }))
 	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, false) }, http.MethodDelete))
+	mux.Handle("/instance/previews", onlyGET(func(w http.ResponseWriter, r *http.Request) { s.previews(w, r, false) }))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
 	})
@@ -114,6 +115,7 @@ func (s *Server) PeerHandler() http.Handler {
 	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, true) }))
 	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, true) }))
 	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, true) }, http.MethodDelete))
+	mux.Handle("/instance/previews", onlyGET(func(w http.ResponseWriter, r *http.Request) { s.previews(w, r, true) }))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such peer endpoint: %s", r.URL.Path))
 	})

@@ -31,7 +31,16 @@ func Apply(s State, ev Event) State {
 	case NodeModelsMeasured:
 		s.NodeModels = with(s.NodeModels, e.NodeID, e.Models)
 	case InstanceCreated:
-		s.Instances = with(s.Instances, e.Instance.InstanceID, e.Instance)
+		in := e.Instance
+		if in.Status == "" {
+			in.Status = InstanceStatusActive
+		}
+		s.Instances = with(s.Instances, in.InstanceID, in)
+	case InstanceFailed:
+		if in, ok := s.Instances[e.InstanceID]; ok && in.NodeID == e.NodeID {
+			in.Status, in.Error = InstanceStatusFailed, e.Error
+			s.Instances = with(s.Instances, e.InstanceID, in)
+		}
 	case InstanceDeleted:
 		s.Instances = without(s.Instances, e.InstanceID)
 		s.Runners = withoutWhere(s.Runners, func(r Runner) bool { return r.InstanceID == e.InstanceID })

@@ -96,6 +96,17 @@ type InstanceDeleted struct {
 	InstanceID string `json:"instanceId"`
 }
 
+// InstanceFailed marks an instance Failed (published by its owner when a
+// rank failed); Error names the rank and why.
+type InstanceFailed struct {
+	NodeID     string `json:"nodeId"`
+	InstanceID string `json:"instanceId"`
+	Error      string `json:"error"`
+}
+
+func (InstanceFailed) Type() string   { return "InstanceFailed" }
+func (e InstanceFailed) Node() string { return e.NodeID }
+
 // RunnerStatusChanged is a runner's new lifecycle state, published by
 // the node it runs on.
 type RunnerStatusChanged struct {
@@ -125,6 +136,7 @@ var decoders = map[string]func([]byte) (Event, error){
 	"NodeModelsMeasured":   decodeAs[NodeModelsMeasured],
 	"InstanceCreated":      decodeAs[InstanceCreated],
 	"InstanceDeleted":      decodeAs[InstanceDeleted],
+	"InstanceFailed":       decodeAs[InstanceFailed],
 	"RunnerStatusChanged":  decodeAs[RunnerStatusChanged],
 }
 

@@ -244,16 +244,28 @@ type Instance struct {
 	NodeID     string       `json:"nodeId"` // the node that owns (placed) it
 	Ranks      []ShardRange `json:"ranks"`
 	CreatedAt  time.Time    `json:"createdAt"`
+	// Status is "Active", or "Failed" once a rank failed (Error names
+	// it); a failed instance's runners are stopped and the next request
+	// for its model places a new one.
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
 }
+
+// Instance statuses.
+const (
+	InstanceStatusActive = "Active"
+	InstanceStatusFailed = "Failed"
+)
 
 // Runner lifecycle statuses.
 const (
-	RunnerIdle     = "Idle"
-	RunnerLoading  = "Loading"
-	RunnerReady    = "Ready"
-	RunnerRunning  = "Running"
-	RunnerFailed   = "Failed"
-	RunnerShutdown = "Shutdown"
+	RunnerIdle       = "Idle"
+	RunnerLoading    = "Loading"
+	RunnerConnecting = "Connecting"
+	RunnerReady      = "Ready"
+	RunnerRunning    = "Running"
+	RunnerFailed     = "Failed"
+	RunnerShutdown   = "Shutdown"
 )
 
 // Runner is the state of one rank's runner process.
@@ -268,8 +280,16 @@ type Runner struct {
 	TotalLayers  int    `json:"totalLayers"`
 	Error        string `json:"error,omitempty"`
 	Pid          int    `json:"pid,omitempty"`
-	// Restarts counts the times the runner was started again after it
-	// failed.
-	Restarts int       `json:"restarts"`
+	// Transfer is the shard transfer in progress while Loading, if any.
+	Transfer *Transfer `json:"transfer,omitempty"`
 	Since    time.Time `json:"since"`
+}
+
+// Transfer is a shard coming from another node.
+type Transfer struct {
+	From       string   `json:"from"`
+	Bytes      *Memory  `json:"bytes"`
+	Total      *Memory  `json:"total"`
+	MBps       *float64 `json:"mbps"`
+	EtaSeconds *float64 `json:"etaSeconds"`
 }

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,20 +28,17 @@ import (
 // Defaults and limits.
 const (
 	// DefaultReadyTimeout bounds how long a request waits for its runner
-	// to be Ready (loading, or restarting after a crash).
-	DefaultReadyTimeout = 2 * time.Minute
+	// to be Ready (shard transfer, loading, connecting rank links).
+	DefaultReadyTimeout = 5 * time.Minute
+	// appearWait bounds how long a request waits for a just-placed
+	// instance to reach this node's state.
+	appearWait = 10 * time.Second
 	// listenTimeout bounds the wait for a new runner's address line.
 	listenTimeout = 30 * time.Second
 	// stopGrace is how long a runner gets after SIGTERM before SIGKILL.
 	stopGrace = 5 * time.Second
 	// healthEvery is the status polling period while a runner loads.
 	healthEvery = 200 * time.Millisecond
-	// backoffMin and backoffMax bound the wait before restarting a
-	// failed runner; it doubles per consecutive failure and resets once
-	// a runner has stayed up for stableAfter.
-	backoffMin  = 500 * time.Millisecond
-	backoffMax  = 30 * time.Second
-	stableAfter = time.Minute
 	// tailLines of a runner's stderr go into its Failed error.
 	tailLines = 8
 )
@@ -53,22 +52,42 @@ var ErrNoInstance = errors.New("no runner for this instance on this node")
 // ErrRunnerFailed is wrapped when a runner died or broke off mid-request.
 var ErrRunnerFailed = errors.New("runner failed")
 
+// ShardInfo says how a rank's model file was obtained.
+type ShardInfo struct {
+	// How is "model" (the whole model, on disk here), "built" (cut from
+	// it here) or "transfer" (received from From).
+	How   string
+	From  string
+	Bytes int64
+}
+
+// Progress is a shard transfer's progress.
+type Progress struct {
+	From       string
+	Done, Size int64
+}
+
 // Config configures a Supervisor.
 type Config struct {
 	NodeID, NodeName string
 	// Exe is the orrery binary; runners are started as `Exe runner …`.
 	Exe string
-	// LogDir gets one runner-<instance>.log per instance (appended).
+	// AgentAPI is the agent's loopback API address, which runners of
+	// pipeline ranks call back (rank links, their spans).
+	AgentAPI string
+	// LogDir gets one runner-<runner id>.log per rank (appended).
 	LogDir string
 	// Threads and ContextLen are passed to runners (0: their defaults).
 	Threads, ContextLen int
-	// ModelPath resolves a model id on this node.
-	ModelPath func(modelID string) (string, error)
+	// ModelFile returns the file rank loads: the model itself, or its
+	// shard (cut here, or received from another node while progress is
+	// called).
+	ModelFile func(ctx context.Context, in state.Instance, rank int, progress func(Progress)) (string, ShardInfo, error)
 	// Publish sends a runner's status changes into the cluster state.
 	Publish func(state.Event) error
-	// OnLoaded, when set, gets the spans a runner recorded while loading
-	// (called once per successful load).
-	OnLoaded func(inst state.Instance, loadNo int, spans []trace.Span)
+	// OnLoaded, when set, gets the spans of a rank's load (shard transfer
+	// included), once per successful load.
+	OnLoaded func(in state.Instance, rank int, spans []trace.Span)
 	// ReadyTimeout defaults to DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger
@@ -79,11 +98,10 @@ type Supervisor struct {
 	cfg Config
 	log *slog.Logger
 
-	mu    sync.Mutex // guards procs, stopped and closed
-	procs map[string]*proc
+	mu    sync.Mutex       // guards procs, stopped and closed
+	procs map[string]*proc // by runner id
 	// stopped are instances Stop took down: Reconcile does not start
-	// them again while the state still shows them (their deletion is on
-	// its way through the master).
+	// them again while the state still shows them.
 	stopped map[string]bool
 	closed  bool
 	wg      sync.WaitGroup
@@ -100,24 +118,30 @@ func New(cfg Config) *Supervisor {
 	return &Supervisor{cfg: cfg, log: cfg.Logger.With("component", "supervisor"), procs: map[string]*proc{}, stopped: map[string]bool{}}
 }
 
-// proc is one instance's runner and its restarts.
+// RunnerID names rank r of an instance.
+func RunnerID(instanceID string, rank int) string { return fmt.Sprintf("%s-%d", instanceID, rank) }
+
+// proc is one rank's runner.
 type proc struct {
-	s    *Supervisor
-	inst state.Instance
-	id   string // runner id
-	stop chan struct{}
-	done chan struct{}
+	s     *Supervisor
+	inst  state.Instance
+	rank  int
+	id    string // runner id
+	token string
+	stop  chan struct{}
+	done  chan struct{}
 
 	mu       sync.Mutex // guards the fields below
 	status   state.Runner
-	client   *runner.Client // set while the current process is Ready
+	client   *runner.Client // set while the runner is Ready
+	rankAddr string         // where the runner accepts its inbound rank link
 	changed  chan struct{}  // closed and replaced on every change
 	inflight int
 	stopping bool
 }
 
-// Reconcile starts a runner for every instance of st placed on this node
-// and stops those whose instance is gone.
+// Reconcile starts a runner for every rank placed on this node of every
+// live instance, and stops those whose instance is gone or has failed.
 func (s *Supervisor) Reconcile(st state.State) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -125,21 +149,33 @@ func (s *Supervisor) Reconcile(st state.State) {
 		return
 	}
 	for id, in := range st.Instances {
-		if _, ok := s.procs[id]; ok || s.stopped[id] || !s.mine(in) {
+		if s.stopped[id] || in.Status == state.InstanceStatusFailed {
 			continue
 		}
-		p := &proc{s: s, inst: in, id: runnerID(in), stop: make(chan struct{}), done: make(chan struct{}), changed: make(chan struct{})}
-		p.status = state.Runner{RunnerID: p.id, InstanceID: id, NodeID: s.cfg.NodeID, Rank: 0, Status: state.RunnerIdle}
-		s.procs[id] = p
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			p.run()
-		}()
+		for _, rk := range in.Ranks {
+			rid := RunnerID(id, rk.Rank)
+			if _, ok := s.procs[rid]; ok || rk.NodeID != s.cfg.NodeID {
+				continue
+			}
+			token, err := newToken()
+			if err != nil {
+				s.log.Error("runner token", "err", err)
+				continue
+			}
+			p := &proc{s: s, inst: in, rank: rk.Rank, id: rid, token: token, stop: make(chan struct{}), done: make(chan struct{}), changed: make(chan struct{})}
+			p.status = state.Runner{RunnerID: rid, InstanceID: id, NodeID: s.cfg.NodeID, Rank: rk.Rank, Status: state.RunnerIdle,
+				TotalLayers: rk.LastLayer - rk.FirstLayer}
+			s.procs[rid] = p
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				p.run()
+			}()
+		}
 	}
-	for id, p := range s.procs {
-		if _, ok := st.Instances[id]; !ok {
-			delete(s.procs, id)
+	for rid, p := range s.procs {
+		if in, ok := st.Instances[p.inst.InstanceID]; !ok || in.Status == state.InstanceStatusFailed {
+			delete(s.procs, rid)
 			p.halt()
 		}
 	}
@@ -150,20 +186,20 @@ func (s *Supervisor) Reconcile(st state.State) {
 	}
 }
 
-func (s *Supervisor) mine(in state.Instance) bool {
-	return in.NodeID == s.cfg.NodeID && len(in.Ranks) == 1 && in.Ranks[0].NodeID == s.cfg.NodeID
-}
-
-func runnerID(in state.Instance) string { return in.InstanceID + "-0" }
-
-// Stop stops the instance's runner (publishing Shutdown) and waits for it.
+// Stop stops the instance's runners on this node (publishing Shutdown)
+// and waits for them.
 func (s *Supervisor) Stop(instanceID string) {
 	s.mu.Lock()
-	p := s.procs[instanceID]
-	delete(s.procs, instanceID)
+	var ps []*proc
+	for rid, p := range s.procs {
+		if p.inst.InstanceID == instanceID {
+			ps = append(ps, p)
+			delete(s.procs, rid)
+		}
+	}
 	s.stopped[instanceID] = true
 	s.mu.Unlock()
-	if p != nil {
+	for _, p := range ps {
 		p.halt()
 		<-p.done
 	}
@@ -181,26 +217,62 @@ func (s *Supervisor) Close() {
 	s.wg.Wait()
 }
 
-// Status returns the instance's runner status on this node.
-func (s *Supervisor) Status(instanceID string) (state.Runner, bool) {
+func (s *Supervisor) proc(runnerID string) *proc {
 	s.mu.Lock()
-	p := s.procs[instanceID]
-	s.mu.Unlock()
-	if p == nil {
-		return state.Runner{}, false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.status, true
+	defer s.mu.Unlock()
+	return s.procs[runnerID]
 }
 
-// Complete runs a completion on the instance's runner, waiting (at most
-// ReadyTimeout) for it to be Ready. Requests to one runner queue in the
-// runner in arrival order.
-func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner.CompletionRequest, onPiece func(runner.Piece) error) (*runner.Done, error) {
+// Authorize says which rank a runner's bearer token belongs to.
+func (s *Supervisor) Authorize(token string) (in state.Instance, rank int, ok bool) {
 	s.mu.Lock()
-	p := s.procs[instanceID]
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	for _, p := range s.procs {
+		if subtle.ConstantTimeCompare([]byte(token), []byte(p.token)) == 1 {
+			return p.inst, p.rank, true
+		}
+	}
+	return state.Instance{}, 0, false
+}
+
+// DialRank connects to the rank port of this node's runner for rank of
+// instanceID and presents its token: what follows is the previous rank's
+// link.
+func (s *Supervisor) DialRank(ctx context.Context, instanceID string, rank int) (net.Conn, error) {
+	p := s.proc(RunnerID(instanceID, rank))
+	if p == nil {
+		return nil, fmt.Errorf("%w: rank %d of %s", ErrNoInstance, rank, instanceID)
+	}
+	p.mu.Lock()
+	addr := p.rankAddr
+	p.mu.Unlock()
+	if addr == "" {
+		return nil, fmt.Errorf("rank %d of %s is not listening yet", rank, instanceID)
+	}
+	c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := runner.SendAuth(c, p.token); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Complete runs a completion on rank 0 of an instance on this node,
+// waiting (at most ReadyTimeout) for the pipeline to be Ready. Requests to
+// one runner queue in the runner in arrival order.
+func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner.CompletionRequest, onPiece func(runner.Piece) error) (*runner.Done, error) {
+	rid := RunnerID(instanceID, 0)
+	p := s.proc(rid)
+	for deadline := time.Now().Add(appearWait); p == nil && time.Now().Before(deadline); p = s.proc(rid) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	if p == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoInstance, instanceID)
 	}
@@ -212,7 +284,13 @@ func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner
 	defer p.end()
 	done, err := c.Complete(ctx, req, onPiece)
 	if errors.Is(err, runner.ErrStreamBroken) {
-		return nil, fmt.Errorf("%w: runner %s (instance %s) broke off mid-completion: %v", ErrRunnerFailed, p.id, instanceID, err)
+		return done, fmt.Errorf("%w: runner %s (instance %s) broke off mid-completion: %v", ErrRunnerFailed, p.id, instanceID, err)
+	}
+	if err != nil {
+		var re *runner.RequestError
+		if !errors.As(err, &re) {
+			err = fmt.Errorf("%w: %v", ErrRunnerFailed, err)
+		}
 	}
 	return done, err
 }
@@ -227,19 +305,18 @@ func (p *proc) waitReady(ctx context.Context, timeout time.Duration) (*runner.Cl
 		if c != nil {
 			return c, nil
 		}
-		if st.Status == state.RunnerShutdown {
+		switch st.Status {
+		case state.RunnerShutdown:
 			return nil, fmt.Errorf("%w: runner %s is shut down", ErrNoInstance, p.id)
+		case state.RunnerFailed:
+			return nil, fmt.Errorf("%w: runner %s: %s", ErrRunnerFailed, p.id, st.Error)
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-t.C:
-			msg := fmt.Sprintf("runner %s not ready after %v (status %s", p.id, timeout, st.Status)
-			if st.Error != "" {
-				msg += ": " + st.Error
-			}
-			return nil, fmt.Errorf("%w: %s)", ErrRunnerFailed, msg)
+			return nil, fmt.Errorf("%w: runner %s not ready after %v (status %s)", ErrRunnerFailed, p.id, timeout, st.Status)
 		}
 	}
 }
@@ -270,7 +347,7 @@ func (p *proc) setLocked(change func(*state.Runner)) {
 	if p.status.Status != prev.Status {
 		p.status.Since = time.Now().UTC()
 	}
-	if p.status == prev {
+	if statusEqual(p.status, prev) {
 		return
 	}
 	close(p.changed)
@@ -278,6 +355,12 @@ func (p *proc) setLocked(change func(*state.Runner)) {
 	if err := p.s.cfg.Publish(state.RunnerStatusChanged{NodeID: p.s.cfg.NodeID, Runner: p.status}); err != nil {
 		p.s.log.Warn("publish runner status", "runner", p.id, "err", err)
 	}
+}
+
+func statusEqual(a, b state.Runner) bool {
+	ta, tb := a.Transfer, b.Transfer
+	a.Transfer, b.Transfer = nil, nil
+	return a == b && (ta == nil) == (tb == nil) && (ta == nil || *ta == *tb)
 }
 
 func (p *proc) set(change func(*state.Runner)) {
@@ -297,53 +380,80 @@ func (p *proc) halt() {
 
 var errStopped = errors.New("stopped")
 
-// run starts the runner and starts it again after each failure, until
-// halted.
+// run runs the rank's runner once: a runner that fails stays Failed (its
+// instance is then replaced as a whole, see the agent).
 func (p *proc) run() {
 	defer close(p.done)
 	log := p.s.log.With("runner", p.id, "model", p.inst.ModelID)
-	backoff := backoffMin
-	for loads := 0; ; {
-		started := time.Now()
-		err := p.runOnce(log, &loads)
-		if errors.Is(err, errStopped) {
-			p.set(func(r *state.Runner) {
-				*r = state.Runner{RunnerID: r.RunnerID, InstanceID: r.InstanceID, NodeID: r.NodeID, Rank: r.Rank,
-					Status: state.RunnerShutdown, TotalLayers: r.TotalLayers, Restarts: r.Restarts}
-			})
-			log.Info("runner shut down")
-			return
-		}
-		log.Warn("runner failed", "err", err)
-		p.set(func(r *state.Runner) { r.Status, r.Error, r.Pid = state.RunnerFailed, err.Error(), 0 })
-		if time.Since(started) > stableAfter {
-			backoff = backoffMin
-		}
-		select {
-		case <-p.stop:
-			p.set(func(r *state.Runner) { r.Status = state.RunnerShutdown })
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, backoffMax)
-		p.set(func(r *state.Runner) { r.Restarts++ })
+	err := p.runOnce(log)
+	if errors.Is(err, errStopped) {
+		p.set(func(r *state.Runner) {
+			*r = state.Runner{RunnerID: r.RunnerID, InstanceID: r.InstanceID, NodeID: r.NodeID, Rank: r.Rank,
+				Status: state.RunnerShutdown, TotalLayers: r.TotalLayers}
+		})
+		log.Info("runner shut down")
+		return
 	}
+	log.Warn("runner failed", "err", err)
+	p.set(func(r *state.Runner) { r.Status, r.Error, r.Pid, r.Transfer = state.RunnerFailed, err.Error(), 0, nil })
 }
 
-// runOnce runs one runner process until it exits or the proc is halted.
-func (p *proc) runOnce(log *slog.Logger, loads *int) error {
+// runOnce obtains the rank's file, then runs its runner process until it
+// exits or the proc is halted.
+func (p *proc) runOnce(log *slog.Logger) error {
 	cfg := p.s.cfg
-	path, err := cfg.ModelPath(p.inst.ModelID)
+	rg := p.inst.Ranks[p.rank]
+	loadStart := time.Now()
+	fctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
+	lastPub := time.Time{}
+	path, info, err := cfg.ModelFile(fctx, p.inst, p.rank, func(pr Progress) {
+		now := time.Now()
+		if now.Sub(lastPub) < 500*time.Millisecond && pr.Done < pr.Size {
+			return
+		}
+		lastPub = now
+		el := now.Sub(loadStart).Seconds()
+		t := &state.Transfer{From: pr.From, Bytes: state.Bytes(uint64(pr.Done)), Total: state.Bytes(uint64(pr.Size))}
+		if el > 0 {
+			t.MBps = state.Float(float64(pr.Done) / 1e6 / el)
+			if pr.Done > 0 && pr.Size > pr.Done {
+				t.EtaSeconds = state.Float(el * float64(pr.Size-pr.Done) / float64(pr.Done))
+			}
+		}
+		p.set(func(r *state.Runner) { r.Status, r.Transfer = state.RunnerLoading, t })
+	})
+	cancel()
 	if err != nil {
-		return fmt.Errorf("model %s: %w", p.inst.ModelID, err)
+		select {
+		case <-p.stop:
+			return errStopped
+		default:
+		}
+		return fmt.Errorf("model file for rank %d: %w", p.rank, err)
 	}
-	token, err := newToken()
-	if err != nil {
-		return err
+	var fileSpans []trace.Span
+	if info.How != "model" {
+		cat, name := "load/shard-build", "cut shard"
+		args := trace.Args{}.WithBytes(info.Bytes)
+		if info.How == "transfer" {
+			cat, name = "load/shard-transfer", "shard from "+info.From
+		}
+		fileSpans = append(fileSpans, trace.Span{Name: name, Cat: cat, Node: cfg.NodeID, Rank: p.rank,
+			StartNs: loadStart.UnixNano(), DurNs: time.Since(loadStart).Nanoseconds(), Args: args})
 	}
-	rg := p.inst.Ranks[0]
 	args := []string{"runner", "--model", path, "--node", cfg.NodeID, "--node-name", cfg.NodeName,
-		"--first-layer", strconv.Itoa(rg.FirstLayer), "--last-layer", strconv.Itoa(rg.LastLayer)}
+		"--first-layer", strconv.Itoa(rg.FirstLayer), "--last-layer", strconv.Itoa(rg.LastLayer),
+		"--instance", p.inst.InstanceID, "--rank", strconv.Itoa(p.rank), "--ranks", strconv.Itoa(len(p.inst.Ranks))}
+	if len(p.inst.Ranks) > 1 {
+		args = append(args, "--agent-api", cfg.AgentAPI)
+	}
 	if cfg.Threads > 0 {
 		args = append(args, "--threads", strconv.Itoa(cfg.Threads))
 	}
@@ -351,7 +461,7 @@ func (p *proc) runOnce(log *slog.Logger, loads *int) error {
 		args = append(args, "--ctx", strconv.Itoa(cfg.ContextLen))
 	}
 	cmd := exec.Command(cfg.Exe, args...)
-	cmd.Env = append(os.Environ(), TokenEnv+"="+token)
+	cmd.Env = append(os.Environ(), TokenEnv+"="+p.token)
 	setParentDeath(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -365,7 +475,7 @@ func (p *proc) runOnce(log *slog.Logger, loads *int) error {
 	var logw io.Writer = tail
 	if cfg.LogDir != "" {
 		if err := os.MkdirAll(cfg.LogDir, 0o700); err == nil {
-			if f, err := os.OpenFile(filepath.Join(cfg.LogDir, "runner-"+p.inst.InstanceID+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+			if f, err := os.OpenFile(filepath.Join(cfg.LogDir, "runner-"+p.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 				defer f.Close()
 				logw = io.MultiWriter(f, tail)
 			}
@@ -390,13 +500,18 @@ func (p *proc) runOnce(log *slog.Logger, loads *int) error {
 	}()
 	go func() { exited <- cmd.Wait() }()
 	pid := cmd.Process.Pid
-	log.Info("runner started", "pid", pid, "path", path)
-	p.set(func(r *state.Runner) { r.Status, r.Pid, r.Error, r.LayersLoaded = state.RunnerIdle, pid, "", 0 })
+	log.Info("runner started", "pid", pid, "path", path, "rank", p.rank, "ranks", len(p.inst.Ranks))
+	p.set(func(r *state.Runner) {
+		r.Status, r.Pid, r.Error, r.LayersLoaded, r.Transfer = state.RunnerIdle, pid, "", 0, nil
+	})
 
-	kill := func() error {
+	forget := func() {
 		p.mu.Lock()
-		p.client = nil
+		p.client, p.rankAddr = nil, ""
 		p.mu.Unlock()
+	}
+	kill := func() error {
+		forget()
 		stdin.Close()
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -408,9 +523,7 @@ func (p *proc) runOnce(log *slog.Logger, loads *int) error {
 		return errStopped
 	}
 	died := func(err error) error {
-		p.mu.Lock()
-		p.client = nil
-		p.mu.Unlock()
+		forget()
 		msg := fmt.Sprintf("runner (pid %d) exited: %v", pid, err)
 		if t := tail.String(); t != "" {
 			msg += "; last output: " + t
@@ -429,7 +542,7 @@ func (p *proc) runOnce(log *slog.Logger, loads *int) error {
 		<-exited
 		return fmt.Errorf("runner (pid %d) printed no address within %v", pid, listenTimeout)
 	}
-	client := &runner.Client{Addr: addr, Token: token}
+	client := &runner.Client{Addr: addr, Token: p.token}
 	tick := time.NewTicker(healthEvery)
 	defer tick.Stop()
 	for ready := false; !ready; {
@@ -446,24 +559,29 @@ func (p *proc) runOnce(log *slog.Logger, loads *int) error {
 		if err != nil {
 			continue // not answering yet; a dead process shows on exited
 		}
+		p.mu.Lock()
+		p.rankAddr = h.RankAddr
+		p.mu.Unlock()
+		status := state.RunnerLoading
 		switch h.Status {
 		case runner.StatusFailed:
 			kill()
 			return fmt.Errorf("load %s: %s", path, h.Error)
+		case runner.StatusConnecting:
+			status = state.RunnerConnecting
 		case runner.StatusReady:
 			ready = true
 		}
 		p.set(func(r *state.Runner) {
-			r.Status, r.LayersLoaded, r.TotalLayers = state.RunnerLoading, h.LayersLoaded, h.TotalLayers
+			r.Status, r.LayersLoaded, r.TotalLayers, r.Transfer = status, h.LayersLoaded, h.TotalLayers, nil
 		})
 	}
-	*loads++
 	if cfg.OnLoaded != nil {
 		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		spans, err := client.LoadSpans(lctx)
 		cancel()
 		if err == nil {
-			cfg.OnLoaded(p.inst, *loads, spans)
+			cfg.OnLoaded(p.inst, p.rank, append(fileSpans, spans...))
 		}
 	}
 	p.mu.Lock()

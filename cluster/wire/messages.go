@@ -56,14 +56,19 @@ type Hello struct {
 	PeerPort  int       `json:"peerPort"`
 	// Purpose is "" for the control link, "probe" for the link-probe echo
 	// link, "ring" for a ring-benchmark rank link (then Bench names the run),
-	// "http" for a stream carrying the agent's peer API.
+	// "http" for a stream carrying the agent's peer API, "rank" for a
+	// pipeline's rank link (Bench names the rank: <instance>-r<rank>).
 	Purpose string `json:"purpose,omitempty"`
 	Bench   string `json:"bench,omitempty"`
 }
 
 // StreamHTTP is the link purpose of a stream carrying the agent's peer
-// HTTP API (requests forwarded from another node).
-const StreamHTTP = "http"
+// HTTP API (requests forwarded from another node); StreamRank carries a
+// rank link of a pipeline (Bench names the receiving rank).
+const (
+	StreamHTTP = "http"
+	StreamRank = "rank"
+)
 
 // Ring benchmark limits.
 const (
@@ -328,6 +333,10 @@ func (m *Hello) validate() error {
 			return err
 		}
 	case "probe", StreamHTTP:
+	case StreamRank:
+		if err := validBench(m.Bench); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("unknown link purpose %q", m.Purpose)
 	}

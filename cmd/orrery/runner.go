@@ -1,19 +1,26 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // RunnerTokenEnv carries the runner's bearer token from the agent (not on
@@ -48,6 +55,10 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	fs.IntVar(&opts.FirstLayer, "first-layer", 0, "first block this rank holds")
 	fs.IntVar(&opts.LastLayer, "last-layer", 0, "end of this rank's blocks (0: the last)")
 	node := fs.String("node", "", "node id stamped on trace spans")
+	instance := fs.String("instance", "", "instance this rank belongs to")
+	rank := fs.Int("rank", 0, "this runner's rank in the pipeline")
+	ranks := fs.Int("ranks", 1, "ranks in the pipeline (1: the whole model here)")
+	agentAPI := fs.String("agent-api", "", "the agent's loopback API (host:port), for rank links and spans when --ranks > 1")
 	nodeName := fs.String("node-name", "", "node name stamped on trace spans")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
@@ -70,13 +81,87 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("component", "runner", "pid", os.Getpid())
 	// ollama's ggml package logs through the default logger.
 	slog.SetDefault(log)
+	if *ranks < 1 || *rank < 0 || *rank >= *ranks {
+		fmt.Fprintf(stderr, "orrery runner: --rank %d of --ranks %d\n", *rank, *ranks)
+		return 2
+	}
+	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
+		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks}
+	if *ranks > 1 {
+		if *agentAPI == "" || *instance == "" {
+			fmt.Fprintln(stderr, "orrery runner: --agent-api and --instance are required with --ranks > 1")
+			return 2
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			log.Error("rank listen", "err", err)
+			return 1
+		}
+		defer ln.Close()
+		cfg.RankListener = ln
+		cfg.DialNext = func(ctx context.Context) (net.Conn, error) { return dialRankLink(ctx, *agentAPI, token) }
+		cfg.OnStageTrace = func(id string, spans []trace.Span, err error) { postStageTrace(*agentAPI, token, id, spans, err, log) }
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := runner.Serve(ctx, runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
-		Node: *node, NodeName: *nodeName, Logger: log}, stdout, stdin)
+	err := runner.Serve(ctx, cfg, stdout, stdin)
 	if err != nil {
 		log.Error("runner failed", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// dialRankLink asks the agent for this rank's outbound link: an upgraded
+// HTTP connection the agent relays to the next rank.
+func dialRankLink(ctx context.Context, agentAPI, token string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", agentAPI)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c, "GET /internal/rank-link HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: orrery-rank\r\n\r\n", agentAPI, token)
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("rank link: %w", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		c.Close()
+		return nil, fmt.Errorf("rank link: %s %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	c.SetReadDeadline(time.Time{})
+	if br.Buffered() > 0 {
+		return &bufConn{Conn: c, r: br}, nil
+	}
+	return c, nil
+}
+
+// bufConn reads what the HTTP reader buffered first.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// postStageTrace hands a rank's spans of a traced request to the agent,
+// which ships them to the master.
+func postStageTrace(agentAPI, token, id string, spans []trace.Span, err error, log *slog.Logger) {
+	body := map[string]any{"traceId": id, "spans": spans}
+	if err != nil {
+		body["error"] = err.Error()
+	}
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+agentAPI+"/internal/rank-trace", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, rerr := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if rerr != nil {
+		log.Warn("hand spans to the agent", "trace", id, "err", rerr)
+		return
+	}
+	resp.Body.Close()
 }

@@ -1,0 +1,231 @@
+// Package placement splits a model's blocks across nodes: contiguous
+// layer ranges in proportion to each node's available memory, checked
+// against what each rank needs (its weights, its KV cache, compute
+// buffers).
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// Overhead is reserved per rank for compute buffers and the runner
+// process itself.
+const Overhead = 256 << 20
+
+// ErrNoFit is wrapped when a model does not fit the nodes given.
+var ErrNoFit = errors.New("model does not fit")
+
+// Layout is what a model's ranks need, from its GGUF header.
+type Layout struct {
+	Layers int
+	// Block is the weight bytes of each block; Embed of token_embd,
+	// Head of output_norm plus the output matrix (0 when tied to Embed).
+	Block       []uint64
+	Embed, Head uint64
+	Tied        bool
+	// KVPerLayer is one layer's KV cache at the context length (f16).
+	KVPerLayer uint64
+	ContextLen int
+}
+
+// LayoutOf reads a model's layout for a context of ctxLen tokens (0: the
+// model's).
+func LayoutOf(f *gguf.File, cfg model.Config, ctxLen int) Layout {
+	if ctxLen <= 0 || ctxLen > cfg.ContextLen {
+		ctxLen = cfg.ContextLen
+	}
+	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), Tied: cfg.TiedOutput, ContextLen: ctxLen,
+		KVPerLayer: uint64(ctxLen) * 2 * uint64(cfg.KVHeads*cfg.HeadDim) * 2}
+	for _, t := range f.Tensors {
+		switch {
+		case t.Name == "token_embd.weight":
+			l.Embed = t.Size
+		case t.Name == "output_norm.weight" || strings.HasPrefix(t.Name, "output."):
+			l.Head += t.Size
+		case strings.HasPrefix(t.Name, "blk."):
+			var n int
+			if _, err := fmt.Sscanf(t.Name, "blk.%d.", &n); err == nil && n >= 0 && n < cfg.Layers {
+				l.Block[n] += t.Size
+			}
+		}
+	}
+	return l
+}
+
+// Need is what rank [first, last) of n ranks needs in memory.
+func (l Layout) Need(first, last int) uint64 {
+	need := uint64(Overhead)
+	for i := first; i < last; i++ {
+		need += l.Block[i] + l.KVPerLayer
+	}
+	if first == 0 {
+		need += l.Embed
+	}
+	if last == l.Layers {
+		need += l.Head
+		if l.Tied && first != 0 {
+			need += l.Embed
+		}
+	}
+	return need
+}
+
+// Node is a candidate node and the memory it has available.
+type Node struct {
+	ID        string
+	Available uint64
+}
+
+// Rank is one rank of a placement.
+type Rank struct {
+	Rank       int    `json:"rank"`
+	NodeID     string `json:"nodeId"`
+	FirstLayer int    `json:"firstLayer"`
+	LastLayer  int    `json:"lastLayer"`
+	// Need is the memory the rank is expected to use; Available is the
+	// node's, when placed.
+	Need      uint64 `json:"needBytes"`
+	Available uint64 `json:"availableBytes"`
+}
+
+// Split places the model on nodes, in that order (rank i on nodes[i]),
+// giving each a contiguous range of at least one layer in proportion to
+// its available memory. It fails with ErrNoFit, naming each node's need
+// and availability, when some rank would not fit.
+func Split(l Layout, nodes []Node) ([]Rank, error) {
+	n := len(nodes)
+	if n == 0 {
+		return nil, errors.New("no nodes to place on")
+	}
+	if n > l.Layers {
+		return nil, fmt.Errorf("%d nodes for a %d-layer model: at most one node per layer", n, l.Layers)
+	}
+	var total uint64
+	for _, nd := range nodes {
+		total += nd.Available
+	}
+	// Largest remainder over the proportional shares, at least one each.
+	counts := make([]int, n)
+	rem := make([]float64, n)
+	left := l.Layers
+	for i, nd := range nodes {
+		share := float64(l.Layers) / float64(n)
+		if total > 0 {
+			share = float64(l.Layers) * float64(nd.Available) / float64(total)
+		}
+		counts[i] = max(1, int(share))
+		rem[i] = share - float64(int(share))
+		left -= counts[i]
+	}
+	for left > 0 {
+		best := 0
+		for i := range rem {
+			if rem[i] > rem[best] {
+				best = i
+			}
+		}
+		counts[best]++
+		rem[best] = -1
+		left--
+	}
+	for left < 0 { // the minimum of one pushed past the total: take from the largest
+		big := 0
+		for i := range counts {
+			if counts[i] > counts[big] {
+				big = i
+			}
+		}
+		counts[big]--
+		left++
+	}
+	return Explicit(l, nodes, counts)
+}
+
+// Explicit places counts[i] layers on nodes[i], in order, and checks the
+// fit.
+func Explicit(l Layout, nodes []Node, counts []int) ([]Rank, error) {
+	var ranks []Rank
+	var short []string
+	first := 0
+	for i, nd := range nodes {
+		last := first + counts[i]
+		r := Rank{Rank: i, NodeID: nd.ID, FirstLayer: first, LastLayer: last, Need: l.Need(first, last), Available: nd.Available}
+		if r.Need > r.Available {
+			short = append(short, fmt.Sprintf("rank %d on %s needs %.2f GiB for layers [%d, %d), has %.2f GiB available",
+				i, nd.ID, gib(r.Need), first, last, gib(r.Available)))
+		}
+		ranks = append(ranks, r)
+		first = last
+	}
+	if first != l.Layers {
+		return nil, fmt.Errorf("ranks cover %d of %d layers", first, l.Layers)
+	}
+	if len(short) > 0 {
+		return ranks, fmt.Errorf("%w: %s", ErrNoFit, strings.Join(short, "; "))
+	}
+	return ranks, nil
+}
+
+// Ranges places explicit layer ranges, which must be contiguous from 0 to
+// the last layer.
+func Ranges(l Layout, nodes []Node, ranges [][2]int) ([]Rank, error) {
+	if len(ranges) != len(nodes) || len(ranges) == 0 {
+		return nil, fmt.Errorf("%d ranges for %d nodes", len(ranges), len(nodes))
+	}
+	counts := make([]int, len(ranges))
+	next := 0
+	for i, r := range ranges {
+		if r[0] != next || r[1] <= r[0] {
+			return nil, fmt.Errorf("rank %d: layers [%d, %d) do not continue from layer %d", i, r[0], r[1], next)
+		}
+		counts[i], next = r[1]-r[0], r[1]
+	}
+	return Explicit(l, nodes, counts)
+}
+
+// Preview is one candidate placement: the first k of the nodes.
+type Preview struct {
+	Nodes int    `json:"nodes"`
+	Ranks []Rank `json:"ranks"`
+	Fits  bool   `json:"fits"`
+	Error string `json:"error,omitempty"`
+}
+
+// Previews lists the placements over the first 1…len(nodes) nodes (give
+// them best first, e.g. by available memory).
+func Previews(l Layout, nodes []Node) []Preview {
+	var out []Preview
+	for k := 1; k <= len(nodes) && k <= l.Layers; k++ {
+		ranks, err := Split(l, nodes[:k])
+		p := Preview{Nodes: k, Ranks: ranks, Fits: err == nil}
+		if err != nil {
+			p.Error = err.Error()
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Best is the placement over the fewest of nodes (best first) that fits:
+// fewer ranks mean fewer hops per token.
+func Best(l Layout, nodes []Node) ([]Rank, error) {
+	var last error
+	for k := 1; k <= len(nodes) && k <= l.Layers; k++ {
+		ranks, err := Split(l, nodes[:k])
+		if err == nil {
+			return ranks, nil
+		}
+		last = err
+	}
+	if last == nil {
+		last = errors.New("no nodes to place on")
+	}
+	return nil, fmt.Errorf("%w (tried 1 to %d nodes)", last, min(len(nodes), l.Layers))
+}
+
+func gib(n uint64) float64 { return float64(n) / (1 << 30) }

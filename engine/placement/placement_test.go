@@ -1,0 +1,87 @@
+package placement
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func layout(layers int) Layout {
+	l := Layout{Layers: layers, Block: make([]uint64, layers), Embed: 100 << 20, Head: 100 << 20, KVPerLayer: 8 << 20, ContextLen: 2048}
+	for i := range l.Block {
+		l.Block[i] = 50 << 20
+	}
+	return l
+}
+
+// Layers follow available memory; ranges are contiguous and cover the
+// model; embeddings count on the first rank, the head on the last.
+func TestSplitProportional(t *testing.T) {
+	l := layout(16)
+	ranks, err := Split(l, []Node{{"a", 12 << 30}, {"b", 4 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ranks[0].LastLayer != 12 || ranks[1].FirstLayer != 12 || ranks[1].LastLayer != 16 {
+		t.Fatalf("ranks %+v, want 12 and 4 layers", ranks)
+	}
+	if want := uint64(Overhead + 12*(58<<20) + 100<<20); ranks[0].Need != want {
+		t.Errorf("rank 0 needs %d, want %d", ranks[0].Need, want)
+	}
+	three, err := Split(l, []Node{{"a", 1 << 30}, {"b", 1 << 30}, {"c", 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, r := range three {
+		if r.FirstLayer != n || r.LastLayer-r.FirstLayer < 5 {
+			t.Errorf("rank %d: %+v", i, r)
+		}
+		n = r.LastLayer
+	}
+	if n != 16 {
+		t.Errorf("covers %d layers", n)
+	}
+	// A node with almost nothing still gets one layer.
+	tiny, err := Split(layout(4), []Node{{"a", 8 << 30}, {"b", 1 << 30}})
+	if err != nil || tiny[1].LastLayer-tiny[1].FirstLayer != 1 {
+		t.Fatalf("%+v %v", tiny, err)
+	}
+}
+
+// What does not fit is refused with each short rank's numbers; Best takes
+// as few nodes as fit; previews list every count.
+func TestFit(t *testing.T) {
+	l := layout(16) // ~1.3 GiB in all
+	_, err := Split(l, []Node{{"a", 512 << 20}})
+	if !errors.Is(err, ErrNoFit) || !strings.Contains(err.Error(), "rank 0 on a needs 1.") || !strings.Contains(err.Error(), "has 0.50 GiB available") {
+		t.Fatalf("err = %v", err)
+	}
+	ranks, err := Best(l, []Node{{"a", 1 << 30}, {"b", 1 << 30}, {"c", 1 << 30}})
+	if err != nil || len(ranks) != 2 {
+		t.Fatalf("best %+v %v, want 2 ranks", ranks, err)
+	}
+	if _, err := Best(l, []Node{{"a", 100 << 20}, {"b", 100 << 20}}); !errors.Is(err, ErrNoFit) || !strings.Contains(err.Error(), "tried 1 to 2 nodes") {
+		t.Fatalf("err = %v", err)
+	}
+	ps := Previews(l, []Node{{"a", 1 << 30}, {"b", 1 << 30}, {"c", 1 << 30}})
+	if len(ps) != 3 || ps[0].Fits || !ps[1].Fits || !ps[2].Fits || ps[0].Error == "" || len(ps[2].Ranks) != 3 {
+		t.Fatalf("previews %+v", ps)
+	}
+}
+
+func TestRanges(t *testing.T) {
+	l := layout(4)
+	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}}
+	if r, err := Ranges(l, nodes, [][2]int{{0, 1}, {1, 4}}); err != nil || r[1].FirstLayer != 1 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	for _, bad := range [][][2]int{{{0, 2}, {3, 4}}, {{0, 2}, {2, 3}}, {{1, 2}, {2, 4}}, {{0, 4}}} {
+		if _, err := Ranges(l, nodes, bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	if _, err := Split(l, make([]Node, 5)); err == nil {
+		t.Error("5 nodes for 4 layers accepted")
+	}
+}
