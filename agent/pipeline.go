@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -253,12 +252,16 @@ func (a *Agent) cutShard(path, hash string, first, last int) (string, int64, err
 // fetchShard receives the shard from a node that has the model, over the
 // peer API, into the shard cache (atomically), reporting progress.
 func (a *Agent) fetchShard(ctx context.Context, in state.Instance, rg state.ShardRange, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
-	src, err := inference{a}.PickNode(in.ModelID)
-	if err != nil {
-		return "", supervisor.ShardInfo{}, err
-	}
-	if src == a.identity.NodeID {
-		return "", supervisor.ShardInfo{}, fmt.Errorf("model %s is listed here but not found", in.ModelID)
+	// The owner placed the instance from its own copy of the model.
+	src := in.NodeID
+	if _, member := a.store.State().NodeIdentities[src]; !member || src == a.identity.NodeID {
+		var err error
+		if src, err = (inference{a}).PickNode(in.ModelID); err != nil {
+			return "", supervisor.ShardInfo{}, err
+		}
+		if src == a.identity.NodeID {
+			return "", supervisor.ShardInfo{}, fmt.Errorf("model %s is listed here but not found", in.ModelID)
+		}
 	}
 	q := fmt.Sprintf("http://%s/internal/shard?model=%s&first=%d&last=%d", src, urlQuery(in.ModelID), rg.FirstLayer, rg.LastLayer)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, q, nil)
@@ -463,5 +466,3 @@ func (a *Agent) nodeName(st state.State, id string) string {
 	}
 	return id
 }
-
-var errNoHolder = errors.New("no node has the model")

@@ -26,6 +26,7 @@ func sampleEvents(node string) []Event {
 		RunnerStatusChanged{NodeID: node, Runner: Runner{RunnerID: "inst-" + node + "-0", InstanceID: "inst-" + node, NodeID: node,
 			Status: RunnerLoading, LayersLoaded: 3, TotalLayers: 8, Since: t0}},
 		InstanceDeleted{NodeID: node, InstanceID: "inst-" + node},
+		InstanceFailed{NodeID: node, InstanceID: "inst-" + node, Error: "rank 1 failed"},
 	}
 }
 
@@ -116,6 +117,10 @@ func TestApplyEveryEventType(t *testing.T) {
 		if len(s.Instances) != 0 {
 			t.Errorf("instances = %+v", s.Instances)
 		}
+	}}, tcase{evs[11], func(t *testing.T, s State) {
+		if len(s.Instances) != 0 {
+			t.Errorf("a failure of an unknown instance created one: %+v", s.Instances)
+		}
 	}})
 	for _, tc := range tests {
 		t.Run(tc.ev.Type(), func(t *testing.T) {
@@ -143,6 +148,16 @@ func TestApplyInstanceLifecycle(t *testing.T) {
 	s = Apply(s, RunnerStatusChanged{NodeID: "n1", Runner: Runner{RunnerID: "inst-n1-0", InstanceID: "inst-n1", NodeID: "n1", Status: RunnerReady}})
 	if s.Runners["inst-n1-0"].Status != RunnerReady {
 		t.Fatalf("runner = %+v", s.Runners["inst-n1-0"])
+	}
+	if s.Instances["inst-n1"].Status != InstanceStatusActive {
+		t.Fatalf("new instance status %q", s.Instances["inst-n1"].Status)
+	}
+	failed := Apply(s, evs[11])
+	if in := failed.Instances["inst-n1"]; in.Status != InstanceStatusFailed || in.Error != "rank 1 failed" {
+		t.Fatalf("after InstanceFailed: %+v", in)
+	}
+	if other := Apply(s, InstanceFailed{NodeID: "n2", InstanceID: "inst-n1", Error: "x"}); other.Instances["inst-n1"].Status != InstanceStatusActive {
+		t.Fatal("a node other than the owner failed the instance")
 	}
 	deleted := Apply(s, evs[10])
 	if len(deleted.Runners) != 0 || len(deleted.Instances) != 0 {

@@ -282,13 +282,13 @@ func TestDemoProcess(t *testing.T) {
 	// through node 0 with its speed, and its trace on the master.
 	chatTrace := d.lineAfter(t, "The chat left trace ")
 	out := strings.Join(d.seen, "\n")
-	if !strings.Contains(out, "Chat with orrery-demo-small on node 2, asked through node 0") || !regexp.MustCompile(`\d+ tokens in [0-9.]+ s .*decode [0-9.]+ tok/s, first token after \d+ ms`).MatchString(out) {
+	if !strings.Contains(out, "Chat with orrery-demo-small split over 3 nodes (rank 0: node 0, layers 0-") || !strings.Contains(out, "asked through node 0") || !regexp.MustCompile(`\d+ tokens in [0-9.]+ s .*decode [0-9.]+ tok/s, first token after \d+ ms`).MatchString(out) {
 		t.Errorf("chat output:\n%s", out)
 	}
 	m := &agentProc{addr: strings.TrimPrefix(masterURL, "http://")}
 	poll(t, m, 10*time.Second, "the chat trace on the master", func() (bool, string) {
 		code, b, _ := m.get("/v1/traces/" + chatTrace + "/stats")
-		return code == 200 && strings.Contains(string(b), "decode/compute"), string(b)
+		return code == 200 && strings.Contains(string(b), "decode/compute") && strings.Contains(string(b), `"2":`), string(b)
 	})
 	ids := map[string]bool{}
 	master := ""

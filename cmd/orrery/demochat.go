@@ -23,10 +23,10 @@ const demoModel = "orrery-demo-small"
 // demoLoadTimeout bounds the wait for the demo model's runner.
 const demoLoadTimeout = 2 * time.Minute
 
-// demoChat generates the demo model on the last node, places it there,
-// streams one chat completion through node 0 (forwarded over the peer
-// link when they differ), prints the tokens and their speed, and returns
-// the request's trace id.
+// demoChat generates the demo model on the last node, places it across
+// every node (the others receive their shards from the last node over the
+// peer link), streams one chat completion through node 0, prints the
+// tokens and their speed, and returns the request's trace id.
 func demoChat(ctx context.Context, nodes []*demoNode, stdout, stderr io.Writer) (string, error) {
 	host, entry := nodes[len(nodes)-1], nodes[0]
 	path := filepath.Join(host.dataDir, "models", demoModel+".gguf")
@@ -36,7 +36,11 @@ func demoChat(ctx context.Context, nodes []*demoNode, stdout, stderr io.Writer) 
 			return "", fmt.Errorf("generate the demo model: %w", err)
 		}
 	}
-	body, code, err := demoPost(ctx, host.url+"/instance", `{"model":"`+demoModel+`"}`)
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, `"`+n.id+`"`)
+	}
+	body, code, err := demoPost(ctx, host.url+"/instance", `{"model":"`+demoModel+`","nodes":[`+strings.Join(ids, ",")+`]}`)
 	if err != nil {
 		return "", fmt.Errorf("place %s: %w", demoModel, err)
 	}
@@ -44,19 +48,33 @@ func demoChat(ctx context.Context, nodes []*demoNode, stdout, stderr io.Writer) 
 		return "", fmt.Errorf("place %s: %d %s", demoModel, code, body)
 	}
 	var placed struct {
+		Instance struct {
+			Ranks []struct {
+				Rank                  int    `json:"rank"`
+				NodeID                string `json:"nodeId"`
+				FirstLayer, LastLayer int
+			} `json:"ranks"`
+		} `json:"instance"`
 		RunnerIDs []string `json:"runnerIds"`
 	}
-	if err := json.Unmarshal(body, &placed); err != nil || len(placed.RunnerIDs) != 1 {
+	if err := json.Unmarshal(body, &placed); err != nil || len(placed.RunnerIDs) != len(nodes) {
 		return "", fmt.Errorf("place %s: answer %s", demoModel, body)
 	}
-	if err := demoWaitRunner(ctx, host.url, placed.RunnerIDs[0], stderr); err != nil {
-		return "", err
+	for _, id := range placed.RunnerIDs {
+		if err := demoWaitRunner(ctx, host.url, id, stderr); err != nil {
+			return "", err
+		}
 	}
-	via := ""
-	if entry != host {
-		via = fmt.Sprintf(", asked through node %d", entry.idx)
+	idx := map[string]int{}
+	for _, n := range nodes {
+		idx[n.id] = n.idx
 	}
-	fmt.Fprintf(stdout, "\nChat with %s on node %d%s (random weights: gibberish by design):\n> hello, cluster\n", demoModel, host.idx, via)
+	var split []string
+	for _, r := range placed.Instance.Ranks {
+		split = append(split, fmt.Sprintf("rank %d: node %d, layers %d-%d", r.Rank, idx[r.NodeID], r.FirstLayer, r.LastLayer-1))
+	}
+	fmt.Fprintf(stdout, "\nChat with %s split over %d nodes (%s), asked through node %d (random weights: gibberish by design):\n> hello, cluster\n",
+		demoModel, len(nodes), strings.Join(split, "; "), entry.idx)
 	return demoStream(ctx, entry.url, stdout)
 }
 
@@ -88,9 +106,16 @@ func demoWaitRunner(ctx context.Context, url, id string, stderr io.Writer) error
 			LayersLoaded int    `json:"layersLoaded"`
 			TotalLayers  int    `json:"totalLayers"`
 			Error        string `json:"error"`
+			Transfer     *struct {
+				From         string
+				Bytes, Total struct{ InBytes uint64 }
+			} `json:"transfer"`
 		}
 		if err := apiGet(ctx, http.DefaultClient, url, "/state/runners/"+id, &r); err == nil {
 			line := fmt.Sprintf("runner %s: %s %d/%d layers", id, r.Status, r.LayersLoaded, r.TotalLayers)
+			if r.Transfer != nil && r.Transfer.Total.InBytes > 0 {
+				line += fmt.Sprintf(", shard %.1f of %.1f MB from %.8s", float64(r.Transfer.Bytes.InBytes)/1e6, float64(r.Transfer.Total.InBytes)/1e6, r.Transfer.From)
+			}
 			if line != last {
 				fmt.Fprintf(stderr, "orrery demo: %s\n", line)
 				last = line
@@ -98,7 +123,7 @@ func demoWaitRunner(ctx context.Context, url, id string, stderr io.Writer) error
 			switch r.Status {
 			case "Ready", "Running":
 				return nil
-			case "Failed":
+			case "Failed", "Shutdown":
 				return fmt.Errorf("runner %s failed: %s", id, r.Error)
 			}
 		}

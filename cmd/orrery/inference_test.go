@@ -35,7 +35,6 @@ type runnerState struct {
 	TotalLayers  int    `json:"totalLayers"`
 	Error        string `json:"error"`
 	Pid          int    `json:"pid"`
-	Restarts     int    `json:"restarts"`
 }
 
 func runnerOf(t *testing.T, p *agentProc, id string) (runnerState, bool) {
@@ -239,23 +238,43 @@ func TestInferenceProcesses(t *testing.T) {
 	if errEvent == "" || took > 5*time.Second {
 		t.Fatalf("error event %q after %v, want one within 5 s", errEvent, took)
 	}
-	// The runner went through Failed (in the replicated event log), both
-	// agents are up, and the runner is started again.
+	// The runner went through Failed (in the replicated event log), the
+	// instance is Failed naming rank 0, both agents are up, and the next
+	// request places a new instance and works.
 	poll(t, b, 10*time.Second, "a Failed status for the runner in B's events", func() (bool, string) {
 		_, body, _ := b.get(fmt.Sprintf("/events?since=%d&limit=10000", idx.LastEventAppliedIdx))
 		return strings.Contains(string(body), `"status":"Failed"`) && strings.Contains(string(body), "exited"), ""
+	})
+	poll(t, b, 10*time.Second, "the instance Failed, naming rank 0", func() (bool, string) {
+		var in struct{ Status, Error string }
+		b.mustGet(t, "/state/instances/"+placed.Instance.InstanceID, &in)
+		return in.Status == "Failed" && strings.Contains(in.Error, "rank 0") && strings.Contains(in.Error, "killed"), in.Status + " " + in.Error
 	})
 	for _, p := range ps {
 		if p.exited() {
 			t.Fatalf("agent %s exited after the runner was killed", p.addr)
 		}
 	}
-	after := waitRunner(t, b, rid, "Ready", 60*time.Second)
-	if after.Restarts != 1 || after.Pid == r.Pid {
-		t.Errorf("restarted runner %+v (was pid %d)", after, r.Pid)
-	}
-	if code, _, ans = chat(t, b, req); code != http.StatusOK || ans.Usage.CompletionTokens == 0 {
+	if code, hdr, ans = chat(t, b, req); code != http.StatusOK || ans.Usage.CompletionTokens == 0 || hdr.Get("X-Orrery-Node") != aID {
 		t.Fatalf("request after the crash: %d %+v", code, ans)
+	}
+	var instances map[string]struct {
+		InstanceID, Status string
+		Ranks              []struct{ NodeID string }
+	}
+	b.mustGet(t, "/state/instances", &instances)
+	if len(instances) != 1 {
+		t.Fatalf("instances after the replacement: %+v", instances)
+	}
+	for id, in := range instances {
+		if id == placed.Instance.InstanceID || in.Status != "Active" || len(in.Ranks) != 1 || in.Ranks[0].NodeID != aID {
+			t.Fatalf("replacement %s: %+v", id, in)
+		}
+		placed.Instance.InstanceID, rid = id, id+"-0"
+	}
+	after := waitRunner(t, b, rid, "Ready", 60*time.Second)
+	if after.Pid == r.Pid {
+		t.Errorf("the replacement runs in the killed pid %d", r.Pid)
 	}
 
 	// DELETE through B: Shutdown, gone from the state, the process ends.

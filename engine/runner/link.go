@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/sample"
@@ -146,7 +147,7 @@ type Link struct {
 	wmu  sync.Mutex // serialises frames
 	wbuf []byte
 
-	sent, recv uint64 // payload + header bytes; guarded by wmu / the reader
+	sent, recv atomic.Uint64 // frame bytes
 
 	closeOnce sync.Once
 }
@@ -178,7 +179,7 @@ func (l *Link) send(typ byte, fill func([]byte) []byte) (int, error) {
 	if _, err := l.c.Write(b); err != nil {
 		return 0, fmt.Errorf("%w: send: %v", ErrLinkLost, err)
 	}
-	l.sent += uint64(len(b))
+	l.sent.Add(uint64(len(b)))
 	return len(b), nil
 }
 
@@ -210,15 +211,13 @@ func (l *Link) recvFrame() (typ byte, payload []byte, first time.Time, err error
 	if _, err := io.ReadFull(l.br, payload); err != nil {
 		return 0, nil, first, fmt.Errorf("%w: recv: %v", ErrLinkLost, err)
 	}
-	l.recv += uint64(5 + n)
+	l.recv.Add(uint64(5 + n))
 	return h[0], payload, first, nil
 }
 
 // Bytes is what crossed the link so far (frames, both ways).
 func (l *Link) Bytes() (sent, recv uint64) {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	return l.sent, l.recv
+	return l.sent.Load(), l.recv.Load()
 }
 
 // handshake sends our hello and checks the peer's.
