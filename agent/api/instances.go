@@ -61,7 +61,7 @@ func (s *Server) placeInstance(w http.ResponseWriter, r *http.Request, forwarded
 			writeError(w, http.StatusBadRequest, "node: "+err.Error())
 			return
 		}
-		if _, ok := s.Store.State().NodeIdentities[id]; !ok {
+		if _, ok := s.Store.State().NodeIdentities[id]; !ok && id != s.NodeID {
 			writeError(w, http.StatusNotFound, fmt.Sprintf("node %s is not a member of this cluster", id))
 			return
 		}

@@ -70,8 +70,9 @@ type chatAnswer struct {
 		TotalTokens      int `json:"total_tokens"`
 	} `json:"usage"`
 	Orrery struct {
-		TraceID string `json:"traceId"`
-		Node    string `json:"node"`
+		TraceID       string  `json:"traceId"`
+		Node          string  `json:"node"`
+		DecodeTokPerS float64 `json:"decodeTokPerSec"`
 	} `json:"orrery"`
 	Error *struct {
 		Message string `json:"message"`
@@ -295,3 +296,5 @@ func TestInferenceProcesses(t *testing.T) {
 		stop(t, p)
 	}
 }
+
+func (a chatAnswer) orreryDecode() float64 { return a.Orrery.DecodeTokPerS }
