@@ -106,4 +106,3 @@ func TestPipelineDelay(t *testing.T) {
 			d0, d1, 1000/d1-1000/d0)
 	}
 }
-
