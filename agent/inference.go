@@ -235,9 +235,10 @@ func (a *Agent) layout(modelID string) (model.Entry, placement.Layout, error) {
 	return e, placement.LayoutOf(f, cfg, a.cfg.ContextLen), nil
 }
 
-// candidates are the cluster's members with their available memory, most
-// first (ties by id), or those named, in that order.
-func (a *Agent) candidates(named []string) ([]placement.Node, error) {
+// candidates are the cluster's members with their available memory: the
+// nodes that have the model first (no shard to transfer), then the
+// others, most memory first, ties by id; or those named, in that order.
+func (a *Agent) candidates(modelID string, named []string) ([]placement.Node, error) {
 	st := a.store.State()
 	avail := func(id string) uint64 {
 		if m, ok := st.NodeMemory[id]; ok && m.RAMAvailable != nil {
@@ -262,7 +263,22 @@ func (a *Agent) candidates(named []string) ([]placement.Node, error) {
 	for id := range st.NodeIdentities {
 		out = append(out, placement.Node{ID: id, Available: avail(id)})
 	}
+	// This node's own list is read from disk: the replicated one can lag
+	// behind (e.g. just after a master change replaced the state).
+	self, _ := a.models.Find(modelID)
+	has := func(id string) bool {
+		if id == a.identity.NodeID {
+			return self.ID != "" && self.Error == ""
+		}
+		return slices.ContainsFunc(st.NodeModels[id].Models, func(m state.ModelInfo) bool { return m.ID == modelID && m.Error == "" })
+	}
 	slices.SortFunc(out, func(x, y placement.Node) int {
+		if hx, hy := has(x.ID), has(y.ID); hx != hy {
+			if hx {
+				return -1
+			}
+			return 1
+		}
 		if x.Available != y.Available {
 			if x.Available > y.Available {
 				return -1
@@ -281,7 +297,7 @@ func (v inference) Previews(modelID string) (api.PreviewsResponse, error) {
 	if err != nil {
 		return api.PreviewsResponse{}, err
 	}
-	nodes, err := v.a.candidates(nil)
+	nodes, err := v.a.candidates(modelID, nil)
 	if err != nil {
 		return api.PreviewsResponse{}, err
 	}
@@ -310,7 +326,7 @@ func (v inference) Place(ctx context.Context, req api.PlaceRequest) (state.Insta
 			named = append(named, r.NodeID)
 			rg = append(rg, [2]int{r.FirstLayer, r.LastLayer})
 		}
-		nodes, err := a.candidates(named)
+		nodes, err := a.candidates(req.Model, named)
 		if err != nil {
 			return state.Instance{}, err
 		}
@@ -323,7 +339,7 @@ func (v inference) Place(ctx context.Context, req api.PlaceRequest) (state.Insta
 		if req.Node != "" {
 			named = []string{req.Node}
 		}
-		nodes, err := a.candidates(named)
+		nodes, err := a.candidates(req.Model, named)
 		if err != nil {
 			return state.Instance{}, err
 		}
@@ -331,7 +347,7 @@ func (v inference) Place(ctx context.Context, req api.PlaceRequest) (state.Insta
 			return state.Instance{}, placeErr(err)
 		}
 	default:
-		nodes, err := a.candidates(nil)
+		nodes, err := a.candidates(req.Model, nil)
 		if err != nil {
 			return state.Instance{}, err
 		}

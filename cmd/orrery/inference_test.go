@@ -141,8 +141,8 @@ func TestInferenceProcesses(t *testing.T) {
 	if r.LayersLoaded != 8 || r.TotalLayers != 8 || r.Pid == 0 {
 		t.Fatalf("ready runner %+v", r)
 	}
-	if code, _, _ := b.post("/instance", `{"model":"`+modelID+`"}`); code != http.StatusConflict {
-		t.Errorf("a second instance of the model on the same node: %d, want 409", code)
+	if code, body, _ := b.post("/instance", `{"model":"`+modelID+`"}`); code != http.StatusConflict {
+		t.Errorf("a second instance of the model on the same node: %d %s, want 409", code, body)
 	}
 	if code, _, _ := b.post("/instance", `{"model":"no-such-model"}`); code != http.StatusNotFound {
 		t.Errorf("placing an unknown model: %d, want 404", code)
