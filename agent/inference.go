@@ -249,7 +249,7 @@ func (a *Agent) candidates(modelID string, named []string) ([]placement.Node, er
 	if len(named) > 0 {
 		var out []placement.Node
 		for _, id := range named {
-			if _, ok := st.NodeIdentities[id]; !ok {
+			if _, ok := st.NodeIdentities[id]; !ok && id != a.identity.NodeID {
 				return nil, fmt.Errorf("%w: node %s is not a member of this cluster", api.ErrModelNotFound, id)
 			}
 			if slices.ContainsFunc(out, func(n placement.Node) bool { return n.ID == id }) {
@@ -262,6 +262,9 @@ func (a *Agent) candidates(modelID string, named []string) ([]placement.Node, er
 	var out []placement.Node
 	for id := range st.NodeIdentities {
 		out = append(out, placement.Node{ID: id, Available: avail(id)})
+	}
+	if _, ok := st.NodeIdentities[a.identity.NodeID]; !ok {
+		out = append(out, placement.Node{ID: a.identity.NodeID, Available: avail(a.identity.NodeID)})
 	}
 	// This node's own list is read from disk: the replicated one can lag
 	// behind (e.g. just after a master change replaced the state).
