@@ -67,7 +67,11 @@ func TestPipelineDelay(t *testing.T) {
 	results := map[time.Duration]float64{}
 	for _, delay := range []time.Duration{0, time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
-			a, b, toB, toA := delayedPair(t, bin, delay, "--runner-threads", "1")
+			threads := "1"
+			if v := os.Getenv("ORRERY_DELAY_TEST_THREADS"); v != "" {
+				threads = v // with ORRERY_DELAY_TEST_MODEL, for the figures
+			}
+			a, b, toB, toA := delayedPair(t, bin, delay, "--runner-threads", threads)
 			var ida, idb string
 			a.mustGet(t, "/node_id", &ida)
 			b.mustGet(t, "/node_id", &idb)
