@@ -29,11 +29,13 @@ const RunnerTokenEnv = "ORRERY_RUNNER_TOKEN"
 
 const runnerUsage = `Usage: orrery runner --model PATH [flags]
 
-The model runner: a child process the agent starts for each instance (not
-meant to be run by hand). It listens on 127.0.0.1 on a free port, prints
-"` + runner.ListenPrefix + `ADDR", loads the model and serves completions
-to the agent, which must send the token from $` + RunnerTokenEnv + `. It exits
-when its stdin closes (the agent is gone) or on SIGTERM.
+The model runner: a child process the agent starts for each rank of each
+instance (not meant to be run by hand). It listens on 127.0.0.1 on a free
+port, prints "` + runner.ListenPrefix + `ADDR", loads the model (or its shard)
+and serves completions to the agent, which must send the token from
+$` + RunnerTokenEnv + `. With --ranks > 1 it also sets up its rank links through
+the agent at --agent-api, and exits when a link breaks. It exits when its
+stdin closes (the agent is gone) or on SIGTERM.
 
 Flags:
 `
