@@ -239,7 +239,7 @@ func (a *Agent) layout(modelID string) (model.Entry, placement.Layout, error) {
 // nodes that have the model first (no shard to transfer), then the
 // others, most memory first, ties by id; or those named, in that order.
 func (a *Agent) candidates(modelID string, named []string) ([]placement.Node, error) {
-	st := a.store.State()
+	st := a.memoryKnown(named)
 	avail := func(id string) uint64 {
 		if m, ok := st.NodeMemory[id]; ok && m.RAMAvailable != nil {
 			return m.RAMAvailable.InBytes
@@ -292,6 +292,35 @@ func (a *Agent) candidates(modelID string, named []string) ([]placement.Node, er
 	})
 	return out, nil
 }
+
+// memoryKnown waits (at most memoryWait) until the state holds a memory
+// sample of every node named (or every member): a node that just joined
+// has none yet, and placing it would count its memory as 0.
+func (a *Agent) memoryKnown(named []string) state.State {
+	deadline := time.Now().Add(memoryWait)
+	for {
+		st := a.store.State()
+		ids := named
+		if len(ids) == 0 {
+			for id := range st.NodeIdentities {
+				ids = append(ids, id)
+			}
+		}
+		missing := false
+		for _, id := range ids {
+			if m, ok := st.NodeMemory[id]; !ok || m.RAMAvailable == nil {
+				missing = true
+			}
+		}
+		if !missing || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// memoryWait bounds memoryKnown's wait (memory is sampled every 0.5 s).
+const memoryWait = 3 * time.Second
 
 // Previews lists the candidate placements of a model on this node's
 // cluster (this node must have the model: the API forwards otherwise).
