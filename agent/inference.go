@@ -20,6 +20,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
+	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/cluster/wire"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -244,6 +245,13 @@ func (a *Agent) candidates(modelID string, named []string) ([]placement.Node, er
 		if m, ok := st.NodeMemory[id]; ok && m.RAMAvailable != nil {
 			return m.RAMAvailable.InBytes
 		}
+		if id == a.identity.NodeID { // measure our own now
+			if ev, err := (&telemetry.MemorySampler{NodeID: id}).Sample(context.Background()); err == nil {
+				if m, ok := ev.(state.NodeMemoryMeasured); ok && m.Memory.RAMAvailable != nil {
+					return m.Memory.RAMAvailable.InBytes
+				}
+			}
+		}
 		return 0
 	}
 	if len(named) > 0 {
@@ -302,6 +310,7 @@ func (a *Agent) memoryKnown(named []string) state.State {
 		st := a.store.State()
 		ids := named
 		if len(ids) == 0 {
+			ids = []string{a.identity.NodeID} // this node's own entry can lag too
 			for id := range st.NodeIdentities {
 				ids = append(ids, id)
 			}

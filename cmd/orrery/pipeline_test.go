@@ -97,6 +97,7 @@ func TestPipelineProcesses(t *testing.T) {
 		Previews []struct {
 			Nodes int
 			Fits  bool
+			Error string
 			Ranks []struct {
 				NodeID                string
 				FirstLayer, LastLayer int
@@ -117,7 +118,7 @@ func TestPipelineProcesses(t *testing.T) {
 			next = r.LastLayer
 		}
 		if !p.Fits || next != 8 || len(p.Ranks) != p.Nodes {
-			t.Errorf("preview of %d nodes: fits %v, covers %d layers", p.Nodes, p.Fits, next)
+			t.Errorf("preview of %d nodes: fits %v (%s), covers %d layers", p.Nodes, p.Fits, p.Error, next)
 		}
 	}
 
