@@ -122,6 +122,9 @@ func (c *Client) Complete(ctx context.Context, req CompletionRequest, onPiece fu
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
 	for sc.Scan() {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue // blank lines carry nothing
+		}
 		var m StreamMsg
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			return nil, fmt.Errorf("runner stream: %w", err)
