@@ -100,7 +100,10 @@ func (m *actMsg) unmarshal(b []byte, dim int) error {
 	}
 	m.Req = binary.LittleEndian.Uint64(b)
 	m.Seq = binary.LittleEndian.Uint32(b[8:])
-	m.Decode, m.Sample = b[12] != 0, b[13] != 0
+	if b[12] > 1 || b[13] > 1 {
+		return fmt.Errorf("act frame: flag bytes %d, %d: want 0 or 1", b[12], b[13])
+	}
+	m.Decode, m.Sample = b[12] == 1, b[13] == 1
 	m.Token = binary.LittleEndian.Uint32(b[14:])
 	m.Start = binary.LittleEndian.Uint32(b[18:])
 	m.N = binary.LittleEndian.Uint32(b[22:])
