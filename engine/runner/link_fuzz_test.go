@@ -72,4 +72,6 @@ func FuzzLinkFrames(f *testing.F) {
 	})
 }
 
-func hasNaN(xs []float32) bool { return slices.ContainsFunc(xs, func(x float32) bool { return x != x }) }
+func hasNaN(xs []float32) bool {
+	return slices.ContainsFunc(xs, func(x float32) bool { return x != x })
+}
