@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -308,30 +307,11 @@ func recvPayload(c net.Conn, buf []byte, t *traffic) (start, end time.Time, err 
 
 // dialRankLink opens an authenticated rank link to peer for a benchmark.
 func (n *Node) dialRankLink(ctx context.Context, peer, bench string) (*tls.Conn, error) {
-	conns, err := n.waitLinks(ctx, []string{peer})
+	c, err := n.dialPurpose(ctx, peer, "ring", bench)
 	if err != nil {
 		return nil, err
 	}
-	c := conns[peer]
-	if c.addr == "" {
-		return nil, errors.New("no known address")
-	}
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout}, Config: n.cfg.ClientTLS}
-	raw, err := d.DialContext(ctx, "tcp", c.addr)
-	if err != nil {
-		return nil, err
-	}
-	tc := raw.(*tls.Conn)
-	rc, err := n.handshakeAs(tc, "ring", bench)
-	if err != nil {
-		tc.Close()
-		return nil, err
-	}
-	if rc.peer != peer {
-		tc.Close()
-		return nil, fmt.Errorf("%s answered for %s", c.addr, peer)
-	}
-	return tc, nil
+	return c.tc, nil
 }
 
 // linkWait bounds how long a ring run waits for control links to members

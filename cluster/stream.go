@@ -16,30 +16,40 @@ import (
 // DialStream opens a stream link of purpose to member peer; id (may be
 // empty) tells the peer what the stream is for (e.g. which rank).
 func (n *Node) DialStream(ctx context.Context, peer, purpose, id string) (net.Conn, error) {
+	c, err := n.dialPurpose(ctx, peer, purpose, id)
+	if err != nil {
+		return nil, fmt.Errorf("stream to %s: %w", peer, err)
+	}
+	return &countedConn{Conn: c.tc, t: c.traffic}, nil
+}
+
+// dialPurpose opens a link of purpose (and id) to member peer, at the
+// address of our control link to it, and checks who answered.
+func (n *Node) dialPurpose(ctx context.Context, peer, purpose, id string) (*conn, error) {
 	conns, err := n.waitLinks(ctx, []string{peer})
 	if err != nil {
 		return nil, err
 	}
-	c := conns[peer]
-	if c.addr == "" {
+	addr := conns[peer].addr
+	if addr == "" {
 		return nil, errors.New("no known address")
 	}
 	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout}, Config: n.cfg.ClientTLS}
-	raw, err := d.DialContext(ctx, "tcp", c.addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("stream to %s: %w", peer, err)
+		return nil, err
 	}
 	tc := raw.(*tls.Conn)
-	sc, err := n.handshakeAs(tc, purpose, id)
+	c, err := n.handshakeAs(tc, purpose, id)
 	if err != nil {
 		tc.Close()
-		return nil, fmt.Errorf("stream to %s: %w", peer, err)
+		return nil, err
 	}
-	if sc.peer != peer {
+	if c.peer != peer {
 		tc.Close()
-		return nil, fmt.Errorf("%s answered for %s", c.addr, peer)
+		return nil, fmt.Errorf("%s answered for %s", addr, peer)
 	}
-	return &countedConn{Conn: tc, t: sc.traffic}, nil
+	return c, nil
 }
 
 func (n *Node) acceptStream(c *conn) {
