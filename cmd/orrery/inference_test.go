@@ -192,53 +192,7 @@ func TestInferenceProcesses(t *testing.T) {
 	}
 	b.mustGet(t, "/healthz", &idx)
 	r, _ = runnerOf(t, b, rid)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	hreq, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+b.addr+"/v1/chat/completions",
-		strings.NewReader(`{"model":"`+modelID+`","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":1900,"ignore_eos":true}`))
-	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(hreq)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("stream: %v %v", resp, err)
-	}
-	defer resp.Body.Close()
-	events := make(chan string, 4096)
-	go func() {
-		defer close(events)
-		sc := bufio.NewScanner(resp.Body)
-		for sc.Scan() {
-			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				events <- d
-			}
-		}
-	}()
-	var early []string
-	for got := 0; got < 20; got++ { // the stream is under way
-		d, ok := <-events
-		if !ok {
-			t.Fatalf("stream ended before the kill, after %q", early)
-		}
-		early = append(early, d)
-	}
-	if err := syscall.Kill(r.Pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill -9 runner %d: %v", r.Pid, err)
-	}
-	killed := time.Now()
-	var errEvent string
-	for d := range events {
-		if strings.Contains(d, `"error"`) {
-			errEvent = d
-			break
-		}
-		if d == "[DONE]" {
-			t.Fatal("the stream finished normally after kill -9")
-		}
-	}
-	took := time.Since(killed)
-	t.Logf("error event %v after kill -9: %s", took, errEvent)
-	if errEvent == "" || took > 5*time.Second {
-		t.Fatalf("error event %q after %v, want one within 5 s", errEvent, took)
-	}
+	killMidStream(t, b, `{"model":"`+modelID+`","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":1900,"ignore_eos":true}`, r.Pid)
 	// The runner went through Failed (in the replicated event log), the
 	// instance is Failed naming rank 0, both agents are up, and the next
 	// request places a new instance and works.
@@ -279,12 +233,7 @@ func TestInferenceProcesses(t *testing.T) {
 	}
 
 	// DELETE through B: Shutdown, gone from the state, the process ends.
-	hreq, _ = http.NewRequest(http.MethodDelete, "http://"+b.addr+"/instance/"+placed.Instance.InstanceID, nil)
-	dresp, err := http.DefaultClient.Do(hreq)
-	if err != nil || dresp.StatusCode != http.StatusOK {
-		t.Fatalf("DELETE = %v %v", dresp, err)
-	}
-	dresp.Body.Close()
+	deleteInstance(t, b, placed.Instance.InstanceID)
 	poll(t, b, 10*time.Second, "the instance gone from B's state", func() (bool, string) {
 		code, body, _ := b.get("/state/instances/" + placed.Instance.InstanceID)
 		return code == http.StatusNotFound, string(body)
@@ -298,3 +247,57 @@ func TestInferenceProcesses(t *testing.T) {
 }
 
 func (a chatAnswer) orreryDecode() float64 { return a.Orrery.DecodeTokPerS }
+
+// killMidStream streams a completion from p, kills pid (a runner) with
+// SIGKILL once 20 events came, and checks that an error event follows
+// within 5 s. It returns the stream's trace id.
+func killMidStream(t *testing.T, p *agentProc, body string, pid int) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+p.addr+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	events := make(chan string, 4096)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				events <- d
+			}
+		}
+	}()
+	var early []string
+	for range 20 { // the stream is under way
+		d, ok := <-events
+		if !ok {
+			t.Fatalf("stream ended before the kill, after %q", early)
+		}
+		early = append(early, d)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 runner %d: %v", pid, err)
+	}
+	killed := time.Now()
+	var errEvent string
+	for d := range events {
+		if strings.Contains(d, `"error"`) {
+			errEvent = d
+			break
+		}
+		if d == "[DONE]" {
+			t.Fatal("the stream finished normally after kill -9")
+		}
+	}
+	took := time.Since(killed)
+	t.Logf("error event %v after kill -9 of pid %d: %s", took, pid, errEvent)
+	if errEvent == "" || took > 5*time.Second {
+		t.Fatalf("error event %q after %v, want one within 5 s", errEvent, took)
+	}
+	return resp.Header.Get("X-Orrery-Trace-Id")
+}
