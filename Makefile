@@ -26,7 +26,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT)
 
-.PHONY: all build run test deps vet darwin-vet fuzz bench stats-vs-python clean
+.PHONY: all build run test deps ui ui-test e2e vet darwin-vet fuzz bench stats-vs-python clean
 
 all: build
 
@@ -35,8 +35,26 @@ all: build
 deps:
 	@scripts/deps.sh
 
-build: deps
+build: deps ui
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orrery
+
+# ui builds the web UI (Svelte + Vite) into frontend/dist, which the agent
+# embeds: build it before the Go binary. It rebuilds only when a source
+# changed.
+UI_SRC := $(shell find frontend/src -type f) frontend/index.html frontend/package-lock.json frontend/vite.config.ts frontend/tsconfig.json
+ui: frontend/dist/index.html
+frontend/dist/index.html: $(UI_SRC)
+	cd frontend && npm run --silent build
+
+# ui-test type-checks the UI and runs its unit tests (data transforms);
+# e2e drives the UI of a live demo cluster in Chromium (screenshots and the
+# timeline's frame times in test-output/e2e).
+ui-test:
+	cd frontend && npm run --silent check && npx vitest run
+
+e2e: build
+	scripts/deps-e2e.sh
+	cd frontend && node test/e2e.mjs
 
 run: build
 	./$(BIN) demo $(ARGS)
@@ -44,8 +62,9 @@ run: build
 vet:
 	$(GO) vet ./...
 
-test: deps vet
+test: deps ui vet
 	$(GO) test -race -count=1 ./...
+	$(MAKE) ui-test e2e
 
 darwin-vet:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet -tags $(DARWIN_TAGS) $(DARWIN_PKGS)
@@ -66,4 +85,5 @@ stats-vs-python:
 	scripts/stats-vs-python.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin test-output
+	find frontend/dist -mindepth 1 ! -name .gitkeep -delete

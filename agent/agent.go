@@ -23,6 +23,7 @@ import (
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/frontend"
 )
 
 // Config is one agent's configuration. DefaultConfig fills every field.
@@ -369,7 +370,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	apiSrv := &api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log,
 		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser,
-		Inference: inference{a}}
+		Inference: inference{a},
+		TraceHome: func() string { return a.node.Status().MasterID }, UI: frontend.Handler()}
 	peerMux := http.NewServeMux()
 	peerMux.HandleFunc("GET /internal/shard", a.serveShard)
 	peerMux.Handle("/", apiSrv.PeerHandler())

@@ -28,3 +28,9 @@ if [[ ! -f test/sdk/node_modules/.package-lock.json || test/sdk/package-lock.jso
 	echo "deps: npm ci in test/sdk (the openai SDK, for the API test)"
 	(cd test/sdk && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The web UI's build tools and unit tests (Svelte, Vite, vitest) and the
+# browser driver of its end-to-end test (playwright-core).
+if [[ ! -f frontend/node_modules/.package-lock.json || frontend/package-lock.json -nt frontend/node_modules/.package-lock.json ]]; then
+	echo "deps: npm ci in frontend (the web UI's build tools)"
+	(cd frontend && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -46,6 +46,11 @@ type Server struct {
 	// Inference, when set, serves /v1/chat/completions, /v1/models and
 	// /instance.
 	Inference Inference
+	// TraceHome, when set, names the node that keeps the cluster's traces
+	// (the master); trace reads on other nodes are forwarded there.
+	TraceHome func() string
+	// UI, when set, serves the web UI under /ui/ ("/" redirects there).
+	UI http.Handler
 	// AllowAnyHost turns off the Host check; set it only when the API is
 	// deliberately bound to a non-loopback address.
 	AllowAnyHost bool
@@ -85,10 +90,10 @@ func (s *Server) Handler() http.Handler {
 	route("/cluster", s.cluster)
 	route("/cluster/hash/{idx}", s.clusterHash)
 	mux.Handle("/v1/cluster/ring-bench", onlyPOST(s.ringBench))
-	mux.Handle("/v1/traces", onlyGET(s.traceList))
-	mux.Handle("/v1/traces/{id}", allow(s.traceItem, http.MethodGet, http.MethodHead, http.MethodDelete))
-	mux.Handle("/v1/traces/{id}/stats", onlyGET(s.traceStats))
-	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.traceRaw))
+	mux.Handle("/v1/traces", onlyGET(s.atTraceHome(s.traceList)))
+	mux.Handle("/v1/traces/{id}", allow(s.atTraceHome(s.traceItem), http.MethodGet, http.MethodHead, http.MethodDelete))
+	mux.Handle("/v1/traces/{id}/stats", onlyGET(s.atTraceHome(s.traceStats)))
+	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.atTraceHome(s.traceRaw)))
 	mux.Handle("/v1/traces/{id}/open", allow(s.traceOpen, http.MethodPost))
 	mux.Handle("/perfetto/{id}", onlyGET(s.perfettoPage))
 	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, false) }))
@@ -96,6 +101,12 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, false) }))
 	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, false) }, http.MethodDelete))
 	mux.Handle("/instance/previews", onlyGET(func(w http.ResponseWriter, r *http.Request) { s.previews(w, r, false) }))
+	if s.UI != nil {
+		mux.Handle("/ui/", http.StripPrefix("/ui", s.UI))
+		mux.Handle("/{$}", onlyGET(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/ui/", http.StatusFound)
+		}))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
 	})
@@ -116,6 +127,11 @@ func (s *Server) PeerHandler() http.Handler {
 	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, true) }))
 	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, true) }, http.MethodDelete))
 	mux.Handle("/instance/previews", onlyGET(func(w http.ResponseWriter, r *http.Request) { s.previews(w, r, true) }))
+	// Trace reads forwarded by nodes that do not keep the traces.
+	mux.Handle("/v1/traces", onlyGET(s.traceList))
+	mux.Handle("/v1/traces/{id}", allow(s.traceItem, http.MethodGet, http.MethodHead, http.MethodDelete))
+	mux.Handle("/v1/traces/{id}/stats", onlyGET(s.traceStats))
+	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.traceRaw))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such peer endpoint: %s", r.URL.Path))
 	})

@@ -235,7 +235,9 @@ func (s *Server) perfettoPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if _, err := s.Traces.Get(id); err != nil {
+	// Where the master keeps the traces, the page's fetch of /raw says
+	// whether the trace exists.
+	if _, err := s.Traces.Get(id); err != nil && s.traceHome() == "" {
 		traceError(w, err)
 		return
 	}
@@ -263,7 +265,7 @@ func (s *Server) traceOpen(w http.ResponseWriter, r *http.Request) {
 	if !ok || !requireJSON(w, r, "open") {
 		return
 	}
-	if _, err := s.Traces.Get(id); err != nil {
+	if _, err := s.Traces.Get(id); err != nil && s.traceHome() == "" {
 		traceError(w, err)
 		return
 	}

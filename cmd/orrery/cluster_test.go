@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -283,6 +284,39 @@ func TestClusterProcesses(t *testing.T) {
 	// 3 memory tracks, and 2 link tracks (one per peer) on each of 3 nodes.
 	if len(linkTracks) != 9 {
 		t.Errorf("counter tracks by process %v, want 9", linkTracks)
+	}
+
+	// A worker answers trace reads from the master's store, over the peer
+	// link: the same list and the same bytes.
+	var worker *agentProc
+	for _, p := range ps {
+		if p != mp {
+			worker = p
+			break
+		}
+	}
+	var wlist struct {
+		Traces []struct {
+			TaskID string `json:"taskId"`
+		} `json:"traces"`
+	}
+	worker.mustGet(t, "/v1/traces", &wlist)
+	if len(wlist.Traces) != len(list.Traces) || wlist.Traces[0].TaskID != withID.TraceID {
+		t.Errorf("a worker's /v1/traces = %+v, want the master's %+v", wlist, list)
+	}
+	_, mraw, _ := mp.get("/v1/traces/" + withID.TraceID + "/raw")
+	if code, wraw, err := worker.get("/v1/traces/" + withID.TraceID + "/raw"); err != nil || code != 200 || !bytes.Equal(wraw, mraw) {
+		t.Errorf("a worker's /raw: %d, %d bytes (master's: %d), %v", code, len(wraw), len(mraw), err)
+	}
+	if code, b, _ := worker.get("/v1/traces/no-such-trace/stats"); code != 404 {
+		t.Errorf("a worker's stats of an unknown trace: %d %s, want 404", code, b)
+	}
+	// The UI: "/" leads to /ui/; other unknown paths stay 404.
+	if code, b, err := worker.get("/"); err != nil || code != 200 || !strings.Contains(string(b), "<title>Orrery") {
+		t.Errorf("GET / (→ /ui/): %d %.200s %v", code, b, err)
+	}
+	if code, _, _ := worker.get("/no-such-endpoint"); code != 404 {
+		t.Errorf("GET /no-such-endpoint: %d, want 404", code)
 	}
 
 	// --no-trace runs leave no trace; --repeat prints median times.

@@ -1,0 +1,73 @@
+// The parts of the agent's JSON this UI reads (see the README's API table).
+
+export interface Bytes { inBytes: number }
+
+export interface NodeIdentity {
+  nodeId: string; friendlyName: string; modelId: string; chipId: string; osName: string;
+  cpuCount: number; ramTotal: Bytes | null;
+}
+export interface NodeMemory {
+  ramTotal: Bytes | null; ramAvailable: Bytes | null; swapTotal: Bytes | null; swapAvailable: Bytes | null; sampledAt: string;
+}
+export interface NodeSystem {
+  cpuUsage: number | null; gpuUsage: number | null; temp: number | null; sysPower: number | null; sampledAt: string;
+}
+export interface NetworkInterface {
+  name: string; kind: string; addresses: string[]; mtu: number; up: boolean; speedMbps: number | null;
+  sendMBps: number | null; recvMBps: number | null;
+}
+export interface LinkTelemetry {
+  peer: string; sourceInterface: string; connectionType: string; rttMs: number; rttEwmaMs: number; rttMinMs: number;
+  jitterMs: number; lossPct: number; probes: number; clockOffsetMs: number; clockOffsetUncertaintyMs: number;
+  capacityMbps: number | null; capacitySource: string; interfaceSendMBps: number | null; peerSendMBps: number | null;
+  peerRecvMBps: number | null;
+}
+export interface Connection {
+  source: string; sourceInterface: string; sink: string; sinkAddress: string; connectionType: string;
+  rttMs: number; lossPct: number; capacityMbps: number | null; sendMBps: number | null;
+}
+export interface ShardRange { rank: number; nodeId: string; firstLayer: number; lastLayer: number }
+export interface Instance {
+  instanceId: string; modelId: string; nodeId: string; ranks: ShardRange[]; createdAt: string; status: string; error?: string;
+}
+export interface Transfer { from: string; bytes: Bytes; total: Bytes; mbps: number | null; etaSeconds: number | null }
+export interface Runner {
+  runnerId: string; instanceId: string; nodeId: string; rank: number; status: string;
+  layersLoaded: number; totalLayers: number; error?: string; pid?: number; transfer?: Transfer; since: string;
+}
+export interface ModelInfo { id: string; source: string; size: Bytes | null; arch?: string; layers?: number; quantization?: string; error?: string }
+
+export interface State {
+  lastEventAppliedIdx: number;
+  nodeIdentities: Record<string, NodeIdentity>;
+  nodeMemory: Record<string, NodeMemory>;
+  nodeSystem: Record<string, NodeSystem>;
+  nodeNetwork: Record<string, { interfaces: NetworkInterface[]; sampledAt: string }>;
+  nodeLinkTelemetry: Record<string, { links: LinkTelemetry[]; sampledAt: string }>;
+  nodeModels: Record<string, { models: ModelInfo[] }>;
+  instances: Record<string, Instance>;
+  runners: Record<string, Runner>;
+  topology: { nodes: { nodeId: string }[]; connections: Connection[] };
+}
+
+export interface ClusterStatus { nodeId: string; masterId: string; isMaster: boolean; members: { nodeId: string }[] }
+
+export interface DiscoveryProblem { code: string; message: string; hint: string }
+export interface DiscoveryReport {
+  mode: { mdns: boolean; loopback: boolean; static: boolean }; peersFound: number; multicastInterfaces: string[]; problems: DiscoveryProblem[] | null;
+}
+
+export interface TraceMeta {
+  taskId: string; createdAt: string; fileSize: number; kind?: string; partial?: boolean; missingRanks?: number[];
+  spans?: number; nodes?: number; error?: string;
+}
+
+export interface CategoryStats { totalUs: number; count: number; minUs: number; maxUs: number; avgUs: number }
+export interface ShareStats { computeUs: number; commsUs: number; computeShare: number; commsShare: number }
+export interface TraceStats {
+  taskId: string; totalWallTimeUs: number;
+  byCategory: Record<string, CategoryStats>;
+  byRank: Record<string, { byCategory: Record<string, CategoryStats> }>;
+  phases?: Record<string, CategoryStats & { share?: number }>;
+  byRankShare?: Record<string, ShareStats>;
+}

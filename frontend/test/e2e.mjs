@@ -1,0 +1,245 @@
+// End-to-end test of the web UI: a real demo cluster (3 agents, a
+// generated model split over all of them, a real generation), driven in
+// Debian's Chromium by playwright-core. ui.perfetto.dev is routed to a
+// stub that answers PONG and records the buffer it is sent.
+//
+//   node test/e2e.mjs            (from frontend/, after `make build`)
+// Env: ORRERY_BIN (default ../bin/orrery), CHROMIUM (default /usr/bin/chromium),
+// E2E_OUT (default ../test-output/e2e), E2E_BASE_PORT (default 52616),
+// E2E_SPANS (the benchmark trace's size, default 100000).
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { synthTrace } from './synth.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const bin = resolve(process.env.ORRERY_BIN ?? join(here, '../../bin/orrery'));
+const out = resolve(process.env.E2E_OUT ?? join(here, '../../test-output/e2e'));
+const basePort = Number(process.env.E2E_BASE_PORT ?? 52616);
+const spans = Number(process.env.E2E_SPANS ?? 100000);
+const api = `http://127.0.0.1:${basePort}`;
+mkdirSync(out, { recursive: true });
+
+// The stand-in for ui.perfetto.dev: it answers PING with PONG, as Perfetto
+// does, and keeps the size and SHA-256 of the buffer it is sent.
+const perfettoStub = `<!doctype html><title>Perfetto stub</title><body>stub<script>
+let pings = 0;
+window.addEventListener('message', async (ev) => {
+  if (ev.data === 'PING') { pings++; ev.source.postMessage('PONG', ev.origin); return; }
+  const p = ev.data && ev.data.perfetto;
+  if (!p) return;
+  const digest = await crypto.subtle.digest('SHA-256', p.buffer);
+  const sha256 = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+  window.__received = { pings, title: p.title, size: p.buffer.byteLength, sha256, from: ev.origin };
+});
+</script>`;
+
+let failures = 0;
+function check(cond, what) {
+  console.log(`${cond ? 'ok  ' : 'FAIL'} ${what}`);
+  if (!cond) failures++;
+}
+function deadline(ms, what) {
+  return new Promise((_, rej) => setTimeout(() => rej(new Error(`timed out after ${ms / 1000} s: ${what}`)), ms));
+}
+
+// The demo: the benchmark trace goes into every node's trace store before
+// the agents start (the store indexes files it finds), so that whichever
+// node becomes master serves it.
+const dir = mkdtempSync(join(tmpdir(), 'orrery-e2e-'));
+const synthId = `synthetic-${Math.round(spans / 1000)}k`;
+const synth = JSON.stringify(synthTrace(spans));
+for (let i = 0; i < 3; i++) {
+  mkdirSync(join(dir, `node-${i}`, 'traces'), { recursive: true });
+  writeFileSync(join(dir, `node-${i}`, 'traces', `${synthId}.json`), synth);
+}
+const demo = spawn(bin, ['demo', '--dir', dir, '--base-port', String(basePort)], { stdio: ['ignore', 'pipe', 'pipe'] });
+let demoOut = '';
+demo.stdout.on('data', (b) => (demoOut += b));
+demo.stderr.on('data', (b) => (demoOut += b));
+const demoExit = new Promise((res) => demo.on('exit', (code) => res(code)));
+
+let browser, page;
+try {
+  const chatTrace = await Promise.race([
+    (async () => {
+      for (;;) {
+        const m = demoOut.match(/The chat left trace (\S+)/);
+        if (m) return m[1];
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    })(),
+    demoExit.then((code) => { throw new Error(`demo exited ${code}:\n${demoOut}`); }),
+    deadline(180000, 'the demo to finish its chat'),
+  ]);
+  const ringTrace = demoOut.match(/A ring benchmark left trace (\S+)/)?.[1];
+  console.log(`demo up: chat trace ${chatTrace}, ring trace ${ringTrace}`);
+
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-background-networking', '--no-first-run'],
+  });
+  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+  // Nothing leaves this machine: every other origin is refused, Perfetto's
+  // is the stub.
+  await context.route(/^https?:\/\/(?!127\.0\.0\.1)/, async (route) => {
+    const url = new URL(route.request().url());
+    if (url.origin !== 'https://ui.perfetto.dev') return route.abort();
+    return route.fulfill({ status: 200, contentType: 'text/html', body: perfettoStub });
+  });
+  page = await context.newPage();
+  const pageErrors = [];
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+
+  // Cluster: every node, with telemetry badges on its edges.
+  await page.goto(`${api}/ui/`);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=topo-node]').length === 3, null, { timeout: 30000 });
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=topo-edge]').length >= 6, null, { timeout: 30000 });
+  const state = await (await fetch(`${api}/state`)).json();
+  const ids = Object.keys(state.nodeIdentities).sort();
+  const shown = (await page.$$eval('[data-testid=topo-node]', (els) => els.map((e) => e.getAttribute('data-node')))).sort();
+  check(JSON.stringify(shown) === JSON.stringify(ids), `topology shows every node (${shown.length}: ${shown.map((s) => s.slice(0, 8)).join(', ')})`);
+  const badges = await page.$$eval('[data-testid=edge-badge]', (els) => els.map((e) => e.textContent.trim()));
+  check(badges.length >= 6 && badges.every((b) => /Loopback.*[\d.–]+ MB\/s · [\d.]+ ms/.test(b)), `every edge has a type and a live MB/s · ms badge (${badges.length}, e.g. "${badges[0]}")`);
+  const tip = await page.$eval('[data-testid=topo-edge] title', (e) => e.textContent);
+  check(/RTT .* ms, jitter .*loss .*%/.test(tip) && /capacity .*estimated/.test(tip) && /clock offset/.test(tip), 'an edge tooltip gives RTT, jitter, loss, capacity and its source, usage and clock offset');
+  const master = (await (await fetch(`${api}/cluster`)).json()).masterId;
+  check((await page.$eval(`[data-node="${master}"] .node`, (e) => e.classList.contains('master'))), 'the master is marked');
+  await page.screenshot({ path: join(out, 'cluster.png') });
+
+  // Live: the event counter moves without a reload.
+  const idx0 = await page.textContent('[data-testid=live-status]');
+  await page.waitForFunction((s) => document.querySelector('[data-testid=live-status]').textContent !== s, idx0, { timeout: 15000 });
+  check(true, `the page updates live (${idx0.trim()} → ${(await page.textContent('[data-testid=live-status]')).trim()})`);
+
+  // Node page.
+  await page.click(`[data-node="${ids[0]}"]`);
+  await page.waitForSelector('[data-testid=interfaces] tbody tr');
+  check((await page.$$('[data-testid=interfaces] tbody tr')).length > 0, 'the node page lists interfaces');
+  await page.waitForSelector('[data-testid=mem-sparkline] path', { timeout: 15000 });
+  check(true, 'the node page draws a memory sparkline');
+  await page.screenshot({ path: join(out, 'node.png') });
+
+  // Instances: the demo's instance, 3 runners.
+  await page.goto(`${api}/ui/#/instances`);
+  await page.waitForSelector('[data-testid=runner]');
+  const runners = await page.$$eval('[data-testid=runner]', (els) => els.map((e) => e.textContent));
+  check(runners.length === 3 && runners.every((t) => /Ready|Running/.test(t)), `the instance shows 3 runners, ready (${runners.length})`);
+  await page.waitForSelector('[data-testid=previews] tbody tr');
+  check((await page.$$('[data-testid=previews] tbody tr')).length === 3, 'placement previews for 1, 2 and 3 nodes');
+  await page.screenshot({ path: join(out, 'instances.png') });
+
+  // Traces: the demo's traces are listed.
+  await page.goto(`${api}/ui/#/traces`);
+  await page.waitForSelector(`[data-trace="${chatTrace}"]`, { timeout: 15000 });
+  const listed = await page.$$eval('[data-testid=trace-row]', (els) => els.map((e) => e.getAttribute('data-trace')));
+  check(listed.includes(chatTrace) && (!ringTrace || listed.includes(ringTrace)), `the traces page lists the demo's traces (${listed.length}: ${listed.join(', ')})`);
+  await page.screenshot({ path: join(out, 'traces.png') });
+
+  // View Trace: the stub gets exactly /raw's bytes.
+  const raw = Buffer.from(await (await fetch(`${api}/v1/traces/${chatTrace}/raw`)).arrayBuffer());
+  const popupP = page.waitForEvent('popup', { timeout: 15000 });
+  await page.click(`[data-trace="${chatTrace}"] [data-testid=view-trace]`);
+  const popup = await popupP;
+  check(popup.url().startsWith('https://ui.perfetto.dev'), `View Trace opens ${popup.url()}`);
+  await popup.waitForFunction(() => window.__received, null, { timeout: 30000 });
+  const got = await popup.evaluate(() => window.__received);
+  check(got.pings > 0, `the page pinged until PONG (${got.pings} PING)`);
+  check(got.title === `Orrery ${chatTrace}`, `title "${got.title}"`);
+  check(got.size === raw.length && got.sha256 === createHash('sha256').update(raw).digest('hex'), `the posted buffer equals /raw (${got.size} bytes, sha256 ${got.sha256.slice(0, 16)}…)`);
+  await popup.close();
+  await page.waitForSelector('[data-testid=trace-msg]');
+  check(/Sent to Perfetto/.test(await page.textContent('[data-testid=trace-msg]')), 'the page says the trace was sent');
+
+  // Trace detail: summary, phases, ranks, a timeline lane per rank.
+  await page.goto(`${api}/ui/#/traces/${chatTrace}`);
+  await page.waitForSelector('[data-testid=timeline]');
+  await page.waitForFunction(() => JSON.parse(document.querySelector('[data-testid=timeline]').dataset.drawn || '[]').length > 0);
+  const lanes = JSON.parse(await page.getAttribute('[data-testid=timeline]', 'data-lanes'));
+  const drawn = JSON.parse(await page.getAttribute('[data-testid=timeline]', 'data-drawn'));
+  const rankLanes = lanes.filter((l) => /rank \d+$/.test(l));
+  check(rankLanes.length === 3 && new Set(rankLanes.map((l) => l.match(/rank (\d+)$/)[1])).size === 3, `the timeline has a lane per rank (${lanes.join(' | ')})`);
+  check(drawn.length === lanes.length && drawn.every((n) => n > 0), `every lane draws spans (${drawn.join(', ')})`);
+  const phases = await page.$$eval('[data-testid=phases] tr', (els) => els.map((e) => e.textContent));
+  check(phases.some((p) => p.includes('decode')) && phases.some((p) => p.includes('prefill')), 'the phases show prefill and decode');
+  const ranks = await page.$$eval('[data-testid=ranks] tbody tr', (els) => els.map((e) => e.textContent));
+  check(ranks.length === 3 && ranks.filter((r) => r.includes('slowest')).length === 1, 'per rank compute vs comms, the slowest called out');
+  // Hover a span for its tooltip.
+  const box = await page.$eval('[data-testid=timeline]', (c) => { const r = c.getBoundingClientRect(); return { x: r.x, y: r.y, w: r.width }; });
+  await page.mouse.move(box.x + 190 + (box.w - 190) * 0.5, box.y + 22 + 9);
+  await page.waitForSelector('.tl .tip', { timeout: 5000 }).catch(() => null);
+  check(!!(await page.$('.tl .tip')), 'hovering a span shows its tooltip');
+  await page.screenshot({ path: join(out, 'trace.png'), fullPage: true });
+
+  // Chat: streams and links to its trace.
+  await page.goto(`${api}/ui/#/chat`);
+  await page.waitForFunction(() => document.querySelector('select')?.value);
+  await page.fill('form input', 'hello from the browser');
+  await page.click('form button[type=submit]');
+  await page.waitForSelector('[data-testid=chat-trace]', { timeout: 60000 });
+  const reply = await page.textContent('[data-testid=chat-log] .msg.assistant .text');
+  check(reply.length > 0, `the chat streamed a reply (${reply.length} chars)`);
+  await page.screenshot({ path: join(out, 'chat.png') });
+  await page.click('[data-testid=chat-trace]');
+  await page.waitForSelector('[data-testid=timeline]', { timeout: 30000 });
+  check(true, "the reply's trace link opens its trace");
+
+  // Benchmark: the timeline on a 100 k-span trace. Frame draw times come
+  // from the page; they are printed, not asserted.
+  await page.goto(`${api}/ui/#/traces/${synthId}`);
+  await page.waitForSelector('[data-testid=timeline]', { timeout: 60000 });
+  await page.waitForFunction(() => JSON.parse(document.querySelector('[data-testid=timeline]').dataset.drawn || '[]').length > 0);
+  const b = await page.$eval('[data-testid=timeline]', (c) => { const r = c.getBoundingClientRect(); return { x: r.x, y: r.y, w: r.width, h: r.height }; });
+  await page.evaluate(() => (window.__timelineFrames = []));
+  const cx = b.x + 190 + (b.w - 190) / 2, cy = b.y + 40;
+  await page.mouse.move(cx, cy);
+  const t0 = Date.now();
+  const steps = 40;
+  for (let i = 0; i < steps; i++) {
+    await page.mouse.wheel(0, -120); // zoom in
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  }
+  for (let i = 0; i < steps; i++) {
+    await page.mouse.move(cx, cy);
+    await page.mouse.down();
+    await page.mouse.move(cx - 120, cy, { steps: 2 });
+    await page.mouse.up();
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  }
+  for (let i = 0; i < steps; i++) {
+    await page.mouse.wheel(0, 240); // zoom out, to the whole trace
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  }
+  const frames = await page.evaluate(() => window.__timelineFrames.slice());
+  const bench = await page.evaluate(() => ({
+    lanes: JSON.parse(document.querySelector('[data-testid=timeline]').dataset.lanes),
+    help: document.querySelector('.tl .help').textContent,
+  }));
+  const sorted = frames.slice().sort((a, b) => a - b);
+  const q = (p) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
+  const figures = { trace: synthId, spans, frames: frames.length, medianMs: q(0.5), p95Ms: q(0.95), maxMs: sorted.at(-1), interactionSeconds: (Date.now() - t0) / 1000, help: bench.help };
+  writeFileSync(join(out, 'timeline-frames.json'), JSON.stringify({ ...figures, frameMs: frames }, null, 1));
+  console.log(`timeline benchmark: ${JSON.stringify(figures)}`);
+  check(frames.length >= steps * 2 && bench.lanes.length === 3, `the ${spans}-span trace was drawn on ${frames.length} frames over 3 lanes`);
+  await page.screenshot({ path: join(out, 'timeline-100k.png') });
+  check(pageErrors.length === 0, `no page errors${pageErrors.length ? ': ' + pageErrors.join('; ') : ''}`);
+} catch (e) {
+  console.log(`FAIL ${e.stack ?? e}`);
+  failures++;
+  if (page) {
+    console.log(`at ${page.url()}: ${(await page.textContent('main').catch(() => '')).slice(0, 600)}`);
+    await page.screenshot({ path: join(out, 'failure.png'), fullPage: true }).catch(() => {});
+  }
+} finally {
+  await browser?.close().catch(() => {});
+  demo.kill('SIGTERM');
+  await Promise.race([demoExit, new Promise((r) => setTimeout(r, 15000))]);
+  rmSync(dir, { recursive: true, force: true });
+}
+console.log(failures ? `e2e: ${failures} failed (screenshots in ${out})` : `e2e: all passed (screenshots in ${out})`);
+process.exit(failures ? 1 : 0);
