@@ -501,7 +501,8 @@ func printDemoTable(w io.Writer, opts demoOptions, nodes []*demoNode) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", n.idx, n.id, n.url, role)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\nTry: curl %s/state/topology  and  curl %s/cluster\n", nodes[0].url, nodes[0].url)
+	fmt.Fprintf(w, "\nOpen the UI: %s/  (cluster topology, traces with a timeline, chat)\n", nodes[0].url)
+	fmt.Fprintf(w, "Try: curl %s/state/topology  and  curl %s/cluster\n", nodes[0].url, nodes[0].url)
 	fmt.Fprintf(w, "Ask a node how it sees the cluster: orrery doctor --api %s\n", nodes[0].url)
 	fmt.Fprintf(w, "Logs: %s. Press Ctrl-C to stop every node.\n", filepath.Join(opts.Dir, "node-<i>", "agent.log"))
 }
