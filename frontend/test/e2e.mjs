@@ -186,7 +186,9 @@ try {
   check(reply.length > 0, `the chat streamed a reply (${reply.length} chars)`);
   await page.screenshot({ path: join(out, 'chat.png') });
   await page.click('[data-testid=chat-trace]');
-  await page.waitForSelector('[data-testid=timeline]', { timeout: 30000 });
+  // The trace is saved once every rank's spans are in (the master waits
+  // up to 10 s for late ones): the page waits for it.
+  await page.waitForSelector('[data-testid=timeline]', { timeout: 45000 });
   check(true, "the reply's trace link opens its trace");
 
   // Benchmark: the timeline on a 100 k-span trace. Frame draw times come
@@ -227,6 +229,26 @@ try {
   console.log(`timeline benchmark: ${JSON.stringify(figures)}`);
   check(frames.length >= steps * 2 && bench.lanes.length === 3, `the ${spans}-span trace was drawn on ${frames.length} frames over 3 lanes`);
   await page.screenshot({ path: join(out, 'timeline-100k.png') });
+
+  // A lone agent: the cluster page says why no peer is found.
+  const loneDir = join(dir, 'lone');
+  const lonePort = basePort + 3;
+  const lone = spawn(bin, ['agent', '--api-addr', `127.0.0.1:${lonePort}`, '--data-dir', loneDir, '--peer-addr', '127.0.0.1:0', '--mdns=false'], { stdio: 'ignore' });
+  try {
+    for (let i = 0; ; i++) {
+      const ok = await fetch(`http://127.0.0.1:${lonePort}/healthz`).then((r) => r.ok, () => false);
+      if (ok) break;
+      if (i >= 100) throw new Error('the lone agent did not answer /healthz within 20 s');
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    await page.goto(`http://127.0.0.1:${lonePort}/ui/#/cluster`);
+    await page.waitForSelector('[data-testid=discovery-help]', { timeout: 20000 });
+    const help = await page.textContent('[data-testid=discovery-help]');
+    check(/No peer found/.test(help) && /(--peer|hint|key|multicast|mDNS)/i.test(help), `a lone agent's page says why no peer is found and how to fix it ("${help.replace(/\s+/g, ' ').slice(0, 160)}…")`);
+    await page.screenshot({ path: join(out, 'no-peers.png') });
+  } finally {
+    lone.kill('SIGTERM');
+  }
   check(pageErrors.length === 0, `no page errors${pageErrors.length ? ': ' + pageErrors.join('; ') : ''}`);
 } catch (e) {
   console.log(`FAIL ${e.stack ?? e}`);
