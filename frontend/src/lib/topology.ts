@@ -76,9 +76,21 @@ export function layoutCircle(n: number, width: number, height: number, boxW = 23
   });
 }
 
+// displayNames labels nodes by friendly name, adding the short id where
+// names repeat (several agents on one machine, or two Macs both called
+// "MacBook Pro").
+export function displayNames(st: State): Map<string, string> {
+  const ids = Object.keys(st.nodeIdentities).concat(st.topology.nodes.map((n) => n.nodeId));
+  const base = new Map(ids.map((id) => [id, st.nodeIdentities[id]?.friendlyName || id.slice(0, 8)]));
+  const count = new Map<string, number>();
+  for (const n of base.values()) count.set(n, (count.get(n) ?? 0) + 1);
+  return new Map([...base].map(([id, n]) => [id, (count.get(n) ?? 0) > 1 && n !== id.slice(0, 8) ? `${n} (${id.slice(0, 8)})` : n]));
+}
+
 export function topologyFromState(st: State, masterId: string, width = 800, height = 520): { nodes: TopoNode[]; edges: TopoEdge[] } {
   const ids = st.topology.nodes.map((n) => n.nodeId).sort();
   const pos = layoutCircle(ids.length, width, height);
+  const names = displayNames(st);
   const nodes = ids.map((id, i): TopoNode => {
     const ident = st.nodeIdentities[id];
     const mem = st.nodeMemory[id];
@@ -89,7 +101,7 @@ export function topologyFromState(st: State, masterId: string, width = 800, heig
     const swapAvail = mem?.swapAvailable?.inBytes ?? null;
     return {
       id,
-      name: ident?.friendlyName || id.slice(0, 8),
+      name: names.get(id) ?? id.slice(0, 8),
       chip: ident?.chipId || '',
       master: id === masterId,
       memUsed: total != null && avail != null ? total - avail : null,

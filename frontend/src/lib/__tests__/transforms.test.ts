@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { badge, edgeLabel, edgeTooltip, topologyFromState } from '../topology';
+import { badge, displayNames, edgeLabel, edgeTooltip, topologyFromState } from '../topology';
 import { phasesFromStats } from '../phases';
 import { Viewport, layoutTimeline, visibleRange, type TraceEvent } from '../timeline';
 import type { State, TraceStats } from '../types';
@@ -57,6 +57,17 @@ describe('topologyFromState', () => {
     expect(wifi.bad).toEqual(['loss 2.0 %', 'RTT 7.5 ms', 'slow path']);
     expect(edgeLabel(wifi)).toBe('– MB/s · 7.50 ms');
     expect(badge('ethernet/wifi')).toBe('Ethernet / Wi-Fi');
+  });
+});
+
+describe('displayNames', () => {
+  it('adds the short id only where friendly names repeat', () => {
+    const st = state();
+    st.nodeIdentities['n-c'].friendlyName = 'mac-n-a';
+    const names = displayNames(st);
+    expect(names.get('n-b')).toBe('mac-n-b');
+    expect(names.get('n-a')).toBe('mac-n-a (n-a)');
+    expect(names.get('n-c')).toBe('mac-n-a (n-c)');
   });
 });
 
