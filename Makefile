@@ -26,7 +26,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT)
 
-.PHONY: all build run test deps ui ui-test e2e vet darwin-vet fuzz bench stats-vs-python clean
+.PHONY: all build run test deps ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench stats-vs-python clean
 
 all: build
 
@@ -55,6 +55,19 @@ ui-test:
 e2e: build
 	scripts/deps-e2e.sh
 	cd frontend && node test/e2e.mjs
+
+# desktop builds bin/orrery-desktop (the Wails window and the menu-bar item,
+# with an agent in process); as root on Debian it installs WebKitGTK's dev
+# packages. app assembles bin/Orrery.app, on a Mac only (not verified: no
+# Mac here). desktop-test runs the desktop binary under Xvfb and a private
+# DBus session: the tray menu over DBus, Open Orrery, a screenshot
+# (test-output/desktop/).
+desktop: deps ui
+	scripts/desktop-build.sh
+app: deps ui
+	scripts/desktop-build.sh app
+desktop-test: build desktop
+	scripts/desktop-test.sh
 
 run: build
 	./$(BIN) demo $(ARGS)
