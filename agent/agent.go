@@ -371,7 +371,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	apiSrv := &api.Server{NodeID: id, Version: a.cfg.Version, Store: a.store, Logger: a.log,
 		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser,
 		Inference: inference{a},
-		TraceHome: func() string { return a.node.Status().MasterID }, UI: frontend.Handler()}
+		TraceHome: func() string { return a.node.Status().MasterID }, UI: frontend.Handler(),
+		Metrics: api.NewMetrics(a.store, a.traces)}
 	peerMux := http.NewServeMux()
 	peerMux.HandleFunc("GET /internal/shard", a.serveShard)
 	peerMux.Handle("/", apiSrv.PeerHandler())

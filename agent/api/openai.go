@@ -192,6 +192,38 @@ type orreryExt struct {
 	QueueMs        float64 `json:"queueMs"`
 	DurationMs     float64 `json:"durationMs"`
 	FinishReason   string  `json:"finishReason"`
+	// EnergyJ and AvgPowerW are the energy the request's nodes drew over
+	// its duration (system power, integrated) and its mean; null where a
+	// node's power is not known, never 0.
+	EnergyJ   *float64 `json:"energyJ"`
+	AvgPowerW *float64 `json:"avgPowerW"`
+	DurationS float64  `json:"durationS"`
+}
+
+// requestEnergy integrates the system power of every node of the instance
+// over [start, end]: the energy of the request, and its mean power. Both
+// are nil unless every node's power is known over the window.
+func (s *Server) requestEnergy(instanceID string, start, end time.Time) (j, w *float64) {
+	in, ok := s.Store.State().Instances[instanceID]
+	if !ok || len(in.Ranks) == 0 || !end.After(start) {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	total := 0.0
+	for _, r := range in.Ranks {
+		if seen[r.NodeID] {
+			continue
+		}
+		seen[r.NodeID] = true
+		e, ok := state.Energy(s.Store.Power().Get(r.NodeID), start, end)
+		if !ok {
+			return nil, nil
+		}
+		total += e
+	}
+	avg := total / end.Sub(start).Seconds()
+	total, avg = round3(total), round3(avg)
+	return &total, &avg
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
@@ -246,10 +278,17 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	created := time.Now().Unix()
 	start := time.Now()
 	ext := func(d *runner.Done) orreryExt {
-		return orreryExt{TraceID: traceID, Node: s.NodeID, InstanceID: instanceID,
+		end := time.Now()
+		e := orreryExt{TraceID: traceID, Node: s.NodeID, InstanceID: instanceID,
 			PrefillTokPerS: round3(d.PrefillTokPerSec()), DecodeTokPerS: round3(d.DecodeTokPerSec()),
 			TimeToFirstMs: round3(float64(d.FirstTokenNs) / 1e6), QueueMs: round3(float64(d.QueueNs) / 1e6),
-			DurationMs: round3(float64(time.Since(start).Microseconds()) / 1e3), FinishReason: d.FinishReason}
+			DurationMs: round3(float64(end.Sub(start).Microseconds()) / 1e3), FinishReason: d.FinishReason,
+			DurationS: round3(end.Sub(start).Seconds())}
+		e.EnergyJ, e.AvgPowerW = s.requestEnergy(instanceID, start, end)
+		if s.Metrics != nil {
+			s.Metrics.ObserveRequest(end.Sub(start), d.PrefillTokPerSec(), d.DecodeTokPerSec())
+		}
+		return e
 	}
 	use := func(d *runner.Done) usage {
 		return usage{PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, TotalTokens: d.PromptTokens + d.CompletionTokens}

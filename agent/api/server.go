@@ -51,6 +51,8 @@ type Server struct {
 	TraceHome func() string
 	// UI, when set, serves the web UI under /ui/ ("/" redirects there).
 	UI http.Handler
+	// Metrics, when set, serves GET /metrics and records served requests.
+	Metrics *Metrics
 	// AllowAnyHost turns off the Host check; set it only when the API is
 	// deliberately bound to a non-loopback address.
 	AllowAnyHost bool
@@ -89,6 +91,9 @@ func (s *Server) Handler() http.Handler {
 	route("/state/discovery", s.discovery)
 	route("/cluster", s.cluster)
 	route("/cluster/hash/{idx}", s.clusterHash)
+	if s.Metrics != nil {
+		mux.Handle("/metrics", onlyGET(s.Metrics.Handler().ServeHTTP))
+	}
 	mux.Handle("/v1/cluster/ring-bench", onlyPOST(s.ringBench))
 	mux.Handle("/v1/traces", onlyGET(s.atTraceHome(s.traceList)))
 	mux.Handle("/v1/traces/{id}", allow(s.atTraceHome(s.traceItem), http.MethodGet, http.MethodHead, http.MethodDelete))

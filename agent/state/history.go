@@ -71,3 +71,130 @@ func (h *MemoryHistory) Get(node string) ([]MemorySample, bool) {
 	}
 	return append([]MemorySample(nil), s...), true
 }
+
+// PowerSample is one power reading of a node: nil where the OS gives none.
+type PowerSample struct {
+	T time.Time
+	W *float64
+}
+
+// PowerHistory keeps, per node, the system power samples of the last
+// window, for energy per request and per benchmark run. Fed from applied
+// NodeSystemMeasured events; same limits as MemoryHistory. Safe for
+// concurrent use.
+type PowerHistory struct {
+	window time.Duration
+
+	mu    sync.Mutex // guards nodes
+	nodes map[string][]PowerSample
+}
+
+// NewPowerHistory keeps samples no older than window before the newest one.
+func NewPowerHistory(window time.Duration) *PowerHistory {
+	if window <= 0 {
+		window = DefaultHistoryWindow
+	}
+	return &PowerHistory{window: window, nodes: map[string][]PowerSample{}}
+}
+
+// Add records one sample of node.
+func (h *PowerHistory) Add(node string, s NodeSystem) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ss, ok := h.nodes[node]
+	if !ok && len(h.nodes) >= maxHistoryNodes {
+		return
+	}
+	ss = append(ss, PowerSample{T: s.SampledAt, W: s.SysPower})
+	cut := 0
+	oldest := s.SampledAt.Add(-h.window)
+	for cut < len(ss) && ss[cut].T.Before(oldest) {
+		cut++
+	}
+	if over := len(ss) - cut - maxHistorySamples; over > 0 {
+		cut += over
+	}
+	h.nodes[node] = ss[cut:]
+}
+
+// Get returns a copy of node's samples, oldest first.
+func (h *PowerHistory) Get(node string) []PowerSample {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]PowerSample(nil), h.nodes[node]...)
+}
+
+// Energy integrates power over [t0, t1] with the trapezoid rule. The power
+// at t0 and t1 is interpolated between the samples around them; past the
+// last sample (a request that just ended, before the next reading) the last
+// value holds. ok is false when there is no sample at or before t1, or a
+// sample the window needs has no value: unknown energy is never 0.
+func Energy(samples []PowerSample, t0, t1 time.Time) (joules float64, ok bool) {
+	if !t1.After(t0) {
+		return 0, false
+	}
+	// at returns the power at t, interpolated or held.
+	at := func(t time.Time) (float64, bool) {
+		i := 0
+		for i < len(samples) && !samples[i].T.After(t) {
+			i++
+		}
+		// samples[i-1].T <= t < samples[i].T
+		switch {
+		case i == 0:
+			return 0, false // no reading yet at t
+		case i == len(samples):
+			p := samples[i-1]
+			if p.W == nil {
+				return 0, false
+			}
+			return *p.W, true
+		}
+		a, b := samples[i-1], samples[i]
+		if a.W == nil || b.W == nil {
+			return 0, false
+		}
+		f := float64(t.Sub(a.T)) / float64(b.T.Sub(a.T))
+		return *a.W + f*(*b.W-*a.W), true
+	}
+	pts := []struct {
+		t time.Time
+		w float64
+	}{}
+	w0, ok0 := at(t0)
+	if !ok0 {
+		// The first reading may come just after t0 (a node that just
+		// started): hold it backwards only if it is close.
+		if len(samples) == 0 || samples[0].W == nil || samples[0].T.After(t1) || samples[0].T.Sub(t0) > 2*time.Second {
+			return 0, false
+		}
+		w0 = *samples[0].W
+	}
+	pts = append(pts, struct {
+		t time.Time
+		w float64
+	}{t0, w0})
+	for _, s := range samples {
+		if s.T.After(t0) && s.T.Before(t1) {
+			if s.W == nil {
+				return 0, false
+			}
+			pts = append(pts, struct {
+				t time.Time
+				w float64
+			}{s.T, *s.W})
+		}
+	}
+	w1, ok1 := at(t1)
+	if !ok1 {
+		return 0, false
+	}
+	pts = append(pts, struct {
+		t time.Time
+		w float64
+	}{t1, w1})
+	for i := 1; i < len(pts); i++ {
+		joules += (pts[i].w + pts[i-1].w) / 2 * pts[i].t.Sub(pts[i-1].t).Seconds()
+	}
+	return joules, true
+}

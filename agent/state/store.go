@@ -14,6 +14,7 @@ import (
 type Store struct {
 	log     *Log
 	history *MemoryHistory
+	power   *PowerHistory
 	cur     atomic.Pointer[State]
 
 	mu sync.Mutex // serialises Apply so log and state advance together
@@ -21,7 +22,7 @@ type Store struct {
 
 // NewStore returns a store at the empty state.
 func NewStore(log *Log, history *MemoryHistory) *Store {
-	st := &Store{log: log, history: history}
+	st := &Store{log: log, history: history, power: NewPowerHistory(DefaultHistoryWindow)}
 	s := New()
 	st.cur.Store(&s)
 	return st
@@ -36,6 +37,9 @@ func (st *Store) Log() *Log { return st.log }
 // History returns the memory history.
 func (st *Store) History() *MemoryHistory { return st.history }
 
+// Power returns the power history.
+func (st *Store) Power() *PowerHistory { return st.power }
+
 // Apply folds the next indexed event into the state and appends it to the
 // log. An out-of-order event is refused and changes nothing.
 func (st *Store) Apply(ie Indexed) error {
@@ -49,8 +53,11 @@ func (st *Store) Apply(ie Indexed) error {
 		return fmt.Errorf("store: %w", err)
 	}
 	st.cur.Store(&next)
-	if m, ok := ie.Event.(NodeMemoryMeasured); ok {
+	switch m := ie.Event.(type) {
+	case NodeMemoryMeasured:
 		st.history.Add(m.NodeID, m.Memory)
+	case NodeSystemMeasured:
+		st.power.Add(m.NodeID, m.System)
 	}
 	return nil
 }

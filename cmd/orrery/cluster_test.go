@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
 )
@@ -317,6 +320,64 @@ func TestClusterProcesses(t *testing.T) {
 	}
 	if code, _, _ := worker.get("/no-such-endpoint"); code != 404 {
 		t.Errorf("GET /no-such-endpoint: %d, want 404", code)
+	}
+
+	// /metrics, parsed as Prometheus does: memory series for every node,
+	// link series for every link of every node (all nodes export the
+	// cluster, from the replicated state), the trace store.
+	code, body, err := worker.get("/metrics")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /metrics: %d %v", code, err)
+	}
+	var tp expfmt.TextParser
+	fams, err := tp.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v\n%.500s", err, body)
+	}
+	series := func(name, label string) map[string]float64 {
+		out := map[string]float64{}
+		if f := fams[name]; f != nil {
+			for _, m := range f.Metric {
+				key := ""
+				for _, l := range m.Label {
+					if l.GetName() == label {
+						key = l.GetValue()
+					}
+				}
+				out[key] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	var idents map[string]any
+	worker.mustGet(t, "/state/nodeIdentities", &idents)
+	mem := series("orrery_node_memory_total_bytes", "node")
+	links := map[string]int{}
+	if f := fams["orrery_link_rtt_seconds"]; f != nil {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "source" {
+					links[l.GetValue()]++
+				}
+			}
+			if m.GetGauge().GetValue() <= 0 {
+				t.Errorf("link RTT series %v is %v", m.Label, m.GetGauge().GetValue())
+			}
+		}
+	}
+	if len(idents) != 3 {
+		t.Errorf("want 3 node identities, have %d", len(idents))
+	}
+	for id := range idents {
+		if mem[id] <= 0 {
+			t.Errorf("/metrics has no memory series for node %s: %v", id, mem)
+		}
+		if links[id] != 2 {
+			t.Errorf("/metrics has %d link RTT series from node %s, want 2", links[id], id)
+		}
+	}
+	if len(series("orrery_link_send_bytes_per_second", "source")) == 0 || fams["orrery_trace_store_bytes"] == nil {
+		t.Errorf("/metrics lacks link MB/s or trace store series: %v", slices.Collect(maps.Keys(fams)))
 	}
 
 	// --no-trace runs leave no trace; --repeat prints median times.

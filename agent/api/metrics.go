@@ -1,0 +1,160 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+)
+
+// Metrics is the node's Prometheus registry: gauges read from the
+// replicated state at scrape time (so every node exports the whole
+// cluster's nodes and links, labelled by node id), and histograms of the
+// requests this node served. One per Server; nothing is global.
+type Metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.HistogramVec
+	prefill  prometheus.Histogram
+	decode   prometheus.Histogram
+}
+
+// NewMetrics registers the collectors over store and traces (nil: no
+// trace series).
+func NewMetrics(store *state.Store, traces TraceStore) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "orrery_request_duration_seconds", Help: "Chat completions served by this node, by duration.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12),
+		}, nil),
+		prefill: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "orrery_prefill_tokens_per_second", Help: "Prompt processing speed of the requests this node served.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+		}),
+		decode: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "orrery_decode_tokens_per_second", Help: "Generation speed of the requests this node served.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+	}
+	m.reg.MustRegister(m.requests, m.prefill, m.decode, stateCollector{store: store, traces: traces},
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveRequest records one served completion; speeds of 0 (no prompt,
+// no decode steps) are left out.
+func (m *Metrics) ObserveRequest(d time.Duration, prefillTokPerS, decodeTokPerS float64) {
+	m.requests.WithLabelValues().Observe(d.Seconds())
+	if prefillTokPerS > 0 {
+		m.prefill.Observe(prefillTokPerS)
+	}
+	if decodeTokPerS > 0 {
+		m.decode.Observe(decodeTokPerS)
+	}
+}
+
+// Handler serves the text exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+var (
+	nodeLabels  = []string{"node", "name"}
+	descMemTot  = prometheus.NewDesc("orrery_node_memory_total_bytes", "RAM of the node.", nodeLabels, nil)
+	descMemAv   = prometheus.NewDesc("orrery_node_memory_available_bytes", "RAM available on the node.", nodeLabels, nil)
+	descSwapTot = prometheus.NewDesc("orrery_node_swap_total_bytes", "Swap of the node.", nodeLabels, nil)
+	descSwapAv  = prometheus.NewDesc("orrery_node_swap_available_bytes", "Swap free on the node.", nodeLabels, nil)
+	descCPU     = prometheus.NewDesc("orrery_node_cpu_usage_ratio", "CPU usage, 0..1.", nodeLabels, nil)
+	descGPU     = prometheus.NewDesc("orrery_node_gpu_usage_ratio", "GPU usage, 0..1 (absent where not measured).", nodeLabels, nil)
+	descTemp    = prometheus.NewDesc("orrery_node_temperature_celsius", "Temperature (absent where not measured).", nodeLabels, nil)
+	descPower   = prometheus.NewDesc("orrery_node_power_watts", "System power (absent where not measured).", nodeLabels, nil)
+
+	linkLabels  = []string{"source", "sink", "interface", "type"}
+	descRTT     = prometheus.NewDesc("orrery_link_rtt_seconds", "Round-trip time of the link (EWMA).", linkLabels, nil)
+	descJitter  = prometheus.NewDesc("orrery_link_jitter_seconds", "RTT jitter of the link.", linkLabels, nil)
+	descLoss    = prometheus.NewDesc("orrery_link_loss_ratio", "Probe loss over the last probes, 0..1.", linkLabels, nil)
+	descLinkMB  = prometheus.NewDesc("orrery_link_send_bytes_per_second", "Orrery's own traffic to the peer.", linkLabels, nil)
+	descIfaceMB = prometheus.NewDesc("orrery_link_interface_send_bytes_per_second", "The source interface's send rate (all traffic).", linkLabels, nil)
+	descCap     = prometheus.NewDesc("orrery_link_capacity_bits_per_second", "Link capacity (label source: os or estimated).",
+		append(append([]string{}, linkLabels...), "source_kind"), nil)
+
+	descRunner  = prometheus.NewDesc("orrery_runner_state", "1 for each runner in its current state.", []string{"runner", "instance", "node", "rank", "state"}, nil)
+	descTraces  = prometheus.NewDesc("orrery_traces", "Traces in this node's store.", nil, nil)
+	descTraceSz = prometheus.NewDesc("orrery_trace_store_bytes", "Bytes of trace files in this node's store.", nil, nil)
+)
+
+// stateCollector turns the current state into gauges at scrape time.
+type stateCollector struct {
+	store  *state.Store
+	traces TraceStore
+}
+
+func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descMemTot, descMemAv, descSwapTot, descSwapAv, descCPU, descGPU, descTemp, descPower,
+		descRTT, descJitter, descLoss, descLinkMB, descIfaceMB, descCap, descRunner, descTraces, descTraceSz} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.store.State()
+	name := func(id string) string { return st.NodeIdentities[id].FriendlyName }
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	bytes := func(d *prometheus.Desc, m *state.Memory, id string) {
+		if m != nil {
+			gauge(d, float64(m.InBytes), id, name(id))
+		}
+	}
+	// Unknown values are left out: a missing series, never a 0.
+	opt := func(d *prometheus.Desc, v *float64, labels ...string) {
+		if v != nil {
+			gauge(d, *v, labels...)
+		}
+	}
+	for id, m := range st.NodeMemory {
+		bytes(descMemTot, m.RAMTotal, id)
+		bytes(descMemAv, m.RAMAvailable, id)
+		bytes(descSwapTot, m.SwapTotal, id)
+		bytes(descSwapAv, m.SwapAvailable, id)
+	}
+	for id, s := range st.NodeSystem {
+		opt(descCPU, s.CPUUsage, id, name(id))
+		opt(descGPU, s.GPUUsage, id, name(id))
+		opt(descTemp, s.Temp, id, name(id))
+		opt(descPower, s.SysPower, id, name(id))
+	}
+	for src, nl := range st.NodeLinkTelemetry {
+		for _, l := range nl.Links {
+			lv := []string{src, l.Peer, l.SourceInterface, l.ConnectionType}
+			gauge(descRTT, l.RTTEwmaMs/1e3, lv...)
+			gauge(descJitter, l.JitterMs/1e3, lv...)
+			gauge(descLoss, l.LossPct/100, lv...)
+			if l.PeerSendMBps != nil {
+				gauge(descLinkMB, *l.PeerSendMBps*1e6, lv...)
+			}
+			if l.InterfaceSendMBps != nil {
+				gauge(descIfaceMB, *l.InterfaceSendMBps*1e6, lv...)
+			}
+			if l.CapacityMbps != nil {
+				gauge(descCap, *l.CapacityMbps*1e6, append(lv, l.CapacitySource)...)
+			}
+		}
+	}
+	for _, r := range st.Runners {
+		gauge(descRunner, 1, r.RunnerID, r.InstanceID, r.NodeID, strconv.Itoa(r.Rank), r.Status)
+	}
+	if c.traces != nil {
+		gauge(descTraces, float64(len(c.traces.List())))
+		var total int64
+		for _, m := range c.traces.List() {
+			total += m.FileSize
+		}
+		gauge(descTraceSz, float64(total))
+	}
+}
