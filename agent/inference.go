@@ -222,6 +222,12 @@ func (a *Agent) layout(modelID string) (model.Entry, placement.Layout, error) {
 	if !ok {
 		return e, placement.Layout{}, fmt.Errorf("%w: %q is not on node %s (see orrery models ls)", api.ErrModelNotFound, modelID, a.identity.NodeID)
 	}
+	// Found by a fresh scan (a file added since the last models sample):
+	// tell the cluster now rather than at the next sample, so that other
+	// nodes can preview and route it.
+	if !slices.ContainsFunc(a.store.State().NodeModels[a.identity.NodeID].Models, func(m state.ModelInfo) bool { return m.ID == modelID }) {
+		a.publishModels()
+	}
 	if e.Error != "" {
 		return e, placement.Layout{}, fmt.Errorf("%w: %s cannot run here: %s", api.ErrModelNotFound, modelID, e.Error)
 	}

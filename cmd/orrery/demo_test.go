@@ -338,6 +338,93 @@ func TestDemoProcess(t *testing.T) {
 		}
 	}
 
+	// orrery bench against the demo cluster: two placements, every run with
+	// speeds, its trace listed by the API, and a cluster snapshot with link
+	// telemetry.
+	jsonOut := filepath.Join(t.TempDir(), "bench.json")
+	cmd := exec.Command(bin, "bench", "--api", rows[0].url, "--model", "orrery-demo-small", "--placements", "1,2",
+		"--pp", "16", "--tg", "8", "--warmup", "0", "--repeat", "2", "--metrics-interval", "200ms", "--json-out", jsonOut)
+	benchOut, err := cmd.CombinedOutput()
+	if err != nil {
+		_, models, _ := (&agentProc{addr: strings.TrimPrefix(rows[0].url, "http://")}).get("/state/nodeModels")
+		t.Fatalf("orrery bench: %v\n%s\nnodeModels: %s", err, benchOut, models)
+	}
+	if !regexp.MustCompile(`(?m)^\s+placement\s+pp\s+tg\s+conc\s+prompt tok/s`).Match(benchOut) || !strings.Contains(string(benchOut), "4/4") {
+		t.Errorf("bench output lacks the progress or the table:\n%s", benchOut)
+	}
+	raw, err := os.ReadFile(jsonOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Runs []struct {
+			Nodes      []string                            `json:"nodes"`
+			PromptTPS  float64                             `json:"prompt_tps"`
+			GenTPS     float64                             `json:"gen_tps"`
+			TTFTMs     float64                             `json:"ttft_ms"`
+			GenTokens  int                                 `json:"gen_tokens"`
+			PromptToks int                                 `json:"prompt_tokens"`
+			TraceID    string                              `json:"trace_id"`
+			EnergyJ    *float64                            `json:"energy_j"`
+			PeakMemory map[string]struct{ InBytes uint64 } `json:"peak_memory"`
+		} `json:"runs"`
+		Cluster struct {
+			Topology struct {
+				Connections []struct {
+					RTTMs float64 `json:"rttMs"`
+				} `json:"connections"`
+			} `json:"topology"`
+			NodeLinkTelemetry map[string]struct {
+				Links []struct {
+					Peer  string  `json:"peer"`
+					RTTMs float64 `json:"rttMs"`
+				} `json:"links"`
+			} `json:"nodeLinkTelemetry"`
+			NodeIdentities map[string]any `json:"nodeIdentities"`
+		} `json:"cluster"`
+		SystemMetrics map[string]map[string]struct {
+			Samples int `json:"samples"`
+		} `json:"system_metrics"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatalf("bench JSON: %v\n%s", err, raw)
+	}
+	if len(res.Runs) != 4 {
+		t.Fatalf("%d runs, want 2 placements × 2 repeats:\n%s", len(res.Runs), raw)
+	}
+	for i, r := range res.Runs {
+		if wantNodes := 1 + i/2; len(r.Nodes) != wantNodes {
+			t.Errorf("run %d on %d nodes, want %d", i, len(r.Nodes), wantNodes)
+		}
+		if r.PromptTPS <= 0 || r.GenTPS <= 0 || r.TTFTMs <= 0 || r.GenTokens != 8 || r.PromptToks < 12 || r.PromptToks > 20 {
+			t.Errorf("run %d: %+v", i, r)
+		}
+		if r.EnergyJ != nil && *r.EnergyJ <= 0 {
+			t.Errorf("run %d: energy %v: unknown must be null, never 0", i, *r.EnergyJ)
+		}
+		if len(r.PeakMemory) != len(r.Nodes) {
+			t.Errorf("run %d: peak memory for %d nodes, want %d", i, len(r.PeakMemory), len(r.Nodes))
+		}
+		if code, b, _ := (&agentProc{addr: strings.TrimPrefix(rows[0].url, "http://")}).get("/v1/traces/" + r.TraceID); r.TraceID == "" || code != 200 {
+			// The trace may still be merging: wait for it.
+			poll(t, m, 15*time.Second, "bench trace "+r.TraceID, func() (bool, string) {
+				code, b, _ = m.get("/v1/traces/" + r.TraceID)
+				return r.TraceID != "" && code == 200, string(b)
+			})
+		}
+	}
+	if len(res.Cluster.NodeIdentities) != 3 || len(res.Cluster.Topology.Connections) != 6 || len(res.Cluster.NodeLinkTelemetry) != 3 {
+		t.Errorf("cluster snapshot: %d identities, %d connections, %d nodes' links", len(res.Cluster.NodeIdentities), len(res.Cluster.Topology.Connections), len(res.Cluster.NodeLinkTelemetry))
+	}
+	for id, nl := range res.Cluster.NodeLinkTelemetry {
+		if len(nl.Links) != 2 || nl.Links[0].RTTMs <= 0 {
+			t.Errorf("node %s links in the snapshot: %+v", id, nl.Links)
+		}
+	}
+	if len(res.SystemMetrics) != 3 {
+		t.Errorf("system metrics for %d nodes, want 3: %+v", len(res.SystemMetrics), res.SystemMetrics)
+	}
+
 	d.stop(t, os.Interrupt)
 	for _, r := range rows {
 		addr := strings.TrimPrefix(r.url, "http://")

@@ -28,6 +28,7 @@ Usage:
   orrery demo [flags]         start a cluster of agents on this machine and print their API URLs
   orrery doctor [--api URL]   ask a running agent about its cluster and discovery problems
   orrery ring-bench [flags]   time a payload around the cluster, hop by hop
+  orrery bench --model M      benchmark a running cluster: tok/s, TTFT, memory, energy per placement
   orrery trace SUB [flags]    the agent's traces: ls, stats ID, export ID -o FILE, open ID (Perfetto)
   orrery models ls [flags]    list the GGUF models on this machine
   orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
@@ -38,7 +39,7 @@ Usage:
   orrery key fingerprint      print the key's public fingerprint
   orrery version              print the version
 
-Run "orrery agent -h" (or demo -h, doctor -h, ring-bench -h) for a command's flags.
+Run "orrery agent -h" (or demo -h, doctor -h, ring-bench -h, bench -h) for a command's flags.
 `
 
 func main() {
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runDoctor(args[1:], stdout, stderr)
 	case "ring-bench":
 		return runRingBench(context.Background(), args[1:], stdout, stderr)
+	case "bench":
+		return runBench(context.Background(), args[1:], stdout, stderr)
 	case "trace":
 		return runTrace(context.Background(), args[1:], stdout, stderr)
 	case "models":
