@@ -66,8 +66,8 @@ func TestBenchSampler(t *testing.T) {
 	at := func(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
 	w := func(x float64) *float64 { return &x }
 	s.mem["a"] = []memPoint{{at(0), 100}, {at(1), 500}, {at(2), 300}, {at(5), 900}}
-	s.power["a"] = []state.PowerSample{{at(0), w(10)}, {at(2), w(10)}}
-	s.power["b"] = []state.PowerSample{{at(0), nil}}
+	s.power["a"] = []state.PowerSample{{T: at(0), W: w(10)}, {T: at(2), W: w(10)}}
+	s.power["b"] = []state.PowerSample{{T: at(0), W: nil}}
 	// [1.5, 1.8]: no sample inside; bracketed by 500 before and 300 after.
 	if got := s.peakMemory([]string{"a", "b"}, at(1.5), at(1.8)); len(got) != 1 || got["a"].InBytes != 500 {
 		t.Errorf("peak memory %v", got)
