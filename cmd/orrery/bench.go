@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -606,57 +605,18 @@ func benchRequest(ctx context.Context, c benchClient, model, prompt string, tg i
 		res.Err = fmt.Errorf("chat: %s %s", resp.Status, strings.TrimSpace(string(b)))
 		return res
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	done := false
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			done = true
-			break
-		}
-		var ch struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-			Usage *struct {
-				PromptTokens     int `json:"prompt_tokens"`
-				CompletionTokens int `json:"completion_tokens"`
-			} `json:"usage"`
-			Orrery *struct {
-				PrefillTokPerSec float64 `json:"prefillTokPerSec"`
-				DecodeTokPerSec  float64 `json:"decodeTokPerSec"`
-			} `json:"orrery"`
-			Error *struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(data), &ch); err != nil {
-			res.Err = fmt.Errorf("chat stream: %w", err)
-			return res
-		}
-		if ch.Error != nil {
-			res.Err = fmt.Errorf("chat stream: %s", ch.Error.Message)
-			return res
-		}
-		if res.TTFT == 0 && len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+	err = readChatStream(resp.Body, func(c chatChunk) {
+		if res.TTFT == 0 && c.Content() != "" {
 			res.TTFT = time.Since(start)
 		}
-		if ch.Usage != nil {
-			res.PromptTokens, res.GenTokens = ch.Usage.PromptTokens, ch.Usage.CompletionTokens
+		if c.Usage != nil {
+			res.PromptTokens, res.GenTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
 		}
-		if ch.Orrery != nil {
-			res.PrefillTPS, res.DecodeTPS = ch.Orrery.PrefillTokPerSec, ch.Orrery.DecodeTokPerSec
+		if c.Orrery != nil {
+			res.PrefillTPS, res.DecodeTPS = c.Orrery.PrefillTokPerSec, c.Orrery.DecodeTokPerSec
 		}
-	}
-	if !done && res.Err == nil {
-		res.Err = errors.New("chat stream ended without [DONE]")
-	}
+	})
+	res.Err = err
 	return res
 }
 

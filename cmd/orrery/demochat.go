@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,55 +158,23 @@ func demoStream(ctx context.Context, url string, stdout io.Writer) (string, erro
 	}
 	traceID := resp.Header.Get("X-Orrery-Trace-Id")
 	var first time.Duration
-	var fin struct {
-		Usage struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
-		} `json:"usage"`
-		Orrery struct {
-			PrefillTokPerSec   float64 `json:"prefillTokPerSec"`
-			DecodeTokPerSec    float64 `json:"decodeTokPerSec"`
-			TimeToFirstTokenMs float64 `json:"timeToFirstTokenMs"`
-		} `json:"orrery"`
-	}
-	done := false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			done = true
-			break
-		}
-		var c struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-			Error *struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal([]byte(data), &c); err != nil {
-			return traceID, fmt.Errorf("chat stream: %w", err)
-		}
-		if c.Error != nil {
-			return traceID, fmt.Errorf("chat stream: %s", c.Error.Message)
-		}
-		if len(c.Choices) > 0 && c.Choices[0].Delta.Content != "" {
+	var fin chatChunk // the last chunk has usage and timings
+	err = readChatStream(resp.Body, func(c chatChunk) {
+		if text := c.Content(); text != "" {
 			if first == 0 {
 				first = time.Since(start)
 			}
-			fmt.Fprint(stdout, printable(c.Choices[0].Delta.Content))
+			fmt.Fprint(stdout, printable(text))
 		}
-		json.Unmarshal([]byte(data), &fin) // the last chunk has usage and timings
+		if c.Usage != nil && c.Orrery != nil {
+			fin = c
+		}
+	})
+	if err != nil {
+		return traceID, err
 	}
-	if !done {
-		return traceID, errors.New("chat stream ended without [DONE]")
+	if fin.Usage == nil {
+		return traceID, errors.New("chat stream: no usage in the last chunk")
 	}
 	total := time.Since(start)
 	fmt.Fprintf(stdout, "\n\n%d tokens in %.2f s (%.1f tok/s end to end); prompt %d tokens at %.0f tok/s, decode %.1f tok/s, first token after %.0f ms\n",

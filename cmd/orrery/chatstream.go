@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// chatChunk is what the CLI reads of one chat-completion stream chunk: the
+// text delta, and on the last chunk usage and Orrery's timings.
+type chatChunk struct {
+	Choices []struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+	Orrery *struct {
+		PrefillTokPerSec   float64 `json:"prefillTokPerSec"`
+		DecodeTokPerSec    float64 `json:"decodeTokPerSec"`
+		TimeToFirstTokenMs float64 `json:"timeToFirstTokenMs"`
+	} `json:"orrery"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// Content is the chunk's text delta ("" when none).
+func (c chatChunk) Content() string {
+	if len(c.Choices) == 0 {
+		return ""
+	}
+	return c.Choices[0].Delta.Content
+}
+
+// readChatStream reads an SSE chat-completion stream until [DONE], calling
+// onChunk with each chunk. An error event, an undecodable chunk or a stream
+// that ends without [DONE] is an error.
+func readChatStream(r io.Reader, onChunk func(chatChunk)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			return nil
+		}
+		var c chatChunk
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			return fmt.Errorf("chat stream: %w", err)
+		}
+		if c.Error != nil {
+			return fmt.Errorf("chat stream: %s", c.Error.Message)
+		}
+		onChunk(c)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("chat stream: %w", err)
+	}
+	return errors.New("chat stream ended without [DONE]")
+}
