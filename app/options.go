@@ -53,16 +53,7 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "listen address of the agent's local HTTP API (keep it on loopback)")
-	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node id, models and traces")
-	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "listen address for peer links; port 0 picks one")
-	fs.Func("peer", "a static peer's host:port, for VPNs and VLANs mDNS does not reach (repeatable)", func(v string) error {
-		cfg.Peers = append(cfg.Peers, v)
-		return nil
-	})
-	fs.BoolVar(&cfg.MDNS, "mdns", cfg.MDNS, "advertise and browse _orrery._tcp with mDNS")
-	loopback := fs.Bool("loopback", false, "find other agents on this machine without multicast (records in the loopback dir)")
-	fs.StringVar(&cfg.LoopbackDir, "loopback-dir", "", "directory for loopback discovery records (implies --loopback; default $TMPDIR/orrery-loopback-$UID)")
+	finishAgentFlags := cfg.RegisterFlags(fs)
 	fs.StringVar(&o.RunnerExe, "runner-exe", "", "the orrery binary model runners are started with (default: beside this executable, else on PATH)")
 	fs.BoolVar(&o.NoAgent, "no-agent", false, "start no agent: attach to the one at --api")
 	fs.StringVar(&o.API, "api", "", "with --no-agent: the running agent's API URL, e.g. http://127.0.0.1:52416")
@@ -84,9 +75,7 @@ Flags:
 	if err := o.LogLevel.UnmarshalText([]byte(strings.ToLower(*level))); err != nil {
 		return fail("--log-level %q: want debug, info, warn or error", *level)
 	}
-	if *loopback && cfg.LoopbackDir == "" {
-		cfg.LoopbackDir = filepath.Join(os.TempDir(), fmt.Sprintf("orrery-loopback-%d", os.Getuid()))
-	}
+	finishAgentFlags()
 	switch {
 	case o.NoAgent && o.API == "":
 		return fail("--no-agent needs --api URL")

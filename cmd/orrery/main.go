@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -91,20 +90,11 @@ func runAgent(args []string, stderr io.Writer) int {
 	cfg.Version = version
 	fs := flag.NewFlagSet("orrery agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.APIAddr, "api-addr", cfg.APIAddr, "listen address of the local HTTP API (keep it on loopback: the API is not authenticated)")
-	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node id, models and traces")
+	finishAgentFlags := cfg.RegisterFlags(fs)
 	fs.DurationVar(&cfg.MemoryInterval, "memory-interval", cfg.MemoryInterval, "memory sampling period")
 	fs.DurationVar(&cfg.SystemInterval, "system-interval", cfg.SystemInterval, "CPU/GPU/temperature/power sampling period")
 	fs.DurationVar(&cfg.DiskInterval, "disk-interval", cfg.DiskInterval, "disk sampling period (models directory)")
 	fs.DurationVar(&cfg.NetworkInterval, "network-interval", cfg.NetworkInterval, "network interface sampling period")
-	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "listen address for peer links (TLS 1.3, authenticated by the cluster key); port 0 picks one")
-	fs.Func("peer", "a static peer's host:port, for VPNs and VLANs mDNS does not reach (repeatable)", func(v string) error {
-		cfg.Peers = append(cfg.Peers, v)
-		return nil
-	})
-	fs.BoolVar(&cfg.MDNS, "mdns", cfg.MDNS, "advertise and browse _orrery._tcp with mDNS")
-	loopback := fs.Bool("loopback", false, "find other agents on this machine without multicast (records in the loopback dir)")
-	fs.StringVar(&cfg.LoopbackDir, "loopback-dir", "", "directory for loopback discovery records (implies --loopback; default $TMPDIR/orrery-loopback-$UID)")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "heartbeat and link-probe period")
 	fs.DurationVar(&cfg.FailAfter, "fail-after", cfg.FailAfter, "silence after which a peer is marked gone")
 	fs.DurationVar(&cfg.TraceMergeTimeout, "trace-merge-timeout", cfg.TraceMergeTimeout, "how long the master waits for a traced task's ranks before saving a partial trace")
@@ -114,9 +104,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
-	if *loopback && cfg.LoopbackDir == "" {
-		cfg.LoopbackDir = filepath.Join(os.TempDir(), fmt.Sprintf("orrery-loopback-%d", os.Getuid()))
-	}
+	finishAgentFlags()
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(strings.ToLower(*level))); err != nil {
 		fmt.Fprintf(stderr, "orrery agent: --log-level %q: want debug, info, warn or error\n", *level)

@@ -1,0 +1,29 @@
+package agent
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// RegisterFlags adds the flags every program that runs an agent shares
+// (orrery agent, the desktop app) to fs, bound to c. Call the returned
+// function after fs.Parse: it applies --loopback's default directory.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) (finish func()) {
+	fs.StringVar(&c.APIAddr, "api-addr", c.APIAddr, "listen address of the local HTTP API (keep it on loopback: the API is not authenticated)")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the node id, models and traces")
+	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "listen address for peer links (TLS 1.3, authenticated by the cluster key); port 0 picks one")
+	fs.Func("peer", "a static peer's host:port, for VPNs and VLANs mDNS does not reach (repeatable)", func(v string) error {
+		c.Peers = append(c.Peers, v)
+		return nil
+	})
+	fs.BoolVar(&c.MDNS, "mdns", c.MDNS, "advertise and browse _orrery._tcp with mDNS")
+	loopback := fs.Bool("loopback", false, "find other agents on this machine without multicast (records in the loopback dir)")
+	fs.StringVar(&c.LoopbackDir, "loopback-dir", "", "directory for loopback discovery records (implies --loopback; default $TMPDIR/orrery-loopback-$UID)")
+	return func() {
+		if *loopback && c.LoopbackDir == "" {
+			c.LoopbackDir = filepath.Join(os.TempDir(), fmt.Sprintf("orrery-loopback-%d", os.Getuid()))
+		}
+	}
+}
