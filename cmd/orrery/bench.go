@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
 
 // orrery bench measures a running cluster through its API: for each
@@ -605,7 +606,7 @@ func benchRequest(ctx context.Context, c benchClient, model, prompt string, tg i
 		res.Err = fmt.Errorf("chat: %s %s", resp.Status, strings.TrimSpace(string(b)))
 		return res
 	}
-	err = readChatStream(resp.Body, func(c chatChunk) {
+	err = chatstream.Read(resp.Body, func(c chatstream.Chunk) {
 		if res.TTFT == 0 && c.Content() != "" {
 			res.TTFT = time.Since(start)
 		}

@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
 
 // demoModel is the generated model the demo serves.
@@ -158,8 +159,8 @@ func demoStream(ctx context.Context, url string, stdout io.Writer) (string, erro
 	}
 	traceID := resp.Header.Get("X-Orrery-Trace-Id")
 	var first time.Duration
-	var fin chatChunk // the last chunk has usage and timings
-	err = readChatStream(resp.Body, func(c chatChunk) {
+	var fin chatstream.Chunk // the last chunk has usage and timings
+	err = chatstream.Read(resp.Body, func(c chatstream.Chunk) {
 		if text := c.Content(); text != "" {
 			if first == 0 {
 				first = time.Since(start)

@@ -1,4 +1,6 @@
-package main
+// Package chatstream reads OpenAI chat-completion SSE streams as Orrery
+// serves them (text deltas, then usage and the orrery timings).
+package chatstream
 
 import (
 	"bufio"
@@ -9,9 +11,9 @@ import (
 	"strings"
 )
 
-// chatChunk is what the CLI reads of one chat-completion stream chunk: the
+// Chunk is what the CLI reads of one chat-completion stream chunk: the
 // text delta, and on the last chunk usage and Orrery's timings.
-type chatChunk struct {
+type Chunk struct {
 	Choices []struct {
 		Delta struct {
 			Content string `json:"content"`
@@ -31,20 +33,23 @@ type chatChunk struct {
 	} `json:"error"`
 }
 
+// MaxLine bounds one line of the stream.
+const MaxLine = 1 << 20
+
 // Content is the chunk's text delta ("" when none).
-func (c chatChunk) Content() string {
+func (c Chunk) Content() string {
 	if len(c.Choices) == 0 {
 		return ""
 	}
 	return c.Choices[0].Delta.Content
 }
 
-// readChatStream reads an SSE chat-completion stream until [DONE], calling
+// Read reads an SSE chat-completion stream until [DONE], calling
 // onChunk with each chunk. An error event, an undecodable chunk or a stream
 // that ends without [DONE] is an error.
-func readChatStream(r io.Reader, onChunk func(chatChunk)) error {
+func Read(r io.Reader, onChunk func(Chunk)) error {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 64<<10), MaxLine)
 	for sc.Scan() {
 		data, ok := strings.CutPrefix(sc.Text(), "data: ")
 		if !ok {
@@ -53,7 +58,7 @@ func readChatStream(r io.Reader, onChunk func(chatChunk)) error {
 		if data == "[DONE]" {
 			return nil
 		}
-		var c chatChunk
+		var c Chunk
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
 			return fmt.Errorf("chat stream: %w", err)
 		}
