@@ -61,6 +61,11 @@ func TestChatEnergy(t *testing.T) {
 
 	// n2's power is unknown: null.
 	power(testNode, watts(30))
+	// The Node page's history: the sample, unknown values null.
+	h := get(t, srv.URL+"/history/system/"+testNode)
+	if h.code != 200 || !strings.Contains(string(h.body), `"sysPower":30`) || !strings.Contains(string(h.body), `"gpuUsage":null`) {
+		t.Errorf("/history/system: %d %s", h.code, h.body)
+	}
 	for _, stream := range []bool{false, true} {
 		e, raw := ask(stream)
 		if e.Orrery.EnergyJ != nil || e.Orrery.AvgPowerW != nil || !strings.Contains(raw, `"energyJ":null`) || e.Orrery.DurationS == nil || e.Orrery.TraceID == "" {

@@ -215,7 +215,7 @@ func (s *Server) requestEnergy(instanceID string, start, end time.Time) (j, w *f
 			continue
 		}
 		seen[r.NodeID] = true
-		e, ok := state.Energy(s.Store.Power().Get(r.NodeID), start, end)
+		e, ok := state.Energy(s.Store.System().Power(r.NodeID), start, end)
 		if !ok {
 			return nil, nil
 		}

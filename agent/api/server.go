@@ -88,6 +88,7 @@ func (s *Server) Handler() http.Handler {
 	route("/events", s.events)
 	route("/events/stream", s.eventStream)
 	route("/history/memory/{id}", s.memoryHistory)
+	route("/history/system/{id}", s.systemHistory)
 	route("/state/discovery", s.discovery)
 	route("/cluster", s.cluster)
 	route("/cluster/hash/{idx}", s.clusterHash)
@@ -361,6 +362,20 @@ func (s *Server) memoryHistory(w http.ResponseWriter, r *http.Request) {
 	samples, ok := s.Store.History().Get(id)
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no memory history for node %q", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nodeId": id, "samples": samples})
+}
+
+func (s *Server) systemHistory(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := state.ValidNodeID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	samples, ok := s.Store.System().Get(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no system history for node %q", id))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"nodeId": id, "samples": samples})

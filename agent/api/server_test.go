@@ -473,6 +473,12 @@ func TestEmptyStore(t *testing.T) {
 	if r := get(t, srv.URL+"/history/memory/"+testNode); r.code != 404 {
 		t.Errorf("history of a node never seen = %d, want 404", r.code)
 	}
+	if r := get(t, srv.URL+"/history/system/"+testNode); r.code != 404 {
+		t.Errorf("system history of a node never seen = %d, want 404", r.code)
+	}
+	if r := get(t, srv.URL+"/history/system/..%2f..%2fetc"); r.code != 400 && r.code != 404 {
+		t.Errorf("system history of a bad id = %d, want 400 or 404", r.code)
+	}
 }
 
 type eventsPageJSON struct {

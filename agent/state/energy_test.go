@@ -44,7 +44,7 @@ func TestEnergy(t *testing.T) {
 	}
 }
 
-func TestPowerHistoryFromEvents(t *testing.T) {
+func TestSystemHistoryFromEvents(t *testing.T) {
 	st := NewStore(NewLog(100), NewMemoryHistory(0))
 	now := time.Now()
 	for i, p := range []*float64{w(5), nil} {
@@ -53,8 +53,14 @@ func TestPowerHistoryFromEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := st.Power().Get("n1")
+	got := st.System().Power("n1")
 	if len(got) != 2 || got[0].W == nil || *got[0].W != 5 || got[1].W != nil {
 		t.Errorf("power history %+v", got)
+	}
+	if all, ok := st.System().Get("n1"); !ok || len(all) != 2 || all[1].SysPower != nil {
+		t.Errorf("system history %+v, %v", all, ok)
+	}
+	if _, ok := st.System().Get("n2"); ok {
+		t.Error("a node never sampled has a history")
 	}
 }

@@ -78,34 +78,44 @@ type PowerSample struct {
 	W *float64
 }
 
-// PowerHistory keeps, per node, the system power samples of the last
-// window, for energy per request and per benchmark run. Fed from applied
-// NodeSystemMeasured events; same limits as MemoryHistory. Safe for
-// concurrent use.
-type PowerHistory struct {
+// SystemSample is one point of a node's CPU/GPU/temperature/power history;
+// nil where the OS gives no value.
+type SystemSample struct {
+	T        time.Time `json:"t"`
+	CPUUsage *float64  `json:"cpuUsage"`
+	GPUUsage *float64  `json:"gpuUsage"`
+	Temp     *float64  `json:"temp"`
+	SysPower *float64  `json:"sysPower"`
+}
+
+// SystemHistory keeps, per node, the system samples of the last window:
+// the Node page's sparklines, and energy per request and per benchmark
+// run. Fed from applied NodeSystemMeasured events; same limits as
+// MemoryHistory. Safe for concurrent use.
+type SystemHistory struct {
 	window time.Duration
 
 	mu    sync.Mutex // guards nodes
-	nodes map[string][]PowerSample
+	nodes map[string][]SystemSample
 }
 
-// NewPowerHistory keeps samples no older than window before the newest one.
-func NewPowerHistory(window time.Duration) *PowerHistory {
+// NewSystemHistory keeps samples no older than window before the newest one.
+func NewSystemHistory(window time.Duration) *SystemHistory {
 	if window <= 0 {
 		window = DefaultHistoryWindow
 	}
-	return &PowerHistory{window: window, nodes: map[string][]PowerSample{}}
+	return &SystemHistory{window: window, nodes: map[string][]SystemSample{}}
 }
 
 // Add records one sample of node.
-func (h *PowerHistory) Add(node string, s NodeSystem) {
+func (h *SystemHistory) Add(node string, s NodeSystem) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ss, ok := h.nodes[node]
 	if !ok && len(h.nodes) >= maxHistoryNodes {
 		return
 	}
-	ss = append(ss, PowerSample{T: s.SampledAt, W: s.SysPower})
+	ss = append(ss, SystemSample{T: s.SampledAt, CPUUsage: s.CPUUsage, GPUUsage: s.GPUUsage, Temp: s.Temp, SysPower: s.SysPower})
 	cut := 0
 	oldest := s.SampledAt.Add(-h.window)
 	for cut < len(ss) && ss[cut].T.Before(oldest) {
@@ -117,11 +127,27 @@ func (h *PowerHistory) Add(node string, s NodeSystem) {
 	h.nodes[node] = ss[cut:]
 }
 
-// Get returns a copy of node's samples, oldest first.
-func (h *PowerHistory) Get(node string) []PowerSample {
+// Get returns a copy of node's samples, oldest first, and whether the node
+// has any.
+func (h *SystemHistory) Get(node string) ([]SystemSample, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]PowerSample(nil), h.nodes[node]...)
+	s, ok := h.nodes[node]
+	if !ok {
+		return nil, false
+	}
+	return append([]SystemSample(nil), s...), true
+}
+
+// Power returns node's power readings, oldest first.
+func (h *SystemHistory) Power(node string) []PowerSample {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]PowerSample, len(h.nodes[node]))
+	for i, s := range h.nodes[node] {
+		out[i] = PowerSample{T: s.T, W: s.SysPower}
+	}
+	return out
 }
 
 // Energy integrates power over [t0, t1] with the trapezoid rule. The power

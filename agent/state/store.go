@@ -14,7 +14,7 @@ import (
 type Store struct {
 	log     *Log
 	history *MemoryHistory
-	power   *PowerHistory
+	system  *SystemHistory
 	cur     atomic.Pointer[State]
 
 	mu sync.Mutex // serialises Apply so log and state advance together
@@ -22,7 +22,7 @@ type Store struct {
 
 // NewStore returns a store at the empty state.
 func NewStore(log *Log, history *MemoryHistory) *Store {
-	st := &Store{log: log, history: history, power: NewPowerHistory(DefaultHistoryWindow)}
+	st := &Store{log: log, history: history, system: NewSystemHistory(DefaultHistoryWindow)}
 	s := New()
 	st.cur.Store(&s)
 	return st
@@ -37,8 +37,8 @@ func (st *Store) Log() *Log { return st.log }
 // History returns the memory history.
 func (st *Store) History() *MemoryHistory { return st.history }
 
-// Power returns the power history.
-func (st *Store) Power() *PowerHistory { return st.power }
+// System returns the CPU/GPU/temperature/power history.
+func (st *Store) System() *SystemHistory { return st.system }
 
 // Apply folds the next indexed event into the state and appends it to the
 // log. An out-of-order event is refused and changes nothing.
@@ -57,7 +57,7 @@ func (st *Store) Apply(ie Indexed) error {
 	case NodeMemoryMeasured:
 		st.history.Add(m.NodeID, m.Memory)
 	case NodeSystemMeasured:
-		st.power.Add(m.NodeID, m.System)
+		st.system.Add(m.NodeID, m.System)
 	}
 	return nil
 }

@@ -122,7 +122,8 @@ try {
   await page.waitForSelector('[data-testid=interfaces] tbody tr');
   check((await page.$$('[data-testid=interfaces] tbody tr')).length > 0, 'the node page lists interfaces');
   await page.waitForSelector('[data-testid=mem-sparkline] path', { timeout: 15000 });
-  check(true, 'the node page draws a memory sparkline');
+  await page.waitForSelector('[data-testid=cpu-sparkline] path', { timeout: 15000 });
+  check(true, "the node page draws memory and CPU sparklines from the agent's histories");
   await page.screenshot({ path: join(out, 'node.png') });
 
   // Instances: the demo's instance, 3 runners.
