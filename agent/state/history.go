@@ -21,37 +21,36 @@ const (
 	maxHistoryNodes      = 256
 )
 
-// MemoryHistory keeps, per node, the memory samples of the last window. It is
-// fed from applied events, so every node has every node's history. Safe for
-// concurrent use.
-type MemoryHistory struct {
+// series keeps, per node, the samples of the last window before the newest
+// one, at most maxHistorySamples each and for at most maxHistoryNodes
+// nodes, so that a chatty or hostile peer cannot grow it. Safe for
+// concurrent use. MemoryHistory and SystemHistory are series.
+type series[S any] struct {
 	window time.Duration
+	at     func(S) time.Time
 
 	mu    sync.Mutex // guards nodes
-	nodes map[string][]MemorySample
+	nodes map[string][]S
 }
 
-// NewMemoryHistory keeps samples no older than window before the newest one.
-func NewMemoryHistory(window time.Duration) *MemoryHistory {
+func newSeries[S any](window time.Duration, at func(S) time.Time) series[S] {
 	if window <= 0 {
 		window = DefaultHistoryWindow
 	}
-	return &MemoryHistory{window: window, nodes: map[string][]MemorySample{}}
+	return series[S]{window: window, at: at, nodes: map[string][]S{}}
 }
 
-// Add records one sample of node.
-func (h *MemoryHistory) Add(node string, m NodeMemory) {
+func (h *series[S]) add(node string, sample S) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s, ok := h.nodes[node]
 	if !ok && len(h.nodes) >= maxHistoryNodes {
 		return
 	}
-	s = append(s, MemorySample{T: m.SampledAt, RAMTotal: m.RAMTotal, RAMAvailable: m.RAMAvailable,
-		SwapTotal: m.SwapTotal, SwapAvailable: m.SwapAvailable})
+	s = append(s, sample)
 	cut := 0
-	oldest := m.SampledAt.Add(-h.window)
-	for cut < len(s) && s[cut].T.Before(oldest) {
+	oldest := h.at(sample).Add(-h.window)
+	for cut < len(s) && h.at(s[cut]).Before(oldest) {
 		cut++
 	}
 	if over := len(s) - cut - maxHistorySamples; over > 0 {
@@ -60,17 +59,36 @@ func (h *MemoryHistory) Add(node string, m NodeMemory) {
 	h.nodes[node] = s[cut:]
 }
 
-// Get returns a copy of node's samples, oldest first, and whether the node
+// get returns a copy of node's samples, oldest first, and whether the node
 // has any.
-func (h *MemoryHistory) Get(node string) ([]MemorySample, bool) {
+func (h *series[S]) get(node string) ([]S, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s, ok := h.nodes[node]
 	if !ok {
 		return nil, false
 	}
-	return append([]MemorySample(nil), s...), true
+	return append([]S(nil), s...), true
 }
+
+// MemoryHistory keeps, per node, the memory samples of the last window. It is
+// fed from applied events, so every node has every node's history.
+type MemoryHistory struct{ s series[MemorySample] }
+
+// NewMemoryHistory keeps samples no older than window before the newest one.
+func NewMemoryHistory(window time.Duration) *MemoryHistory {
+	return &MemoryHistory{newSeries(window, func(m MemorySample) time.Time { return m.T })}
+}
+
+// Add records one sample of node.
+func (h *MemoryHistory) Add(node string, m NodeMemory) {
+	h.s.add(node, MemorySample{T: m.SampledAt, RAMTotal: m.RAMTotal, RAMAvailable: m.RAMAvailable,
+		SwapTotal: m.SwapTotal, SwapAvailable: m.SwapAvailable})
+}
+
+// Get returns a copy of node's samples, oldest first, and whether the node
+// has any.
+func (h *MemoryHistory) Get(node string) ([]MemorySample, bool) { return h.s.get(node) }
 
 // PowerSample is one power reading of a node: nil where the OS gives none.
 type PowerSample struct {
@@ -89,62 +107,29 @@ type SystemSample struct {
 }
 
 // SystemHistory keeps, per node, the system samples of the last window:
-// the Node page's sparklines, and energy per request and per benchmark
-// run. Fed from applied NodeSystemMeasured events; same limits as
-// MemoryHistory. Safe for concurrent use.
-type SystemHistory struct {
-	window time.Duration
-
-	mu    sync.Mutex // guards nodes
-	nodes map[string][]SystemSample
-}
+// the Node page's sparklines, and energy per request. Fed from applied
+// NodeSystemMeasured events.
+type SystemHistory struct{ s series[SystemSample] }
 
 // NewSystemHistory keeps samples no older than window before the newest one.
 func NewSystemHistory(window time.Duration) *SystemHistory {
-	if window <= 0 {
-		window = DefaultHistoryWindow
-	}
-	return &SystemHistory{window: window, nodes: map[string][]SystemSample{}}
+	return &SystemHistory{newSeries(window, func(s SystemSample) time.Time { return s.T })}
 }
 
 // Add records one sample of node.
 func (h *SystemHistory) Add(node string, s NodeSystem) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ss, ok := h.nodes[node]
-	if !ok && len(h.nodes) >= maxHistoryNodes {
-		return
-	}
-	ss = append(ss, SystemSample{T: s.SampledAt, CPUUsage: s.CPUUsage, GPUUsage: s.GPUUsage, Temp: s.Temp, SysPower: s.SysPower})
-	cut := 0
-	oldest := s.SampledAt.Add(-h.window)
-	for cut < len(ss) && ss[cut].T.Before(oldest) {
-		cut++
-	}
-	if over := len(ss) - cut - maxHistorySamples; over > 0 {
-		cut += over
-	}
-	h.nodes[node] = ss[cut:]
+	h.s.add(node, SystemSample{T: s.SampledAt, CPUUsage: s.CPUUsage, GPUUsage: s.GPUUsage, Temp: s.Temp, SysPower: s.SysPower})
 }
 
 // Get returns a copy of node's samples, oldest first, and whether the node
 // has any.
-func (h *SystemHistory) Get(node string) ([]SystemSample, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	s, ok := h.nodes[node]
-	if !ok {
-		return nil, false
-	}
-	return append([]SystemSample(nil), s...), true
-}
+func (h *SystemHistory) Get(node string) ([]SystemSample, bool) { return h.s.get(node) }
 
 // Power returns node's power readings, oldest first.
 func (h *SystemHistory) Power(node string) []PowerSample {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]PowerSample, len(h.nodes[node]))
-	for i, s := range h.nodes[node] {
+	ss, _ := h.s.get(node)
+	out := make([]PowerSample, len(ss))
+	for i, s := range ss {
 		out[i] = PowerSample{T: s.T, W: s.SysPower}
 	}
 	return out

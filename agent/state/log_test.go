@@ -189,7 +189,7 @@ func TestMemoryHistoryBounds(t *testing.T) {
 	for i := 0; i < maxHistoryNodes+10; i++ {
 		h.Add("node-"+strconv.Itoa(i), NodeMemory{SampledAt: t0})
 	}
-	if n := len(h.nodes); n != maxHistoryNodes {
+	if n := len(h.s.nodes); n != maxHistoryNodes {
 		t.Errorf("tracking %d nodes, cap %d", n, maxHistoryNodes)
 	}
 }
