@@ -204,26 +204,16 @@ type orreryExt struct {
 // over [start, end]: the energy of the request, and its mean power. Both
 // are nil unless every node's power is known over the window.
 func (s *Server) requestEnergy(instanceID string, start, end time.Time) (j, w *float64) {
-	in, ok := s.Store.State().Instances[instanceID]
-	if !ok || len(in.Ranks) == 0 || !end.After(start) {
+	var nodes []string
+	for _, r := range s.Store.State().Instances[instanceID].Ranks {
+		nodes = append(nodes, r.NodeID)
+	}
+	joules, watts, ok := state.NodesEnergy(nodes, s.Store.System().Power, start, end)
+	if !ok {
 		return nil, nil
 	}
-	seen := map[string]bool{}
-	total := 0.0
-	for _, r := range in.Ranks {
-		if seen[r.NodeID] {
-			continue
-		}
-		seen[r.NodeID] = true
-		e, ok := state.Energy(s.Store.System().Power(r.NodeID), start, end)
-		if !ok {
-			return nil, nil
-		}
-		total += e
-	}
-	avg := total / end.Sub(start).Seconds()
-	total, avg = round3(total), round3(avg)
-	return &total, &avg
+	joules, watts = round3(joules), round3(watts)
+	return &joules, &watts
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }

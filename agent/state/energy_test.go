@@ -64,3 +64,19 @@ func TestSystemHistoryFromEvents(t *testing.T) {
 		t.Error("a node never sampled has a history")
 	}
 }
+
+func TestNodesEnergy(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	power := map[string][]PowerSample{"a": {{T: t0, W: w(10)}}, "b": {{T: t0, W: w(5)}}, "c": {{T: t0, W: nil}}}
+	get := func(n string) []PowerSample { return power[n] }
+	// A node with two ranks counts once.
+	if j, avg, ok := NodesEnergy([]string{"a", "b", "a"}, get, t0, t0.Add(2*time.Second)); !ok || j != 30 || avg != 15 {
+		t.Errorf("NodesEnergy = %v J, %v W, %v; want 30 J, 15 W", j, avg, ok)
+	}
+	if _, _, ok := NodesEnergy([]string{"a", "c"}, get, t0, t0.Add(time.Second)); ok {
+		t.Error("energy known with a node of unknown power")
+	}
+	if _, _, ok := NodesEnergy(nil, get, t0, t0.Add(time.Second)); ok {
+		t.Error("energy of no nodes is known")
+	}
+}

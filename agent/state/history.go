@@ -209,3 +209,25 @@ func Energy(samples []PowerSample, t0, t1 time.Time) (joules float64, ok bool) {
 	}
 	return joules, true
 }
+
+// NodesEnergy is the energy of several nodes over [t0, t1] (each node once)
+// and its mean power, from each node's power samples; ok is false when any
+// node's energy is unknown, or the window is empty.
+func NodesEnergy(nodes []string, power func(node string) []PowerSample, t0, t1 time.Time) (joules, watts float64, ok bool) {
+	if len(nodes) == 0 || !t1.After(t0) {
+		return 0, 0, false
+	}
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		e, ok := Energy(power(n), t0, t1)
+		if !ok {
+			return 0, 0, false
+		}
+		joules += e
+	}
+	return joules, joules / t1.Sub(t0).Seconds(), true
+}

@@ -795,17 +795,12 @@ func (s *benchSampler) peakMemory(nodes []string, a, b time.Time) map[string]sta
 func (s *benchSampler) energy(nodes []string, a, b time.Time) (j, w *float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	total := 0.0
-	for _, id := range nodes {
-		e, ok := state.Energy(s.power[id], a, b)
-		if !ok {
-			return nil, nil
-		}
-		total += e
+	joules, watts, ok := state.NodesEnergy(nodes, func(id string) []state.PowerSample { return s.power[id] }, a, b)
+	if !ok {
+		return nil, nil
 	}
-	avg := round3(total / b.Sub(a).Seconds())
-	total = round3(total)
-	return &total, &avg
+	joules, watts = round3(joules), round3(watts)
+	return &joules, &watts
 }
 
 // summary is min/max/mean per node of every metric that had a value.
