@@ -337,24 +337,14 @@ func (c *traceClient) export(ctx context.Context, stdout, stderr io.Writer, id, 
 		}
 		return nil
 	}
-	// Write next to the target and rename, so that a failed download
-	// never leaves a truncated FILE behind.
-	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	n, err := io.Copy(tmp, resp.Body)
-	if err == nil {
-		err = tmp.Close()
-	} else {
-		tmp.Close()
-		err = fmt.Errorf("read trace %s: %w", id, err)
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), out)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	var n int64
+	if err := writeAtomic(out, func(w io.Writer) error {
+		var err error
+		if n, err = io.Copy(w, resp.Body); err != nil {
+			return fmt.Errorf("read trace %s: %w", id, err)
+		}
+		return nil
+	}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote trace %s to %s (%s)\n", id, out, humanBytes(n))
@@ -374,5 +364,27 @@ func (c *traceClient) open(ctx context.Context, stdout, stderr io.Writer, id str
 		return nil
 	}
 	fmt.Fprintf(stderr, "opened %s in the browser\n", page)
+	return nil
+}
+
+// writeAtomic writes path through fill into a temp file beside it, renamed
+// into place only when fill and the close succeed, so that a failure never
+// leaves a truncated file behind. fill's error is returned as it is.
+func writeAtomic(path string, fill func(io.Writer) error) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	if err := fill(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
 	return nil
 }
