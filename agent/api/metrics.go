@@ -150,9 +150,10 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descRunner, 1, r.RunnerID, r.InstanceID, r.NodeID, strconv.Itoa(r.Rank), r.Status)
 	}
 	if c.traces != nil {
-		gauge(descTraces, float64(len(c.traces.List())))
+		metas := c.traces.List()
+		gauge(descTraces, float64(len(metas)))
 		var total int64
-		for _, m := range c.traces.List() {
+		for _, m := range metas {
 			total += m.FileSize
 		}
 		gauge(descTraceSz, float64(total))
