@@ -168,12 +168,13 @@ export function layoutTimeline(events: TraceEvent[]): Layout {
   return { lanes: sortedLanes, rects: sortedRects, maxDur: sortedMax, counters: cs, arrows, maxFlow, t0, t1, spanCount };
 }
 
-// lowerBound is the first index with rs[i].t0 >= t.
-export function lowerBound(rs: Rect[], t: number): number {
-  let lo = 0, hi = rs.length;
+// lowerBound is the first index of xs (sorted by key) with key >= t;
+// by default the key is a rect's start.
+export function lowerBound<T = Rect>(xs: T[], t: number, key: (x: T) => number = (x) => (x as Rect).t0): number {
+  let lo = 0, hi = xs.length;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (rs[mid].t0 < t) lo = mid + 1;
+    if (key(xs[mid]) < t) lo = mid + 1;
     else hi = mid;
   }
   return lo;
