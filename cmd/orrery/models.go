@@ -47,7 +47,7 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	kvHeads := fs.Int("kv-heads", 0, "key/value heads (grouped-query attention)")
 	vocab := fs.Int("vocab", 0, "vocabulary size")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens")
-	typ := fs.String("type", "", "weight type: F32, F16 or Q8_0")
+	typ := fs.String("type", "", "weight type: F32, F16, BF16 or Q8_0")
 	seed := fs.Uint64("seed", 0, "random seed")
 	dataDir := fs.String("data-dir", agent.DefaultConfig().DataDir, "agent data directory; the model goes to <data-dir>/models unless -o")
 	name := fs.String("name", "", "model id (file name without .gguf; default orrery-<preset>)")
@@ -134,8 +134,10 @@ const modelsUsage = `Usage: orrery models ls [--data-dir DIR] [--json]
 Lists the GGUF models on this machine: <data-dir>/models, and read-only
 Ollama's store (~/.ollama/models or $OLLAMA_MODELS), LM Studio
 (~/.lmstudio/models) and the Hugging Face cache (~/.cache/huggingface/hub,
-or $HF_HUB_CACHE / $HF_HOME/hub), with size, architecture, layers and
-quantization. A model this runner cannot serve is listed with the reason.
+or $HF_HUB_CACHE / $HF_HOME/hub), with size, architecture, layers,
+quantization (llama.cpp's name for the file type, e.g. Q4_K_M) and the
+tensor type mix by bytes. A model this runner cannot serve (an unsupported
+architecture or tensor type) is listed with the reason.
 `
 
 // runModels runs "orrery models ls".
@@ -172,13 +174,13 @@ func runModels(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSOURCE\tSIZE\tARCH\tLAYERS\tQUANT\tNOTE")
+	fmt.Fprintln(tw, "ID\tSOURCE\tSIZE\tARCH\tLAYERS\tQUANT\tTYPES\tNOTE")
 	for _, m := range ms {
 		layers := "-"
 		if m.Layers > 0 {
 			layers = fmt.Sprint(m.Layers)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Source, humanBytes(m.SizeBytes), orDash(m.Arch), layers, orDash(m.Quantization), m.Error)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Source, humanBytes(m.SizeBytes), orDash(m.Arch), layers, orDash(m.Quantization), orDash(model.TypeMix(m.Types)), m.Error)
 	}
 	tw.Flush()
 	return 0

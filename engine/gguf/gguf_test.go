@@ -164,3 +164,26 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+func TestBF16(t *testing.T) {
+	for _, c := range []struct {
+		in   float32
+		want uint16
+	}{
+		{1, 0x3f80}, {-2, 0xc000}, {0, 0},
+		{math.Float32frombits(0x3f808000), 0x3f80}, // tie, even stays
+		{math.Float32frombits(0x3f818000), 0x3f82}, // tie, odd rounds up
+		{math.Float32frombits(0x3f808001), 0x3f81}, // above the tie
+		{float32(math.Inf(1)), 0x7f80},
+	} {
+		if got := Float32ToBF16(c.in); got != c.want {
+			t.Errorf("Float32ToBF16(%g) = %#04x, want %#04x", c.in, got, c.want)
+		}
+	}
+	if got := Float32ToBF16(float32(math.NaN())); BF16ToFloat32(got) == BF16ToFloat32(got) {
+		t.Errorf("NaN became %#04x, not a NaN", got)
+	}
+	if BF16ToFloat32(0x3f80) != 1 {
+		t.Error("BF16ToFloat32(0x3f80) != 1")
+	}
+}

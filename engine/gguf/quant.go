@@ -7,7 +7,7 @@ import (
 )
 
 // Conversions for the types gen-model writes and the reference forward
-// pass reads: F32, F16 and Q8_0.
+// pass reads: F32, F16, BF16 and Q8_0.
 
 // Float32ToF16 converts a float32 to IEEE half precision, rounding to nearest even.
 func Float32ToF16(f float32) uint16 {
@@ -46,6 +46,20 @@ func Float32ToF16(f float32) uint16 {
 		return sign
 	}
 }
+
+// Float32ToBF16 converts a float32 to bfloat16 (its upper 16 bits),
+// rounding to nearest even as ggml's reference converter does; a NaN stays
+// a (quiet) NaN.
+func Float32ToBF16(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 64
+	}
+	return uint16((u + (0x7fff + (u>>16)&1)) >> 16)
+}
+
+// BF16ToFloat32 converts bfloat16 to float32.
+func BF16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
 // F16ToFloat32 converts IEEE half precision to float32.
 func F16ToFloat32(h uint16) float32 {
@@ -118,6 +132,13 @@ func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 		for i := range out {
 			out[i] = float64(F16ToFloat32(binary.LittleEndian.Uint16(data[2*i:])))
 		}
+	case BF16:
+		if len(data) < 2*n {
+			return nil, fmt.Errorf("BF16: %d bytes for %d values", len(data), n)
+		}
+		for i := range out {
+			out[i] = float64(BF16ToFloat32(binary.LittleEndian.Uint16(data[2*i:])))
+		}
 	case Q8_0:
 		if n%q8Block != 0 || len(data) < n/q8Block*q8Bytes {
 			return nil, fmt.Errorf("Q8_0: %d bytes for %d values", len(data), n)
@@ -129,8 +150,111 @@ func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 				out[b*q8Block+i] = d * float64(int8(blk[2+i]))
 			}
 		}
+	case Q4_0, Q4_K, Q5_K, Q6_K:
+		ti := tensorTypes[t]
+		if uint64(n)%ti.blockElems != 0 || uint64(len(data)) < uint64(n)/ti.blockElems*ti.blockBytes {
+			return nil, fmt.Errorf("%s: %d bytes for %d values", t, len(data), n)
+		}
+		for b := 0; b < n/int(ti.blockElems); b++ {
+			blk := data[b*int(ti.blockBytes):][:ti.blockBytes]
+			y := out[b*int(ti.blockElems):][:ti.blockElems]
+			switch t {
+			case Q4_0:
+				dequantQ4_0(blk, y)
+			case Q4_K:
+				dequantQ4K(blk, y)
+			case Q5_K:
+				dequantQ5K(blk, y)
+			case Q6_K:
+				dequantQ6K(blk, y)
+			}
+		}
 	default:
-		return nil, fmt.Errorf("dequantize %s: only F32, F16 and Q8_0 are supported here", t)
+		return nil, fmt.Errorf("dequantize %s: only F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are supported here", t)
 	}
 	return out, nil
+}
+
+// The block layouts below are ggml's (ggml-common.h); the arithmetic is
+// that of its reference dequantizers, in float64.
+
+func f16At(b []byte) float64 { return float64(F16ToFloat32(binary.LittleEndian.Uint16(b))) }
+
+// dequantQ4_0: a scale and 32 4-bit values offset by 8.
+func dequantQ4_0(b []byte, y []float64) {
+	d := f16At(b)
+	qs := b[2:18]
+	for j := range 16 {
+		y[j] = float64(int(qs[j]&0xf)-8) * d
+		y[j+16] = float64(int(qs[j]>>4)-8) * d
+	}
+}
+
+// scaleMinK4 unpacks the j-th 6-bit scale and min of a Q4_K/Q5_K block.
+func scaleMinK4(j int, q []byte) (sc, m float64) {
+	if j < 4 {
+		return float64(q[j] & 63), float64(q[j+4] & 63)
+	}
+	return float64(q[j+4]&0xf | (q[j-4]>>6)<<4), float64(q[j+4]>>4 | (q[j]>>6)<<4)
+}
+
+// dequantQ4K: d, dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles.
+func dequantQ4K(b []byte, y []float64) {
+	d, dmin := f16At(b), f16At(b[2:])
+	scales, q := b[4:16], b[16:144]
+	for j, is := 0, 0; j < 256; j, is = j+64, is+2 {
+		sc1, m1 := scaleMinK4(is, scales)
+		sc2, m2 := scaleMinK4(is+1, scales)
+		for l := range 32 {
+			y[j+l] = d*sc1*float64(q[l]&0xf) - dmin*m1
+			y[j+32+l] = d*sc2*float64(q[l]>>4) - dmin*m2
+		}
+		q = q[32:]
+	}
+}
+
+// dequantQ5K: as Q4_K plus a fifth bit per value in qh.
+func dequantQ5K(b []byte, y []float64) {
+	d, dmin := f16At(b), f16At(b[2:])
+	scales, qh, ql := b[4:16], b[16:48], b[48:176]
+	u1, u2 := byte(1), byte(2)
+	for j, is := 0, 0; j < 256; j, is = j+64, is+2 {
+		sc1, m1 := scaleMinK4(is, scales)
+		sc2, m2 := scaleMinK4(is+1, scales)
+		for l := range 32 {
+			h1, h2 := 0, 0
+			if qh[l]&u1 != 0 {
+				h1 = 16
+			}
+			if qh[l]&u2 != 0 {
+				h2 = 16
+			}
+			y[j+l] = d*sc1*float64(int(ql[l]&0xf)+h1) - dmin*m1
+			y[j+32+l] = d*sc2*float64(int(ql[l]>>4)+h2) - dmin*m2
+		}
+		ql = ql[32:]
+		u1 <<= 2
+		u2 <<= 2
+	}
+}
+
+// dequantQ6K: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8
+// scales, then d.
+func dequantQ6K(b []byte, y []float64) {
+	ql, qh, sc := b[0:128], b[128:192], b[192:208]
+	d := f16At(b[208:])
+	for n := 0; n < 256; n += 128 {
+		for l := range 32 {
+			is := l / 16
+			q1 := int(ql[l]&0xf|(qh[l]>>0&3)<<4) - 32
+			q2 := int(ql[l+32]&0xf|(qh[l]>>2&3)<<4) - 32
+			q3 := int(ql[l]>>4|(qh[l]>>4&3)<<4) - 32
+			q4 := int(ql[l+32]>>4|(qh[l]>>6&3)<<4) - 32
+			y[n+l] = d * float64(int8(sc[is])) * float64(q1)
+			y[n+l+32] = d * float64(int8(sc[is+2])) * float64(q2)
+			y[n+l+64] = d * float64(int8(sc[is+4])) * float64(q3)
+			y[n+l+96] = d * float64(int8(sc[is+6])) * float64(q4)
+		}
+		ql, qh, sc = ql[64:], qh[32:], sc[8:]
+	}
 }

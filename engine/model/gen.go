@@ -22,7 +22,8 @@ type GenOptions struct {
 	KVHeads    int // 0: Heads
 	Vocab      int
 	ContextLen int // 0: 2048
-	// Type is the weight type: F32, F16 or Q8_0 (norms are always F32).
+	// Type is the weight type: F32, F16, BF16 or Q8_0 (norms are always
+	// F32). Other types come from llama-quantize on a generated file.
 	Type string
 	Seed uint64
 }
@@ -83,15 +84,15 @@ func (o *GenOptions) fill() error {
 		return fmt.Errorf("context length %d: want 16..%d", o.ContextLen, 1<<20)
 	}
 	if _, ok := genTypes[o.Type]; !ok {
-		return fmt.Errorf("type %q: want F32, F16 or Q8_0", o.Type)
+		return fmt.Errorf("type %q: want F32, F16, BF16 or Q8_0", o.Type)
 	}
 	return nil
 }
 
-var genTypes = map[string]gguf.TensorType{"F32": gguf.F32, "F16": gguf.F16, "Q8_0": gguf.Q8_0}
+var genTypes = map[string]gguf.TensorType{"F32": gguf.F32, "F16": gguf.F16, "BF16": gguf.BF16, "Q8_0": gguf.Q8_0}
 
 // fileTypes are general.file_type values (llama.cpp's LLAMA_FTYPE).
-var fileTypes = map[string]uint32{"F32": 0, "F16": 1, "Q8_0": 7}
+var fileTypes = map[string]uint32{"F32": 0, "F16": 1, "Q8_0": 7, "BF16": 32}
 
 // Generate writes a random-weight model of shape o to path, atomically.
 // The same options always give the same bytes. Its output is gibberish:
@@ -302,6 +303,10 @@ func genData(seed uint64, name string, t gguf.TensorType, std float64, norm bool
 			case gguf.F16:
 				for _, v := range vals {
 					buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToF16(v))
+				}
+			case gguf.BF16:
+				for _, v := range vals {
+					buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToBF16(v))
 				}
 			case gguf.Q8_0:
 				var err error

@@ -21,7 +21,8 @@ type Model struct {
 	vcache [][][]float64
 }
 
-// Load reads every tensor of the file at path (F32, F16 or Q8_0).
+// Load reads every tensor of the file at path (F32, F16, BF16, Q8_0,
+// Q4_0, Q4_K, Q5_K or Q6_K).
 func Load(path string) (*Model, error) {
 	f, err := gguf.ReadFile(path)
 	if err != nil {
