@@ -4,6 +4,7 @@
 package model
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,6 +18,31 @@ var Supported = []string{"llama", "qwen2"}
 
 // ErrUnsupported is wrapped by the error for any other architecture.
 var ErrUnsupported = errors.New("unsupported architecture")
+
+// SupportedTypes are the tensor types a model may hold: those ggml's CPU
+// and Metal backends both compute (MXFP4 comes with gpt-oss). A tensor of
+// any other type makes the model refused at load, naming both.
+var SupportedTypes = []gguf.TensorType{
+	gguf.F32, gguf.F16, gguf.BF16, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1, gguf.Q8_0,
+	gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.IQ4_NL, gguf.IQ4_XS,
+}
+
+// fileTypeNames are llama.cpp's names for general.file_type (LLAMA_FTYPE
+// without the MOSTLY_ prefix): the mix llama-quantize was asked for.
+var fileTypeNames = map[uint64]string{
+	0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
+	12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
+	19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S", 22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL",
+	26: "IQ3_S", 27: "IQ3_M", 28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16",
+	36: "TQ1_0", 37: "TQ2_0", 38: "MXFP4_MOE",
+}
+
+// TypeShare is one tensor type's part of a model's weights.
+type TypeShare struct {
+	Type    string `json:"type"`
+	Tensors int    `json:"tensors"`
+	Bytes   uint64 `json:"bytes"`
+}
 
 // Config is a model's shape and hyperparameters.
 type Config struct {
@@ -40,8 +66,12 @@ type Config struct {
 	QKVBias bool `json:"qkvBias"`
 	// TiedOutput: no output.weight; the embedding matrix is reused.
 	TiedOutput bool `json:"tiedOutput"`
-	// FileType is the dominant weight type (e.g. "Q8_0").
+	// FileType is the file's quantization: llama.cpp's name for its
+	// general.file_type (e.g. "Q4_K_M"), else the type holding the most
+	// weights (e.g. "Q8_0").
 	FileType string `json:"quantization"`
+	// Types is the type mix, most bytes first.
+	Types []TypeShare `json:"types,omitempty"`
 	// Params is the number of weights (in this file: a shard holds part).
 	Params uint64 `json:"params"`
 	// ShardFirst and ShardLast are the blocks [first, last) a shard holds;
@@ -151,15 +181,40 @@ func FromGGUF(f *gguf.File) (Config, error) {
 		want["attn_q.bias"], want["attn_k.bias"], want["attn_v.bias"] = []uint64{q}, []uint64{kv}, []uint64{kv}
 	}
 	counts := map[gguf.TensorType]uint64{}
+	shares := map[gguf.TensorType]*TypeShare{}
 	for _, t := range f.Tensors {
+		if !slices.Contains(SupportedTypes, t.Type) {
+			names := make([]string, len(SupportedTypes))
+			for i, st := range SupportedTypes {
+				names[i] = st.String()
+			}
+			return Config{}, fmt.Errorf("tensor %s has type %s, which Orrery does not run; supported: %s", t.Name, t.Type, strings.Join(names, ", "))
+		}
 		c.Params += t.Elements()
 		counts[t.Type] += t.Elements()
+		if shares[t.Type] == nil {
+			shares[t.Type] = &TypeShare{Type: t.Type.String()}
+		}
+		shares[t.Type].Tensors++
+		shares[t.Type].Bytes += t.Size
 	}
 	var best uint64
 	for t, n := range counts {
-		if n > best {
+		if n > best || n == best && t.String() < c.FileType {
 			best, c.FileType = n, t.String()
 		}
+	}
+	for _, sh := range shares {
+		c.Types = append(c.Types, *sh)
+	}
+	slices.SortFunc(c.Types, func(a, b TypeShare) int {
+		if a.Bytes != b.Bytes {
+			return cmp.Compare(b.Bytes, a.Bytes)
+		}
+		return strings.Compare(a.Type, b.Type)
+	})
+	if name := fileTypeNames[f.Uint("general.file_type", 1<<63)]; name != "" {
+		c.FileType = name
 	}
 	// Every block (of the shard) must be there with the right shapes.
 	for i := first; i < last; i++ {
@@ -175,6 +230,25 @@ func FromGGUF(f *gguf.File) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// TypeMix is a type mix as text, by share of the weights' bytes:
+// "Q4_K 71%, Q6_K 27%, F32 <1%".
+func TypeMix(types []TypeShare) string {
+	var total uint64
+	for _, t := range types {
+		total += t.Bytes
+	}
+	parts := make([]string, 0, len(types))
+	for _, t := range types {
+		pct := float64(t.Bytes) * 100 / float64(max(total, 1))
+		if pct < 1 {
+			parts = append(parts, t.Type+" <1%")
+		} else {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", t.Type, pct))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // String summarises the shape.

@@ -46,8 +46,10 @@ type Entry struct {
 	Arch         string    `json:"arch,omitempty"`
 	Layers       int       `json:"layers,omitempty"`
 	Quantization string    `json:"quantization,omitempty"`
-	Params       uint64    `json:"params,omitempty"`
-	ContextLen   int       `json:"contextLength,omitempty"`
+	// Types is the tensor type mix, most bytes first.
+	Types      []TypeShare `json:"types,omitempty"`
+	Params     uint64      `json:"params,omitempty"`
+	ContextLen int         `json:"contextLength,omitempty"`
 	// Error says why the model cannot run here (unreadable, or an
 	// unsupported architecture); such entries are listed, not served.
 	Error string `json:"error,omitempty"`
@@ -162,7 +164,7 @@ func describe(path string) Entry {
 		e.Error = err.Error()
 		return e
 	}
-	e.Layers, e.Quantization, e.Params, e.ContextLen = cfg.Layers, cfg.FileType, cfg.Params, cfg.ContextLen
+	e.Layers, e.Quantization, e.Types, e.Params, e.ContextLen = cfg.Layers, cfg.FileType, cfg.Types, cfg.Params, cfg.ContextLen
 	return e
 }
 
