@@ -26,7 +26,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT)
 
-.PHONY: all build run test deps ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench stats-vs-python clean
+.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench stats-vs-python clean
 
 all: build
 
@@ -34,6 +34,20 @@ all: build
 # race detector (cgo), and the Go modules.
 deps:
 	@scripts/deps.sh
+
+# llama-ref installs llama.cpp, the reference implementation the
+# conformance tests hold Orrery against, outside the repository
+# (~/.cache/orrery/llama-ref, or $ORRERY_LLAMA_REF); nothing of it is
+# vendored.
+llama-ref:
+	@scripts/llama-ref.sh >/dev/null
+
+# conformance runs the tests against llama.cpp verbosely: logits of every
+# architecture and weight type on 1 and 3 ranks (the table in
+# docs/conformance.md), tokenizers and chat templates. Not under -race: the
+# float64 reference forward pass would take minutes there.
+conformance: deps llama-ref
+	scripts/conformance.sh
 
 build: deps ui
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/orrery
@@ -75,9 +89,10 @@ run: build
 vet:
 	$(GO) vet ./...
 
-test: deps ui vet
-	$(GO) test -race -count=1 ./...
-	$(MAKE) ui-test e2e
+# The conformance tests run in `make conformance`, without -race.
+test: deps ui vet llama-ref
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /engine/conformance)
+	$(MAKE) conformance ui-test e2e
 
 darwin-vet:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet -tags $(DARWIN_TAGS) $(DARWIN_PKGS)

@@ -1,0 +1,415 @@
+package conformance
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/backend/ggml"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/internal/llamaref"
+)
+
+// The conformance shape: small enough to run every case in CI in about a
+// minute, with rows that are multiples of 256 so that llama-quantize makes
+// real K-quants (not per-tensor fallbacks).
+var shape = model.GenOptions{Layers: 6, Dim: 512, FFDim: 1536, Heads: 8, KVHeads: 4, Vocab: 4096, ContextLen: 256, Seed: 11}
+
+const (
+	promptLen = 64
+	genLen    = 32
+	threads   = 2
+)
+
+// A variant is a weight type: written by gen-model, or made from the F32
+// file by llama-quantize. minTop1 is the issue's goal for teacher-forced
+// top-1 agreement. exact: the type's CPU kernels are the same in both
+// ggml builds, so with matched settings the logits must agree to the last
+// bits (the K-quants' kernels differ between ollama's pinned ggml and
+// llama.cpp's).
+type variant struct {
+	typ      string
+	quantize bool
+	minTop1  float64
+	exact    bool
+	// bound is the largest max |Δ| / std accepted under either setting: a
+	// wrong op (RoPE, norm, scale, bias) gives O(1).
+	bound float64
+}
+
+var variants = []variant{
+	{"F32", false, 0.99, true, 0.02}, {"F16", false, 0.99, true, 0.02}, {"BF16", false, 0.99, true, 0.1},
+	{"Q8_0", false, 0.99, true, 0.3}, {"Q4_0", true, 0.97, true, 0.3},
+	{"Q4_K_M", true, 0.97, false, 0.3}, {"Q5_K_M", true, 0.97, false, 0.3}, {"Q6_K", true, 0.97, false, 0.3},
+	// The other types Orrery runs (model.SupportedTypes); the issue sets
+	// no goal for them (0), their rows show that they load and compute.
+	{"Q4_1", true, 0, true, 0.3}, {"Q5_0", true, 0, false, 0.3}, {"Q5_1", true, 0, false, 0.3},
+	{"Q2_K", true, 0, false, 1}, {"Q3_K_M", true, 0, false, 0.5}, {"IQ4_NL", true, 0, false, 0.3}, {"IQ4_XS", true, 0, false, 0.3},
+}
+
+// A setting is how both engines run: their defaults (flash attention, f16
+// KV cache, and in llama.cpp weights repacked for its CPU kernels), or
+// matched (no flash attention, f32 KV cache, no repacking), where the two
+// ggml builds run the same kernels.
+type setting struct {
+	name          string
+	flashAttn, kv string
+	repack        bool
+}
+
+var settings = []setting{{"defaults", "on", "f16", true}, {"matched", "off", "f32", false}}
+
+// row is one line of the report.
+type row struct {
+	setting, arch, typ string
+	ranks              int
+	top1               float64 // teacher-forced argmax agreement over the prompt
+	maxDelta           float64 // max |Δlogit| / std of the reference's logits
+	rmsDelta           float64 // rms |Δlogit|, absolute
+	diverge            int     // first differing greedy token, -1: none in genLen
+	margin             float64 // the reference's relative top-2 margin there
+	gap                float64 // the reference's absolute top-2 gap there
+	// Each engine's max |Δlogit| / std against exact float64 math on the
+	// same weights (NaN where the float64 reference cannot read the type).
+	exactOrrery, exactLlama float64
+}
+
+// TestLogitsMatchLlamaCpp feeds the same 64 token ids to Orrery (ggml,
+// through engine/backend/ggml: on one rank, and over three ranks each
+// loading its shard, hidden states handed from rank to rank) and to
+// llama.cpp, compares the logits at every position, then lets both continue
+// greedily for 32 tokens; for both architectures, eight weight types and
+// both settings. The table goes into docs/conformance.md.
+func TestLogitsMatchLlamaCpp(t *testing.T) {
+	dir := llamaref.Require(t, "bin/orrery-llama-logits", "bin/llama-quantize")
+	work := t.TempDir()
+	ids := promptIDs(shape.Vocab)
+	var rows []row
+	for _, arch := range model.Supported {
+		base := filepath.Join(work, arch+"-F32.gguf")
+		o := shape
+		o.Arch, o.Type = arch, "F32"
+		if err := model.Generate(base, o); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range variants {
+			name := arch + "-" + v.typ
+			path := filepath.Join(work, name+".gguf")
+			switch {
+			case v.typ == "F32":
+				path = base
+			case v.quantize:
+				quantize(t, dir, base, path, v.typ)
+			default:
+				o.Type = v.typ
+				if err := model.Generate(path, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exact := runExact(t, path, ids)
+			for _, st := range settings {
+				ref := runReference(t, dir, path, ids, st)
+				for _, ranks := range []int{1, 3} {
+					got := runOrrery(t, path, ranks, ids, st)
+					r := compare(ref, got)
+					r.setting, r.arch, r.typ, r.ranks = st.name, arch, v.typ, ranks
+					r.exactOrrery, r.exactLlama = distance(exact, got), distance(exact, ref)
+					rows = append(rows, r)
+					check(t, v, st, r)
+				}
+			}
+		}
+	}
+	t.Log("\n" + table(rows))
+}
+
+// check holds one row to the bounds: exact types agree to the last bits
+// under matched settings; every type stays within its bound; for the exact
+// types a greedy divergence is allowed only at a near-tie, where llama.cpp's
+// own top-2 gap is within 4 rms of the two engines' measured difference
+// (the K-quants' kernels differ, and their differences grow along the free
+// run). The issue's top-1 goals are reported, not asserted: with 64
+// positions one near-tie costs 1.6 %.
+func check(t *testing.T, v variant, st setting, r row) {
+	t.Helper()
+	what := fmt.Sprintf("%s %s-%s on %d rank(s)", st.name, r.arch, r.typ, r.ranks)
+	if v.exact && st.name == "matched" && (r.maxDelta > 1e-4 || r.top1 < 1 || r.diverge >= 0) {
+		t.Errorf("%s: max |Δ|/std %.2g, top-1 %.1f %%, divergence at %d; want the same logits (≤ 1e-4) as llama.cpp", what, r.maxDelta, 100*r.top1, r.diverge)
+	}
+	if r.maxDelta > v.bound {
+		t.Errorf("%s: max |Δ|/std %.2g over %.2g", what, r.maxDelta, v.bound)
+	}
+	if v.exact && r.diverge >= 0 && r.gap > 4*r.rmsDelta {
+		t.Errorf("%s: greedy output diverges at token %d where llama.cpp's top-2 gap %.3g is beyond the engines' noise (4 × rms Δ = %.3g)", what, r.diverge, r.gap, 4*r.rmsDelta)
+	}
+	// Against exact float64 math (which also checks the reference's
+	// dequantizers: a wrong one puts both engines O(1) away), Orrery is no
+	// further off than llama.cpp when both run the same kernels.
+	if st.name == "matched" && !math.IsNaN(r.exactOrrery) && r.exactOrrery > 1.5*r.exactLlama+1e-4 {
+		t.Errorf("%s: %.2g from exact float64 logits, llama.cpp %.2g", what, r.exactOrrery, r.exactLlama)
+	}
+	if r.top1 < v.minTop1 {
+		t.Logf("%s: top-1 agreement %.1f %% misses the goal of %.0f %%", what, 100*r.top1, 100*v.minTop1)
+	}
+}
+
+// promptIDs is a fixed prompt: BOS, then ids drawn from the vocabulary's
+// ordinary pieces.
+func promptIDs(vocab int) []int32 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := []int32{1}
+	for len(ids) < promptLen {
+		ids = append(ids, int32(261+rng.IntN(vocab-261)))
+	}
+	return ids
+}
+
+func quantize(t *testing.T, dir, src, dst, typ string) {
+	t.Helper()
+	out, err := exec.Command(llamaref.Bin(dir, "llama-quantize"), src, dst, typ, strconv.Itoa(threads)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("llama-quantize %s: %v\n%s", typ, err, tail(out))
+	}
+}
+
+func tail(b []byte) string {
+	s := string(b)
+	if len(s) > 2000 {
+		s = "…" + s[len(s)-2000:]
+	}
+	return s
+}
+
+// result is one engine's logits: one row per prompt position, then one per
+// generated token but the last (the row that predicted the next), and the
+// greedy tokens.
+type result struct {
+	logits [][]float32
+	gen    []int32
+}
+
+func runReference(t *testing.T, dir, path string, ids []int32, st setting) result {
+	t.Helper()
+	strs := make([]string, len(ids))
+	for i, id := range ids {
+		strs[i] = strconv.Itoa(int(id))
+	}
+	out := filepath.Join(t.TempDir(), "logits.f32")
+	cmd := exec.Command(llamaref.Bin(dir, "orrery-llama-logits"), "-m", path, "-p", strings.Join(strs, ","),
+		"-n", strconv.Itoa(genLen), "-t", strconv.Itoa(threads), "-kv", st.kv, "-fa", st.flashAttn, "-repack", map[bool]string{true: "on", false: "off"}[st.repack], "-o", out)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("llama.cpp on %s: %v\n%s", filepath.Base(path), err, stderr.String())
+	}
+	var meta struct {
+		NVocab    int     `json:"nVocab"`
+		NPrompt   int     `json:"nPrompt"`
+		Generated []int32 `json:"generated"`
+	}
+	if err := json.Unmarshal(stdout, &meta); err != nil {
+		t.Fatalf("llama.cpp output %q: %v", stdout, err)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := meta.NPrompt + len(meta.Generated) - 1
+	if meta.NVocab != shape.Vocab || len(raw) != rows*meta.NVocab*4 {
+		t.Fatalf("llama.cpp wrote %d bytes of logits, want %d rows of %d", len(raw), rows, meta.NVocab)
+	}
+	r := result{gen: meta.Generated}
+	for i := range rows {
+		row := make([]float32, meta.NVocab)
+		for j := range row {
+			row[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[(i*meta.NVocab+j)*4:]))
+		}
+		r.logits = append(r.logits, row)
+	}
+	return r
+}
+
+// runOrrery runs the prompt through ranks ggml ranks (shards cut from the
+// file when more than one), every position's logits kept, then decodes
+// greedily through the KV caches.
+func runOrrery(t *testing.T, path string, ranks int, ids []int32, st setting) result {
+	t.Helper()
+	paths := []string{path}
+	if ranks > 1 {
+		paths = nil
+		for i := range ranks {
+			first, last := i*shape.Layers/ranks, (i+1)*shape.Layers/ranks
+			p := filepath.Join(t.TempDir(), fmt.Sprintf("shard-%d.gguf", i))
+			if err := model.WriteShard(path, p, first, last, ""); err != nil {
+				t.Fatalf("cut shard %d: %v", i, err)
+			}
+			paths = append(paths, p)
+		}
+	}
+	var rs []backend.Rank
+	for _, p := range paths {
+		r, err := ggml.Load(context.Background(), p, backend.Options{Threads: threads, BatchSize: promptLen, KVType: st.kv, NoFlashAttention: st.flashAttn == "off"}, nil)
+		if err != nil {
+			t.Fatalf("load %s: %v", filepath.Base(p), err)
+		}
+		defer r.Close()
+		rs = append(rs, r)
+	}
+	forward := func(tokens []int32, start int, all bool) [][]float32 {
+		b := backend.Batch{Tokens: tokens, AllLogits: all}
+		for i := range tokens {
+			b.Positions = append(b.Positions, int32(start+i))
+		}
+		for i, r := range rs {
+			res, err := r.Forward(context.Background(), b)
+			if err != nil {
+				t.Fatalf("rank %d forward: %v", i, err)
+			}
+			b = backend.Batch{Hidden: res.Hidden, Positions: b.Positions, AllLogits: all}
+			if i == len(rs)-1 {
+				return split(res.Logits, shape.Vocab)
+			}
+		}
+		return nil
+	}
+	var r result
+	r.logits = forward(ids, 0, true)
+	last := r.logits[len(r.logits)-1]
+	for i := range genLen {
+		tok := int32(argmax(last))
+		r.gen = append(r.gen, tok)
+		if i == genLen-1 {
+			break
+		}
+		last = forward([]int32{tok}, promptLen+i, false)[0]
+		r.logits = append(r.logits, last)
+	}
+	return r
+}
+
+// runExact is the pure-Go float64 forward pass (no activation
+// quantization, no f16 KV cache) over the prompt, or nil for a weight type
+// it cannot read.
+func runExact(t *testing.T, path string, ids []int32) [][]float64 {
+	t.Helper()
+	m, err := reference.Load(path)
+	if err != nil {
+		return nil
+	}
+	var rows [][]float64
+	for i, id := range ids {
+		rows = append(rows, m.Step(id, i))
+	}
+	return rows
+}
+
+// distance is max |Δ| / std of exact over the prompt's positions.
+func distance(exact [][]float64, got result) float64 {
+	if exact == nil {
+		return math.NaN()
+	}
+	var sum, sumSq, n, d float64
+	for i, row := range exact {
+		for j, v := range row {
+			sum += v
+			sumSq += v * v
+			n++
+			d = max(d, math.Abs(v-float64(got.logits[i][j])))
+		}
+	}
+	mean := sum / n
+	return d / math.Sqrt(sumSq/n-mean*mean)
+}
+
+func split(x []float32, n int) [][]float32 {
+	var rows [][]float32
+	for i := 0; i+n <= len(x); i += n {
+		rows = append(rows, x[i:i+n])
+	}
+	return rows
+}
+
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// margin is the gap between the two largest logits over the largest's
+// magnitude, and the gap itself.
+func margin(x []float32) (rel, gap float64) {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	a, b := float64(s[len(s)-1]), float64(s[len(s)-2])
+	return (a - b) / max(math.Abs(a), 1e-30), a - b
+}
+
+func compare(ref, got result) row {
+	r := row{diverge: -1}
+	var agree int
+	var sum, sumSq, n, maxDelta, dSq float64
+	for i := range promptLen {
+		if argmax(ref.logits[i]) == argmax(got.logits[i]) {
+			agree++
+		}
+		for j, v := range ref.logits[i] {
+			sum += float64(v)
+			sumSq += float64(v) * float64(v)
+			n++
+			d := math.Abs(float64(v) - float64(got.logits[i][j]))
+			maxDelta = max(maxDelta, d)
+			dSq += d * d
+		}
+	}
+	mean := sum / n
+	std := math.Sqrt(sumSq/n - mean*mean)
+	r.top1 = float64(agree) / promptLen
+	r.maxDelta = maxDelta / std
+	r.rmsDelta = math.Sqrt(dSq / n)
+	for i := range min(len(ref.gen), len(got.gen)) {
+		if ref.gen[i] != got.gen[i] {
+			r.diverge = i
+			// The row that predicted token i: same context in both.
+			r.margin, r.gap = margin(ref.logits[promptLen-1+i])
+			break
+		}
+	}
+	return r
+}
+
+func table(rows []row) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| setting | arch | type | ranks | top-1 agreement | max \\|Δ\\| / std | first greedy divergence (of %d) | llama.cpp top-2 margin there (relative; gap / rms Δ) | vs exact: Orrery | vs exact: llama.cpp |\n", genLen)
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		div, m := "none", "–"
+		if r.diverge >= 0 {
+			div, m = strconv.Itoa(r.diverge), fmt.Sprintf("%.2g; %.2g", r.margin, r.gap/r.rmsDelta)
+		}
+		ex := func(v float64) string {
+			if math.IsNaN(v) {
+				return "–"
+			}
+			return fmt.Sprintf("%.2g", v)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f %% | %.2g | %s | %s | %s | %s |\n", r.setting, r.arch, r.typ, r.ranks, 100*r.top1, r.maxDelta, div, m, ex(r.exactOrrery), ex(r.exactLlama))
+	}
+	return b.String()
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs the conformance tests against llama.cpp (installed by
+# scripts/llama-ref.sh) verbosely, keeps the whole log in
+# test-output/conformance.txt and prints the tables and the verdicts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# The flags make passes; others would rebuild ggml (minutes).
+export CGO_CFLAGS="${CGO_CFLAGS:--O3 -march=native}" CGO_CXXFLAGS="${CGO_CXXFLAGS:--O3 -march=native}"
+mkdir -p test-output
+log=test-output/conformance.txt
+rc=0
+go test -count=1 -v "${@:-./engine/conformance/}" 2>&1 | grep -v -e '^time=' -e ' INFO ' >"$log" || rc=$?
+grep -E -e '^(--- |ok|FAIL|PASS|panic)' -e '^ +\|' -e '_test\.go:[0-9]+: ' "$log" || true
+if [[ $rc -ne 0 ]]; then
+	echo "conformance: failed; the whole log is in $log" >&2
+	tail -n 40 "$log" >&2
+fi
+exit "$rc"
