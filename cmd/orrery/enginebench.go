@@ -8,8 +8,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -20,6 +22,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
 const engineBenchUsage = `Usage: orrery engine-bench --model PATH [flags]
@@ -30,6 +33,13 @@ the time to the first token) and decode of --tg tokens one at a time from
 an empty context (tok/s), --repeat times each, with tracing off and on. It
 also measures this machine's memory read bandwidth and the decode bound it
 sets (bandwidth / weight bytes).
+
+With --vs-llama-bench it also runs llama.cpp's llama-bench on the same file
+with the same prompt, decode length, threads, repetitions and attention
+setting (weights read into memory, not mapped), once before and once after
+Orrery's runs so that drift on a shared machine hits both alike, and prints
+both side by side with Orrery's ratio. The default llama-bench is the one
+scripts/llama-ref.sh builds.
 
 Flags:
 `
@@ -59,6 +69,8 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	bw := fs.Bool("bandwidth", true, "measure memory read bandwidth")
 	noFA := fs.Bool("no-flash-attn", false, "compute attention as separate ops instead of the fused flash-attention kernel")
 	asJSON := fs.Bool("json", false, "print JSON")
+	vsLlama := fs.Bool("vs-llama-bench", false, "also run llama.cpp's llama-bench on the same file and print the ratios")
+	llamaBench := fs.String("llama-bench", llamaref.Bin(llamaref.Dir(), "llama-bench"), "the llama-bench binary for --vs-llama-bench")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
@@ -88,6 +100,17 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *bw {
 		gbps = readBandwidth(*threads)
 	}
+	lb := llamaBenchRun{bin: *llamaBench, model: *path, pp: *pp, tg: *tg, threads: *threads, repeat: *repeat, flashAttn: !*noFA}
+	var llamaRuns []map[string]float64
+	if *vsLlama {
+		fmt.Fprintf(stderr, "running llama-bench (1 of 2)…\n")
+		r, err := lb.run(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
+			return 1
+		}
+		llamaRuns = append(llamaRuns, r)
+	}
 	ctxLen := max(*pp, *tg) + 8
 	start := time.Now()
 	rank, err := loadRank(ctx, *path, backend.Options{Threads: *threads, BatchSize: max(*pp, 1), ContextLen: ctxLen, NoFlashAttention: *noFA}, nil)
@@ -95,7 +118,10 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
 		return 1
 	}
-	defer rank.Close()
+	// Closed before the second llama-bench run, so that both engines'
+	// weights are never resident together.
+	closeRank := sync.OnceFunc(rank.Close)
+	defer closeRank()
 	fmt.Fprintf(stderr, "loaded %s in %.1f s (%s of weights, %d threads)\n", *path, time.Since(start).Seconds(), humanBytes(weightBytes), *threads)
 	g := &runner.Generator{M: &runner.Local{F: rank}, Tok: tok}
 	vocab := rank.Config().Vocab
@@ -144,6 +170,16 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 			}
 		}
 	}
+	closeRank()
+	if *vsLlama {
+		fmt.Fprintf(stderr, "running llama-bench (2 of 2)…\n")
+		r, err := lb.run(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
+			return 1
+		}
+		llamaRuns = append(llamaRuns, r)
+	}
 	var out []benchRow
 	for _, k := range order {
 		r := rows[k]
@@ -153,9 +189,26 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		out = append(out, *r)
 	}
+	var vs []vsRow
+	if *vsLlama {
+		for _, r := range out {
+			if r.Traced {
+				continue
+			}
+			v := vsRow{Test: r.Test, Orrery: r.Mean}
+			for _, run := range llamaRuns {
+				v.LlamaRuns = append(v.LlamaRuns, run[r.Test])
+			}
+			v.Llama = mean(v.LlamaRuns)
+			if v.Llama > 0 {
+				v.Ratio = v.Orrery / v.Llama
+			}
+			vs = append(vs, v)
+		}
+	}
 	if *asJSON {
 		b, _ := json.MarshalIndent(map[string]any{"model": *path, "weightBytes": weightBytes, "threads": *threads,
-			"rows": out, "readBandwidthGBps": gbps, "decodeBoundTokPerSec": gbps * 1e9 / float64(weightBytes)}, "", "  ")
+			"rows": out, "readBandwidthGBps": gbps, "decodeBoundTokPerSec": gbps * 1e9 / float64(weightBytes), "vsLlamaBench": vs}, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 		return 0
 	}
@@ -173,11 +226,78 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%s\n", r.Test, on, r.Mean, r.SD, ttft)
 	}
 	tw.Flush()
+	if len(vs) > 0 {
+		fmt.Fprintln(stdout)
+		tw = tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TEST\tORRERY TOK/S\tLLAMA-BENCH TOK/S (BEFORE, AFTER)\tRATIO")
+		for _, v := range vs {
+			var runs []string
+			for _, x := range v.LlamaRuns {
+				runs = append(runs, fmt.Sprintf("%.2f", x))
+			}
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f (%s)\t%.2f×\n", v.Test, v.Orrery, v.Llama, strings.Join(runs, ", "), v.Ratio)
+		}
+		tw.Flush()
+	}
 	if gbps > 0 {
 		fmt.Fprintf(stdout, "memory read bandwidth %.1f GB/s (%d threads): decode bound %.1f tok/s for %s of weights\n",
 			gbps, *threads, gbps*1e9/float64(weightBytes), humanBytes(weightBytes))
 	}
 	return 0
+}
+
+// vsRow is one test side by side with llama-bench.
+type vsRow struct {
+	Test      string    `json:"test"`
+	Orrery    float64   `json:"orreryTokPerSec"`
+	Llama     float64   `json:"llamaBenchTokPerSec"`
+	LlamaRuns []float64 `json:"llamaBenchRuns"`
+	Ratio     float64   `json:"ratio"`
+}
+
+// llamaBenchRun runs llama.cpp's llama-bench with engine-bench's settings.
+type llamaBenchRun struct {
+	bin, model              string
+	pp, tg, threads, repeat int
+	flashAttn               bool
+}
+
+// run returns the mean tok/s by test name ("pp128", "tg64").
+func (l llamaBenchRun) run(ctx context.Context) (map[string]float64, error) {
+	fa := "off"
+	if l.flashAttn {
+		fa = "on"
+	}
+	cmd := exec.CommandContext(ctx, l.bin, "-m", l.model, "-p", strconv.Itoa(l.pp), "-n", strconv.Itoa(l.tg),
+		"-t", strconv.Itoa(l.threads), "-r", strconv.Itoa(l.repeat), "-fa", fa, "-lm", "none", "-o", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 2000 {
+			msg = "…" + msg[len(msg)-2000:]
+		}
+		return nil, fmt.Errorf("llama-bench (%s; build it with scripts/llama-ref.sh): %w\n%s", l.bin, err, msg)
+	}
+	var tests []struct {
+		NPrompt int     `json:"n_prompt"`
+		NGen    int     `json:"n_gen"`
+		AvgTS   float64 `json:"avg_ts"`
+	}
+	if err := json.Unmarshal(out, &tests); err != nil {
+		return nil, fmt.Errorf("llama-bench output: %w", err)
+	}
+	res := map[string]float64{}
+	for _, t := range tests {
+		switch {
+		case t.NPrompt > 0 && t.NGen == 0:
+			res[fmt.Sprintf("pp%d", t.NPrompt)] = t.AvgTS
+		case t.NGen > 0 && t.NPrompt == 0:
+			res[fmt.Sprintf("tg%d", t.NGen)] = t.AvgTS
+		}
+	}
+	return res, nil
 }
 
 func benchRecorder(on bool) *trace.Recorder {
