@@ -47,7 +47,7 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	kvHeads := fs.Int("kv-heads", 0, "key/value heads (grouped-query attention)")
 	vocab := fs.Int("vocab", 0, "vocabulary size")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens")
-	typ := fs.String("type", "", "weight type: F32, F16, BF16 or Q8_0")
+	typ := fs.String("type", "", "weight type: F32, F16, BF16, Q8_0 or Q4_0")
 	seed := fs.Uint64("seed", 0, "random seed")
 	dataDir := fs.String("data-dir", agent.DefaultConfig().DataDir, "agent data directory; the model goes to <data-dir>/models unless -o")
 	name := fs.String("name", "", "model id (file name without .gguf; default orrery-<preset>)")

@@ -187,3 +187,33 @@ func TestBF16(t *testing.T) {
 		t.Error("BF16ToFloat32(0x3f80) != 1")
 	}
 }
+
+func TestQ4_0(t *testing.T) {
+	src := make([]float32, 64)
+	for i := range src {
+		src[i] = float32(math.Sin(float64(i)*0.7)) * float32(1+i%5)
+	}
+	src[40] = -9 // the block's largest magnitude, negative: d = 9/8
+	b, err := AppendQ4_0(nil, src)
+	if err != nil || len(b) != 2*18 {
+		t.Fatalf("AppendQ4_0: %d bytes, %v", len(b), err)
+	}
+	back, err := Dequantize(Q4_0, b, len(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back[40] != -9 {
+		t.Errorf("the block's extreme value came back as %g", back[40])
+	}
+	for blk := 0; blk < 2; blk++ {
+		d := math.Abs(float64(F16ToFloat32(binary.LittleEndian.Uint16(b[blk*18:]))))
+		for i := blk * 32; i < blk*32+32; i++ {
+			if e := math.Abs(back[i] - float64(src[i])); e > d/2+1e-6 {
+				t.Errorf("value %d: %g came back as %g (step %g)", i, src[i], back[i], d)
+			}
+		}
+	}
+	if _, err := AppendQ4_0(nil, src[:33]); err == nil {
+		t.Error("33 values quantized")
+	}
+}

@@ -114,6 +114,35 @@ func AppendQ8_0(dst []byte, src []float32) ([]byte, error) {
 	return dst, nil
 }
 
+// AppendQ4_0 appends src (a multiple of 32 values) quantized to Q4_0 as
+// ggml's reference quantizer does: per block, d = (the value of largest
+// magnitude) / −8 and 4-bit values offset by 8.
+func AppendQ4_0(dst []byte, src []float32) ([]byte, error) {
+	if len(src)%q8Block != 0 {
+		return dst, fmt.Errorf("Q4_0: %d values are not whole blocks of %d", len(src), q8Block)
+	}
+	for b := 0; b < len(src); b += q8Block {
+		blk := src[b : b+q8Block]
+		var amax, vmax float32
+		for _, v := range blk {
+			if a := float32(math.Abs(float64(v))); a > amax {
+				amax, vmax = a, v
+			}
+		}
+		d := vmax / -8
+		id := float32(0)
+		if d != 0 {
+			id = 1 / d
+		}
+		dst = binary.LittleEndian.AppendUint16(dst, Float32ToF16(d))
+		q := func(v float32) byte { return byte(min(15, int8(v*id+8.5))) }
+		for j := range 16 {
+			dst = append(dst, q(blk[j])|q(blk[j+16])<<4)
+		}
+	}
+	return dst, nil
+}
+
 // Dequantize converts n values of tensor data of type t to float64.
 func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 	out := make([]float64, n)

@@ -22,8 +22,9 @@ type GenOptions struct {
 	KVHeads    int // 0: Heads
 	Vocab      int
 	ContextLen int // 0: 2048
-	// Type is the weight type: F32, F16, BF16 or Q8_0 (norms are always
-	// F32). Other types come from llama-quantize on a generated file.
+	// Type is the weight type: F32, F16, BF16, Q8_0 or Q4_0 (norms are
+	// always F32). Other types come from llama-quantize on a generated
+	// file.
 	Type string
 	Seed uint64
 }
@@ -84,15 +85,15 @@ func (o *GenOptions) fill() error {
 		return fmt.Errorf("context length %d: want 16..%d", o.ContextLen, 1<<20)
 	}
 	if _, ok := genTypes[o.Type]; !ok {
-		return fmt.Errorf("type %q: want F32, F16, BF16 or Q8_0", o.Type)
+		return fmt.Errorf("type %q: want F32, F16, BF16, Q8_0 or Q4_0", o.Type)
 	}
 	return nil
 }
 
-var genTypes = map[string]gguf.TensorType{"F32": gguf.F32, "F16": gguf.F16, "BF16": gguf.BF16, "Q8_0": gguf.Q8_0}
+var genTypes = map[string]gguf.TensorType{"F32": gguf.F32, "F16": gguf.F16, "BF16": gguf.BF16, "Q8_0": gguf.Q8_0, "Q4_0": gguf.Q4_0}
 
 // fileTypes are general.file_type values (llama.cpp's LLAMA_FTYPE).
-var fileTypes = map[string]uint32{"F32": 0, "F16": 1, "Q8_0": 7, "BF16": 32}
+var fileTypes = map[string]uint32{"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32}
 
 // Generate writes a random-weight model of shape o to path, atomically.
 // The same options always give the same bytes. Its output is gibberish:
@@ -311,6 +312,11 @@ func genData(seed uint64, name string, t gguf.TensorType, std float64, norm bool
 			case gguf.Q8_0:
 				var err error
 				if buf, err = gguf.AppendQ8_0(buf, vals); err != nil {
+					return err
+				}
+			case gguf.Q4_0:
+				var err error
+				if buf, err = gguf.AppendQ4_0(buf, vals); err != nil {
 					return err
 				}
 			default:

@@ -78,7 +78,7 @@ func TestGenOptionErrors(t *testing.T) {
 		{GenOptions{Layers: 1, Dim: 64, Heads: 3, Vocab: 512}, "3 heads"},
 		{GenOptions{Layers: 1, Dim: 64, Heads: 4, KVHeads: 3, Vocab: 512}, "3 kv heads"},
 		{GenOptions{Layers: 1, Dim: 64, Heads: 4, Vocab: 10}, "vocab 10"},
-		{GenOptions{Layers: 1, Dim: 64, Heads: 4, Vocab: 512, Type: "Q4_0"}, `type "Q4_0"`},
+		{GenOptions{Layers: 1, Dim: 64, Heads: 4, Vocab: 512, Type: "Q2_K"}, `type "Q2_K"`},
 		{GenOptions{Arch: "gpt2", Layers: 1, Dim: 64, Heads: 4, Vocab: 512}, `arch "gpt2"`},
 	} {
 		if err := Generate(filepath.Join(t.TempDir(), "x.gguf"), c.o); err == nil || !strings.Contains(err.Error(), c.want) {
