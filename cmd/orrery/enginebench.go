@@ -68,6 +68,7 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	repeat := fs.Int("repeat", 3, "runs of each test")
 	bw := fs.Bool("bandwidth", true, "measure memory read bandwidth")
 	noFA := fs.Bool("no-flash-attn", false, "compute attention as separate ops instead of the fused flash-attention kernel")
+	noRepack := fs.Bool("no-repack", false, "keep Q4_0/Q4_K/IQ4_NL weights unpacked (ggml's plain kernels)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	vsLlama := fs.Bool("vs-llama-bench", false, "also run llama.cpp's llama-bench on the same file and print the ratios")
 	llamaBench := fs.String("llama-bench", llamaref.Bin(llamaref.Dir(), "llama-bench"), "the llama-bench binary for --vs-llama-bench")
@@ -113,7 +114,7 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	ctxLen := max(*pp, *tg) + 8
 	start := time.Now()
-	rank, err := loadRank(ctx, *path, backend.Options{Threads: *threads, BatchSize: max(*pp, 1), ContextLen: ctxLen, NoFlashAttention: *noFA}, nil)
+	rank, err := loadRank(ctx, *path, backend.Options{Threads: *threads, BatchSize: max(*pp, 1), ContextLen: ctxLen, NoFlashAttention: *noFA, NoRepack: *noRepack}, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
 		return 1

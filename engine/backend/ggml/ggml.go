@@ -35,6 +35,11 @@ type Rank struct {
 
 	tokEmb, outNorm, out ml.Tensor
 	layers               []layer // indexed from opts.FirstLayer
+	// repacked holds the weights moved to ggml's repack buffers (nil
+	// when none were).
+	repacked *repacker
+	// Repacked counts the matrices moved there.
+	Repacked int
 }
 
 var _ backend.Rank = (*Rank)(nil)
@@ -112,6 +117,12 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		b.Close()
 		return nil, err
 	}
+	if !opts.NoRepack {
+		if err := r.repack(f); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
 	kvType := ml.DTypeF16
 	if opts.KVType == "f32" {
 		kvType = ml.DTypeF32
@@ -146,8 +157,55 @@ func (r *Rank) Reset() error { return r.cache.Remove(0, 0, math.MaxInt32) }
 
 // Close frees the weights and the cache.
 func (r *Rank) Close() {
-	r.cache.Close()
+	if r.cache != nil {
+		r.cache.Close()
+	}
 	r.b.Close()
+	r.repacked.close()
+}
+
+// repack moves the matrices ggml's CPU kernels can use repacked (see
+// repack.go) into repack buffers, when this machine and build allow.
+func (r *Rank) repack(f *gguf.File) error {
+	type weight struct {
+		name string
+		t    ml.Tensor
+	}
+	var ws []weight
+	if r.out != nil && !r.cfg.TiedOutput {
+		ws = append(ws, weight{"output.weight", r.out})
+	}
+	for i := range r.layers {
+		l := &r.layers[i]
+		p := fmt.Sprintf("blk.%d.", r.opts.FirstLayer+i)
+		for _, w := range []struct {
+			s string
+			t ml.Tensor
+		}{{"attn_q", l.q}, {"attn_k", l.k}, {"attn_v", l.v}, {"attn_output", l.o}, {"ffn_gate", l.gate}, {"ffn_up", l.up}, {"ffn_down", l.down}} {
+			ws = append(ws, weight{p + w.s + ".weight", w.t})
+		}
+	}
+	var todo []weight
+	for _, w := range ws {
+		if ti, ok := f.Tensor(w.name); ok && repackable(*ti) {
+			todo = append(todo, w)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	rp := newRepacker(len(todo))
+	if rp == nil {
+		return nil
+	}
+	r.repacked = rp
+	for _, w := range todo {
+		if err := rp.move(w.t); err != nil {
+			return fmt.Errorf("repack %s: %w", w.name, err)
+		}
+		r.Repacked++
+	}
+	return nil
 }
 
 // Forward runs one batch through the rank's blocks.
