@@ -9,7 +9,9 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O3 -march=native}" CGO_CXXFLAGS="${CGO_CXXFLAG
 mkdir -p test-output
 log=test-output/conformance.txt
 rc=0
-go test -count=1 -v "${@:-./engine/conformance/}" 2>&1 | grep -v -e '^time=' -e ' INFO ' >"$log" || rc=$?
+pkgs=("$@")
+((${#pkgs[@]})) || pkgs=(./engine/conformance/ ./engine/chattmpl/)
+go test -count=1 -v "${pkgs[@]}" 2>&1 | grep -v -e '^time=' -e ' INFO ' >"$log" || rc=$?
 grep -E -e '^(--- |ok|FAIL|PASS|panic)' -e '^ +\|' -e '_test\.go:[0-9]+: ' "$log" || true
 if [[ $rc -ne 0 ]]; then
 	echo "conformance: failed; the whole log is in $log" >&2
