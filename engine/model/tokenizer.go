@@ -5,9 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
 	"github.com/ollama/ollama/tokenizer"
 
+	"github.com/orrery-cluster/orrery/engine/chattmpl"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 )
 
@@ -23,7 +23,7 @@ type Tokenizer struct {
 	tok      tokenizer.Tokenizer
 	vocab    *tokenizer.Vocabulary
 	eog      []int32 // ids that end generation
-	template *jinja.Template
+	template *chattmpl.Template
 	bos, eos string
 }
 
@@ -95,7 +95,7 @@ func NewTokenizer(f *gguf.File) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer model %q: want llama (SentencePiece) or gpt2 (BPE)", m)
 	}
 	if src := f.String("tokenizer.chat_template", ""); src != "" {
-		tmpl, err := jinja.Compile(src)
+		tmpl, err := chattmpl.Compile(src) // an unsupported construct fails here, named
 		if err != nil {
 			return nil, fmt.Errorf("chat template: %w", err)
 		}
@@ -154,13 +154,11 @@ func (t *Tokenizer) Chat(msgs []Message) (string, error) {
 		}
 		return b.String(), nil
 	}
-	ms := make([]any, len(msgs))
+	ms := make([]chattmpl.Message, len(msgs))
 	for i, m := range msgs {
-		ms[i] = map[string]any{"role": m.Role, "content": m.Content}
+		ms[i] = chattmpl.Message{Role: m.Role, Content: m.Content}
 	}
-	out, err := t.template.Render(map[string]any{
-		"messages": ms, "add_generation_prompt": true, "bos_token": t.bos, "eos_token": t.eos,
-	})
+	out, err := t.template.Render(chattmpl.Context(ms, true, t.bos, t.eos))
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
 	}

@@ -1,0 +1,942 @@
+package chattmpl
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
+
+// SyntaxError is a template the engine cannot compile: bad syntax, or a
+// construct it does not support (named in Construct).
+type SyntaxError struct {
+	Line      int
+	Construct string // e.g. "{% include %}", "filter 'from_json'"; "" for plain syntax errors
+	Msg       string
+}
+
+func (e *SyntaxError) Error() string {
+	return fmt.Sprintf("line %d: %s", e.Line, e.Msg)
+}
+
+type parser struct {
+	toks []token
+	pos  int
+	soft bool // inside an if (jinja2 defers unknown filters/tests to render time there)
+}
+
+func (p *parser) cur() token  { return p.toks[p.pos] }
+func (p *parser) next() token { t := p.toks[p.pos]; p.advance(); return t }
+func (p *parser) advance() {
+	if p.pos < len(p.toks)-1 {
+		p.pos++
+	}
+}
+
+func (p *parser) fail(format string, args ...any) error {
+	return &SyntaxError{Line: p.cur().line, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (p *parser) unsupported(construct string) error {
+	return &SyntaxError{Line: p.cur().line, Construct: construct, Msg: "unsupported construct " + construct}
+}
+
+func (p *parser) isOp(op string) bool  { t := p.cur(); return t.kind == tkOp && t.val == op }
+func (p *parser) isName(n string) bool { t := p.cur(); return t.kind == tkName && t.val == n }
+func (p *parser) skipOp(op string) bool {
+	ok := p.isOp(op)
+	if ok {
+		p.advance()
+	}
+	return ok
+}
+func (p *parser) skipName(n string) bool {
+	ok := p.isName(n)
+	if ok {
+		p.advance()
+	}
+	return ok
+}
+
+func (p *parser) expectOp(op string) error {
+	if !p.skipOp(op) {
+		return p.fail("expected %q, got %s", op, p.cur())
+	}
+	return nil
+}
+
+func (p *parser) expectKind(k tokKind) (token, error) {
+	if p.cur().kind != k {
+		return token{}, p.fail("expected %s, got %s", k, p.cur())
+	}
+	return p.next(), nil
+}
+
+func (p *parser) expectName() (string, error) {
+	t, err := p.expectKind(tkName)
+	return t.val, err
+}
+
+// parseBody parses nodes until a {% tag %} named in ends, and returns the
+// tag found (after its name; the caller reads the rest of the tag).
+func (p *parser) parseBody(ends ...string) ([]node, string, error) {
+	var out []node
+	for {
+		t := p.cur()
+		switch t.kind {
+		case tkText:
+			p.advance()
+			out = append(out, &textNode{t.val})
+		case tkVarBegin:
+			p.advance()
+			e, err := p.parseTuple(true)
+			if err != nil {
+				return nil, "", err
+			}
+			if _, err := p.expectKind(tkVarEnd); err != nil {
+				return nil, "", err
+			}
+			out = append(out, &outputNode{e})
+		case tkBlockBegin:
+			p.advance()
+			name := p.cur()
+			if name.kind != tkName {
+				return nil, "", p.fail("expected a tag name, got %s", name)
+			}
+			if slices.Contains(ends, name.val) {
+				p.advance()
+				return out, name.val, nil
+			}
+			n, err := p.parseStatement()
+			if err != nil {
+				return nil, "", err
+			}
+			if n != nil {
+				out = append(out, n...)
+			}
+		case tkEOF:
+			if len(ends) > 0 {
+				return nil, "", p.fail("unexpected end of template, expected %q", ends[0])
+			}
+			return out, "", nil
+		default:
+			return nil, "", p.fail("unexpected %s", t)
+		}
+	}
+}
+
+func (p *parser) endTag() error {
+	if _, err := p.expectKind(tkBlockEnd); err != nil {
+		return err
+	}
+	return nil
+}
+
+// withSoft parses with p.soft set to soft, then restores it.
+func withSoft[T any](p *parser, soft bool, f func() (T, string, error)) (T, string, error) {
+	old := p.soft
+	p.soft = soft
+	defer func() { p.soft = old }()
+	return f()
+}
+
+func (p *parser) parseStatement() ([]node, error) {
+	tag := p.next()
+	switch tag.val {
+	case "if":
+		return p.parseIf()
+	case "for":
+		return p.parseFor(tag.line)
+	case "set":
+		return p.parseSet()
+	case "macro":
+		return p.parseMacro()
+	case "call":
+		return p.parseCallBlock()
+	case "filter":
+		fs, err := p.parseFilterChain()
+		if err != nil {
+			return nil, err
+		}
+		if err := p.endTag(); err != nil {
+			return nil, err
+		}
+		body, _, err := p.parseBody("endfilter")
+		if err != nil {
+			return nil, err
+		}
+		return []node{&filterBlockNode{fs, body}}, p.endTag()
+	case "break", "continue":
+		if err := p.endTag(); err != nil {
+			return nil, err
+		}
+		if tag.val == "break" {
+			return []node{&breakNode{}}, nil
+		}
+		return []node{&continueNode{}}, nil
+	case "generation": // transformers' {% generation %}: renders its body
+		if err := p.endTag(); err != nil {
+			return nil, err
+		}
+		body, _, err := p.parseBody("endgeneration")
+		if err != nil {
+			return nil, err
+		}
+		return body, p.endTag()
+	case "include", "import", "from", "extends", "block", "with", "autoescape", "do", "trans", "raw":
+		p.pos--
+		return nil, p.unsupported("{% " + tag.val + " %}")
+	}
+	p.pos--
+	return nil, p.unsupported("{% " + tag.val + " %}")
+}
+
+func (p *parser) parseIf() ([]node, error) {
+	n := &ifNode{}
+	for {
+		c, _, err := withSoft(p, true, func() (expr, string, error) { e, err := p.parseTuple(false); return e, "", err })
+		if err != nil {
+			return nil, err
+		}
+		if err := p.endTag(); err != nil {
+			return nil, err
+		}
+		body, end, err := withSoft(p, true, func() ([]node, string, error) { return p.parseBody("elif", "else", "endif") })
+		if err != nil {
+			return nil, err
+		}
+		n.conds = append(n.conds, c)
+		n.bodies = append(n.bodies, body)
+		switch end {
+		case "elif":
+			continue
+		case "else":
+			if err := p.endTag(); err != nil {
+				return nil, err
+			}
+			body, _, err := withSoft(p, true, func() ([]node, string, error) { return p.parseBody("endif") })
+			if err != nil {
+				return nil, err
+			}
+			n.bodies = append(n.bodies, body)
+		}
+		return []node{n}, p.endTag()
+	}
+}
+
+// parseTargets reads "a" or "a, b" or "(a, b)".
+func (p *parser) parseTargets() ([]string, error) {
+	paren := p.skipOp("(")
+	var names []string
+	for {
+		n, err := p.expectName()
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, n)
+		if !p.skipOp(",") {
+			break
+		}
+		if p.cur().kind != tkName {
+			break
+		}
+	}
+	if paren {
+		if err := p.expectOp(")"); err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
+}
+
+func (p *parser) parseFor(line int) ([]node, error) {
+	n := &forNode{line: line}
+	var err error
+	if n.targets, err = p.parseTargets(); err != nil {
+		return nil, err
+	}
+	if !p.skipName("in") {
+		return nil, p.fail("expected 'in' in for loop, got %s", p.cur())
+	}
+	old := p.soft
+	p.soft = false
+	defer func() { p.soft = old }()
+	if n.iter, err = p.parseTuple(false); err != nil {
+		return nil, err
+	}
+	if p.skipName("if") {
+		if n.cond, err = p.parseExpr(true); err != nil {
+			return nil, err
+		}
+	}
+	if p.isName("recursive") {
+		return nil, p.unsupported("recursive for loop")
+	}
+	if err := p.endTag(); err != nil {
+		return nil, err
+	}
+	body, end, err := p.parseBody("else", "endfor")
+	if err != nil {
+		return nil, err
+	}
+	n.body = body
+	if end == "else" {
+		if err := p.endTag(); err != nil {
+			return nil, err
+		}
+		if n.elseBody, _, err = p.parseBody("endfor"); err != nil {
+			return nil, err
+		}
+	}
+	return []node{n}, p.endTag()
+}
+
+func (p *parser) parseSet() ([]node, error) {
+	first, err := p.expectName()
+	if err != nil {
+		return nil, err
+	}
+	if p.skipOp(".") {
+		attr, err := p.expectName()
+		if err != nil {
+			return nil, err
+		}
+		if err := p.expectOp("="); err != nil {
+			return nil, err
+		}
+		v, err := p.parseTuple(true)
+		if err != nil {
+			return nil, err
+		}
+		return []node{&setNode{targets: []string{first}, attr: attr, value: v}}, p.endTag()
+	}
+	targets := []string{first}
+	for p.skipOp(",") {
+		n, err := p.expectName()
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, n)
+	}
+	if p.skipOp("=") {
+		v, err := p.parseTuple(true)
+		if err != nil {
+			return nil, err
+		}
+		return []node{&setNode{targets: targets, value: v}}, p.endTag()
+	}
+	if len(targets) > 1 {
+		return nil, p.fail("expected '=' after set targets")
+	}
+	var fs []*filterExpr
+	if p.isOp("|") {
+		if fs, err = p.parseFilterChain(); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.endTag(); err != nil {
+		return nil, err
+	}
+	body, _, err := p.parseBody("endset")
+	if err != nil {
+		return nil, err
+	}
+	return []node{&setBlockNode{name: first, filters: fs, body: body}}, p.endTag()
+}
+
+// parseFilterChain reads "f1(args) | f2 ..." (the leading | optional).
+func (p *parser) parseFilterChain() ([]*filterExpr, error) {
+	var fs []*filterExpr
+	p.skipOp("|")
+	for {
+		f, err := p.parseFilter(nil)
+		if err != nil {
+			return nil, err
+		}
+		fs = append(fs, f)
+		if !p.skipOp("|") {
+			return fs, nil
+		}
+	}
+}
+
+func (p *parser) parseParams() ([]string, []expr, error) {
+	var params []string
+	var defaults []expr
+	if err := p.expectOp("("); err != nil {
+		return nil, nil, err
+	}
+	for !p.isOp(")") {
+		if len(params) > 0 {
+			if err := p.expectOp(","); err != nil {
+				return nil, nil, err
+			}
+			if p.isOp(")") {
+				break
+			}
+		}
+		n, err := p.expectName()
+		if err != nil {
+			return nil, nil, err
+		}
+		var d expr
+		if p.skipOp("=") {
+			if d, err = p.parseExpr(true); err != nil {
+				return nil, nil, err
+			}
+		} else if len(defaults) > 0 && defaults[len(defaults)-1] != nil {
+			return nil, nil, p.fail("non-default argument follows default argument")
+		}
+		params = append(params, n)
+		defaults = append(defaults, d)
+	}
+	p.advance()
+	return params, defaults, nil
+}
+
+func (p *parser) parseMacro() ([]node, error) {
+	name, err := p.expectName()
+	if err != nil {
+		return nil, err
+	}
+	params, defaults, err := p.parseParams()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.endTag(); err != nil {
+		return nil, err
+	}
+	body, _, err := withSoft(p, false, func() ([]node, string, error) { return p.parseBody("endmacro") })
+	if err != nil {
+		return nil, err
+	}
+	if p.cur().kind == tkName {
+		p.advance() // {% endmacro name %}
+	}
+	m := &macroDef{name: name, params: params, defaults: defaults, body: body}
+	return []node{&macroNode{name, m}}, p.endTag()
+}
+
+func (p *parser) parseCallBlock() ([]node, error) {
+	var params []string
+	var defaults []expr
+	var err error
+	if p.isOp("(") {
+		if params, defaults, err = p.parseParams(); err != nil {
+			return nil, err
+		}
+	}
+	e, err := p.parseExpr(true)
+	if err != nil {
+		return nil, err
+	}
+	call, ok := e.(*callExpr)
+	if !ok {
+		return nil, p.fail("expected a call in %s", "{% call %}")
+	}
+	if err := p.endTag(); err != nil {
+		return nil, err
+	}
+	body, _, err := withSoft(p, false, func() ([]node, string, error) { return p.parseBody("endcall") })
+	if err != nil {
+		return nil, err
+	}
+	m := &macroDef{name: "caller", params: params, defaults: defaults, body: body}
+	return []node{&callBlockNode{call, m}}, p.endTag()
+}
+
+// parseTuple parses an expression or a bare comma-separated tuple.
+func (p *parser) parseTuple(condexpr bool) (expr, error) {
+	var items []expr
+	isTuple := false
+	for {
+		if len(items) > 0 {
+			if !p.skipOp(",") {
+				break
+			}
+			isTuple = true
+			if t := p.cur(); t.kind == tkBlockEnd || t.kind == tkVarEnd || p.isOp(")") || p.isOp("=") {
+				break
+			}
+		}
+		e, err := p.parseExpr(condexpr)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, e)
+	}
+	if !isTuple {
+		return items[0], nil
+	}
+	return &tupleExpr{items}, nil
+}
+
+func (p *parser) parseExpr(condexpr bool) (expr, error) {
+	if !condexpr {
+		return p.parseOr()
+	}
+	e, err := p.parseOr()
+	if err != nil {
+		return nil, err
+	}
+	for p.isName("if") {
+		// jinja2 checks filters in a conditional expression at render time.
+		old := p.soft
+		p.soft = true
+		p.advance()
+		c, err := p.parseOr()
+		if err != nil {
+			p.soft = old
+			return nil, err
+		}
+		var no expr
+		if p.skipName("else") {
+			if no, err = p.parseExpr(true); err != nil {
+				p.soft = old
+				return nil, err
+			}
+		}
+		p.soft = old
+		e = &condExpr{cond: c, yes: e, no: no}
+	}
+	return e, nil
+}
+
+func (p *parser) parseOr() (expr, error) {
+	l, err := p.parseAnd()
+	for err == nil && p.skipName("or") {
+		var r expr
+		r, err = p.parseAnd()
+		l = &binExpr{"or", l, r}
+	}
+	return l, err
+}
+
+func (p *parser) parseAnd() (expr, error) {
+	l, err := p.parseNot()
+	for err == nil && p.skipName("and") {
+		var r expr
+		r, err = p.parseNot()
+		l = &binExpr{"and", l, r}
+	}
+	return l, err
+}
+
+func (p *parser) parseNot() (expr, error) {
+	if p.skipName("not") {
+		x, err := p.parseNot()
+		return &unaryExpr{"not", x}, err
+	}
+	return p.parseCompare()
+}
+
+func (p *parser) parseCompare() (expr, error) {
+	l, err := p.parseMath1()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		t := p.cur()
+		var op string
+		switch {
+		case t.kind == tkOp && (t.val == "==" || t.val == "!=" || t.val == "<" || t.val == "<=" || t.val == ">" || t.val == ">="):
+			op = t.val
+			p.advance()
+		case p.isName("in"):
+			op = "in"
+			p.advance()
+		case p.isName("not") && p.toks[p.pos+1].kind == tkName && p.toks[p.pos+1].val == "in":
+			op = "not in"
+			p.pos += 2
+		default:
+			return l, nil
+		}
+		r, err := p.parseMath1()
+		if err != nil {
+			return nil, err
+		}
+		l = &binExpr{op, l, r}
+	}
+}
+
+func (p *parser) parseMath1() (expr, error) {
+	l, err := p.parseConcat()
+	for err == nil && (p.isOp("+") || p.isOp("-")) {
+		op := p.next().val
+		var r expr
+		r, err = p.parseConcat()
+		l = &binExpr{op, l, r}
+	}
+	return l, err
+}
+
+func (p *parser) parseConcat() (expr, error) {
+	l, err := p.parseMath2()
+	for err == nil && p.isOp("~") {
+		p.advance()
+		var r expr
+		r, err = p.parseMath2()
+		l = &binExpr{"~", l, r}
+	}
+	return l, err
+}
+
+func (p *parser) parseMath2() (expr, error) {
+	l, err := p.parsePow()
+	for err == nil && (p.isOp("*") || p.isOp("/") || p.isOp("//") || p.isOp("%")) {
+		op := p.next().val
+		var r expr
+		r, err = p.parsePow()
+		l = &binExpr{op, l, r}
+	}
+	return l, err
+}
+
+func (p *parser) parsePow() (expr, error) {
+	l, err := p.parseUnary(true)
+	for err == nil && p.isOp("**") {
+		p.advance()
+		var r expr
+		r, err = p.parseUnary(true)
+		l = &binExpr{"**", l, r}
+	}
+	return l, err
+}
+
+func (p *parser) parseUnary(withFilter bool) (expr, error) {
+	var e expr
+	var err error
+	switch {
+	case p.isOp("-"), p.isOp("+"):
+		op := p.next().val
+		var x expr
+		if x, err = p.parseUnary(false); err != nil {
+			return nil, err
+		}
+		e = &unaryExpr{op, x}
+	default:
+		if e, err = p.parsePrimary(); err != nil {
+			return nil, err
+		}
+	}
+	if e, err = p.parsePostfix(e); err != nil {
+		return nil, err
+	}
+	if withFilter {
+		return p.parseFilterExpr(e)
+	}
+	return e, nil
+}
+
+func (p *parser) parsePrimary() (expr, error) {
+	t := p.cur()
+	switch t.kind {
+	case tkName:
+		p.advance()
+		switch t.val {
+		case "true", "True":
+			return &constExpr{true}, nil
+		case "false", "False":
+			return &constExpr{false}, nil
+		case "none", "None":
+			return &constExpr{nil}, nil
+		}
+		return &nameExpr{t.val, t.line}, nil
+	case tkString:
+		p.advance()
+		s := t.val
+		for p.cur().kind == tkString {
+			s += p.next().val
+		}
+		return &constExpr{s}, nil
+	case tkInt:
+		p.advance()
+		n, err := strconv.ParseInt(t.val, 10, 64)
+		if err != nil {
+			return nil, &SyntaxError{Line: t.line, Construct: "integer literal", Msg: "unsupported construct integer literal " + t.val + " (beyond 64 bits)"}
+		}
+		return &constExpr{n}, nil
+	case tkFloat:
+		p.advance()
+		f, err := strconv.ParseFloat(t.val, 64)
+		if err != nil {
+			return nil, p.fail("bad float %s", t.val)
+		}
+		return &constExpr{f}, nil
+	case tkOp:
+		switch t.val {
+		case "(":
+			p.advance()
+			if p.skipOp(")") {
+				return &tupleExpr{}, nil
+			}
+			e, err := p.parseTuple(true)
+			if err != nil {
+				return nil, err
+			}
+			return e, p.expectOp(")")
+		case "[":
+			p.advance()
+			l := &listExpr{}
+			for !p.isOp("]") {
+				if len(l.items) > 0 {
+					if err := p.expectOp(","); err != nil {
+						return nil, err
+					}
+					if p.isOp("]") {
+						break
+					}
+				}
+				e, err := p.parseExpr(true)
+				if err != nil {
+					return nil, err
+				}
+				l.items = append(l.items, e)
+			}
+			p.advance()
+			return l, nil
+		case "{":
+			p.advance()
+			d := &dictExpr{}
+			for !p.isOp("}") {
+				if len(d.keys) > 0 {
+					if err := p.expectOp(","); err != nil {
+						return nil, err
+					}
+					if p.isOp("}") {
+						break
+					}
+				}
+				k, err := p.parseExpr(true)
+				if err != nil {
+					return nil, err
+				}
+				if err := p.expectOp(":"); err != nil {
+					return nil, err
+				}
+				v, err := p.parseExpr(true)
+				if err != nil {
+					return nil, err
+				}
+				d.keys = append(d.keys, k)
+				d.vals = append(d.vals, v)
+			}
+			p.advance()
+			return d, nil
+		}
+	}
+	return nil, p.fail("unexpected %s", t)
+}
+
+func (p *parser) parsePostfix(e expr) (expr, error) {
+	for {
+		switch {
+		case p.isOp("."):
+			p.advance()
+			t := p.next()
+			switch t.kind {
+			case tkName:
+				e = &attrExpr{e, t.val}
+			case tkInt:
+				n, _ := strconv.ParseInt(t.val, 10, 64)
+				e = &itemExpr{e, &constExpr{n}}
+			default:
+				return nil, p.fail("expected an attribute name, got %s", t)
+			}
+		case p.isOp("["):
+			p.advance()
+			s, err := p.parseSubscript(e)
+			if err != nil {
+				return nil, err
+			}
+			e = s
+		case p.isOp("("):
+			c, err := p.parseCall(e)
+			if err != nil {
+				return nil, err
+			}
+			e = c
+		default:
+			return e, nil
+		}
+	}
+}
+
+func (p *parser) parseSubscript(obj expr) (expr, error) {
+	var parts [3]expr
+	idx := 0
+	isSlice := false
+	for !p.isOp("]") {
+		if p.skipOp(":") {
+			isSlice = true
+			idx++
+			if idx > 2 {
+				return nil, p.fail("too many ':' in a slice")
+			}
+			continue
+		}
+		if parts[idx] != nil {
+			if p.isOp(",") {
+				return nil, p.unsupported("tuple subscript")
+			}
+			return nil, p.fail("unexpected %s in subscript", p.cur())
+		}
+		e, err := p.parseExpr(true)
+		if err != nil {
+			return nil, err
+		}
+		parts[idx] = e
+	}
+	p.advance()
+	if !isSlice {
+		if parts[0] == nil {
+			return nil, p.fail("empty subscript")
+		}
+		return &itemExpr{obj, parts[0]}, nil
+	}
+	return &sliceExpr{obj, parts[0], parts[1], parts[2]}, nil
+}
+
+func (p *parser) parseArgs() ([]expr, []kwarg, error) {
+	var args []expr
+	var kws []kwarg
+	if err := p.expectOp("("); err != nil {
+		return nil, nil, err
+	}
+	for !p.isOp(")") {
+		if len(args)+len(kws) > 0 {
+			if err := p.expectOp(","); err != nil {
+				return nil, nil, err
+			}
+			if p.isOp(")") {
+				break
+			}
+		}
+		if p.isOp("*") || p.isOp("**") {
+			return nil, nil, p.unsupported("*args/**kwargs in a call")
+		}
+		if p.cur().kind == tkName && p.toks[p.pos+1].kind == tkOp && p.toks[p.pos+1].val == "=" {
+			name := p.next().val
+			p.advance()
+			v, err := p.parseExpr(true)
+			if err != nil {
+				return nil, nil, err
+			}
+			kws = append(kws, kwarg{name, v})
+			continue
+		}
+		if len(kws) > 0 {
+			return nil, nil, p.fail("positional argument follows keyword argument")
+		}
+		v, err := p.parseExpr(true)
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, v)
+	}
+	p.advance()
+	return args, kws, nil
+}
+
+func (p *parser) parseCall(fn expr) (expr, error) {
+	args, kws, err := p.parseArgs()
+	if err != nil {
+		return nil, err
+	}
+	return &callExpr{fn, args, kws}, nil
+}
+
+func (p *parser) parseFilterExpr(e expr) (expr, error) {
+	for {
+		switch {
+		case p.isOp("|"):
+			p.advance()
+			f, err := p.parseFilter(e)
+			if err != nil {
+				return nil, err
+			}
+			e = f
+		case p.isName("is"):
+			p.advance()
+			t, err := p.parseTest(e)
+			if err != nil {
+				return nil, err
+			}
+			e = t
+		case p.isOp("("):
+			c, err := p.parseCall(e)
+			if err != nil {
+				return nil, err
+			}
+			e = c
+		default:
+			return e, nil
+		}
+	}
+}
+
+func (p *parser) dottedName() (string, int, error) {
+	t, err := p.expectKind(tkName)
+	if err != nil {
+		return "", 0, err
+	}
+	name := t.val
+	for p.isOp(".") {
+		p.advance()
+		n, err := p.expectName()
+		if err != nil {
+			return "", 0, err
+		}
+		name += "." + n
+	}
+	return name, t.line, nil
+}
+
+func (p *parser) parseFilter(x expr) (*filterExpr, error) {
+	name, line, err := p.dottedName()
+	if err != nil {
+		return nil, err
+	}
+	f := &filterExpr{x: x, name: name, line: line}
+	if _, ok := filters[name]; !ok && !p.soft {
+		return nil, &SyntaxError{Line: line, Construct: "filter '" + name + "'", Msg: fmt.Sprintf("unsupported construct filter '%s' (no such filter)", name)}
+	}
+	if p.isOp("(") {
+		if f.args, f.kwargs, err = p.parseArgs(); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func (p *parser) parseTest(x expr) (expr, error) {
+	negate := p.skipName("not")
+	name, line, err := p.dottedName()
+	if err != nil {
+		return nil, err
+	}
+	t := &testExpr{x: x, name: name, negate: negate, line: line}
+	if _, ok := tests[name]; !ok && !p.soft {
+		return nil, &SyntaxError{Line: line, Construct: "test '" + name + "'", Msg: fmt.Sprintf("unsupported construct test '%s' (no such test)", name)}
+	}
+	c := p.cur()
+	switch {
+	case p.isOp("("):
+		if t.args, _, err = p.parseArgs(); err != nil {
+			return nil, err
+		}
+	case (c.kind == tkName || c.kind == tkString || c.kind == tkInt || c.kind == tkFloat || p.isOp("[") || p.isOp("{")) &&
+		!p.isName("else") && !p.isName("or") && !p.isName("and"):
+		if p.isName("is") {
+			return nil, p.fail("cannot chain multiple tests with is")
+		}
+		a, err := p.parsePrimary()
+		if err != nil {
+			return nil, err
+		}
+		if a, err = p.parsePostfix(a); err != nil {
+			return nil, err
+		}
+		t.args = []expr{a}
+	}
+	return t, nil
+}
