@@ -68,4 +68,5 @@ build llama-tokenize "$src/tools/tokenize/tokenize.cpp"
 build llama-quantize -I"$src/tools/quantize" "$src"/tools/quantize/*.cpp
 build llama-bench -I"$src/tools/llama-bench" "$src"/tools/llama-bench/*.cpp
 build orrery-llama-logits "$repo/test/llamaref/logits.cpp"
+build orrery-llama-vocab "$repo/test/llamaref/vocab.cpp"
 echo "$dir"

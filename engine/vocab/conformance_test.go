@@ -1,0 +1,201 @@
+package vocab
+
+import (
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/internal/llamaref"
+)
+
+// readCases reads a vocab test's inputs and expected ids the way llama.cpp's
+// test-tokenizer-0 does.
+func readCases(t *testing.T, base string) ([]string, [][]int32) {
+	t.Helper()
+	raw, err := os.ReadFile(base + ".inp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.ReadFile(base + ".out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sep = "\n__ggml_vocab_test__\n"
+	var inputs []string
+	s := string(raw)
+	for pos := 0; pos < len(s); {
+		i := strings.Index(s[pos:], sep)
+		if i < 0 {
+			inputs = append(inputs, s[pos:])
+			break
+		}
+		inputs = append(inputs, s[pos:pos+i])
+		pos += i + len(sep)
+	}
+	lines := strings.Split(string(out), "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if len(lines) != len(inputs) {
+		t.Fatalf("%s: %d inputs, %d outputs", base, len(inputs), len(lines))
+	}
+	var want [][]int32
+	for _, l := range lines {
+		var ids []int32
+		for _, f := range strings.Fields(l) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("%s.out: %q", base, l)
+			}
+			ids = append(ids, int32(n))
+		}
+		want = append(want, ids)
+	}
+	return inputs, want
+}
+
+// TestConformance holds every tokenizer in llama.cpp's models/ against its
+// test vectors (encode, no BOS, special tokens not parsed) and against
+// llama.cpp's own detokenization of the expected ids.
+func TestConformance(t *testing.T) {
+	dir := llamaref.Require(t, "llama.cpp/models", "bin/orrery-llama-vocab")
+	files, _ := filepath.Glob(filepath.Join(dir, "llama.cpp/models/ggml-vocab-*.gguf"))
+	if len(files) == 0 {
+		t.Fatal("no ggml-vocab-*.gguf in the reference")
+	}
+	var summary []string
+	for _, path := range files {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "ggml-vocab-"), ".gguf")
+		f, err := gguf.ReadFile(path)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		v, err := New(f)
+		if _, statErr := os.Stat(path + ".inp"); statErr != nil {
+			summary = append(summary, name+": no test vectors"+errNote(err))
+			continue
+		}
+		if err != nil {
+			if f.String("tokenizer.ggml.model", "") == "bert" && strings.Contains(err.Error(), "not supported") {
+				summary = append(summary, name+": refused (WordPiece): "+err.Error())
+				continue
+			}
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		inputs, want := readCases(t, path)
+		ref, err := exec.Command(llamaref.Bin(dir, "orrery-llama-vocab"), "-m", path, "-f", path+".inp").Output()
+		if err != nil {
+			t.Fatalf("%s: orrery-llama-vocab: %v", name, err)
+		}
+		refLines := strings.Split(strings.TrimSuffix(string(ref), "\n"), "\n")
+		if len(refLines) != len(inputs) {
+			t.Fatalf("%s: llama.cpp gave %d lines for %d cases", name, len(refLines), len(inputs))
+		}
+		enc, dec := 0, 0
+		for i, in := range inputs {
+			got, err := v.Encode(in, false, false)
+			if err == nil && slices.Equal(got, want[i]) {
+				enc++
+			} else {
+				t.Errorf("%s: encode %q:\n got %v (%v)\nwant %v", name, in, got, err, want[i])
+			}
+			_, hx, _ := strings.Cut(refLines[i], "\t")
+			wantText, _ := hex.DecodeString(hx)
+			if g := v.Decode(want[i], false, true); g == string(wantText) {
+				dec++
+			} else {
+				t.Errorf("%s: decode %v:\n got %q\nwant %q", name, want[i], g, wantText)
+			}
+		}
+		summary = append(summary, name+": encode "+strconv.Itoa(enc)+"/"+strconv.Itoa(len(inputs))+", decode "+strconv.Itoa(dec)+"/"+strconv.Itoa(len(inputs)))
+	}
+	for _, s := range summary {
+		t.Log(s)
+	}
+}
+
+func errNote(err error) string {
+	if err != nil {
+		return " (" + err.Error() + ")"
+	}
+	return ""
+}
+
+// TestMatchesLlamaCpp runs every vocabulary Orrery loads (those without
+// test vectors too) over one corpus, every test input of every vocabulary
+// plus chat-template text with special tokens, with BOS added and special
+// tokens parsed, as a prompt is tokenized, and compares ids and
+// detokenized text with llama.cpp's.
+func TestMatchesLlamaCpp(t *testing.T) {
+	dir := llamaref.Require(t, "llama.cpp/models", "bin/orrery-llama-vocab")
+	files, _ := filepath.Glob(filepath.Join(dir, "llama.cpp/models/ggml-vocab-*.gguf"))
+	var corpus []string
+	for _, p := range files {
+		if _, err := os.Stat(p + ".inp"); err == nil {
+			in, _ := readCases(t, p)
+			corpus = append(corpus, in...)
+		}
+	}
+	corpus = append(corpus,
+		"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
+		"<s>[INST] hi [/INST] there</s><s>[INST] again [/INST]",
+		"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+		"<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<|user|>\nhi<|end|>\n<|assistant|>\n",
+		"text <|endoftext|> more", "  <unk>  </s> <s>")
+	slices.Sort(corpus)
+	corpus = slices.Compact(corpus)
+	inp := filepath.Join(t.TempDir(), "corpus.inp")
+	if err := os.WriteFile(inp, []byte(strings.Join(corpus, "\n__ggml_vocab_test__\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range files {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "ggml-vocab-"), ".gguf")
+		f, err := gguf.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := New(f)
+		if err != nil {
+			t.Logf("%s: refused: %v", name, err)
+			continue
+		}
+		ref, err := exec.Command(llamaref.Bin(dir, "orrery-llama-vocab"), "-m", path, "-f", inp, "-add-special", "-parse-special").Output()
+		if err != nil {
+			t.Fatalf("%s: orrery-llama-vocab: %v", name, err)
+		}
+		lines := strings.Split(strings.TrimSuffix(string(ref), "\n"), "\n")
+		if len(lines) != len(corpus) {
+			t.Fatalf("%s: llama.cpp gave %d lines for %d cases", name, len(lines), len(corpus))
+		}
+		enc, dec := 0, 0
+		for i, in := range corpus {
+			ids, hx, _ := strings.Cut(lines[i], "\t")
+			var want []int32
+			for _, s := range strings.Fields(ids) {
+				n, _ := strconv.Atoi(s)
+				want = append(want, int32(n))
+			}
+			got, err := v.Encode(in, true, true)
+			if err == nil && slices.Equal(got, want) {
+				enc++
+			} else {
+				t.Errorf("%s: encode %q:\n got %v (%v)\nwant %v", name, in, got, err, want)
+			}
+			wantText, _ := hex.DecodeString(hx)
+			if g := v.Decode(want, false, true); g == string(wantText) {
+				dec++
+			} else {
+				t.Errorf("%s: decode %v:\n got %q\nwant %q", name, want, g, wantText)
+			}
+		}
+		t.Logf("%s: encode %d/%d, decode %d/%d (BOS added, special tokens parsed)", name, enc, len(corpus), dec, len(corpus))
+	}
+}
