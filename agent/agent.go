@@ -150,6 +150,7 @@ type Agent struct {
 	failMu        sync.Mutex      // guards failSeen
 	failSeen      map[string]time.Time
 	placeMu       sync.Mutex // serialises replacing failed instances
+	vocabs        vocabCache // tokenizers for /tokenize
 }
 
 // New loads the identity, prepares the data dir and binds the API listener,

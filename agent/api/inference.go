@@ -32,6 +32,17 @@ type Inference interface {
 	// Peer is an HTTP client whose requests to http://<node id>/… reach
 	// that node's peer API over an authenticated stream link.
 	Peer() *http.Client
+	// Vocab is the tokenizer of a model this node has on disk (read from
+	// its GGUF header); ErrNotHere when the node lacks the file.
+	Vocab(model string) (Vocab, error)
+}
+
+// Vocab is what /tokenize and /detokenize need of a model's tokenizer. It
+// is safe for concurrent use.
+type Vocab interface {
+	Encode(s string, addSpecial bool) ([]int32, error)
+	Decode(ids []int32) (string, error)
+	VocabSize() int
 }
 
 // Errors an Inference returns, mapped to HTTP statuses by inferenceStatus.

@@ -52,6 +52,10 @@ type chatRequest struct {
 	// IgnoreEOS (as in vLLM) generates past end-of-generation tokens, up
 	// to max_tokens: for benchmarks and tests that need a fixed length.
 	IgnoreEOS bool `json:"ignore_eos"`
+	// Logprobs and TopLogprobs (0..runner.MaxTopLogprobs) ask for each
+	// generated token's logprob and the most likely alternatives.
+	Logprobs    bool `json:"logprobs"`
+	TopLogprobs *int `json:"top_logprobs"`
 }
 
 type chatMessage struct {
@@ -121,38 +125,94 @@ func (c *chatRequest) toRunner() (runner.Request, error) {
 	if req.MaxTokens < 0 {
 		return req, fmt.Errorf("max_tokens %d: want ≥ 0", req.MaxTokens)
 	}
-	req.Sample = sample.Options{Temperature: 1, TopP: 1}
-	if c.Temperature != nil {
-		req.Sample.Temperature = *c.Temperature
-	}
-	if c.TopP != nil {
-		req.Sample.TopP = *c.TopP
-	}
-	if c.TopK != nil {
-		req.Sample.TopK = *c.TopK
-	}
-	if c.Seed != nil {
-		req.Sample.Seed = uint64(*c.Seed)
-	} else {
-		var b [8]byte
-		rand.Read(b[:])
-		for _, x := range b {
-			req.Sample.Seed = req.Sample.Seed<<8 | uint64(x)
-		}
-	}
-	if len(c.Stop) > 0 && string(c.Stop) != "null" {
-		var one string
-		if err := json.Unmarshal(c.Stop, &one); err == nil {
-			req.Stop = []string{one}
-		} else if err := json.Unmarshal(c.Stop, &req.Stop); err != nil {
-			return req, errors.New("stop: want a string or an array of strings")
-		}
+	req.Sample = sampleOptions(c.Temperature, c.TopP, c.TopK, c.Seed)
+	var err error
+	if req.Stop, err = parseStop(c.Stop); err != nil {
+		return req, err
 	}
 	req.IgnoreEOS = c.IgnoreEOS
+	req.Logprobs = c.Logprobs
+	if c.TopLogprobs != nil {
+		if !c.Logprobs {
+			return req, errors.New("top_logprobs needs logprobs: true")
+		}
+		req.TopLogprobs = *c.TopLogprobs
+	}
 	if err := req.Validate(); err != nil {
 		return req, err
 	}
 	return req, nil
+}
+
+// sampleOptions are OpenAI's defaults (temperature 1, top_p 1) with the
+// request's overrides, and a random seed when none is given.
+func sampleOptions(temperature, topP *float64, topK *int, seed *int64) sample.Options {
+	o := sample.Options{Temperature: 1, TopP: 1}
+	if temperature != nil {
+		o.Temperature = *temperature
+	}
+	if topP != nil {
+		o.TopP = *topP
+	}
+	if topK != nil {
+		o.TopK = *topK
+	}
+	if seed != nil {
+		o.Seed = uint64(*seed)
+	} else {
+		var b [8]byte
+		rand.Read(b[:])
+		for _, x := range b {
+			o.Seed = o.Seed<<8 | uint64(x)
+		}
+	}
+	return o
+}
+
+// parseStop reads OpenAI's stop: absent, null, a string or an array.
+func parseStop(raw json.RawMessage) ([]string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, errors.New("stop: want a string or an array of strings")
+	}
+	return many, nil
+}
+
+// chatLogprob is one token of OpenAI's chat logprobs.content.
+type chatLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float32          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
+}
+
+type chatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+func chatLogprobOf(lp *runner.Logprobs) chatLogprob {
+	c := chatLogprob{Token: lp.Text, Logprob: lp.Logprob, Bytes: bytesOf(lp.Text), TopLogprobs: []chatTopLogprob{}}
+	for _, t := range lp.Top {
+		c.TopLogprobs = append(c.TopLogprobs, chatTopLogprob{Token: t.Text, Logprob: t.Logprob, Bytes: bytesOf(t.Text)})
+	}
+	return c
+}
+
+func bytesOf(s string) []int {
+	b := make([]int, len(s))
+	for i := range len(s) {
+		b[i] = int(s[i])
+	}
+	return b
 }
 
 // openAIError writes OpenAI's error shape.
@@ -218,6 +278,26 @@ func (s *Server) requestEnergy(instanceID string, start, end time.Time) (j, w *f
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
+// runExt is the "orrery" object of a completion that started at start
+// and just ended with d; it records the request's metrics.
+func (s *Server) runExt(traceID, instanceID string, start time.Time, d *runner.Done) orreryExt {
+	end := time.Now()
+	e := orreryExt{TraceID: traceID, Node: s.NodeID, InstanceID: instanceID,
+		PrefillTokPerS: round3(d.PrefillTokPerSec()), DecodeTokPerS: round3(d.DecodeTokPerSec()),
+		TimeToFirstMs: round3(float64(d.FirstTokenNs) / 1e6), QueueMs: round3(float64(d.QueueNs) / 1e6),
+		DurationMs: round3(float64(end.Sub(start).Microseconds()) / 1e3), FinishReason: d.FinishReason,
+		DurationS: round3(end.Sub(start).Seconds())}
+	e.EnergyJ, e.AvgPowerW = s.requestEnergy(instanceID, start, end)
+	if s.Metrics != nil {
+		s.Metrics.ObserveRequest(end.Sub(start), d.PrefillTokPerSec(), d.DecodeTokPerSec())
+	}
+	return e
+}
+
+func usageOf(d *runner.Done) usage {
+	return usage{PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, TotalTokens: d.PromptTokens + d.CompletionTokens}
+}
+
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forwarded bool) {
 	if s.Inference == nil {
 		openAIError(w, http.StatusNotFound, "invalid_request_error", "not_found", "this node serves no models")
@@ -267,38 +347,35 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	}
 	created := time.Now().Unix()
 	start := time.Now()
-	ext := func(d *runner.Done) orreryExt {
-		end := time.Now()
-		e := orreryExt{TraceID: traceID, Node: s.NodeID, InstanceID: instanceID,
-			PrefillTokPerS: round3(d.PrefillTokPerSec()), DecodeTokPerS: round3(d.DecodeTokPerSec()),
-			TimeToFirstMs: round3(float64(d.FirstTokenNs) / 1e6), QueueMs: round3(float64(d.QueueNs) / 1e6),
-			DurationMs: round3(float64(end.Sub(start).Microseconds()) / 1e3), FinishReason: d.FinishReason,
-			DurationS: round3(end.Sub(start).Seconds())}
-		e.EnergyJ, e.AvgPowerW = s.requestEnergy(instanceID, start, end)
-		if s.Metrics != nil {
-			s.Metrics.ObserveRequest(end.Sub(start), d.PrefillTokPerSec(), d.DecodeTokPerSec())
-		}
-		return e
-	}
-	use := func(d *runner.Done) usage {
-		return usage{PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, TotalTokens: d.PromptTokens + d.CompletionTokens}
-	}
+	ext := func(d *runner.Done) orreryExt { return s.runExt(traceID, instanceID, start, d) }
+	use := usageOf
 
 	if !cr.Stream {
 		var text strings.Builder
+		var lps []chatLogprob
 		done, err := s.Inference.Complete(r.Context(), instanceID, traceID, req, func(p runner.Piece) error {
 			text.WriteString(p.Text)
+			if req.Logprobs && p.Logprobs != nil {
+				lps = append(lps, chatLogprobOf(p.Logprobs))
+			}
 			return nil
 		})
 		if err != nil {
 			inferenceError(w, err)
 			return
 		}
+		choice := map[string]any{"index": 0, "finish_reason": done.FinishReason,
+			"message": map[string]any{"role": "assistant", "content": text.String()}}
+		if req.Logprobs {
+			if lps == nil {
+				lps = []chatLogprob{}
+			}
+			choice["logprobs"] = map[string]any{"content": lps}
+		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"id": id, "object": "chat.completion", "created": created, "model": cr.Model,
-			"choices": []any{map[string]any{"index": 0, "finish_reason": done.FinishReason,
-				"message": map[string]any{"role": "assistant", "content": text.String()}}},
-			"usage": use(done), "orrery": ext(done),
+			"choices": []any{choice},
+			"usage":   use(done), "orrery": ext(done),
 		})
 		return
 	}
@@ -307,9 +384,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	// that a request the runner refuses still gets a proper status.
 	flusher, _ := w.(http.Flusher)
 	started := false
-	chunk := func(delta map[string]any, finish any, extra map[string]any) error {
+	chunk := func(delta map[string]any, finish any, extra map[string]any, lp ...chatLogprob) error {
+		choice := map[string]any{"index": 0, "delta": delta, "finish_reason": finish}
+		if lp != nil {
+			choice["logprobs"] = map[string]any{"content": lp}
+		}
 		m := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": cr.Model,
-			"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
+			"choices": []any{choice}}
 		for k, v := range extra {
 			m[k] = v
 		}
@@ -337,6 +418,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	done, err := s.Inference.Complete(r.Context(), instanceID, traceID, req, func(p runner.Piece) error {
 		if err := begin(); err != nil {
 			return err
+		}
+		if req.Logprobs && p.Logprobs != nil {
+			return chunk(map[string]any{"content": p.Text}, nil, nil, chatLogprobOf(p.Logprobs))
 		}
 		if p.Text == "" {
 			return nil

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 )
 
@@ -44,6 +45,46 @@ func FuzzChatRequest(f *testing.F) {
 			if req.Messages[i] != req2.Messages[i] {
 				t.Fatalf("message %d: %+v vs %+v", i, req.Messages[i], req2.Messages[i])
 			}
+		}
+	})
+}
+
+// Any legacy completion body either parses into a valid runner request
+// with exactly one prompt (text or ids), or is refused; re-encoding what
+// parsed parses the same.
+func FuzzCompletionRequest(f *testing.F) {
+	f.Add(`{"model":"m","prompt":"hi","stream":true,"max_tokens":5,"stop":"x","logprobs":3}`)
+	f.Add(`{"model":"m","prompt":[1,2,3],"echo":true}`)
+	f.Add(`{"model":"m","prompt":[[1,2]],"logprobs":0}`)
+	f.Add(`{"model":"m","prompt":["a"],"temperature":0}`)
+	f.Add(`{"model":"m","prompt":["a","b"]}`)
+	f.Add(`{"model":"m","prompt":[[]],"logprobs":1,"echo":true}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		var cr completionRequest
+		if json.Unmarshal([]byte(body), &cr) != nil {
+			return
+		}
+		req, err := cr.toRunner()
+		if err != nil {
+			return
+		}
+		if err := req.Validate(); err != nil {
+			t.Fatalf("accepted an invalid request: %v", err)
+		}
+		if (req.Prompt == "") == (len(req.PromptTokens) == 0) || len(req.Messages) != 0 || req.Echo && req.Logprobs {
+			t.Fatalf("request %+v", req)
+		}
+		b, err := json.Marshal(cr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var again completionRequest
+		if err := json.Unmarshal(b, &again); err != nil {
+			t.Fatal(err)
+		}
+		req2, err := again.toRunner()
+		if err != nil || req2.Prompt != req.Prompt || !slices.Equal(req2.PromptTokens, req.PromptTokens) || req2.TopLogprobs != req.TopLogprobs {
+			t.Fatalf("round trip: %+v vs %+v (%v)", req2, req, err)
 		}
 	})
 }

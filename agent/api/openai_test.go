@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,6 +27,7 @@ type fakeInference struct {
 	err       error // the failure
 	peer      *http.Client
 	gotTrace  chan string
+	gotReq    chan runner.Request // when set, gets each completion's request
 }
 
 func (f *fakeInference) Route(ctx context.Context, model string) (string, string, error) {
@@ -43,15 +45,42 @@ func (f *fakeInference) Previews(model string) (PreviewsResponse, error) {
 }
 func (f *fakeInference) Delete(context.Context, string) error { return nil }
 func (f *fakeInference) Peer() *http.Client                   { return f.peer }
+func (f *fakeInference) Vocab(model string) (Vocab, error) {
+	if model == "missing" {
+		return nil, ErrModelNotFound
+	}
+	return byteVocab{}, nil
+}
 func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error) {
 	if f.gotTrace != nil {
 		f.gotTrace <- traceID
+	}
+	if f.gotReq != nil {
+		f.gotReq <- req
+	}
+	if req.Echo {
+		if err := onPiece(runner.Piece{Index: -1, Token: -1, Text: req.Prompt, Echo: true}); err != nil {
+			return nil, err
+		}
 	}
 	for i, p := range f.pieces {
 		if i == f.failAfter {
 			return nil, f.err
 		}
-		if err := onPiece(runner.Piece{Index: i, Text: p}); err != nil {
+		piece := runner.Piece{Index: i, Token: int32(i), Text: p}
+		if req.Logprobs {
+			// The token's text is its piece; the top alternatives are
+			// the piece and "alt".
+			piece.Logprobs = &runner.Logprobs{TokenLogprob: runner.TokenLogprob{Token: int32(i), Logprob: -0.5, Text: p}}
+			for k := range req.TopLogprobs {
+				t := runner.TokenLogprob{Token: int32(i), Logprob: -0.5, Text: p}
+				if k > 0 {
+					t = runner.TokenLogprob{Token: 99, Logprob: -2, Text: fmt.Sprintf("alt%d", k)}
+				}
+				piece.Logprobs.Top = append(piece.Logprobs.Top, t)
+			}
+		}
+		if err := onPiece(piece); err != nil {
 			return nil, err
 		}
 	}

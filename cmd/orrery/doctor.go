@@ -167,13 +167,18 @@ func doctorBaseURL(s string) (string, error) {
 
 // apiError is an answer from the agent other than 200.
 type apiError struct {
+	Method string // "" for GET
 	URL    string
 	Status int
 	Msg    string // the API's {"error": …}, else the body
 }
 
 func (e *apiError) Error() string {
-	return fmt.Sprintf("GET %s: %d %s: %s", e.URL, e.Status, http.StatusText(e.Status), e.Msg)
+	m := e.Method
+	if m == "" {
+		m = http.MethodGet
+	}
+	return fmt.Sprintf("%s %s: %d %s: %s", m, e.URL, e.Status, http.StatusText(e.Status), e.Msg)
 }
 
 // apiGet GETs base+path from an agent's API and decodes the JSON answer

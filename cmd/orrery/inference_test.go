@@ -176,6 +176,10 @@ func TestInferenceProcesses(t *testing.T) {
 		return code == 200 && strings.Contains(s, `"prefill/compute"`) && strings.Contains(s, `"decode/sample"`), s
 	})
 
+	// Tokenize, detokenize and legacy completions with logprobs, through
+	// B (which has no file: tokenize is forwarded to A).
+	checkBlackBox(t, bin, a, b, modelID)
+
 	// A prompt longer than the context: 400 saying so.
 	long := strings.Repeat("the cluster model ", 1500)
 	code, _, ans = chat(t, b, `{"model":"`+modelID+`","messages":[{"role":"user","content":"`+long+`"}]}`)

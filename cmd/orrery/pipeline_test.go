@@ -128,6 +128,9 @@ func TestPipelineProcesses(t *testing.T) {
 	if code != http.StatusOK || ref.Usage.CompletionTokens != 16 {
 		t.Fatalf("one rank: %d %+v", code, ref)
 	}
+	// Logprobs, computed by the last rank (here the only one).
+	lpReq := `{"model":"` + modelID + `","prompt":"hello cluster","max_tokens":8,"temperature":0,"ignore_eos":true,"logprobs":4}`
+	lpRef := legacyComplete(t, a, lpReq)
 	deleteInstance(t, a, one.InstanceID)
 
 	// Three ranks, one per node, asked of A.
@@ -148,6 +151,8 @@ func TestPipelineProcesses(t *testing.T) {
 	if code != http.StatusOK || got.Choices[0].Message.Content != ref.Choices[0].Message.Content || hdr.Get("X-Orrery-Node") != ids[0] {
 		t.Fatalf("3 ranks through B: %d %q (node %s), 1 rank: %q", code, got.Choices[0].Message.Content, hdr.Get("X-Orrery-Node"), ref.Choices[0].Message.Content)
 	}
+	// Logprobs over 3 ranks come back to rank 0 in the token frames.
+	sameLogprobs(t, "3 ranks", legacyComplete(t, b, lpReq), lpRef, 2e-3)
 	var st clusterStatus
 	st, _ = status(t, a)
 	master := ps[0]

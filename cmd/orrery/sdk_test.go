@@ -61,6 +61,19 @@ func TestOpenAISDK(t *testing.T) {
 			Text string `json:"text"`
 		} `json:"nonStreaming"`
 		Models []string `json:"models"`
+		Legacy struct {
+			Text  string `json:"text"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Logprobs *struct {
+				Tokens        []string             `json:"tokens"`
+				TokenLogprobs []float64            `json:"token_logprobs"`
+				TopLogprobs   []map[string]float64 `json:"top_logprobs"`
+			} `json:"logprobs"`
+			StreamText     string `json:"streamText"`
+			StreamLogprobs int    `json:"streamLogprobs"`
+		} `json:"legacy"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("sdk output %s: %v", out, err)
@@ -77,6 +90,13 @@ func TestOpenAISDK(t *testing.T) {
 	}
 	if len(got.Models) != 1 || got.Models[0] != modelID {
 		t.Errorf("models %v", got.Models)
+	}
+	// Legacy completions: logprobs per generated token, the stream the
+	// same as the single answer.
+	lg := got.Legacy
+	if lg.Usage == nil || lg.Logprobs == nil || len(lg.Logprobs.TokenLogprobs) != lg.Usage.CompletionTokens ||
+		len(lg.Logprobs.TopLogprobs) != lg.Usage.CompletionTokens || lg.StreamText != lg.Text || lg.StreamLogprobs != lg.Usage.CompletionTokens {
+		t.Errorf("legacy completions: %+v", lg)
 	}
 	poll(t, p, 10*time.Second, "the streamed request's trace", func() (bool, string) {
 		code, body, _ := p.get("/v1/traces/" + got.TraceID)

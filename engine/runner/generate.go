@@ -41,10 +41,19 @@ type Forwarder interface {
 }
 
 // Request is one completion: chat messages (rendered with the model's
-// template) or a raw prompt.
+// template), a raw prompt, or the prompt's token ids.
 type Request struct {
 	Messages []model.Message `json:"messages,omitempty"`
 	Prompt   string          `json:"prompt,omitempty"`
+	// PromptTokens is a prompt already tokenized (used as is, no BOS
+	// added); it wins over Prompt.
+	PromptTokens []int32 `json:"promptTokens,omitempty"`
+	// Echo emits the prompt's text as a first Piece (with Echo set).
+	Echo bool `json:"echo,omitempty"`
+	// Logprobs attaches each sampled token's log probability to its
+	// Piece, with the TopLogprobs (0..MaxTopLogprobs) most likely tokens.
+	Logprobs    bool `json:"logprobs,omitempty"`
+	TopLogprobs int  `json:"topLogprobs,omitempty"`
 	// MaxTokens caps the completion (0: DefaultMaxTokens, and never past
 	// the context).
 	MaxTokens int            `json:"maxTokens,omitempty"`
@@ -57,8 +66,11 @@ type Request struct {
 
 // Validate checks the parameters that do not need the model.
 func (r *Request) Validate() error {
-	if len(r.Messages) == 0 && r.Prompt == "" {
+	if len(r.Messages) == 0 && r.Prompt == "" && len(r.PromptTokens) == 0 {
 		return fmt.Errorf("%w: no messages and no prompt", ErrBadRequest)
+	}
+	if r.TopLogprobs < 0 || r.TopLogprobs > MaxTopLogprobs {
+		return fmt.Errorf("%w: top logprobs %d: want 0..%d", ErrBadRequest, r.TopLogprobs, MaxTopLogprobs)
 	}
 	if r.MaxTokens < 0 {
 		return fmt.Errorf("%w: max_tokens %d: want ≥ 0", ErrBadRequest, r.MaxTokens)
@@ -77,12 +89,25 @@ func (r *Request) Validate() error {
 	return nil
 }
 
+// logprobsN is how many top logprobs the last rank computes (-1: none).
+func (r *Request) logprobsN() int {
+	if !r.Logprobs {
+		return -1
+	}
+	return r.TopLogprobs
+}
+
 // Piece is one generated token and the text it adds to the output (empty
 // while a multi-byte character or a possible stop string is held back).
 type Piece struct {
 	Index int    `json:"index"`
 	Token int32  `json:"token"`
 	Text  string `json:"text"`
+	// Logprobs is set when the request asked for them (not on the tail
+	// and echo pieces, whose Token is -1).
+	Logprobs *Logprobs `json:"logprobs,omitempty"`
+	// Echo marks the piece holding the prompt's text (Request.Echo).
+	Echo bool `json:"echo,omitempty"`
 }
 
 // Result is how a completion ended and what it cost.
@@ -128,6 +153,20 @@ func (g *Generator) Prepare(req *Request) ([]int32, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	if len(req.PromptTokens) > 0 {
+		n := g.Tok.VocabSize()
+		for i, id := range req.PromptTokens {
+			if id < 0 || int(id) >= n {
+				return nil, fmt.Errorf("%w: prompt token %d is %d: want 0..%d", ErrBadRequest, i, id, n-1)
+			}
+		}
+		ids := req.PromptTokens
+		if ctxLen := g.M.Options().ContextLen; len(ids) >= ctxLen {
+			return nil, fmt.Errorf("%w: the prompt is %d tokens and the context holds %d (with room for at least one generated token)",
+				ErrPromptTooLong, len(ids), ctxLen)
+		}
+		return ids, nil
+	}
 	text := req.Prompt
 	if len(req.Messages) > 0 {
 		var err error
@@ -170,15 +209,28 @@ func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, 
 	maxTok = min(maxTok, opts.ContextLen-len(prompt))
 	out := newOutput(req.Stop)
 	out.ignoreEOS = req.IgnoreEOS
+	if req.Echo {
+		text := req.Prompt
+		if len(req.PromptTokens) > 0 || len(req.Messages) > 0 {
+			// The prompt's text as a user reads it: special tokens (a
+			// leading BOS among them) left out, SentencePiece's space
+			// prefix removed.
+			text = validPrefix(g.Tok.Detokenize(g.Tok.StripBOS(prompt), false, false))
+		}
+		if err := emit(Piece{Index: -1, Token: -1, Text: text, Echo: true}); err != nil {
+			return res, err
+		}
+	}
 
 	// Prefill: the prompt in batches (which a pipeline overlaps); the
 	// last batch's logits give the first token.
 	pre := rec.Start("prefill", "prefill")
 	var id int32
+	var lp *Logprobs
 	for i := 0; i < len(prompt); i += opts.BatchSize {
 		j := min(i+opts.BatchSize, len(prompt))
 		last := j == len(prompt)
-		id, err = g.M.Step(ctx, prompt[i:j], i, last, false, &pre, i)
+		id, lp, err = g.M.Step(ctx, prompt[i:j], i, last, false, &pre, i)
 		if err != nil {
 			pre.End(trace.Args{})
 			return res, fmt.Errorf("prefill tokens [%d, %d): %w", i, j, err)
@@ -192,6 +244,13 @@ func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, 
 		res.CompletionTokens = n + 1
 		piece, done := out.add(g.Tok, id)
 		piece.Index, piece.Token = n, id
+		if lp != nil {
+			lp.Text = g.tokenText(lp.Token)
+			for k := range lp.Top {
+				lp.Top[k].Text = g.tokenText(lp.Top[k].Token)
+			}
+			piece.Logprobs = lp
+		}
 		if err := emit(piece); err != nil {
 			return res, err
 		}
@@ -204,7 +263,7 @@ func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, 
 			break
 		}
 		d := rec.Start(fmt.Sprintf("token %d", n+1), "decode")
-		id, err = g.M.Step(ctx, []int32{id}, len(prompt)+n, true, true, &d, n+1)
+		id, lp, err = g.M.Step(ctx, []int32{id}, len(prompt)+n, true, true, &d, n+1)
 		d.End(trace.Args{}.WithToken(n + 1))
 		if err != nil {
 			return res, fmt.Errorf("decode token %d: %w", n+1, err)
@@ -217,6 +276,16 @@ func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, 
 		}
 	}
 	return res, nil
+}
+
+// tokenText is one token's text as logprobs report it: its decoded bytes
+// (invalid UTF-8 becomes U+FFFD).
+func (g *Generator) tokenText(id int32) string {
+	s, err := g.Tok.Decode([]int32{id})
+	if err != nil {
+		return ""
+	}
+	return validPrefix(s)
 }
 
 func positions(i, j int) []int32 {

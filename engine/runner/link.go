@@ -53,6 +53,9 @@ type beginMsg struct {
 	Req     uint64         `json:"req"`
 	Sample  sample.Options `json:"sample"`
 	TraceID string         `json:"traceId,omitempty"`
+	// Logprobs is 1 + how many top logprobs the last rank sends with
+	// each token (0: no logprobs; 1: the sampled token's only).
+	Logprobs int `json:"logprobs,omitempty"`
 }
 
 // endMsg ends a request; ranks then hand over their spans.
@@ -72,12 +75,18 @@ type actMsg struct {
 	Hidden []float32
 }
 
-// tokenMsg is the token the last rank sampled.
+// tokenMsg is the token the last rank sampled, with its logprobs when the
+// request asked for them: then the 16-byte frame grows by the token's
+// logprob (float32), a count n (uint32) and n (id int32, logprob float32)
+// pairs.
 type tokenMsg struct {
-	Req   uint64
-	Seq   uint32
-	Token int32
+	Req      uint64
+	Seq      uint32
+	Token    int32
+	Logprobs *Logprobs // nil: none
 }
+
+const tokenHeader = 16
 
 const actHeader = 8 + 4 + 1 + 1 + 4 + 4 + 4
 
@@ -121,16 +130,43 @@ func (m *actMsg) unmarshal(b []byte, dim int) error {
 func (m *tokenMsg) marshal(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint64(b, m.Req)
 	b = binary.LittleEndian.AppendUint32(b, m.Seq)
-	return binary.LittleEndian.AppendUint32(b, uint32(m.Token))
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.Token))
+	if lp := m.Logprobs; lp != nil {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(lp.Logprob))
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(lp.Top)))
+		for _, t := range lp.Top {
+			b = binary.LittleEndian.AppendUint32(b, uint32(t.Token))
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(t.Logprob))
+		}
+	}
+	return b
 }
 
 func (m *tokenMsg) unmarshal(b []byte) error {
-	if len(b) != 16 {
-		return fmt.Errorf("token frame of %d bytes, want 16", len(b))
+	if len(b) < tokenHeader {
+		return fmt.Errorf("token frame of %d bytes, want ≥ %d", len(b), tokenHeader)
 	}
 	m.Req = binary.LittleEndian.Uint64(b)
 	m.Seq = binary.LittleEndian.Uint32(b[8:])
 	m.Token = int32(binary.LittleEndian.Uint32(b[12:]))
+	m.Logprobs = nil
+	rest := b[tokenHeader:]
+	if len(rest) == 0 {
+		return nil
+	}
+	if len(rest) < 8 {
+		return fmt.Errorf("token frame of %d bytes: a logprobs tail of %d bytes", len(b), len(rest))
+	}
+	n := binary.LittleEndian.Uint32(rest[4:])
+	if n > MaxTopLogprobs || uint64(len(rest)) != 8+8*uint64(n) {
+		return fmt.Errorf("token frame: %d top logprobs in %d bytes (at most %d)", n, len(rest), MaxTopLogprobs)
+	}
+	lp := &Logprobs{TokenLogprob: TokenLogprob{Token: m.Token, Logprob: math.Float32frombits(binary.LittleEndian.Uint32(rest))}}
+	for i := range int(n) {
+		p := rest[8+8*i:]
+		lp.Top = append(lp.Top, TokenLogprob{Token: int32(binary.LittleEndian.Uint32(p)), Logprob: math.Float32frombits(binary.LittleEndian.Uint32(p[4:]))})
+	}
+	m.Logprobs = lp
 	return nil
 }
 

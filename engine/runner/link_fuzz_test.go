@@ -30,6 +30,8 @@ func FuzzLinkFrames(f *testing.F) {
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, act.marshal(nil)...), 2)
 	tok := tokenMsg{Req: 1, Seq: 4, Token: 42}
 	f.Add(append([]byte{frameToken, 16, 0, 0, 0}, tok.marshal(nil)...), 2)
+	tok.Logprobs = &Logprobs{TokenLogprob: TokenLogprob{Token: 42, Logprob: -1.5}, Top: []TokenLogprob{{Token: 42, Logprob: -1.5}, {Token: 7, Logprob: -2}}}
+	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
 	h, _ := json.Marshal(linkHello{Instance: "i", From: 0, To: 1})
 	f.Add(append([]byte{frameHello, byte(len(h)), 0, 0, 0}, h...), 4)
 	f.Add([]byte{frameAct, 0xff, 0xff, 0xff, 0xff}, 4)
@@ -61,8 +63,13 @@ func FuzzLinkFrames(f *testing.F) {
 				}
 			case frameToken:
 				var m tokenMsg
-				if m.unmarshal(p) == nil && !bytes.Equal(m.marshal(nil), p) {
-					t.Fatal("token round trip")
+				if m.unmarshal(p) == nil {
+					if m.Logprobs != nil && len(m.Logprobs.Top) > MaxTopLogprobs {
+						t.Fatalf("%d top logprobs passed the limit", len(m.Logprobs.Top))
+					}
+					if !bytes.Equal(m.marshal(nil), p) {
+						t.Fatalf("token round trip: %x → %x", p, m.marshal(nil))
+					}
 				}
 			case frameHello:
 				var hh linkHello

@@ -41,7 +41,7 @@ func (p *Pipeline) Begin(ctx context.Context, req *Request, traceID string) erro
 	if err := p.F.Reset(); err != nil {
 		return fmt.Errorf("reset kv cache: %w", err)
 	}
-	return p.fail(p.Out.sendJSON(frameBegin, beginMsg{Req: p.req, Sample: req.Sample, TraceID: traceID}))
+	return p.fail(p.Out.sendJSON(frameBegin, beginMsg{Req: p.req, Sample: req.Sample, TraceID: traceID, Logprobs: req.logprobsN() + 1}))
 }
 
 func (p *Pipeline) fail(err error) error {
@@ -53,18 +53,18 @@ func (p *Pipeline) fail(err error) error {
 	return err
 }
 
-func (p *Pipeline) Step(ctx context.Context, tokens []int32, start int, smp, decode bool, parent *trace.Token, tokenIndex int) (int32, error) {
+func (p *Pipeline) Step(ctx context.Context, tokens []int32, start int, smp, decode bool, parent *trace.Token, tokenIndex int) (int32, *Logprobs, error) {
 	if p.dead != nil {
-		return 0, p.dead
+		return 0, nil, p.dead
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	c := parent.Child("compute", "compute")
 	r, err := p.F.Forward(ctx, backend.Batch{Tokens: tokens, Positions: positions(start, start+len(tokens))})
 	c.End(trace.Args{}.WithToken(tokenIndex))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	p.seq++
 	m := actMsg{Req: p.req, Seq: p.seq, Decode: decode, Sample: smp, Token: uint32(tokenIndex), Start: uint32(start),
@@ -73,27 +73,27 @@ func (p *Pipeline) Step(ctx context.Context, tokens []int32, start int, smp, dec
 	n, err := p.Out.send(frameAct, m.marshal)
 	s.End(trace.Send(1, int64(n), trace.FlowKey(0, 1, uint64(p.seq))).WithToken(tokenIndex))
 	if err != nil {
-		return 0, p.fail(err)
+		return 0, nil, p.fail(err)
 	}
 	if !smp {
-		return 0, nil
+		return 0, nil, nil
 	}
 	// Wait for the token from the last rank; the recv span starts when
 	// its frame begins to arrive.
 	typ, payload, first, err := p.In.recvFrame()
 	if err != nil {
-		return 0, p.fail(err)
+		return 0, nil, p.fail(err)
 	}
 	last := p.N - 1
 	recvSpan(parent, fmt.Sprintf("recv ← rank %d", last), first, trace.Recv(last, int64(len(payload)+5), trace.FlowKey(last, 0, uint64(p.seq))).WithToken(tokenIndex))
 	if typ != frameToken {
-		return 0, p.fail(fmt.Errorf("%w: frame type %d from rank %d, want a token", ErrLinkLost, typ, last))
+		return 0, nil, p.fail(fmt.Errorf("%w: frame type %d from rank %d, want a token", ErrLinkLost, typ, last))
 	}
 	var t tokenMsg
 	if err := t.unmarshal(payload); err != nil || t.Req != p.req || t.Seq != p.seq {
-		return 0, p.fail(fmt.Errorf("%w: token frame %+v (%v) for request %d step %d", ErrLinkLost, t, err, p.req, p.seq))
+		return 0, nil, p.fail(fmt.Errorf("%w: token frame %+v (%v) for request %d step %d", ErrLinkLost, t, err, p.req, p.seq))
 	}
-	return t.Token, nil
+	return t.Token, t.Logprobs, nil
 }
 
 func (p *Pipeline) End(ctx context.Context, err error) {
@@ -133,6 +133,7 @@ func (s *Stage) Serve(ctx context.Context) error {
 		rec     *trace.Recorder
 		traceID string
 		req     uint64
+		nlp     = -1        // top logprobs wanted (-1: none)
 		phase   trace.Token // the current prefill or decode step's span
 		open    bool
 	)
@@ -166,6 +167,10 @@ func (s *Stage) Serve(ctx context.Context) error {
 			}
 			finish(nil)
 			req, traceID = b.Req, b.TraceID
+			nlp = b.Logprobs - 1
+			if nlp < 0 || nlp > MaxTopLogprobs {
+				nlp = -1
+			}
 			smp = sample.New(b.Sample)
 			if traceID != "" {
 				rec = trace.NewRecorder(s.Rank, s.Node, trace.Options{NodeName: s.NodeName})
@@ -236,6 +241,9 @@ func (s *Stage) Serve(ctx context.Context) error {
 					return err
 				}
 				t := tokenMsg{Req: m.Req, Seq: m.Seq, Token: id}
+				if nlp >= 0 {
+					t.Logprobs = logprobsOf(res.Logits, id, nlp)
+				}
 				snd := phase.Child("send → rank 0", "send")
 				n, err := s.Out.send(frameToken, t.marshal)
 				snd.End(trace.Send(0, int64(n), trace.FlowKey(s.Rank, 0, uint64(m.Seq))).WithToken(tok))

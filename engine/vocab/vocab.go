@@ -182,6 +182,8 @@ func New(f *gguf.File) (*Vocab, error) {
 		}
 	case "bert":
 		return nil, fmt.Errorf("tokenizer.ggml.model %q (WordPiece, BERT-style embedding models) is not supported; supported: llama (SentencePiece), gpt2 (BPE), gemma4", model)
+	case "t5":
+		return nil, fmt.Errorf("tokenizer.ggml.model %q (Unigram, T5-style) is not supported; supported: llama (SentencePiece), gpt2 (BPE), gemma4", model)
 	default:
 		return nil, fmt.Errorf("tokenizer.ggml.model %q is not supported; supported: llama (SentencePiece), gpt2 (BPE), gemma4", model)
 	}

@@ -1,6 +1,7 @@
 // Streams one chat completion from an Orrery agent with the official
-// openai SDK, then makes a non-streaming one and lists the models; prints
-// what it saw as JSON. Usage: node chat.mjs BASE_URL MODEL
+// openai SDK, then makes a non-streaming one, lists the models, and makes
+// legacy completions (with logprobs), streamed and not; prints what it saw
+// as JSON. Usage: node chat.mjs BASE_URL MODEL
 import OpenAI from 'openai';
 
 const [baseURL, model] = process.argv.slice(2);
@@ -41,10 +42,27 @@ const once = await client.chat.completions.create({
 const models = [];
 for await (const m of client.models.list()) models.push(m.id);
 
+const legacy = await client.completions.create({
+  model, prompt: 'hello from the openai sdk', max_tokens: 8, temperature: 0, logprobs: 2,
+});
+let legacyStreamText = '';
+let legacyStreamLogprobs = 0;
+const legacyStream = await client.completions.create({
+  model, prompt: 'hello from the openai sdk', max_tokens: 8, temperature: 0, logprobs: 2, stream: true,
+});
+for await (const chunk of legacyStream) {
+  legacyStreamText += chunk.choices[0]?.text ?? '';
+  legacyStreamLogprobs += chunk.choices[0]?.logprobs?.token_logprobs?.length ?? 0;
+}
+
 console.log(JSON.stringify({
   traceId: response.headers.get('x-orrery-trace-id'),
   contentType: response.headers.get('content-type'),
   chunks, text, finishReason, usage,
   nonStreaming: { text: once.choices[0].message.content, usage: once.usage, finishReason: once.choices[0].finish_reason },
   models,
+  legacy: {
+    text: legacy.choices[0].text, usage: legacy.usage, logprobs: legacy.choices[0].logprobs,
+    streamText: legacyStreamText, streamLogprobs: legacyStreamLogprobs,
+  },
 }));

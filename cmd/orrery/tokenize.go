@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const tokenizeUsage = `Usage: orrery tokenize --model ID [--api URL] [--ids|--pieces] [--no-special] TEXT|-
+
+Tokenizes TEXT ("-": standard input) with the vocabulary of model ID, as a
+running agent's POST /tokenize does (any node answers: it forwards to one
+that has the model's file). It prints one token per line, its id and its
+piece (JSON-quoted; a piece that is not valid UTF-8 as its bytes), then the
+count. The beginning-of-sequence token is added as a completion would see
+it unless --no-special.
+
+Flags:
+`
+
+// tokenPiece is one entry of /tokenize's answer with with_pieces.
+type tokenPiece struct {
+	ID    int32           `json:"id"`
+	Piece json.RawMessage `json:"piece"` // a string or an array of bytes
+}
+
+func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	const name = "orrery tokenize"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, tokenizeUsage); fs.PrintDefaults() }
+	api := fs.String("api", doctorDefaultAPI, "API URL of the agent")
+	modelID := fs.String("model", "", "model id (see GET /v1/models)")
+	idsOnly := fs.Bool("ids", false, "print only the ids, space-separated on one line")
+	piecesOnly := fs.Bool("pieces", false, "print only the pieces, one JSON value per line")
+	noSpecial := fs.Bool("no-special", false, "do not add the beginning-of-sequence token")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	switch {
+	case *modelID == "":
+		fmt.Fprintf(stderr, "%s: --model is required\n\n%s", name, tokenizeUsage)
+		return 2
+	case len(pos) != 1:
+		fmt.Fprintf(stderr, "%s: want one TEXT argument (- for stdin), got %d\n\n%s", name, len(pos), tokenizeUsage)
+		return 2
+	case *idsOnly && *piecesOnly:
+		fmt.Fprintf(stderr, "%s: --ids and --pieces exclude each other\n", name)
+		return 2
+	}
+	text := pos[0]
+	if text == "-" {
+		b, err := io.ReadAll(io.LimitReader(stdin, 1<<20+1))
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: read stdin: %v\n", name, err)
+			return 1
+		}
+		text = string(b)
+	}
+	base, err := doctorBaseURL(*api)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *api, err)
+		return 2
+	}
+	client := &http.Client{Timeout: time.Minute}
+	var resp struct {
+		Tokens []tokenPiece `json:"tokens"`
+	}
+	body := map[string]any{"model": *modelID, "content": text, "add_special": !*noSpecial, "with_pieces": true}
+	if err := apiPost(ctx, client, base, "/tokenize", body, &resp); err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "%s: no agent answers at %s: %v — start one with `orrery agent`\n", name, base, ue.Err)
+		} else {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		}
+		return 1
+	}
+	switch {
+	case *idsOnly:
+		ids := make([]string, len(resp.Tokens))
+		for i, t := range resp.Tokens {
+			ids[i] = strconv.Itoa(int(t.ID))
+		}
+		fmt.Fprintln(stdout, strings.Join(ids, " "))
+	case *piecesOnly:
+		for _, t := range resp.Tokens {
+			fmt.Fprintf(stdout, "%s\n", t.Piece)
+		}
+	default:
+		for _, t := range resp.Tokens {
+			fmt.Fprintf(stdout, "%d\t%s\n", t.ID, t.Piece)
+		}
+		fmt.Fprintf(stdout, "%d tokens\n", len(resp.Tokens))
+	}
+	return 0
+}
+
+// apiPost POSTs v as JSON to base+path and decodes the JSON answer into
+// out. A non-200 answer is an *apiError with the API's message (its
+// {"error": "…"} or OpenAI's {"error": {"message": "…"}}).
+func apiPost(ctx context.Context, client *http.Client, base, path string, v, out any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	rb, err := io.ReadAll(io.LimitReader(resp.Body, apiMaxResponse))
+	if err != nil {
+		return fmt.Errorf("POST %s: %w", base+path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg := strings.TrimSpace(string(rb))
+		var plain struct {
+			Error string `json:"error"`
+		}
+		var oai struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(rb, &plain) == nil && plain.Error != "" {
+			msg = plain.Error
+		} else if json.Unmarshal(rb, &oai) == nil && oai.Error.Message != "" {
+			msg = oai.Error.Message
+		}
+		return &apiError{Method: http.MethodPost, URL: base + path, Status: resp.StatusCode, Msg: msg}
+	}
+	if err := json.Unmarshal(rb, out); err != nil {
+		return fmt.Errorf("POST %s: decode: %w", base+path, err)
+	}
+	return nil
+}

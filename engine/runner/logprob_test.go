@@ -1,0 +1,93 @@
+package runner
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestLogprobsOf(t *testing.T) {
+	nan := float32(math.NaN())
+	inf := float32(math.Inf(-1))
+	logits := []float32{1, 3, nan, 2, inf, 3}
+	lp := logprobsOf(logits, 3, 4)
+	// log-softmax over {1, 3, 2, 3}.
+	z := math.Log(math.Exp(1) + 2*math.Exp(3) + math.Exp(2))
+	if math.Abs(float64(lp.Logprob)-(2-z)) > 1e-6 || lp.Token != 3 {
+		t.Fatalf("logprob %+v, want %v", lp, 2-z)
+	}
+	var top []int32
+	for _, x := range lp.Top {
+		top = append(top, x.Token)
+	}
+	// Ties by id; NaN and -Inf last, and never before a real logit.
+	if !slices.Equal(top, []int32{1, 5, 3, 0}) || math.Abs(float64(lp.Top[0].Logprob)-(3-z)) > 1e-6 {
+		t.Fatalf("top %+v", lp.Top)
+	}
+	if lp := logprobsOf(logits, 2, 0); len(lp.Top) != 0 || !math.IsInf(float64(lp.Logprob), -1) {
+		t.Fatalf("NaN token: %+v", lp)
+	}
+	if lp := logprobsOf(logits, 0, 100); len(lp.Top) != len(logits) {
+		t.Fatalf("top of %d: %d", len(logits), len(lp.Top))
+	}
+}
+
+// Token-id prompts are used as they are; echo emits the prompt's text
+// first; logprobs come with every sampled token, none with the echo.
+func TestGenerateTokensEchoLogprobs(t *testing.T) {
+	tok := tinyTokenizer(t)
+	prompt := ids(t, tok, "hello world")
+	words := ids(t, tok, "the cluster")
+	s := &script{vocab: tok.VocabSize(), ctxLen: 64, batch: 4, prompt: len(prompt), next: words}
+	g := &Generator{M: &Local{F: s}, Tok: tok}
+	text, pieces, res, err := run(t, g, Request{PromptTokens: prompt, Echo: true, Logprobs: true, TopLogprobs: 2, MaxTokens: len(words)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PromptTokens != len(prompt) || !strings.HasPrefix(text, "hello world") || strings.TrimSpace(strings.TrimPrefix(text, "hello world")) != "the cluster" {
+		t.Fatalf("text %q, %+v", text, res)
+	}
+	if !pieces[0].Echo || pieces[0].Logprobs != nil || pieces[0].Token != -1 || pieces[0].Text != "hello world" {
+		t.Fatalf("echo piece %+v", pieces[0])
+	}
+	for _, p := range pieces[1:] {
+		if p.Token < 0 {
+			continue
+		}
+		lp := p.Logprobs
+		// The script puts logit 10 on the next token, 0 elsewhere.
+		want := 10 - math.Log(math.Exp(10)+float64(tok.VocabSize()-1))
+		if lp == nil || lp.Token != p.Token || math.Abs(float64(lp.Logprob)-want) > 1e-5 || len(lp.Top) != 2 ||
+			lp.Top[0].Token != p.Token || lp.Top[0].Text == "" || lp.Text == "" {
+			t.Fatalf("piece %+v logprobs %+v (want %v)", p, lp, want)
+		}
+	}
+	// Ids out of the vocabulary and too many top logprobs are refused.
+	if _, err := g.Prepare(&Request{PromptTokens: []int32{int32(tok.VocabSize())}}); err == nil {
+		t.Fatal("out-of-vocabulary prompt token accepted")
+	}
+	if _, err := g.Prepare(&Request{Prompt: "x", Logprobs: true, TopLogprobs: MaxTopLogprobs + 1}); err == nil {
+		t.Fatal("top logprobs over the limit accepted")
+	}
+}
+
+func TestTokenFrameLogprobs(t *testing.T) {
+	m := tokenMsg{Req: 2, Seq: 3, Token: 5, Logprobs: &Logprobs{TokenLogprob: TokenLogprob{Token: 5, Logprob: -0.25},
+		Top: []TokenLogprob{{Token: 5, Logprob: -0.25}, {Token: 9, Logprob: -3}}}}
+	b := m.marshal(nil)
+	var got tokenMsg
+	if err := got.unmarshal(b); err != nil || got.Token != 5 || got.Logprobs == nil || got.Logprobs.Logprob != -0.25 ||
+		!slices.Equal(got.Logprobs.Top, m.Logprobs.Top) {
+		t.Fatalf("%+v %v", got, err)
+	}
+	plain := tokenMsg{Req: 2, Seq: 3, Token: 5}
+	if err := got.unmarshal(plain.marshal(nil)); err != nil || got.Logprobs != nil {
+		t.Fatalf("plain frame: %+v %v", got, err)
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], b[:20], append(b, 0)} {
+		if got.unmarshal(bad) == nil {
+			t.Errorf("frame of %d bytes parsed", len(bad))
+		}
+	}
+}
