@@ -10,7 +10,7 @@ mkdir -p test-output
 log=test-output/conformance.txt
 rc=0
 pkgs=("$@")
-((${#pkgs[@]})) || pkgs=(./engine/conformance/ ./engine/chattmpl/)
+((${#pkgs[@]})) || pkgs=(./engine/conformance/ ./engine/vocab/ ./engine/chattmpl/)
 go test -count=1 -v "${pkgs[@]}" 2>&1 | grep -v -e '^time=' -e ' INFO ' >"$log" || rc=$?
 grep -E -e '^(--- |ok|FAIL|PASS|panic)' -e '^ +\|' -e '_test\.go:[0-9]+: ' "$log" || true
 if [[ $rc -ne 0 ]]; then

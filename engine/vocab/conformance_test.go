@@ -2,6 +2,7 @@ package vocab
 
 import (
 	"encoding/hex"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,10 +131,10 @@ func errNote(err error) string {
 }
 
 // TestMatchesLlamaCpp runs every vocabulary Orrery loads (those without
-// test vectors too) over one corpus, every test input of every vocabulary
-// plus chat-template text with special tokens, with BOS added and special
-// tokens parsed, as a prompt is tokenized, and compares ids and
-// detokenized text with llama.cpp's.
+// test vectors too) over one corpus, every test input of every vocabulary,
+// chat-template text with special tokens, invalid UTF-8 and 100 seeded
+// random strings, with BOS added and special tokens parsed, as a prompt is
+// tokenized, and compares ids and detokenized text with llama.cpp's.
 func TestMatchesLlamaCpp(t *testing.T) {
 	dir := llamaref.Require(t, "llama.cpp/models", "bin/orrery-llama-vocab")
 	files, _ := filepath.Glob(filepath.Join(dir, "llama.cpp/models/ggml-vocab-*.gguf"))
@@ -149,7 +150,21 @@ func TestMatchesLlamaCpp(t *testing.T) {
 		"<s>[INST] hi [/INST] there</s><s>[INST] again [/INST]",
 		"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
 		"<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<|user|>\nhi<|end|>\n<|assistant|>\n",
-		"text <|endoftext|> more", "  <unk>  </s> <s>")
+		"text <|endoftext|> more", "  <unk>  </s> <s>",
+		// Invalid UTF-8: llama.cpp's own rules for lead bytes.
+		"|\xff'll\n1日本", "a\xc3", "\xe6\x97", "\xf0\x9f\x98 x", "\x80\x80abc", "\xf8\xf9\xfa\xfb\xfc", "é\xffé")
+	// Seeded random strings over a mix of ASCII, whitespace, specials,
+	// multi-byte characters and stray bytes.
+	rng := rand.New(rand.NewPCG(14, 1))
+	alphabet := []string{"a", "Z", " ", "  ", "\n", "\t", "'", "s", "ll", "1", "23", "!", "?", ".", "é", "ß", "日", "本", "🦙", "\u200d",
+		"<s>", "</s>", "<|im_end|>", "▁", "\xff", "\x80", "\xc3", "Ġ"}
+	for range 100 {
+		var b strings.Builder
+		for range 1 + rng.IntN(24) {
+			b.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		corpus = append(corpus, b.String())
+	}
 	slices.Sort(corpus)
 	corpus = slices.Compact(corpus)
 	inp := filepath.Join(t.TempDir(), "corpus.inp")

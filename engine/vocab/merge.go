@@ -66,19 +66,11 @@ func chars(text string) []symbol {
 	return syms
 }
 
-// utf8LenAt is llama.cpp's unicode_len_utf8: the length the lead byte
-// announces, cut at the end of the text.
+// utf8LenAt is llama.cpp's unicode_len_utf8: the length the lead byte's
+// high nibble announces (so 0xF8–0xFF count as 4, and a stray
+// continuation byte as 1), cut at the end of the text.
 func utf8LenAt(s string, off int) int {
-	b := s[off]
-	n := 1
-	switch {
-	case b&0xE0 == 0xC0:
-		n = 2
-	case b&0xF0 == 0xE0:
-		n = 3
-	case b&0xF8 == 0xF0:
-		n = 4
-	}
+	n := [16]int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4}[s[off]>>4]
 	return min(n, len(s)-off)
 }
 
