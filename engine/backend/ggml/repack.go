@@ -1,3 +1,5 @@
+//go:build cgo
+
 package ggml
 
 // Repacking: ggml's CPU backend has matrix kernels for weights stored in
