@@ -164,6 +164,12 @@ func describe(path string) Entry {
 		e.Error = err.Error()
 		return e
 	}
+	// A vocabulary or chat template Orrery cannot use makes the model
+	// unservable too: say so here, not first when a runner loads it.
+	if _, err := NewTokenizer(f); err != nil {
+		e.Error = err.Error()
+		return e
+	}
 	e.Layers, e.Quantization, e.Types, e.Params, e.ContextLen = cfg.Layers, cfg.FileType, cfg.Types, cfg.Params, cfg.ContextLen
 	return e
 }
