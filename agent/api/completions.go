@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/orrery-cluster/orrery/engine/runner"
 )
@@ -36,6 +34,8 @@ type completionRequest struct {
 	Echo      bool `json:"echo"`
 	IgnoreEOS bool `json:"ignore_eos"`
 }
+
+func (c *completionRequest) modelID() string { return c.Model }
 
 // toRunner turns the request into the runner's terms.
 func (c *completionRequest) toRunner() (runner.Request, error) {
@@ -147,61 +147,18 @@ func newLegacyLogprobs() *legacyLogprobs {
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded bool) {
-	if s.Inference == nil {
-		openAIError(w, http.StatusNotFound, "invalid_request_error", "not_found", "this node serves no models")
-		return
-	}
-	if mt, _, _ := mimeType(r); mt != "application/json" {
-		openAIError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "invalid_content_type", "want Content-Type: application/json")
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "read body: "+err.Error())
-		return
-	}
 	var cr completionRequest
-	if err := json.Unmarshal(body, &cr); err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "completion body: "+err.Error())
+	c, ok := s.startCompletion(w, r, forwarded, "/v1/completions", "completion body", "cmpl-", &cr)
+	if !ok {
 		return
 	}
-	req, err := cr.toRunner()
-	if err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", err.Error())
-		return
-	}
-	instanceID, node, err := s.Inference.Route(r.Context(), cr.Model)
-	if err != nil {
-		inferenceError(w, err)
-		return
-	}
-	if node != s.NodeID {
-		if forwarded {
-			openAIError(w, http.StatusMisdirectedRequest, "server_error", "misrouted", fmt.Sprintf("instance %s is on %s, not here", instanceID, node))
-			return
-		}
-		s.forward(w, r, node, "/v1/completions", body)
-		return
-	}
-	traceID := ""
-	if !strings.EqualFold(r.Header.Get(TraceHeader), "off") {
-		traceID = newTraceID()
-		w.Header().Set(TraceIDHeader, traceID)
-	}
-	w.Header().Set(NodeHeader, s.NodeID)
-	suffix := strings.TrimPrefix(traceID, "chat-")
-	if traceID == "" {
-		suffix = strings.TrimPrefix(newTraceID(), "chat-")
-	}
-	id := "cmpl-" + suffix
-	created := time.Now().Unix()
-	start := time.Now()
+	req := c.req
 	choice := func(text string, lp *legacyLogprobs, finish any) map[string]any {
-		c := map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": finish}
+		ch := map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": finish}
 		if lp != nil {
-			c["logprobs"] = lp
+			ch["logprobs"] = lp
 		}
-		return c
+		return ch
 	}
 	// offset is where the next token's text starts in the choice's text
 	// (the tokens' own texts, as OpenAI counts).
@@ -213,7 +170,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 		if req.Logprobs {
 			lps = newLegacyLogprobs()
 		}
-		done, err := s.Inference.Complete(r.Context(), instanceID, traceID, req, func(p runner.Piece) error {
+		done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
 			text.WriteString(p.Text)
 			if lps != nil && p.Logprobs != nil {
 				lps.add(p.Logprobs, offset)
@@ -225,45 +182,16 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 			inferenceError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{
-			"id": id, "object": "text_completion", "created": created, "model": cr.Model,
-			"choices": []any{choice(text.String(), lps, done.FinishReason)},
-			"usage":   usageOf(done), "orrery": s.runExt(traceID, instanceID, start, done),
-		})
+		writeJSON(w, http.StatusOK, c.answer("text_completion", choice(text.String(), lps, done.FinishReason),
+			map[string]any{"usage": usageOf(done), "orrery": s.ext(&c, done)}))
 		return
 	}
 
-	// Streaming: the 200 waits for the first piece, so that a request the
-	// runner refuses still gets a proper status.
-	flusher, _ := w.(http.Flusher)
-	started := false
-	chunk := func(c map[string]any, extra map[string]any) error {
-		m := map[string]any{"id": id, "object": "text_completion", "created": created, "model": cr.Model, "choices": []any{c}}
-		for k, v := range extra {
-			m[k] = v
-		}
-		b, _ := json.Marshal(m)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+	st := newEventStream(w)
+	done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
+		if err := st.begin(); err != nil {
 			return err
 		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return nil
-	}
-	begin := func() {
-		if started {
-			return
-		}
-		started = true
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no")
-		w.WriteHeader(http.StatusOK)
-	}
-	done, err := s.Inference.Complete(r.Context(), instanceID, traceID, req, func(p runner.Piece) error {
-		begin()
 		var lps *legacyLogprobs
 		if req.Logprobs && p.Logprobs != nil {
 			lps = newLegacyLogprobs()
@@ -273,25 +201,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 		if p.Text == "" && lps == nil {
 			return nil
 		}
-		return chunk(choice(p.Text, lps, nil), nil)
+		return st.send(c.answer("text_completion", choice(p.Text, lps, nil), nil))
 	})
 	if err != nil {
-		if !started {
-			inferenceError(w, err)
-			return
-		}
-		_, typ, code := inferenceStatus(err)
-		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": code}})
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if flusher != nil {
-			flusher.Flush()
-		}
+		st.fail(err)
 		return
 	}
-	begin()
-	chunk(choice("", nil, done.FinishReason), map[string]any{"usage": usageOf(done), "orrery": s.runExt(traceID, instanceID, start, done)})
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	if flusher != nil {
-		flusher.Flush()
-	}
+	st.begin()
+	st.send(c.answer("text_completion", choice("", nil, done.FinishReason), map[string]any{"usage": usageOf(done), "orrery": s.ext(&c, done)}))
+	st.done()
 }

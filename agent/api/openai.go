@@ -89,6 +89,8 @@ func (m chatMessage) text() (string, error) {
 
 // toRunner turns the request into the runner's terms, with OpenAI's
 // defaults (temperature 1, top_p 1) and a random seed when none is given.
+func (c *chatRequest) modelID() string { return c.Model }
+
 func (c *chatRequest) toRunner() (runner.Request, error) {
 	var req runner.Request
 	if c.Model == "" {
@@ -299,61 +301,17 @@ func usageOf(d *runner.Done) usage {
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forwarded bool) {
-	if s.Inference == nil {
-		openAIError(w, http.StatusNotFound, "invalid_request_error", "not_found", "this node serves no models")
-		return
-	}
-	if mt, _, _ := mimeType(r); mt != "application/json" {
-		openAIError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "invalid_content_type", "want Content-Type: application/json")
-		return
-	}
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "read body: "+err.Error())
-		return
-	}
 	var cr chatRequest
-	if err := json.Unmarshal(body, &cr); err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "chat completion body: "+err.Error())
+	c, ok := s.startCompletion(w, r, forwarded, "/v1/chat/completions", "chat completion body", "chatcmpl-", &cr)
+	if !ok {
 		return
 	}
-	req, err := cr.toRunner()
-	if err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", err.Error())
-		return
-	}
-	instanceID, node, err := s.Inference.Route(r.Context(), cr.Model)
-	if err != nil {
-		inferenceError(w, err)
-		return
-	}
-	if node != s.NodeID {
-		if forwarded {
-			openAIError(w, http.StatusMisdirectedRequest, "server_error", "misrouted", fmt.Sprintf("instance %s is on %s, not here", instanceID, node))
-			return
-		}
-		s.forward(w, r, node, "/v1/chat/completions", body)
-		return
-	}
-	traceID := ""
-	if !strings.EqualFold(r.Header.Get(TraceHeader), "off") {
-		traceID = newTraceID()
-		w.Header().Set(TraceIDHeader, traceID)
-	}
-	w.Header().Set(NodeHeader, s.NodeID)
-	id := "chatcmpl-" + strings.TrimPrefix(traceID, "chat-")
-	if traceID == "" {
-		id = "chatcmpl-" + strings.TrimPrefix(newTraceID(), "chat-")
-	}
-	created := time.Now().Unix()
-	start := time.Now()
-	ext := func(d *runner.Done) orreryExt { return s.runExt(traceID, instanceID, start, d) }
-	use := usageOf
+	req := c.req
 
 	if !cr.Stream {
 		var text strings.Builder
 		var lps []chatLogprob
-		done, err := s.Inference.Complete(r.Context(), instanceID, traceID, req, func(p runner.Piece) error {
+		done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
 			text.WriteString(p.Text)
 			if req.Logprobs && p.Logprobs != nil {
 				lps = append(lps, chatLogprobOf(p.Logprobs))
@@ -372,51 +330,23 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 			}
 			choice["logprobs"] = map[string]any{"content": lps}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{
-			"id": id, "object": "chat.completion", "created": created, "model": cr.Model,
-			"choices": []any{choice},
-			"usage":   use(done), "orrery": ext(done),
-		})
+		writeJSON(w, http.StatusOK, c.answer("chat.completion", choice, map[string]any{"usage": usageOf(done), "orrery": s.ext(&c, done)}))
 		return
 	}
 
-	// Streaming: the 200 and the first chunk wait for the first token, so
-	// that a request the runner refuses still gets a proper status.
-	flusher, _ := w.(http.Flusher)
-	started := false
+	// Streaming: the first chunk (the assistant's role) waits for the
+	// first token.
+	st := newEventStream(w)
 	chunk := func(delta map[string]any, finish any, extra map[string]any, lp ...chatLogprob) error {
 		choice := map[string]any{"index": 0, "delta": delta, "finish_reason": finish}
 		if lp != nil {
 			choice["logprobs"] = map[string]any{"content": lp}
 		}
-		m := map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": cr.Model,
-			"choices": []any{choice}}
-		for k, v := range extra {
-			m[k] = v
-		}
-		b, _ := json.Marshal(m)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return err
-		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return nil
+		return st.send(c.answer("chat.completion.chunk", choice, extra))
 	}
-	begin := func() error {
-		if started {
-			return nil
-		}
-		started = true
-		h := w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		h.Set("X-Accel-Buffering", "no")
-		w.WriteHeader(http.StatusOK)
-		return chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil)
-	}
-	done, err := s.Inference.Complete(r.Context(), instanceID, traceID, req, func(p runner.Piece) error {
-		if err := begin(); err != nil {
+	st.first = func() error { return chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil) }
+	done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
+		if err := st.begin(); err != nil {
 			return err
 		}
 		if req.Logprobs && p.Logprobs != nil {
@@ -428,27 +358,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 		return chunk(map[string]any{"content": p.Text}, nil, nil)
 	})
 	if err != nil {
-		if !started {
-			inferenceError(w, err)
-			return
-		}
-		// Mid-stream: an error event (the OpenAI SDKs raise it), no [DONE].
-		_, typ, code := inferenceStatus(err)
-		b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": code}})
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if flusher != nil {
-			flusher.Flush()
-		}
+		st.fail(err)
 		return
 	}
-	if err := begin(); err != nil {
+	if err := st.begin(); err != nil {
 		return
 	}
-	chunk(map[string]any{}, done.FinishReason, map[string]any{"usage": use(done), "orrery": ext(done)})
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	if flusher != nil {
-		flusher.Flush()
-	}
+	chunk(map[string]any{}, done.FinishReason, map[string]any{"usage": usageOf(done), "orrery": s.ext(&c, done)})
+	st.done()
 }
 
 func mimeType(r *http.Request) (string, map[string]string, error) {
