@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -167,26 +168,66 @@ func doctorBaseURL(s string) (string, error) {
 
 // apiError is an answer from the agent other than 200.
 type apiError struct {
-	Method string // "" for GET
+	Method string
 	URL    string
 	Status int
-	Msg    string // the API's {"error": …}, else the body
+	Msg    string // the API's error message, else the body
 }
 
 func (e *apiError) Error() string {
-	m := e.Method
-	if m == "" {
-		m = http.MethodGet
+	return fmt.Sprintf("%s %s: %d %s: %s", e.Method, e.URL, e.Status, http.StatusText(e.Status), e.Msg)
+}
+
+// apiErrorOf is the *apiError for a non-200 answer: its message is the
+// API's {"error": "…"} or OpenAI's {"error": {"message": "…"}}, else the
+// body.
+func apiErrorOf(method, url string, status int, body []byte) *apiError {
+	msg := strings.TrimSpace(string(body))
+	var plain struct {
+		Error string `json:"error"`
 	}
-	return fmt.Sprintf("%s %s: %d %s: %s", m, e.URL, e.Status, http.StatusText(e.Status), e.Msg)
+	var oai struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &plain) == nil && plain.Error != "" {
+		msg = plain.Error
+	} else if json.Unmarshal(body, &oai) == nil && oai.Error.Message != "" {
+		msg = oai.Error.Message
+	}
+	return &apiError{Method: method, URL: url, Status: status, Msg: msg}
 }
 
 // apiGet GETs base+path from an agent's API and decodes the JSON answer
 // into v. A non-200 answer is an *apiError.
 func apiGet(ctx context.Context, client *http.Client, base, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	return apiDo(ctx, client, http.MethodGet, base, path, nil, v)
+}
+
+// apiPost POSTs in as JSON to base+path and decodes the JSON answer into
+// out. A non-200 answer is an *apiError.
+func apiPost(ctx context.Context, client *http.Client, base, path string, in, out any) error {
+	b, err := json.Marshal(in)
 	if err != nil {
 		return err
+	}
+	return apiDo(ctx, client, http.MethodPost, base, path, b, out)
+}
+
+// apiDo sends one request (a JSON body when body is not nil) and decodes
+// the JSON answer into out. A non-200 answer is an *apiError.
+func apiDo(ctx context.Context, client *http.Client, method, base, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -195,20 +236,13 @@ func apiGet(ctx context.Context, client *http.Client, base, path string, v any) 
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, apiMaxResponse))
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", base+path, err)
+		return fmt.Errorf("%s %s: %w", method, base+path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		msg := strings.TrimSpace(string(b))
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		return &apiError{URL: base + path, Status: resp.StatusCode, Msg: msg}
+		return apiErrorOf(method, base+path, resp.StatusCode, b)
 	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("GET %s: decode: %w", base+path, err)
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: decode: %w", method, base+path, err)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,49 +106,4 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fmt.Fprintf(stdout, "%d tokens\n", len(resp.Tokens))
 	}
 	return 0
-}
-
-// apiPost POSTs v as JSON to base+path and decodes the JSON answer into
-// out. A non-200 answer is an *apiError with the API's message (its
-// {"error": "…"} or OpenAI's {"error": {"message": "…"}}).
-func apiPost(ctx context.Context, client *http.Client, base, path string, v, out any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	rb, err := io.ReadAll(io.LimitReader(resp.Body, apiMaxResponse))
-	if err != nil {
-		return fmt.Errorf("POST %s: %w", base+path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		msg := strings.TrimSpace(string(rb))
-		var plain struct {
-			Error string `json:"error"`
-		}
-		var oai struct {
-			Error struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(rb, &plain) == nil && plain.Error != "" {
-			msg = plain.Error
-		} else if json.Unmarshal(rb, &oai) == nil && oai.Error.Message != "" {
-			msg = oai.Error.Message
-		}
-		return &apiError{Method: http.MethodPost, URL: base + path, Status: resp.StatusCode, Msg: msg}
-	}
-	if err := json.Unmarshal(rb, out); err != nil {
-		return fmt.Errorf("POST %s: decode: %w", base+path, err)
-	}
-	return nil
 }

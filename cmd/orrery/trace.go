@@ -149,14 +149,7 @@ func (c *traceClient) get(ctx context.Context, path string) (*http.Response, err
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, apiMaxResponse))
-		msg := strings.TrimSpace(string(b))
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			msg = e.Error
-		}
-		return nil, &apiError{URL: c.base + path, Status: resp.StatusCode, Msg: msg}
+		return nil, apiErrorOf(http.MethodGet, c.base+path, resp.StatusCode, b)
 	}
 	return resp, nil
 }
