@@ -150,15 +150,9 @@ func (r *renderer) execNode(n node, s *scope) error {
 		}
 		return assign(s, n.targets, v)
 	case *setBlockNode:
-		text, err := r.capture(n.body, s)
+		v, err := r.captureFiltered(n.body, n.filters, s)
 		if err != nil {
 			return err
-		}
-		var v any = text
-		for _, f := range n.filters {
-			if v, err = r.applyFilter(f, v, s); err != nil {
-				return err
-			}
 		}
 		s.vars[n.name] = v
 		return nil
@@ -173,15 +167,9 @@ func (r *renderer) execNode(n node, s *scope) error {
 		}
 		return r.write(pyStr(v))
 	case *filterBlockNode:
-		text, err := r.capture(n.body, s)
+		v, err := r.captureFiltered(n.body, n.filters, s)
 		if err != nil {
 			return err
-		}
-		var v any = text
-		for _, f := range n.filters {
-			if v, err = r.applyFilter(f, v, s); err != nil {
-				return err
-			}
 		}
 		return r.write(pyStr(v))
 	case *breakNode:
@@ -190,6 +178,22 @@ func (r *renderer) execNode(n node, s *scope) error {
 		return errContinue
 	}
 	return fmt.Errorf("internal error: unknown node %T", n)
+}
+
+// captureFiltered renders body and passes the text through filters, as
+// {% set x | f %} and {% filter f %} blocks do.
+func (r *renderer) captureFiltered(body []node, filters []*filterExpr, s *scope) (any, error) {
+	text, err := r.capture(body, s)
+	if err != nil {
+		return nil, err
+	}
+	var v any = text
+	for _, f := range filters {
+		if v, err = r.applyFilter(f, v, s); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 func assign(s *scope, targets []string, v any) error {

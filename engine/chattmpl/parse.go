@@ -57,6 +57,26 @@ func (p *parser) skipName(n string) bool {
 	return ok
 }
 
+// parseSeq parses comma-separated items (a trailing comma allowed) up to
+// and including close; the opening bracket is already consumed.
+func (p *parser) parseSeq(close string, item func() error) error {
+	for n := 0; !p.isOp(close); n++ {
+		if n > 0 {
+			if err := p.expectOp(","); err != nil {
+				return err
+			}
+			if p.isOp(close) {
+				break
+			}
+		}
+		if err := item(); err != nil {
+			return err
+		}
+	}
+	p.advance()
+	return nil
+}
+
 func (p *parser) expectOp(op string) error {
 	if !p.skipOp(op) {
 		return p.fail("expected %q, got %s", op, p.cur())
@@ -365,32 +385,24 @@ func (p *parser) parseParams() ([]string, []expr, error) {
 	if err := p.expectOp("("); err != nil {
 		return nil, nil, err
 	}
-	for !p.isOp(")") {
-		if len(params) > 0 {
-			if err := p.expectOp(","); err != nil {
-				return nil, nil, err
-			}
-			if p.isOp(")") {
-				break
-			}
-		}
+	err := p.parseSeq(")", func() error {
 		n, err := p.expectName()
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		var d expr
 		if p.skipOp("=") {
 			if d, err = p.parseExpr(true); err != nil {
-				return nil, nil, err
+				return err
 			}
 		} else if len(defaults) > 0 && defaults[len(defaults)-1] != nil {
-			return nil, nil, p.fail("non-default argument follows default argument")
+			return p.fail("non-default argument follows default argument")
 		}
 		params = append(params, n)
 		defaults = append(defaults, d)
-	}
-	p.advance()
-	return params, defaults, nil
+		return nil
+	})
+	return params, defaults, err
 }
 
 func (p *parser) parseMacro() ([]node, error) {
@@ -677,51 +689,35 @@ func (p *parser) parsePrimary() (expr, error) {
 		case "[":
 			p.advance()
 			l := &listExpr{}
-			for !p.isOp("]") {
-				if len(l.items) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("]") {
-						break
-					}
-				}
+			err := p.parseSeq("]", func() error {
 				e, err := p.parseExpr(true)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				l.items = append(l.items, e)
-			}
-			p.advance()
-			return l, nil
+				return nil
+			})
+			return l, err
 		case "{":
 			p.advance()
 			d := &dictExpr{}
-			for !p.isOp("}") {
-				if len(d.keys) > 0 {
-					if err := p.expectOp(","); err != nil {
-						return nil, err
-					}
-					if p.isOp("}") {
-						break
-					}
-				}
+			err := p.parseSeq("}", func() error {
 				k, err := p.parseExpr(true)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				if err := p.expectOp(":"); err != nil {
-					return nil, err
+					return err
 				}
 				v, err := p.parseExpr(true)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				d.keys = append(d.keys, k)
 				d.vals = append(d.vals, v)
-			}
-			p.advance()
-			return d, nil
+				return nil
+			})
+			return d, err
 		}
 	}
 	return nil, p.fail("unexpected %s", t)
@@ -802,39 +798,31 @@ func (p *parser) parseArgs() ([]expr, []kwarg, error) {
 	if err := p.expectOp("("); err != nil {
 		return nil, nil, err
 	}
-	for !p.isOp(")") {
-		if len(args)+len(kws) > 0 {
-			if err := p.expectOp(","); err != nil {
-				return nil, nil, err
-			}
-			if p.isOp(")") {
-				break
-			}
-		}
+	err := p.parseSeq(")", func() error {
 		if p.isOp("*") || p.isOp("**") {
-			return nil, nil, p.unsupported("*args/**kwargs in a call")
+			return p.unsupported("*args/**kwargs in a call")
 		}
 		if p.cur().kind == tkName && p.toks[p.pos+1].kind == tkOp && p.toks[p.pos+1].val == "=" {
 			name := p.next().val
 			p.advance()
 			v, err := p.parseExpr(true)
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
 			kws = append(kws, kwarg{name, v})
-			continue
+			return nil
 		}
 		if len(kws) > 0 {
-			return nil, nil, p.fail("positional argument follows keyword argument")
+			return p.fail("positional argument follows keyword argument")
 		}
 		v, err := p.parseExpr(true)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		args = append(args, v)
-	}
-	p.advance()
-	return args, kws, nil
+		return nil
+	})
+	return args, kws, err
 }
 
 func (p *parser) parseCall(fn expr) (expr, error) {
