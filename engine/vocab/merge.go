@@ -148,7 +148,6 @@ func (v *Vocab) split(text string) ([]string, error) {
 	runes := []rune(text)
 	pieces := [][2]int{{0, len(runes)}} // rune offsets
 	for _, re := range v.regexes {
-		re.MatchTimeout = matchTimeout
 		var out [][2]int
 		for _, p := range pieces {
 			sub := string(runes[p[0]:p[1]])

@@ -362,6 +362,7 @@ func (v *Vocab) setPre(pre string) error {
 		if err != nil {
 			return fmt.Errorf("%q: regex %q: %w", pre, e, err)
 		}
+		re.MatchTimeout = matchTimeout // set once: a Regexp is shared by concurrent Encodes
 		v.regexes = append(v.regexes, re)
 	}
 	return nil

@@ -207,3 +207,28 @@ func FuzzEncode(f *testing.F) {
 		}
 	})
 }
+
+// A Vocab is used by concurrent requests (the race detector checks this).
+func TestConcurrentEncode(t *testing.T) {
+	v, err := New(bpeFile("llama-bpe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := v.Encode("he the  cat's 42", true, true)
+	errs := make(chan string, 4)
+	for range 4 {
+		go func() {
+			got, err := v.Encode("he the  cat's 42", true, true)
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+				errs <- fmt.Sprintf("%v (%v), want %v", got, err, want)
+				return
+			}
+			errs <- ""
+		}()
+	}
+	for range 4 {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+}
