@@ -17,32 +17,13 @@ type vocabCache struct {
 	m  map[string]vocabEntry
 }
 
+// vocabEntry is a tokenizer (safe for concurrent use) and the file
+// version it was read from.
 type vocabEntry struct {
 	path string
 	mod  time.Time
-	tok  *lockedVocab
+	tok  *model.Tokenizer
 }
-
-// lockedVocab serialises calls into a tokenizer, which promises no
-// concurrent use.
-type lockedVocab struct {
-	mu  sync.Mutex
-	tok *model.Tokenizer
-}
-
-func (l *lockedVocab) Encode(s string, addSpecial bool) ([]int32, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.tok.Encode(s, addSpecial)
-}
-
-func (l *lockedVocab) Decode(ids []int32) (string, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.tok.Decode(ids)
-}
-
-func (l *lockedVocab) VocabSize() int { return l.tok.VocabSize() }
 
 // maxVocabCache bounds the cached tokenizers (a large vocabulary is tens
 // of MB).
@@ -75,7 +56,6 @@ func (v inference) Vocab(modelID string) (api.Vocab, error) {
 	if c.m == nil || len(c.m) >= maxVocabCache {
 		c.m = map[string]vocabEntry{}
 	}
-	lv := &lockedVocab{tok: tok}
-	c.m[modelID] = vocabEntry{path: e.Path, mod: e.ModTime, tok: lv}
-	return lv, nil
+	c.m[modelID] = vocabEntry{path: e.Path, mod: e.ModTime, tok: tok}
+	return tok, nil
 }

@@ -17,7 +17,7 @@ type Message struct {
 
 // Tokenizer encodes and decodes text with a model's vocabulary (from its
 // GGUF metadata, through engine/vocab, which agrees with llama.cpp) and
-// renders its chat template.
+// renders its chat template. It is safe for concurrent use.
 type Tokenizer struct {
 	v        *vocab.Vocab
 	template *chattmpl.Template
