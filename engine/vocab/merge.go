@@ -66,6 +66,16 @@ func chars(text string) []symbol {
 	return syms
 }
 
+// join merges symbol r into its left neighbour l and unlinks r.
+func join(syms []symbol, l, r int) {
+	syms[l].n += syms[r].n
+	syms[r].n = 0
+	syms[l].next = syms[r].next
+	if syms[r].next >= 0 {
+		syms[syms[r].next].prev = l
+	}
+}
+
 // utf8LenAt is llama.cpp's unicode_len_utf8: the length the lead byte's
 // high nibble announces (so 0xF8–0xFF count as 4, and a stray
 // continuation byte as 1), cut at the end of the text.
@@ -105,12 +115,7 @@ func (v *Vocab) spm(text string, out []int32) []int32 {
 		if l.n == 0 || r.n == 0 || l.n+r.n != bg.size {
 			continue
 		}
-		l.n += r.n
-		r.n = 0
-		l.next = r.next
-		if r.next >= 0 {
-			syms[r.next].prev = bg.left
-		}
+		join(syms, bg.left, bg.right)
 		try(l.prev, bg.left)
 		try(bg.left, l.next)
 	}
@@ -244,12 +249,7 @@ func (v *Vocab) bpeWord(w string, out []int32) []int32 {
 		if w[l.start:l.start+l.n]+w[r.start:r.start+r.n] != bg.text {
 			continue
 		}
-		l.n += r.n
-		r.n = 0
-		l.next = r.next
-		if r.next >= 0 {
-			syms[r.next].prev = bg.left
-		}
+		join(syms, bg.left, bg.right)
 		add(l.prev, bg.left)
 		add(bg.left, l.next)
 	}
