@@ -21,7 +21,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/orrery-cluster/orrery/agent/internal/atomicfile"
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 	"github.com/orrery-cluster/orrery/agent/state"
 )
 

@@ -1,0 +1,76 @@
+package testutil
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeTB records failures instead of failing the real test.
+type fakeTB struct {
+	testing.TB
+	failed   atomic.Bool
+	msg      string
+	cleanups []func()
+}
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.failed.Store(true)
+	f.msg = format
+}
+func (f *fakeTB) Errorf(format string, args ...any) { f.Fatalf(format, args...) }
+func (f *fakeTB) Cleanup(fn func())                  { f.cleanups = append(f.cleanups, fn) }
+
+func TestWaitFor(t *testing.T) {
+	var n atomic.Int32
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		n.Store(1)
+	}()
+	WaitFor(t, "the flag", func() bool { return n.Load() == 1 })
+
+	f := &fakeTB{}
+	WaitForTimeout(f, 50*time.Millisecond, "never", func() bool { return false })
+	if !f.failed.Load() || !strings.Contains(f.msg, "timed out") {
+		t.Fatalf("WaitForTimeout did not fail: %q", f.msg)
+	}
+}
+
+func TestNever(t *testing.T) {
+	Never(t, 30*time.Millisecond, "nothing", func() bool { return false })
+	f := &fakeTB{}
+	Never(f, time.Second, "it", func() bool { return true })
+	if !f.failed.Load() {
+		t.Fatal("Never did not fail on a true condition")
+	}
+}
+
+func TestCheckLeaks(t *testing.T) {
+	// A goroutine started after CheckLeaks and still running is reported.
+	f := &fakeTB{}
+	checkLeaks(f, 100*time.Millisecond)
+	stop := make(chan struct{})
+	go func() { <-stop }()
+	for _, fn := range f.cleanups {
+		fn()
+	}
+	if !f.failed.Load() {
+		t.Fatal("a running goroutine was not reported")
+	}
+	close(stop)
+
+	// One that ends in the grace period is not.
+	g := &fakeTB{}
+	CheckLeaks(g)
+	done := make(chan struct{})
+	go func() { time.Sleep(20 * time.Millisecond); close(done) }()
+	for _, fn := range g.cleanups {
+		fn()
+	}
+	<-done
+	if g.failed.Load() {
+		t.Fatal("a goroutine that finished was reported")
+	}
+}
