@@ -312,15 +312,15 @@ func (a *Agent) Store() *state.Store { return a.store }
 
 type clusterView struct{ a *Agent }
 
-func (v clusterView) ClusterStatus() any              { return v.a.node.Status() }
+func (v clusterView) ClusterStatus() cluster.Status   { return v.a.node.Status() }
 func (v clusterView) HashAt(idx int64) (string, bool) { return v.a.replica.HashAt(idx) }
-func (v clusterView) RingBench(ctx context.Context, size, rounds int, noTrace bool) (any, error) {
+func (v clusterView) RingBench(ctx context.Context, size, rounds int, noTrace bool) (api.RingBenchResult, error) {
 	return v.a.ringBench(ctx, size, rounds, noTrace)
 }
 
 type discoveryView struct{ d *discovery.Discovery }
 
-func (v discoveryView) DiscoveryReport() any { return v.d.Diagnose() }
+func (v discoveryView) DiscoveryReport() discovery.Report { return v.d.Diagnose() }
 
 // Run publishes the identity, starts the samplers and serves the API until
 // ctx ends, then shuts everything down and returns. It returns an error only

@@ -3,24 +3,13 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/orrery-cluster/orrery/agent/api"
 	"slices"
 	"time"
 
-	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/wire"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
-
-// RingBenchResult is the API's ring benchmark answer: the cluster's result
-// plus where its trace went.
-type RingBenchResult struct {
-	cluster.RingResult
-	// TraceID names the run's trace; it is stored on TraceMaster (the
-	// master when the run ended), and already saved when TraceSaved.
-	TraceID     string `json:"traceId,omitempty"`
-	TraceMaster string `json:"traceMaster,omitempty"`
-	TraceSaved  bool   `json:"traceSaved"`
-}
 
 // ringBench runs the ring benchmark coordinated by this node. Unless
 // noTrace, every rank ships its spans to the master (ringRankRun) and this
@@ -29,9 +18,9 @@ type RingBenchResult struct {
 // flow from each send to its receive, link MB/s and memory counters. When
 // this node is the master it waits for the merge, so that the trace id it
 // returns can be opened at once.
-func (a *Agent) ringBench(ctx context.Context, size, rounds int, noTrace bool) (RingBenchResult, error) {
+func (a *Agent) ringBench(ctx context.Context, size, rounds int, noTrace bool) (api.RingBenchResult, error) {
 	res, err := a.node.RingBench(ctx, size, rounds, noTrace)
-	out := RingBenchResult{RingResult: res}
+	out := api.RingBenchResult{RingResult: res}
 	if res.Bench == "" || noTrace {
 		return out, err
 	}

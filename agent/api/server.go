@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/cluster/discovery"
 	"log/slog"
 	"mime"
 	"net"
@@ -60,19 +62,30 @@ type Server struct {
 
 // ClusterView is the node's view of the cluster.
 type ClusterView interface {
-	// ClusterStatus is {nodeId, masterId, members, lastEventAppliedIdx, stateHash, …}.
-	ClusterStatus() any
+	// ClusterStatus is this node's view of membership and replication.
+	ClusterStatus() cluster.Status
 	// HashAt is the state hash this node had at idx, while still kept.
 	HashAt(idx int64) (string, bool)
 	// RingBench passes size bytes around all members rounds times over
 	// rank links and returns per-hop latency and throughput, and the trace
 	// it left unless noTrace.
-	RingBench(ctx context.Context, size, rounds int, noTrace bool) (any, error)
+	RingBench(ctx context.Context, size, rounds int, noTrace bool) (RingBenchResult, error)
+}
+
+// RingBenchResult is the answer of POST /v1/cluster/ring-bench: the
+// cluster's result plus where its trace went.
+type RingBenchResult struct {
+	cluster.RingResult
+	// TraceID names the run's trace; it is stored on TraceMaster (the
+	// master when the run ended), and already saved when TraceSaved.
+	TraceID     string `json:"traceId,omitempty"`
+	TraceMaster string `json:"traceMaster,omitempty"`
+	TraceSaved  bool   `json:"traceSaved"`
 }
 
 // DiscoveryView explains what discovery found, and why not.
 type DiscoveryView interface {
-	DiscoveryReport() any
+	DiscoveryReport() discovery.Report
 }
 
 // Handler returns the API's root handler.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/orrery-cluster/orrery/cluster"
 	"io"
 	"log/slog"
 	"net/http"
@@ -1249,8 +1250,8 @@ func TestRingBenchNeedsJSON(t *testing.T) {
 
 type refuseCluster struct{}
 
-func (refuseCluster) ClusterStatus() any          { return nil }
-func (refuseCluster) HashAt(int64) (string, bool) { return "", false }
-func (refuseCluster) RingBench(context.Context, int, int, bool) (any, error) {
-	return nil, errors.New("refused for test")
+func (refuseCluster) ClusterStatus() cluster.Status { return cluster.Status{} }
+func (refuseCluster) HashAt(int64) (string, bool)   { return "", false }
+func (refuseCluster) RingBench(context.Context, int, int, bool) (RingBenchResult, error) {
+	return RingBenchResult{}, errors.New("refused for test")
 }

@@ -21,8 +21,8 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/orrery-cluster/orrery/internal/atomicfile"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
 // FileName is the identity file inside the data dir.

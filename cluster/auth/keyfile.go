@@ -125,7 +125,7 @@ func readKeyFile(path string) (Key, error) {
 // writeFileAtomic writes data to path so that readers see the old content
 // or the new, never a mix: temp file beside path, fsync, then rename (when
 // replace) or hard link (when not, failing with fs.ErrExist if path exists).
-// It follows agent/internal/atomicfile, which cluster/ may not import.
+// It follows internal/atomicfile, which cluster/ may not import.
 func writeFileAtomic(path string, data []byte, mode os.FileMode, replace bool) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
