@@ -3,13 +3,16 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 func testConfig(t *testing.T) Config {
@@ -21,18 +24,6 @@ func testConfig(t *testing.T) Config {
 	cfg.MemoryInterval = 100 * time.Millisecond
 	cfg.SystemInterval = 100 * time.Millisecond
 	return cfg
-}
-
-// waitFor polls cond every 20 ms until it holds or 15 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func TestAgentRunsSamplersAndServesAPI(t *testing.T) {
@@ -56,9 +47,9 @@ func TestAgentRunsSamplersAndServesAPI(t *testing.T) {
 		return n
 	}
 	for _, typ := range []string{"NodeIdentityMeasured", "NodeMemoryMeasured", "NodeSystemMeasured", "NodeDiskMeasured", "NodeNetworkMeasured"} {
-		waitFor(t, typ, func() bool { return count(typ) > 0 })
+		testutil.WaitFor(t, typ, func() bool { return count(typ) > 0 })
 	}
-	waitFor(t, "4 memory samples", func() bool { return count("NodeMemoryMeasured") >= 4 })
+	testutil.WaitFor(t, "4 memory samples", func() bool { return count("NodeMemoryMeasured") >= 4 })
 	if n := count("NodeIdentityMeasured"); n != 1 {
 		t.Errorf("identity published %d times", n)
 	}
@@ -120,5 +111,70 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	cfg.APIAddr = a.Addr().String()
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), a.Addr().String()) {
 		t.Errorf("busy port: err = %v", err)
+	}
+}
+
+// TestServiceFailureStopsTheAgent: when a service fails, the agent does
+// not carry on without it: Run returns the failure, naming the service,
+// and the API stops answering.
+func TestServiceFailureStopsTheAgent(t *testing.T) {
+	a, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + a.Addr().String()
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the API", func() bool {
+		resp, err := http.Get(base + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	// Break the API's listener under it, as a dying socket would.
+	a.ln.Close()
+	done := make(chan error, 1)
+	go func() { done <- a.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.HasPrefix(err.Error(), "api: ") {
+			t.Fatalf("Wait = %v, want the api service's failure", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent carried on after its API failed")
+	}
+}
+
+func TestRunAllStopsEveryServiceOnTheFirstFailure(t *testing.T) {
+	testutil.CheckLeaks(t)
+	log := slog.New(slog.DiscardHandler)
+	boom := errors.New("boom")
+	stopped := make(chan string, 10)
+	waiter := func(name string) service {
+		return service{name, func(ctx context.Context) error {
+			<-ctx.Done()
+			stopped <- name
+			return ctx.Err() // an error while stopping is not a failure
+		}}
+	}
+	err := runAll(context.Background(), log, []service{waiter("a"), {"b", func(context.Context) error { return boom }}, waiter("c")})
+	if !errors.Is(err, boom) || err.Error() != "b: boom" {
+		t.Fatalf("runAll = %v, want b's failure", err)
+	}
+	if len(stopped) != 2 {
+		t.Fatalf("%d of 2 other services stopped", len(stopped))
+	}
+	// A service that returns nil while the agent runs has failed too.
+	err = runAll(context.Background(), log, []service{waiter("a"), {"quiet", func(context.Context) error { return nil }}})
+	if !errors.Is(err, ErrServiceStopped) || !strings.HasPrefix(err.Error(), "quiet: ") {
+		t.Fatalf("runAll = %v, want quiet's unexpected stop", err)
+	}
+	// A clean stop is no failure.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := runAll(ctx, log, []service{waiter("a")}); err != nil {
+		t.Fatalf("clean stop: %v", err)
 	}
 }

@@ -1,4 +1,8 @@
-// Package agent runs one Orrery node: its identity, its samplers, its state
-// store and its local HTTP API. In this version the node is its own master;
-// the cluster layer will swap the local sequencer for the replicated one.
+// Package agent wires one Orrery node together: its config, the services
+// it runs (cluster membership and replication, discovery, samplers, the
+// runner supervisor, the local and peer APIs) and their start and stop.
+// The work itself lives in the packages it wires: instance (placement and
+// routing), shard (model shards), supervisor (runners and the rank-link
+// relay), tracecollect (trace shipping and merging), replica (the state
+// store behind the cluster's replication), telemetry (samplers) and api.
 package agent

@@ -3,9 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
-	"github.com/orrery-cluster/orrery/agent/api"
 	"slices"
 	"time"
+
+	"github.com/orrery-cluster/orrery/agent/api"
 
 	"github.com/orrery-cluster/orrery/cluster/wire"
 	"github.com/orrery-cluster/orrery/engine/trace"

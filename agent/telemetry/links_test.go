@@ -1,4 +1,4 @@
-package agent
+package telemetry
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestLinkSamplerJoinsBothEndsAndThrottles(t *testing.T) {
 		{PeerID: "c", LocalAddr: "192.0.2.10:5001", RemoteAddr: "192.0.2.11:52417", RTTEWMA: 5 * time.Millisecond, LastAck: now},
 		{PeerID: "dead", LocalAddr: "192.0.2.10:5002", RemoteAddr: "192.0.2.12:52417", LastAck: now.Add(-time.Minute)},
 	}
-	s := &linkSampler{nodeID: "a", links: func() []cluster.Link { return links }, state: func() state.State { return st }, failAfter: 3 * time.Second}
+	s := &LinkSampler{NodeID: "a", Links: func() []cluster.Link { return links }, State: func() state.State { return st }, FailAfter: 3 * time.Second}
 	ev, err := s.Sample(context.Background())
 	if err != nil || ev == nil {
 		t.Fatalf("first sample: %v, %v", ev, err)

@@ -1,4 +1,7 @@
-package agent
+// Package replica adapts the node's state store to the cluster layer: it
+// applies the indexed events the cluster delivers, keeps the hash history
+// used to compare nodes, and publishes local events for sequencing.
+package replica
 
 import (
 	"encoding/json"
@@ -15,28 +18,31 @@ import (
 // compared at the same index while events keep flowing.
 const hashRing = 1024
 
-// replica adapts the state store to the cluster node: it decodes the opaque
+// Replica adapts the state store to the cluster node: it decodes the opaque
 // events the node carries and keeps the hash history. The node serialises
 // calls into it.
-type replica struct {
-	store    *state.Store
-	onMaster func(master string, self bool)
-	onGone   func(id string)
+type Replica struct {
+	store *state.Store
+	// OnMaster, when set, is called on every master change; OnGone when
+	// the master saw a member go. Set them before the node runs.
+	OnMaster func(master string, self bool)
+	OnGone   func(id string)
 
 	mu     sync.Mutex // guards hashes and the cached hash
 	hashes map[int64]string
 	last   string
 }
 
-var _ cluster.Application = (*replica)(nil)
+var _ cluster.Application = (*Replica)(nil)
 
-func newReplica(store *state.Store) *replica {
-	return &replica{store: store, hashes: map[int64]string{}}
+// New returns the replica of store.
+func New(store *state.Store) *Replica {
+	return &Replica{store: store, hashes: map[int64]string{}}
 }
 
-func (r *replica) LastIdx() int64 { return r.store.State().LastEventAppliedIdx }
+func (r *Replica) LastIdx() int64 { return r.store.State().LastEventAppliedIdx }
 
-func (r *replica) Apply(evs []wire.IndexedEvent) error {
+func (r *Replica) Apply(evs []wire.IndexedEvent) error {
 	for _, e := range evs {
 		ev, err := state.DecodeEvent(e.Type, e.Event)
 		if err != nil {
@@ -50,7 +56,7 @@ func (r *replica) Apply(evs []wire.IndexedEvent) error {
 	return nil
 }
 
-func (r *replica) noteHash() {
+func (r *Replica) noteHash() {
 	s := r.store.State()
 	h := state.Hash(s)
 	r.mu.Lock()
@@ -61,14 +67,14 @@ func (r *replica) noteHash() {
 }
 
 // HashAt returns the state hash this node had at idx, if still kept.
-func (r *replica) HashAt(idx int64) (string, bool) {
+func (r *Replica) HashAt(idx int64) (string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h, ok := r.hashes[idx]
 	return h, ok
 }
 
-func (r *replica) EventsSince(since int64, max int) ([]wire.IndexedEvent, bool) {
+func (r *Replica) EventsSince(since int64, max int) ([]wire.IndexedEvent, bool) {
 	evs, err := r.store.Log().Since(since, max)
 	if err != nil {
 		return nil, false
@@ -84,13 +90,13 @@ func (r *replica) EventsSince(since int64, max int) ([]wire.IndexedEvent, bool) 
 	return out, true
 }
 
-func (r *replica) Snapshot() (int64, json.RawMessage, error) {
+func (r *Replica) Snapshot() (int64, json.RawMessage, error) {
 	s := r.store.State()
 	b, err := json.Marshal(s)
 	return s.LastEventAppliedIdx, b, err
 }
 
-func (r *replica) Restore(lastIdx int64, raw json.RawMessage) error {
+func (r *Replica) Restore(lastIdx int64, raw json.RawMessage) error {
 	s := state.New()
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return fmt.Errorf("decode snapshot: %w", err)
@@ -109,7 +115,7 @@ func (r *replica) Restore(lastIdx int64, raw json.RawMessage) error {
 	return nil
 }
 
-func (r *replica) StateHash() string {
+func (r *Replica) StateHash() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.last == "" {
@@ -118,25 +124,28 @@ func (r *replica) StateHash() string {
 	return r.last
 }
 
-func (r *replica) MasterChanged(master string, self bool) {
-	if r.onMaster != nil {
-		r.onMaster(master, self)
+func (r *Replica) MasterChanged(master string, self bool) {
+	if r.OnMaster != nil {
+		r.OnMaster(master, self)
 	}
 }
 
-func (r *replica) MemberGone(id string) {
-	if r.onGone != nil {
-		r.onGone(id)
+func (r *Replica) MemberGone(id string) {
+	if r.OnGone != nil {
+		r.OnGone(id)
 	}
 }
 
-// clusterSequencer publishes local events through the cluster node, which
+// Sequencer publishes local events through the cluster node, which
 // indexes them (as master) or forwards them to the master.
-type clusterSequencer struct {
-	node *cluster.Node
+type Sequencer struct {
+	Node *cluster.Node
 }
 
-func (q clusterSequencer) Publish(ev state.Event) error {
+var _ state.Sequencer = Sequencer{}
+
+// Publish validates ev and hands it to the node.
+func (q Sequencer) Publish(ev state.Event) error {
 	if err := state.Validate(ev); err != nil {
 		return fmt.Errorf("publish: %w", err)
 	}
@@ -144,5 +153,5 @@ func (q clusterSequencer) Publish(ev state.Event) error {
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", ev.Type(), err)
 	}
-	return q.node.Publish(wire.RawEvent{Type: ev.Type(), Event: b})
+	return q.Node.Publish(wire.RawEvent{Type: ev.Type(), Event: b})
 }

@@ -1,4 +1,4 @@
-package agent
+package telemetry
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/cluster"
 )
 
@@ -24,23 +23,23 @@ const (
 // The figures are typical, not measured: Thunderbolt IP networking
 // (bridge0) carries ~20 Gbit/s in practice; Wi-Fi 6 about 400 Mbit/s.
 var estimatedCapacityMbps = map[string]float64{
-	telemetry.KindLoopback:    100000,
-	telemetry.KindThunderbolt: 20000,
-	telemetry.KindEthernet:    1000,
-	telemetry.KindWiFi:        400,
-	telemetry.KindBridge:      10000,
-	telemetry.KindVirtual:     10000,
-	telemetry.KindVPN:         100,
-	telemetry.KindUnknown:     1000,
+	KindLoopback:    100000,
+	KindThunderbolt: 20000,
+	KindEthernet:    1000,
+	KindWiFi:        400,
+	KindBridge:      10000,
+	KindVirtual:     10000,
+	KindVPN:         100,
+	KindUnknown:     1000,
 }
 
-// linkSampler turns the cluster node's probe statistics into link
+// LinkSampler turns the cluster node's probe statistics into link
 // telemetry, joined with both ends' interface classification from state.
-type linkSampler struct {
-	nodeID    string
-	links     func() []cluster.Link
-	state     func() state.State
-	failAfter time.Duration
+type LinkSampler struct {
+	NodeID    string
+	Links     func() []cluster.Link
+	State     func() state.State
+	FailAfter time.Duration
 
 	prev      map[string]cluster.Link // by peer: counters at the last sample
 	prevT     time.Time
@@ -48,19 +47,19 @@ type linkSampler struct {
 	pubT      time.Time
 }
 
-func (*linkSampler) Name() string { return "links" }
+func (*LinkSampler) Name() string { return "links" }
 
-func (s *linkSampler) Sample(ctx context.Context) (state.Event, error) {
+func (s *LinkSampler) Sample(ctx context.Context) (state.Event, error) {
 	now := time.Now()
-	st := s.state()
-	own := st.NodeNetwork[s.nodeID]
+	st := s.State()
+	own := st.NodeNetwork[s.NodeID]
 	dt := now.Sub(s.prevT).Seconds()
 	cur := map[string]cluster.Link{}
 	out := []state.LinkTelemetry{}
-	for _, l := range s.links() {
+	for _, l := range s.Links() {
 		cur[l.PeerID] = l
 		// An edge exists while probes over it succeed.
-		if now.Sub(l.LastAck) > s.failAfter || l.RemoteAddr == "" {
+		if now.Sub(l.LastAck) > s.FailAfter || l.RemoteAddr == "" {
 			continue
 		}
 		lt := state.LinkTelemetry{
@@ -82,7 +81,7 @@ func (s *linkSampler) Sample(ctx context.Context) (state.Event, error) {
 		default:
 			kind := lt.SourceKind
 			if kind == "" {
-				kind = telemetry.KindUnknown
+				kind = KindUnknown
 			}
 			lt.CapacityMbps, lt.CapacitySource = state.Float(estimatedCapacityMbps[kind]), "estimated"
 		}
@@ -100,7 +99,7 @@ func (s *linkSampler) Sample(ctx context.Context) (state.Event, error) {
 		return nil, nil
 	}
 	s.published, s.pubT = out, now
-	return state.NodeLinksMeasured{NodeID: s.nodeID, Links: state.NodeLinks{Links: out, SampledAt: now.UTC()}}, nil
+	return state.NodeLinksMeasured{NodeID: s.NodeID, Links: state.NodeLinks{Links: out, SampledAt: now.UTC()}}, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -122,7 +121,7 @@ func interfaceFor(nn state.NodeNetwork, addr string) (state.NetworkInterface, bo
 	// An address bound to no listed interface (e.g. 127.0.0.2 on lo).
 	if ip.IsLoopback() {
 		for _, ifc := range nn.Interfaces {
-			if ifc.Kind == telemetry.KindLoopback {
+			if ifc.Kind == KindLoopback {
 				return ifc, true
 			}
 		}
@@ -134,7 +133,7 @@ func interfaceFor(nn state.NodeNetwork, addr string) (state.NetworkInterface, bo
 func connectionType(src, sink string) string {
 	switch {
 	case src == "" && sink == "":
-		return telemetry.KindUnknown
+		return KindUnknown
 	case src == "" || src == sink:
 		return sink
 	case sink == "":

@@ -1,14 +1,44 @@
-package agent
+package instance
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
+
+// Complete runs a completion on this node's rank 0 and, when traced,
+// ships its spans to the master and announces the task with every rank
+// (the other ranks' nodes ship theirs).
+func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error) {
+	done, err := m.cfg.Runners.Complete(ctx, instanceID, runner.CompletionRequest{Request: req, TraceID: traceID}, onPiece)
+	if traceID != "" {
+		var spans []trace.Span
+		errText := ""
+		if done != nil {
+			spans = done.Spans
+		}
+		if err != nil {
+			errText = err.Error()
+		}
+		var ranks []state.ShardRange
+		if in, ok := m.cfg.Store.State().Instances[instanceID]; ok {
+			ranks = in.Ranks
+		}
+		m.cfg.ShipTrace(traceID, "chat", spans, ranks, truncate(errText, 1024))
+	}
+	if err != nil && done != nil && len(done.Spans) == 0 && done.CompletionTokens == 0 {
+		done = nil
+	}
+	return done, err
+}
 
 // vocabCache keeps the tokenizers /tokenize and /detokenize use, read
 // from the models' GGUF headers once per file version.
@@ -30,16 +60,15 @@ type vocabEntry struct {
 const maxVocabCache = 4
 
 // Vocab returns the tokenizer of a model this node has on disk.
-func (v inference) Vocab(modelID string) (api.Vocab, error) {
-	a := v.a
-	e, ok := a.models.Find(modelID)
+func (m *Manager) Vocab(modelID string) (api.Vocab, error) {
+	e, ok := m.cfg.Models.Find(modelID)
 	if !ok {
-		return nil, fmt.Errorf("%w: %q is not on node %s", api.ErrNotHere, modelID, a.identity.NodeID)
+		return nil, fmt.Errorf("%w: %q is not on node %s", api.ErrNotHere, modelID, m.cfg.Self)
 	}
 	if e.Error != "" {
 		return nil, fmt.Errorf("%w: %s cannot be read here: %s", api.ErrModelNotFound, modelID, e.Error)
 	}
-	c := &a.vocabs
+	c := &m.vocabs
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ce, ok := c.m[modelID]; ok && ce.path == e.Path && ce.mod.Equal(e.ModTime) {

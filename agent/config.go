@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/tracecollect"
+	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// Config is one agent's configuration. DefaultConfig fills every field.
+type Config struct {
+	// APIAddr is where the local HTTP API listens. Keep it on loopback:
+	// the API is not authenticated.
+	APIAddr string
+	// DataDir holds node.json, models/ and (later) traces/.
+	DataDir string
+	// MemoryInterval, SystemInterval, DiskInterval and NetworkInterval are
+	// the sampling periods.
+	MemoryInterval  time.Duration
+	SystemInterval  time.Duration
+	DiskInterval    time.Duration
+	NetworkInterval time.Duration
+	// PeerAddr is where peer (TLS, cluster-key authenticated) links are
+	// accepted. Port 0 picks a free port, which discovery advertises.
+	PeerAddr string
+	// Peers are static peers (host:port), for VPNs and VLANs where mDNS
+	// does not reach.
+	Peers []string
+	// MDNS advertises and browses _orrery._tcp on the local network.
+	MDNS bool
+	// LoopbackDir, when set, lets agents on one machine find each other
+	// through records in this directory, without multicast.
+	LoopbackDir string
+	// Heartbeat and FailAfter tune failure detection: a peer silent for
+	// FailAfter is gone.
+	Heartbeat, FailAfter time.Duration
+	// Getenv reads ORRERY_CLUSTER_KEY; nil means os.Getenv.
+	Getenv func(string) string
+	// TraceMergeTimeout is how long the master waits, after a traced task
+	// ended, for ranks that have not delivered their spans; the trace is
+	// then saved as partial, naming them.
+	TraceMergeTimeout time.Duration
+	// RunnerExe is the orrery binary that model runners are started with
+	// (`RunnerExe runner …`); empty means this very executable.
+	RunnerExe string
+	// RunnerThreads and ContextLen are passed to runners (0: all CPUs,
+	// and the model's context length).
+	RunnerThreads, ContextLen int
+	// ModelDirs are where models are looked for; nil means
+	// model.DefaultDirs (the data dir, Ollama, LM Studio, the HF cache).
+	ModelDirs *model.Dirs
+	// Version is reported in the identity and /healthz.
+	Version string
+	Logger  *slog.Logger
+}
+
+// DefaultConfig returns the defaults: API on 127.0.0.1:52416, data in
+// ~/.orrery, memory every 0.5 s, system every 1 s, disk every 10 s, network
+// every 5 s.
+func DefaultConfig() Config {
+	dir := ".orrery"
+	if home, err := os.UserHomeDir(); err == nil {
+		dir = filepath.Join(home, ".orrery")
+	}
+	return Config{
+		APIAddr:           "127.0.0.1:52416",
+		DataDir:           dir,
+		MemoryInterval:    500 * time.Millisecond,
+		SystemInterval:    time.Second,
+		DiskInterval:      10 * time.Second,
+		NetworkInterval:   5 * time.Second,
+		PeerAddr:          "0.0.0.0:52400",
+		MDNS:              true,
+		Heartbeat:         time.Second,
+		FailAfter:         cluster.DefaultFailAfter,
+		TraceMergeTimeout: tracecollect.DefaultTimeout,
+		Version:           "dev",
+	}
+}
+
+func (c Config) validate() error {
+	for name, d := range map[string]time.Duration{
+		"memory interval": c.MemoryInterval, "system interval": c.SystemInterval,
+		"disk interval": c.DiskInterval, "network interval": c.NetworkInterval,
+	} {
+		if d < 50*time.Millisecond || d > time.Hour {
+			return fmt.Errorf("%s %v: want 50ms..1h", name, d)
+		}
+	}
+	if c.DataDir == "" {
+		return errors.New("data dir is empty")
+	}
+	if _, _, err := net.SplitHostPort(c.APIAddr); err != nil {
+		return fmt.Errorf("api addr %q: %w", c.APIAddr, err)
+	}
+	if _, _, err := net.SplitHostPort(c.PeerAddr); err != nil {
+		return fmt.Errorf("peer addr %q: %w", c.PeerAddr, err)
+	}
+	if c.Heartbeat < 10*time.Millisecond || c.FailAfter < 2*c.Heartbeat {
+		return fmt.Errorf("heartbeat %v / fail-after %v: want heartbeat ≥ 10ms and fail-after ≥ 2 heartbeats", c.Heartbeat, c.FailAfter)
+	}
+	if c.TraceMergeTimeout < 100*time.Millisecond || c.TraceMergeTimeout > 10*time.Minute {
+		return fmt.Errorf("trace merge timeout %v: want 100ms..10m", c.TraceMergeTimeout)
+	}
+	return nil
+}

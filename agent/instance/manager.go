@@ -1,0 +1,118 @@
+// Package instance places, routes and runs model instances on this node:
+// it implements api.Inference. An instance is placed by the node that has
+// the model (its owner), which splits the model's blocks over ranks on
+// member nodes; every node's supervisor then starts the runners of its own
+// ranks, and requests are routed to the node of rank 0.
+package instance
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/agent/supervisor"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// placeWait bounds how long a placement or deletion waits for its event to
+// come back from the master into this node's state.
+const placeWait = 5 * time.Second
+
+// Config wires a Manager. Every field is required but ContextLen and
+// Logger.
+type Config struct {
+	// Self is this node's id.
+	Self string
+	// Store is this node's replicated state; Publish sends an event to
+	// the master for sequencing.
+	Store   *state.Store
+	Publish func(state.Event) error
+	// Models finds the models on this node's disk.
+	Models *model.Scanner
+	// Runners runs this node's ranks.
+	Runners *supervisor.Supervisor
+	// Peer reaches other nodes' peer APIs as http://<node id>/….
+	Peer *http.Client
+	// ContextLen is the runners' context length (0: each model's own);
+	// placement sizes the KV cache with it.
+	ContextLen int
+	// ShipTrace ships rank 0's spans of a traced task to the master and
+	// announces the task with its ranks. It must not block.
+	ShipTrace func(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string)
+	Logger    *slog.Logger
+}
+
+// Manager is this node's part of serving models. Safe for concurrent use.
+type Manager struct {
+	cfg    Config
+	log    *slog.Logger
+	models *modelsSampler
+
+	placeMu  sync.Mutex // serialises replacing failed instances
+	failMu   sync.Mutex // guards failSeen
+	failSeen map[string]time.Time
+	vocabs   vocabCache // tokenizers for /tokenize
+}
+
+var _ api.Inference = (*Manager)(nil)
+
+// New returns a Manager; Run keeps the runners in line with the state.
+func New(cfg Config) *Manager {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{cfg: cfg, log: log.With("component", "instance"), failSeen: map[string]time.Time{},
+		models: &modelsSampler{nodeID: cfg.Self, scan: cfg.Models}}
+}
+
+// Peer is the client for other nodes' peer APIs (api.Inference).
+func (m *Manager) Peer() *http.Client { return m.cfg.Peer }
+
+// Run keeps the supervisor's runners in line with the state, and marks
+// this node's instances Failed when a rank fails, until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	log := m.cfg.Store.Log()
+	for {
+		next := log.Next()
+		st := m.cfg.Store.State()
+		m.cfg.Runners.Reconcile(st)
+		m.watchFailures(st)
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		log.Wait(wctx, next)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// waitState waits (at most placeWait) until cond holds for this node's
+// state.
+func (m *Manager) waitState(ctx context.Context, cond func(state.State) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, placeWait)
+	defer cancel()
+	log := m.cfg.Store.Log()
+	for {
+		next := log.Next()
+		if cond(m.cfg.Store.State()) {
+			return nil
+		}
+		if err := log.Wait(ctx, next); err != nil {
+			return err
+		}
+	}
+}
+
+// truncate cuts s to at most n bytes, for error texts that go into events.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,265 @@
+package instance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/agent/telemetry"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/engine/runner"
+)
+
+// layout reads a local model's placement layout.
+func (m *Manager) layout(modelID string) (model.Entry, placement.Layout, error) {
+	e, ok := m.cfg.Models.Find(modelID)
+	if !ok {
+		return e, placement.Layout{}, fmt.Errorf("%w: %q is not on node %s (see orrery models ls)", api.ErrModelNotFound, modelID, m.cfg.Self)
+	}
+	// Found by a fresh scan (a file added since the last models sample):
+	// tell the cluster now rather than at the next sample, so that other
+	// nodes can preview and route it.
+	if !slices.ContainsFunc(m.cfg.Store.State().NodeModels[m.cfg.Self].Models, func(m state.ModelInfo) bool { return m.ID == modelID }) {
+		m.PublishModels()
+	}
+	if e.Error != "" {
+		return e, placement.Layout{}, fmt.Errorf("%w: %s cannot run here: %s", api.ErrModelNotFound, modelID, e.Error)
+	}
+	f, err := gguf.ReadFile(e.Path)
+	if err != nil {
+		return e, placement.Layout{}, err
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		return e, placement.Layout{}, err
+	}
+	return e, placement.LayoutOf(f, cfg, m.cfg.ContextLen), nil
+}
+
+// candidates are the cluster's members with their available memory: the
+// nodes that have the model first (no shard to transfer), then the
+// others, most memory first, ties by id; or those named, in that order.
+func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, error) {
+	st := m.memoryKnown(named)
+	avail := func(id string) uint64 {
+		if m, ok := st.NodeMemory[id]; ok && m.RAMAvailable != nil {
+			return m.RAMAvailable.InBytes
+		}
+		if id == m.cfg.Self { // measure our own now
+			if ev, err := (&telemetry.MemorySampler{NodeID: id}).Sample(context.Background()); err == nil {
+				if m, ok := ev.(state.NodeMemoryMeasured); ok && m.Memory.RAMAvailable != nil {
+					return m.Memory.RAMAvailable.InBytes
+				}
+			}
+		}
+		return 0
+	}
+	if len(named) > 0 {
+		var out []placement.Node
+		for _, id := range named {
+			if _, ok := st.NodeIdentities[id]; !ok && id != m.cfg.Self {
+				return nil, fmt.Errorf("%w: node %s is not a member of this cluster", api.ErrModelNotFound, id)
+			}
+			if slices.ContainsFunc(out, func(n placement.Node) bool { return n.ID == id }) {
+				return nil, fmt.Errorf("node %s named twice", id)
+			}
+			out = append(out, placement.Node{ID: id, Available: avail(id)})
+		}
+		return out, nil
+	}
+	var out []placement.Node
+	for id := range st.NodeIdentities {
+		out = append(out, placement.Node{ID: id, Available: avail(id)})
+	}
+	if _, ok := st.NodeIdentities[m.cfg.Self]; !ok {
+		out = append(out, placement.Node{ID: m.cfg.Self, Available: avail(m.cfg.Self)})
+	}
+	// This node's own list is read from disk: the replicated one can lag
+	// behind (e.g. just after a master change replaced the state).
+	self, _ := m.cfg.Models.Find(modelID)
+	has := func(id string) bool {
+		if id == m.cfg.Self {
+			return self.ID != "" && self.Error == ""
+		}
+		return slices.ContainsFunc(st.NodeModels[id].Models, func(m state.ModelInfo) bool { return m.ID == modelID && m.Error == "" })
+	}
+	slices.SortFunc(out, func(x, y placement.Node) int {
+		if hx, hy := has(x.ID), has(y.ID); hx != hy {
+			if hx {
+				return -1
+			}
+			return 1
+		}
+		if x.Available != y.Available {
+			if x.Available > y.Available {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.ID, y.ID)
+	})
+	return out, nil
+}
+
+// memoryKnown waits (at most memoryWait) until the state holds a memory
+// sample of every node named (or every member): a node that just joined
+// has none yet, and placing it would count its memory as 0.
+func (m *Manager) memoryKnown(named []string) state.State {
+	deadline := time.Now().Add(memoryWait)
+	for {
+		st := m.cfg.Store.State()
+		ids := named
+		if len(ids) == 0 {
+			ids = []string{m.cfg.Self} // this node's own entry can lag too
+			for id := range st.NodeIdentities {
+				ids = append(ids, id)
+			}
+		}
+		missing := false
+		for _, id := range ids {
+			if m, ok := st.NodeMemory[id]; !ok || m.RAMAvailable == nil {
+				missing = true
+			}
+		}
+		if !missing || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// memoryWait bounds memoryKnown's wait (memory is sampled every 0.5 s).
+const memoryWait = 3 * time.Second
+
+// Previews lists the candidate placements of a model on this node's
+// cluster (this node must have the model: the API forwards otherwise).
+func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
+	e, l, err := m.layout(modelID)
+	if err != nil {
+		return api.PreviewsResponse{}, err
+	}
+	nodes, err := m.candidates(modelID, nil)
+	if err != nil {
+		return api.PreviewsResponse{}, err
+	}
+	var total uint64
+	for _, b := range l.Block {
+		total += b
+	}
+	return api.PreviewsResponse{Model: modelID, Layers: l.Layers, ModelBytes: uint64(e.SizeBytes), ContextLen: l.ContextLen,
+		Previews: placement.Previews(l, nodes)}, nil
+}
+
+// Place creates an instance of a model that is on this node: on the
+// ranks, nodes or node the request names, else the best placement.
+func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instance, error) {
+	_, l, err := m.layout(req.Model)
+	if err != nil {
+		return state.Instance{}, err
+	}
+	var ranks []placement.Rank
+	switch {
+	case len(req.Ranks) > 0:
+		var named []string
+		var rg [][2]int
+		for _, r := range req.Ranks {
+			named = append(named, r.NodeID)
+			rg = append(rg, [2]int{r.FirstLayer, r.LastLayer})
+		}
+		nodes, err := m.candidates(req.Model, named)
+		if err != nil {
+			return state.Instance{}, err
+		}
+		ranks, err = placement.Ranges(l, nodes, rg)
+		if err != nil {
+			return state.Instance{}, placeErr(err)
+		}
+	case len(req.Nodes) > 0 || req.Node != "":
+		named := req.Nodes
+		if req.Node != "" {
+			named = []string{req.Node}
+		}
+		nodes, err := m.candidates(req.Model, named)
+		if err != nil {
+			return state.Instance{}, err
+		}
+		if ranks, err = placement.Split(l, nodes); err != nil {
+			return state.Instance{}, placeErr(err)
+		}
+	default:
+		nodes, err := m.candidates(req.Model, nil)
+		if err != nil {
+			return state.Instance{}, err
+		}
+		if ranks, err = placement.Best(l, nodes); err != nil {
+			return state.Instance{}, placeErr(err)
+		}
+	}
+	st := m.cfg.Store.State()
+	for id, in := range st.Instances {
+		if in.ModelID == req.Model && in.Status != state.InstanceStatusFailed && sameNodes(in.Ranks, ranks) {
+			return state.Instance{}, fmt.Errorf("%w: %s already runs on these nodes as instance %s", api.ErrConflict, req.Model, id)
+		}
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
+		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive}
+	for _, r := range ranks {
+		in.Ranks = append(in.Ranks, state.ShardRange{Rank: r.Rank, NodeID: r.NodeID, FirstLayer: r.FirstLayer, LastLayer: r.LastLayer})
+	}
+	if err := m.cfg.Publish(state.InstanceCreated{NodeID: m.cfg.Self, Instance: in}); err != nil {
+		return state.Instance{}, fmt.Errorf("publish instance: %w", err)
+	}
+	if err := m.waitState(ctx, func(s state.State) bool { _, ok := s.Instances[in.InstanceID]; return ok }); err != nil {
+		return state.Instance{}, fmt.Errorf("instance %s: not in the state after %v: %w", in.InstanceID, placeWait, err)
+	}
+	m.log.Info("instance placed", "instance", in.InstanceID, "model", req.Model, "ranks", len(in.Ranks))
+	return in, nil
+}
+
+func placeErr(err error) error {
+	if errors.Is(err, placement.ErrNoFit) {
+		return fmt.Errorf("%w: %v", api.ErrNoMemory, err)
+	}
+	return fmt.Errorf("%w: %v", runner.ErrBadRequest, err)
+}
+
+func sameNodes(a []state.ShardRange, b []placement.Rank) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].NodeID != b[i].NodeID {
+			return false
+		}
+	}
+	return true
+}
+
+// Delete stops the instance's runners (Shutdown) and removes it; ranks on
+// other nodes stop when they see it gone.
+func (m *Manager) Delete(ctx context.Context, instanceID string) error {
+	in, ok := m.cfg.Store.State().Instances[instanceID]
+	if !ok || in.NodeID != m.cfg.Self {
+		return fmt.Errorf("%w: instance %s", api.ErrNotHere, instanceID)
+	}
+	m.cfg.Runners.Stop(instanceID)
+	if err := m.cfg.Publish(state.InstanceDeleted{NodeID: m.cfg.Self, InstanceID: instanceID}); err != nil {
+		return fmt.Errorf("publish instance deletion: %w", err)
+	}
+	if err := m.waitState(ctx, func(s state.State) bool { _, ok := s.Instances[instanceID]; return !ok }); err != nil {
+		return fmt.Errorf("instance %s: still in the state after %v: %w", instanceID, placeWait, err)
+	}
+	m.log.Info("instance deleted", "instance", instanceID)
+	return nil
+}

@@ -1,0 +1,186 @@
+package instance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/agent/supervisor"
+)
+
+// Route picks the live instance of model that serves a request and
+// returns it with the node of its rank 0 (which drives generation): one
+// with every rank Ready first, then one whose rank 0 is here. When only
+// failed instances are left it places a new one (and removes them).
+func (m *Manager) Route(ctx context.Context, modelID string) (string, string, error) {
+	id, node, failed := m.pick(modelID)
+	if id != "" {
+		return id, node, nil
+	}
+	if len(failed) == 0 {
+		st := m.cfg.Store.State()
+		return "", "", fmt.Errorf("%w: %q has no instance; place one with POST /instance {\"model\": %q} (running: %s)",
+			api.ErrModelNotRunning, modelID, modelID, runningModels(st))
+	}
+	// Replace the failed instance: one request does it, the others wait.
+	m.placeMu.Lock()
+	defer m.placeMu.Unlock()
+	if id, node, _ := m.pick(modelID); id != "" {
+		return id, node, nil
+	}
+	old := failed[0]
+	var nodes []string
+	st := m.cfg.Store.State()
+	for _, rk := range old.Ranks {
+		if _, ok := st.NodeIdentities[rk.NodeID]; ok {
+			nodes = append(nodes, rk.NodeID)
+		}
+	}
+	req := api.PlaceRequest{Model: modelID}
+	if len(nodes) == len(old.Ranks) {
+		req.Nodes = nodes // the same nodes, split afresh
+	}
+	m.log.Info("replacing failed instance", "instance", old.InstanceID, "model", modelID, "error", old.Error)
+	in, err := m.placeAnywhere(ctx, req)
+	if err != nil {
+		return "", "", fmt.Errorf("replace failed instance %s (%s): %w", old.InstanceID, old.Error, err)
+	}
+	for _, f := range failed {
+		m.deleteAnywhere(ctx, f)
+	}
+	if err := m.waitState(ctx, func(s state.State) bool { _, ok := s.Instances[in.InstanceID]; return ok }); err != nil {
+		return "", "", err
+	}
+	return in.InstanceID, in.Ranks[0].NodeID, nil
+}
+
+// pick is Route's choice among live instances; failed lists the failed
+// ones of the model.
+func (m *Manager) pick(modelID string) (id, node string, failed []state.Instance) {
+	st := m.cfg.Store.State()
+	best := -1
+	for iid, in := range st.Instances {
+		if in.ModelID != modelID || len(in.Ranks) == 0 {
+			continue
+		}
+		if in.Status == state.InstanceStatusFailed {
+			failed = append(failed, in)
+			continue
+		}
+		score := 0
+		ready := true
+		for _, rk := range in.Ranks {
+			r, ok := st.Runners[supervisor.RunnerID(iid, rk.Rank)]
+			ready = ready && ok && (r.Status == state.RunnerReady || r.Status == state.RunnerRunning)
+		}
+		if ready {
+			score += 4
+		}
+		if in.Ranks[0].NodeID == m.cfg.Self {
+			score += 2
+		}
+		if score > best || score == best && iid < id {
+			best, id, node = score, iid, in.Ranks[0].NodeID
+		}
+	}
+	slices.SortFunc(failed, func(x, y state.Instance) int { return strings.Compare(x.InstanceID, y.InstanceID) })
+	return id, node, failed
+}
+
+// placeAnywhere places through the node that has the model (this one, or
+// over the peer API), as POST /instance does.
+func (m *Manager) placeAnywhere(ctx context.Context, req api.PlaceRequest) (state.Instance, error) {
+	holder, err := m.PickNode(req.Model)
+	if err != nil {
+		return state.Instance{}, err
+	}
+	if holder == m.cfg.Self {
+		return m.Place(ctx, req)
+	}
+	b, _ := json.Marshal(req)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+holder+"/instance", bytes.NewReader(b))
+	if err != nil {
+		return state.Instance{}, err
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := m.cfg.Peer.Do(hr)
+	if err != nil {
+		return state.Instance{}, fmt.Errorf("place on %s: %w", holder, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusCreated {
+		return state.Instance{}, fmt.Errorf("place on %s: %s %s", holder, resp.Status, body)
+	}
+	var pr api.PlaceResponse
+	if err := json.Unmarshal(body, &pr); err != nil {
+		return state.Instance{}, fmt.Errorf("place on %s: %w", holder, err)
+	}
+	return pr.Instance, nil
+}
+
+// deleteAnywhere removes an instance through its owner.
+func (m *Manager) deleteAnywhere(ctx context.Context, in state.Instance) {
+	if in.NodeID == m.cfg.Self {
+		if err := m.Delete(ctx, in.InstanceID); err != nil {
+			m.log.Warn("delete instance", "instance", in.InstanceID, "err", err)
+		}
+		return
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+in.NodeID+"/instance/"+in.InstanceID, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := m.cfg.Peer.Do(hr); err == nil {
+		resp.Body.Close()
+	} else {
+		m.log.Warn("delete instance", "instance", in.InstanceID, "owner", in.NodeID, "err", err)
+	}
+}
+
+func runningModels(st state.State) string {
+	var ids []string
+	for _, in := range st.Instances {
+		if !slices.Contains(ids, in.ModelID) && in.Status != state.InstanceStatusFailed {
+			ids = append(ids, in.ModelID)
+		}
+	}
+	if len(ids) == 0 {
+		return "none"
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ", ")
+}
+
+// PickNode is this node if it has the model, else the first node (by id)
+// that has it without error.
+func (m *Manager) PickNode(modelID string) (string, error) {
+	st := m.cfg.Store.State()
+	has := func(node string) bool {
+		return slices.ContainsFunc(st.NodeModels[node].Models, func(m state.ModelInfo) bool { return m.ID == modelID && m.Error == "" })
+	}
+	if e, ok := m.cfg.Models.Find(modelID); ok && e.Error == "" {
+		return m.cfg.Self, nil
+	}
+	nodes := make([]string, 0, len(st.NodeModels))
+	for n := range st.NodeModels {
+		if _, member := st.NodeIdentities[n]; member && n != m.cfg.Self {
+			nodes = append(nodes, n)
+		}
+	}
+	sort.Strings(nodes)
+	for _, n := range nodes {
+		if has(n) {
+			return n, nil
+		}
+	}
+	return "", fmt.Errorf("%w: no node has a model %q (see GET /v1/models, or orrery models ls on each machine)", api.ErrModelNotFound, modelID)
+}

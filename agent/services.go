@@ -1,0 +1,241 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/instance"
+	"github.com/orrery-cluster/orrery/agent/shard"
+	"github.com/orrery-cluster/orrery/agent/telemetry"
+	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/frontend"
+)
+
+// The agent's services: each runs until the agent's context ends. One
+// that returns before then, with an error or without, has failed: the
+// agent stops every other service and Wait returns that failure. An agent
+// never carries on without its cluster link, discovery or API.
+
+// ErrServiceStopped is wrapped when a service returned without an error
+// while the agent was still running.
+var ErrServiceStopped = errors.New("stopped unexpectedly")
+
+// shutdownWait bounds the graceful shutdown of the HTTP servers.
+const shutdownWait = 5 * time.Second
+
+// service is one long-running part of the agent.
+type service struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// running is the state of a started agent.
+type running struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // the first failure; read after done is closed
+}
+
+// Run starts the agent and waits until ctx ends or a service fails. It
+// returns the failure, or nil after a clean stop.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.Start(ctx); err != nil {
+		return err
+	}
+	return a.Wait()
+}
+
+// Start publishes the identity and starts every service. It returns at
+// once; Stop (or ctx's end) stops them, and Wait waits for that.
+func (a *Agent) Start(ctx context.Context) error {
+	if a.run != nil {
+		return errors.New("agent already started")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r := &running{cancel: cancel, done: make(chan struct{})}
+	a.run = r
+	svcs := a.services(ctx)
+	a.log.Info("agent started", "api", "http://"+a.ln.Addr().String(), "dataDir", a.cfg.DataDir,
+		"name", a.identity.FriendlyName, "version", a.cfg.Version)
+	go func() {
+		r.err = runAll(ctx, a.log, svcs)
+		a.shutdown()
+		if r.err != nil {
+			a.log.Error("agent stopped", "err", r.err)
+		} else {
+			a.log.Info("agent stopped")
+		}
+		close(r.done)
+	}()
+	a.publishIdentity()
+	return nil
+}
+
+// Wait blocks until the agent has stopped and returns the service failure
+// that stopped it, if any.
+func (a *Agent) Wait() error {
+	if a.run == nil {
+		return errors.New("agent not started")
+	}
+	<-a.run.done
+	return a.run.err
+}
+
+// Stop stops every service and waits for them.
+func (a *Agent) Stop() error {
+	if a.run == nil {
+		return a.Close()
+	}
+	a.run.cancel()
+	return a.Wait()
+}
+
+// runAll runs every service until ctx ends or one of them fails; then it
+// cancels the rest, waits for them and returns the first failure.
+func runAll(ctx context.Context, log *slog.Logger, svcs []service) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for _, s := range svcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.run(ctx)
+			if ctx.Err() != nil {
+				return // stopping: whatever it returned is not a failure
+			}
+			if err == nil {
+				err = ErrServiceStopped
+			}
+			once.Do(func() {
+				first = fmt.Errorf("%s: %w", s.name, err)
+				log.Error("service failed; stopping the agent", "service", s.name, "err", err)
+			})
+			cancel()
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// services lists the agent's services, built for ctx.
+func (a *Agent) services(ctx context.Context) []service {
+	svcs := []service{
+		{"cluster", a.node.Run},
+		{"discovery", a.disc.Run},
+		{"instances", a.instances.Run},
+		{"api", a.serveAPI},
+		{"peer api", a.servePeerAPI},
+	}
+	for _, sm := range a.samplers() {
+		svcs = append(svcs, service{"sampler " + sm.s.Name(), func(ctx context.Context) error {
+			telemetry.Run(ctx, sm.s, sm.every, a.seq, a.cfg.Logger)
+			if c, ok := sm.s.(io.Closer); ok {
+				c.Close() // the system sampler holds OS handles
+			}
+			return nil
+		}})
+	}
+	return svcs
+}
+
+type sampler struct {
+	s     telemetry.Sampler
+	every time.Duration
+}
+
+func (a *Agent) samplers() []sampler {
+	id := a.identity.NodeID
+	return []sampler{
+		{&telemetry.MemorySampler{NodeID: id}, a.cfg.MemoryInterval},
+		{telemetry.NewSystemSampler(id, a.cfg.Logger), a.cfg.SystemInterval},
+		{&telemetry.DiskSampler{NodeID: id, Path: filepath.Join(a.cfg.DataDir, "models")}, a.cfg.DiskInterval},
+		{telemetry.NewNetworkSampler(id), a.cfg.NetworkInterval},
+		{&telemetry.LinkSampler{NodeID: id, Links: a.node.Links, State: a.store.State, FailAfter: a.cfg.FailAfter}, telemetry.LinkInterval},
+		{a.instances.ModelsSampler(), instance.ModelScanInterval},
+	}
+}
+
+// apiServer is the node's API, served on loopback and (for forwarded
+// requests) to peers.
+func (a *Agent) apiServer() *api.Server {
+	return &api.Server{NodeID: a.identity.NodeID, Version: a.cfg.Version, Store: a.store, Logger: a.log,
+		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser,
+		Inference: a.instances,
+		TraceHome: func() string { return a.node.Status().MasterID }, UI: frontend.Handler(),
+		Metrics: api.NewMetrics(a.store, a.traces)}
+}
+
+// serveAPI serves the local API (and the runners' /internal/ endpoints)
+// on the loopback listener.
+func (a *Agent) serveAPI(ctx context.Context) error {
+	mux := http.NewServeMux()
+	mux.Handle("/internal/", a.relay.Handler())
+	mux.Handle("/", a.apiServer().Handler())
+	return serveHTTP(ctx, a.log, a.ln, mux)
+}
+
+// servePeerAPI serves other nodes over stream links: the API (for
+// forwarded requests) and shards.
+func (a *Agent) servePeerAPI(ctx context.Context) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+shard.Path, a.shards)
+	mux.Handle("/", a.apiServer().PeerHandler())
+	return serveHTTP(ctx, a.log, a.peerLn, mux)
+}
+
+// serveHTTP serves h on ln until ctx ends, then shuts down gracefully.
+func serveHTTP(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		// Long-lived SSE streams end when the agent's context does.
+		BaseContext: func(net.Listener) context.Context { return ctx },
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
+	defer cancel()
+	srv.Shutdown(sctx)
+	return nil
+}
+
+// shutdown releases what the services leave behind, in order.
+func (a *Agent) shutdown() {
+	// Runners first: requests still waiting on them end with an error.
+	a.sup.Close()
+	a.peerLn.Close()
+	a.ln.Close()
+	a.bg.Wait()
+	// Save whatever ranks delivered for traces still being merged.
+	a.collector.Close()
+}
+
+type clusterView struct{ a *Agent }
+
+func (v clusterView) ClusterStatus() cluster.Status   { return v.a.node.Status() }
+func (v clusterView) HashAt(idx int64) (string, bool) { return v.a.replica.HashAt(idx) }
+func (v clusterView) RingBench(ctx context.Context, size, rounds int, noTrace bool) (api.RingBenchResult, error) {
+	return v.a.ringBench(ctx, size, rounds, noTrace)
+}
+
+type discoveryView struct{ d *discovery.Discovery }
+
+func (v discoveryView) DiscoveryReport() discovery.Report { return v.d.Diagnose() }

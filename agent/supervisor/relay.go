@@ -1,0 +1,199 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/ident"
+)
+
+// The relay joins the ranks of a pipeline. Runners never reach each other
+// directly: each rank's runner asks this node's agent for its outbound rank
+// link (GET /internal/rank-link, upgraded), and the agent connects it to
+// the next rank's runner, here or, over an authenticated stream link, on
+// that rank's node, whose relay hands it to the runner (Accept). Runners
+// of ranks > 0 also post their spans here (POST /internal/rank-trace).
+
+// rankUpgrade is the Upgrade token of a rank link request.
+const rankUpgrade = "orrery-rank"
+
+// maxRankTraceBytes bounds one rank's span upload.
+const maxRankTraceBytes = 256 << 20
+
+// dialWait bounds connecting a rank link to the next rank.
+const dialWait = 5 * time.Second
+
+// RelayConfig wires a Relay.
+type RelayConfig struct {
+	// Self is this node's id; State its replicated state.
+	Self  string
+	State func() state.State
+	// DialPeer opens a rank stream link to node, naming the receiving
+	// rank with id (see RankStreamID).
+	DialPeer func(ctx context.Context, node, id string) (net.Conn, error)
+	// ShipRank ships a rank's spans of a traced task to the master. It
+	// must not block.
+	ShipRank func(task string, rank int, spans []trace.Span)
+}
+
+// Relay serves this node's runners their rank links and takes their spans.
+type Relay struct {
+	s   *Supervisor
+	cfg RelayConfig
+}
+
+// Relay returns the rank-link relay of this supervisor's runners.
+func (s *Supervisor) Relay(cfg RelayConfig) *Relay { return &Relay{s: s, cfg: cfg} }
+
+// RankStreamID names the receiving rank of a rank stream link.
+func RankStreamID(instanceID string, rank int) string { return fmt.Sprintf("%s-r%d", instanceID, rank) }
+
+func parseRankStreamID(id string) (string, int, error) {
+	i := strings.LastIndex(id, "-r")
+	if i <= 0 {
+		return "", 0, fmt.Errorf("rank stream id %q", id)
+	}
+	r, err := strconv.Atoi(id[i+2:])
+	if err != nil || r < 0 {
+		return "", 0, fmt.Errorf("rank stream id %q", id)
+	}
+	if err := ident.ValidInstanceID(id[:i]); err != nil {
+		return "", 0, fmt.Errorf("rank stream id: %w", err)
+	}
+	return id[:i], r, nil
+}
+
+// Accept takes a rank stream link from peer and connects it to the local
+// runner of the rank id names, if peer runs that rank's predecessor.
+// It owns c.
+func (r *Relay) Accept(peer, id string, c net.Conn) {
+	inst, rank, err := parseRankStreamID(id)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if in, ok := r.cfg.State().Instances[inst]; !ok || rank >= len(in.Ranks) || in.Ranks[(rank+len(in.Ranks)-1)%len(in.Ranks)].NodeID != peer {
+		r.s.log.Warn("refused a rank link", "from", peer, "id", id)
+		c.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dialWait)
+	rc, err := r.s.DialRank(ctx, inst, rank)
+	cancel()
+	if err != nil {
+		r.s.log.Debug("rank link: local runner not ready", "id", id, "err", err)
+		c.Close()
+		return
+	}
+	splice(c, rc)
+}
+
+// splice copies both ways until either side ends, then closes both.
+func splice(a, b net.Conn) {
+	var once sync.Once
+	closeBoth := func() { once.Do(func() { a.Close(); b.Close() }) }
+	go func() { io.Copy(a, b); closeBoth() }()
+	go func() { io.Copy(b, a); closeBoth() }()
+}
+
+// Handler serves the runners of this node: their rank links and spans.
+func (r *Relay) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /internal/rank-link", r.rankLink)
+	mux.HandleFunc("POST /internal/rank-trace", r.rankTrace)
+	return mux
+}
+
+// runnerAuth checks a runner's bearer token.
+func (r *Relay) runnerAuth(req *http.Request) (state.Instance, int, bool) {
+	tok, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return state.Instance{}, 0, false
+	}
+	return r.s.Authorize(tok)
+}
+
+// rankLink upgrades a runner's request into its outbound rank link and
+// connects it to the next rank, here or on its node.
+func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
+	in, rank, ok := r.runnerAuth(req)
+	if !ok {
+		http.Error(w, "unknown runner token", http.StatusUnauthorized)
+		return
+	}
+	if req.Header.Get("Upgrade") != rankUpgrade {
+		http.Error(w, "want Upgrade: "+rankUpgrade, http.StatusBadRequest)
+		return
+	}
+	next := (rank + 1) % len(in.Ranks)
+	node := in.Ranks[next].NodeID
+	ctx, cancel := context.WithTimeout(req.Context(), dialWait)
+	defer cancel()
+	var down net.Conn
+	var err error
+	if node == r.cfg.Self {
+		down, err = r.s.DialRank(ctx, in.InstanceID, next)
+	} else {
+		down, err = r.cfg.DialPeer(ctx, node, RankStreamID(in.InstanceID, next))
+	}
+	if err != nil {
+		http.Error(w, fmt.Sprintf("rank %d on %s: %v", next, node, err), http.StatusServiceUnavailable)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		down.Close()
+		http.Error(w, "cannot hijack", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Connection", "Upgrade")
+	w.Header().Set("Upgrade", rankUpgrade)
+	w.WriteHeader(http.StatusSwitchingProtocols)
+	up, brw, err := hj.Hijack()
+	if err != nil {
+		down.Close()
+		return
+	}
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		down.Write(b)
+	}
+	brw.Writer.Flush()
+	splice(up, down)
+}
+
+// RankTrace is what a rank > 0 posts when a traced request ends.
+type RankTrace struct {
+	TraceID string       `json:"traceId"`
+	Spans   []trace.Span `json:"spans"`
+	Error   string       `json:"error,omitempty"`
+}
+
+func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {
+	_, rank, ok := r.runnerAuth(req)
+	if !ok {
+		http.Error(w, "unknown runner token", http.StatusUnauthorized)
+		return
+	}
+	var b RankTrace
+	if err := json.NewDecoder(io.LimitReader(req.Body, maxRankTraceBytes)).Decode(&b); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := ident.ValidTraceID(b.TraceID); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.cfg.ShipRank(b.TraceID, rank, b.Spans)
+	w.WriteHeader(http.StatusNoContent)
+}
