@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/orrery-cluster/orrery/internal/ident"
+
 	"github.com/orrery-cluster/orrery/agent/state"
 )
 
@@ -57,8 +59,8 @@ func (s *Server) placeInstance(w http.ResponseWriter, r *http.Request, forwarded
 		if id == "" {
 			continue
 		}
-		if err := state.ValidNodeID(id); err != nil {
-			writeError(w, http.StatusBadRequest, "node: "+err.Error())
+		if err := ident.ValidNodeID(id); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		if _, ok := s.Store.State().NodeIdentities[id]; !ok && id != s.NodeID {
@@ -98,8 +100,8 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request, forwarde
 		return
 	}
 	id := r.PathValue("id")
-	if err := state.ValidNodeID(id); err != nil {
-		writeError(w, http.StatusBadRequest, "instance id: "+err.Error())
+	if err := ident.ValidInstanceID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	in, ok := s.Store.State().Instances[id]

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/orrery-cluster/orrery/cluster"
-	"github.com/orrery-cluster/orrery/cluster/discovery"
 	"log/slog"
 	"mime"
 	"net"
@@ -15,6 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/internal/ident"
 
 	"github.com/orrery-cluster/orrery/agent/state"
 )
@@ -374,7 +376,7 @@ func (s *Server) eventStream(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) memoryHistory(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := state.ValidNodeID(id); err != nil {
+	if err := ident.ValidNodeID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -388,7 +390,7 @@ func (s *Server) memoryHistory(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) systemHistory(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := state.ValidNodeID(id); err != nil {
+	if err := ident.ValidNodeID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}

@@ -21,6 +21,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/orrery-cluster/orrery/internal/ident"
+
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
@@ -150,7 +152,7 @@ func decodeRecord(b []byte, rec *record) error {
 	if err := json.Unmarshal(b, rec); err != nil {
 		return fmt.Errorf("decode %s: %w", FileName, err)
 	}
-	if err := state.ValidNodeID(rec.NodeID); err != nil {
+	if err := ident.ValidNodeID(rec.NodeID); err != nil {
 		return fmt.Errorf("decode %s: %w", FileName, err)
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // Event is a typed change to State. Every event names the node it is about,
@@ -162,7 +164,7 @@ func EventTypes() []string {
 var ErrUnknownEventType = errors.New("unknown event type")
 
 // MaxNodeIDLen bounds node ids taken from the wire.
-const MaxNodeIDLen = 64
+const MaxNodeIDLen = ident.MaxLen
 
 // DecodeEvent decodes an event payload of the named type and checks that it
 // names a valid node.
@@ -181,23 +183,8 @@ func DecodeEvent(typ string, payload []byte) (Event, error) {
 	return ev, nil
 }
 
-// ValidNodeID reports whether id is acceptable as a node id: 1..64 bytes of
-// [A-Za-z0-9_-]. Ids end up in URLs and file names, so nothing else passes.
-func ValidNodeID(id string) error {
-	if id == "" {
-		return errors.New("empty node id")
-	}
-	if len(id) > MaxNodeIDLen {
-		return fmt.Errorf("node id is %d bytes, limit %d", len(id), MaxNodeIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("node id %q: byte %d is not [A-Za-z0-9_-]", id, i)
-		}
-	}
-	return nil
-}
+// ValidNodeID is ident.ValidNodeID, the one rule for node ids.
+func ValidNodeID(id string) error { return ident.ValidNodeID(id) }
 
 // Indexed is an event with the global index the master gave it.
 type Indexed struct {

@@ -1,0 +1,437 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+func (p *proc) waitReady(ctx context.Context, timeout time.Duration) (*runner.Client, error) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		c, ch, st := p.client, p.changed, p.status
+		p.mu.Unlock()
+		if c != nil {
+			return c, nil
+		}
+		switch st.Status {
+		case state.RunnerShutdown:
+			return nil, fmt.Errorf("%w: runner %s is shut down", ErrNoInstance, p.id)
+		case state.RunnerFailed:
+			return nil, fmt.Errorf("%w: runner %s: %s", ErrRunnerFailed, p.id, st.Error)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+			return nil, fmt.Errorf("%w: runner %s not ready after %v (status %s)", ErrRunnerFailed, p.id, timeout, st.Status)
+		}
+	}
+}
+
+// begin and end count requests, for the Running status.
+func (p *proc) begin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight++
+	if p.inflight == 1 && p.status.Status == state.RunnerReady {
+		p.setLocked(func(r *state.Runner) { r.Status = state.RunnerRunning })
+	}
+}
+
+func (p *proc) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight--
+	if p.inflight == 0 && p.status.Status == state.RunnerRunning {
+		p.setLocked(func(r *state.Runner) { r.Status = state.RunnerReady })
+	}
+}
+
+// setLocked changes the status, publishes it and wakes waiters.
+func (p *proc) setLocked(change func(*state.Runner)) {
+	prev := p.status
+	change(&p.status)
+	if p.status.Status != prev.Status {
+		p.status.Since = time.Now().UTC()
+	}
+	if statusEqual(p.status, prev) {
+		return
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	if err := p.s.cfg.Publish(state.RunnerStatusChanged{NodeID: p.s.cfg.NodeID, Runner: p.status}); err != nil {
+		p.s.log.Warn("publish runner status", "runner", p.id, "err", err)
+	}
+}
+
+func statusEqual(a, b state.Runner) bool {
+	ta, tb := a.Transfer, b.Transfer
+	a.Transfer, b.Transfer = nil, nil
+	return a == b && (ta == nil) == (tb == nil) && (ta == nil || *ta == *tb)
+}
+
+func (p *proc) set(change func(*state.Runner)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.setLocked(change)
+}
+
+func (p *proc) halt() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.stopping {
+		p.stopping = true
+		close(p.stop)
+	}
+}
+
+var errStopped = errors.New("stopped")
+
+// run runs the rank's runner once: a runner that fails stays Failed (its
+// instance is then replaced as a whole, see the agent).
+func (p *proc) run() {
+	defer close(p.done)
+	log := p.s.log.With("runner", p.id, "model", p.inst.ModelID)
+	err := p.runOnce(log)
+	if errors.Is(err, errStopped) {
+		p.set(func(r *state.Runner) {
+			*r = state.Runner{RunnerID: r.RunnerID, InstanceID: r.InstanceID, NodeID: r.NodeID, Rank: r.Rank,
+				Status: state.RunnerShutdown, TotalLayers: r.TotalLayers}
+		})
+		log.Info("runner shut down")
+		return
+	}
+	log.Warn("runner failed", "err", err)
+	p.set(func(r *state.Runner) { r.Status, r.Error, r.Pid, r.Transfer = state.RunnerFailed, err.Error(), 0, nil })
+}
+
+// runOnce obtains the rank's file, then runs its runner process until it
+// exits or the proc is halted.
+func (p *proc) runOnce(log *slog.Logger) error {
+	loadStart := time.Now()
+	path, fileSpans, err := p.modelFile(loadStart)
+	if err != nil {
+		return err
+	}
+	c, err := p.start(path)
+	if err != nil {
+		return err
+	}
+	defer c.closeLog()
+	log.Info("runner started", "pid", c.pid, "path", path, "rank", p.rank, "ranks", len(p.inst.Ranks))
+	p.set(func(r *state.Runner) {
+		r.Status, r.Pid, r.Error, r.LayersLoaded, r.Transfer = state.RunnerIdle, c.pid, "", 0, nil
+	})
+	client, err := p.awaitReady(c, path)
+	if err != nil {
+		return err
+	}
+	if cfg := p.s.cfg; cfg.OnLoaded != nil {
+		lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		spans, err := client.LoadSpans(lctx)
+		cancel()
+		if err == nil {
+			cfg.OnLoaded(p.inst, p.rank, append(fileSpans, spans...))
+		}
+	}
+	p.mu.Lock()
+	p.client = client
+	p.setLocked(func(r *state.Runner) {
+		r.Status = state.RunnerReady
+		if p.inflight > 0 {
+			r.Status = state.RunnerRunning
+		}
+	})
+	p.mu.Unlock()
+	log.Info("runner ready", "pid", c.pid, "addr", client.Addr)
+	select {
+	case err := <-c.exited:
+		return p.died(c, err)
+	case <-p.stop:
+		return p.kill(c)
+	}
+}
+
+// modelFile obtains the file the rank loads, publishing transfer progress
+// (at most every 0.5 s), and the span of cutting or fetching it.
+func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, error) {
+	cfg := p.s.cfg
+	fctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
+	lastPub := time.Time{}
+	path, info, err := cfg.ModelFile(fctx, p.inst, p.rank, func(pr Progress) {
+		now := time.Now()
+		if now.Sub(lastPub) < 500*time.Millisecond && pr.Done < pr.Size {
+			return
+		}
+		lastPub = now
+		t := transferOf(pr, now.Sub(loadStart).Seconds())
+		p.set(func(r *state.Runner) { r.Status, r.Transfer = state.RunnerLoading, t })
+	})
+	cancel()
+	if err != nil {
+		select {
+		case <-p.stop:
+			return "", nil, errStopped
+		default:
+		}
+		return "", nil, fmt.Errorf("model file for rank %d: %w", p.rank, err)
+	}
+	if info.How == "model" {
+		return path, nil, nil
+	}
+	cat, name := "load/shard-build", "cut shard"
+	if info.How == "transfer" {
+		cat, name = "load/shard-transfer", "shard from "+info.From
+	}
+	return path, []trace.Span{{Name: name, Cat: cat, Node: cfg.NodeID, Rank: p.rank,
+		StartNs: loadStart.UnixNano(), DurNs: time.Since(loadStart).Nanoseconds(), Args: trace.Args{}.WithBytes(info.Bytes)}}, nil
+}
+
+// transferOf is a shard transfer's progress as the state shows it.
+func transferOf(pr Progress, elapsed float64) *state.Transfer {
+	t := &state.Transfer{From: pr.From, Bytes: state.Bytes(uint64(pr.Done)), Total: state.Bytes(uint64(pr.Size))}
+	if elapsed > 0 {
+		t.MBps = state.Float(float64(pr.Done) / 1e6 / elapsed)
+		if pr.Done > 0 && pr.Size > pr.Done {
+			t.EtaSeconds = state.Float(elapsed * float64(pr.Size-pr.Done) / float64(pr.Done))
+		}
+	}
+	return t
+}
+
+// child is a started runner process.
+type child struct {
+	cmd    *exec.Cmd
+	pid    int
+	stdin  io.Closer
+	exited chan error  // cmd.Wait's result
+	lines  chan string // the address the runner listens on
+	tail   *tailWriter // its last stderr lines
+	log    *os.File    // its log file, if any
+}
+
+func (c *child) closeLog() {
+	if c.log != nil {
+		c.log.Close()
+	}
+}
+
+// args are the runner's command line for this rank.
+func (p *proc) args(path string) []string {
+	cfg := p.s.cfg
+	rg := p.inst.Ranks[p.rank]
+	args := []string{"runner", "--model", path, "--node", cfg.NodeID, "--node-name", cfg.NodeName,
+		"--first-layer", strconv.Itoa(rg.FirstLayer), "--last-layer", strconv.Itoa(rg.LastLayer),
+		"--instance", p.inst.InstanceID, "--rank", strconv.Itoa(p.rank), "--ranks", strconv.Itoa(len(p.inst.Ranks))}
+	if len(p.inst.Ranks) > 1 {
+		args = append(args, "--agent-api", cfg.AgentAPI)
+	}
+	if cfg.Threads > 0 {
+		args = append(args, "--threads", strconv.Itoa(cfg.Threads))
+	}
+	if cfg.ContextLen > 0 {
+		args = append(args, "--ctx", strconv.Itoa(cfg.ContextLen))
+	}
+	return args
+}
+
+// start starts the runner process on path, its stderr going to its log
+// file and a tail kept for errors.
+func (p *proc) start(path string) (*child, error) {
+	cfg := p.s.cfg
+	cmd := exec.Command(cfg.Exe, p.args(path)...)
+	cmd.Env = append(os.Environ(), TokenEnv+"="+p.token)
+	setParentDeath(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c := &child{cmd: cmd, stdin: stdin, exited: make(chan error, 1), lines: make(chan string, 1), tail: &tailWriter{max: tailLines}}
+	var logw io.Writer = c.tail
+	if cfg.LogDir != "" {
+		if err := os.MkdirAll(cfg.LogDir, 0o700); err == nil {
+			if f, err := os.OpenFile(filepath.Join(cfg.LogDir, "runner-"+p.id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+				c.log = f
+				logw = io.MultiWriter(f, c.tail)
+			}
+		}
+	}
+	cmd.Stderr = logw
+	if err := cmd.Start(); err != nil {
+		c.closeLog()
+		return nil, fmt.Errorf("start runner: %w", err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if addr, ok := strings.CutPrefix(sc.Text(), runner.ListenPrefix); ok {
+				select {
+				case c.lines <- addr:
+				default:
+				}
+			}
+		}
+	}()
+	go func() { c.exited <- cmd.Wait() }()
+	c.pid = cmd.Process.Pid
+	return c, nil
+}
+
+// awaitReady waits for the runner's address, then polls its health until
+// it is Ready, publishing its loading progress.
+func (p *proc) awaitReady(c *child, path string) (*runner.Client, error) {
+	var addr string
+	select {
+	case addr = <-c.lines:
+	case err := <-c.exited:
+		return nil, p.died(c, err)
+	case <-p.stop:
+		return nil, p.kill(c)
+	case <-time.After(listenTimeout):
+		c.cmd.Process.Kill()
+		<-c.exited
+		return nil, fmt.Errorf("runner (pid %d) printed no address within %v", c.pid, listenTimeout)
+	}
+	client := &runner.Client{Addr: addr, Token: p.token}
+	tick := time.NewTicker(healthEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-c.exited:
+			return nil, p.died(c, err)
+		case <-p.stop:
+			return nil, p.kill(c)
+		case <-tick.C:
+		}
+		hctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		h, err := client.Health(hctx)
+		cancel()
+		if err != nil {
+			continue // not answering yet; a dead process shows on exited
+		}
+		p.mu.Lock()
+		p.rankAddr = h.RankAddr
+		p.mu.Unlock()
+		status := state.RunnerLoading
+		switch h.Status {
+		case runner.StatusFailed:
+			p.kill(c)
+			return nil, fmt.Errorf("load %s: %s", path, h.Error)
+		case runner.StatusConnecting:
+			status = state.RunnerConnecting
+		}
+		p.set(func(r *state.Runner) {
+			r.Status, r.LayersLoaded, r.TotalLayers, r.Transfer = status, h.LayersLoaded, h.TotalLayers, nil
+		})
+		if h.Status == runner.StatusReady {
+			return client, nil
+		}
+	}
+}
+
+// forget drops the runner's client and rank address: it is going away.
+func (p *proc) forget() {
+	p.mu.Lock()
+	p.client, p.rankAddr = nil, ""
+	p.mu.Unlock()
+}
+
+// kill stops the runner (SIGTERM, then SIGKILL after stopGrace).
+func (p *proc) kill(c *child) error {
+	p.forget()
+	c.stdin.Close()
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(stopGrace):
+		c.cmd.Process.Kill()
+		<-c.exited
+	}
+	return errStopped
+}
+
+// died is the error of a runner that exited by itself, with its last
+// output.
+func (p *proc) died(c *child, err error) error {
+	p.forget()
+	msg := fmt.Sprintf("runner (pid %d) exited: %v", c.pid, err)
+	if t := c.tail.String(); t != "" {
+		msg += "; last output: " + t
+	}
+	return errors.New(msg)
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("runner token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// tailWriter keeps the last max lines written to it.
+type tailWriter struct {
+	max   int
+	mu    sync.Mutex
+	lines []string
+	part  []byte
+}
+
+func (t *tailWriter) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.part = append(t.part, b...)
+	for {
+		i := strings.IndexByte(string(t.part), '\n')
+		if i < 0 {
+			break
+		}
+		t.lines = append(t.lines, string(t.part[:i]))
+		t.part = t.part[i+1:]
+		if len(t.lines) > t.max {
+			t.lines = t.lines[1:]
+		}
+	}
+	if len(t.part) > 4096 {
+		t.part = t.part[len(t.part)-4096:]
+	}
+	return len(b), nil
+}
+
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, " | ")
+}
