@@ -118,7 +118,20 @@ func Main(args []string, icons Icons, version string) int {
 		}
 	}()
 
-	err = runWails(&options.App{
+	err = runWails(appOptions(proxy, win, icons, version, func(context.Context) { endTray(end, log) }, log))
+	cancelShell()
+	wg.Wait()
+	if err != nil {
+		log.Error("window", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// appOptions are the window's Wails options: hidden at start and on
+// close (the tray shows it), its assets from the proxy to the agent.
+func appOptions(proxy http.Handler, win *wailsWindow, icons Icons, version string, onShutdown func(context.Context), log *slog.Logger) *options.App {
+	return &options.App{
 		Title:             "Orrery",
 		Width:             1280,
 		Height:            820,
@@ -134,19 +147,12 @@ func Main(args []string, icons Icons, version string) int {
 		LogLevelProduction: wlogger.WARNING,
 		OnStartup:          win.startup,
 		OnDomReady:         win.domLoaded,
-		OnShutdown:         func(context.Context) { endTray(end, log) },
+		OnShutdown:         onShutdown,
 		Mac: &mac.Options{
 			About: &mac.AboutInfo{Title: "Orrery", Message: "Run LLMs across your Macs. " + version, Icon: icons.App},
 		},
 		Linux: &linux.Options{Icon: icons.App, ProgramName: "orrery"},
-	})
-	cancelShell()
-	wg.Wait()
-	if err != nil {
-		log.Error("window", "err", err)
-		return 1
 	}
-	return 0
 }
 
 // runWails runs Wails, turning its panic when no display can be opened

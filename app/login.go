@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
 // LaunchAgentLabel names the macOS LaunchAgent that starts Orrery at login.
@@ -122,31 +124,11 @@ func execQuote(a string) string {
 	return strings.ReplaceAll(q, `\`, `\\`)
 }
 
-// writeAtomic writes data to path through a temp file in the same
-// directory, so that a reader never sees half a file.
+// writeAtomic writes data to path (creating its directory), so that a
+// reader never sees half a file.
 func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Chmod(tmp, 0o644)
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, werr)
-	}
-	return nil
+	return atomicfile.Write(path, data, 0o644)
 }
