@@ -5,7 +5,8 @@ import (
 	"log/slog"
 	"runtime"
 	"testing"
-	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 
 	"github.com/shirou/gopsutil/v4/cpu"
 
@@ -62,14 +63,17 @@ func TestSystemSamplerRealMachine(t *testing.T) {
 	if sys := first.(state.NodeSystemMeasured).System; sys.CPUUsage != nil {
 		t.Errorf("first sample has CPU usage %v without a previous sample", *sys.CPUUsage)
 	}
-	// /proc/stat counts in 10 ms ticks: let a few pass (busy and idle both
-	// count) so that the second sample has a delta to divide.
-	time.Sleep(100 * time.Millisecond)
-	ev, err := s.Sample(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sys := ev.(state.NodeSystemMeasured).System
+	// /proc/stat counts in 10 ms ticks: sample until ticks have passed
+	// (busy and idle both count), so that a sample has a delta to divide.
+	var sys state.NodeSystem
+	testutil.WaitFor(t, "a sample with a CPU-time delta", func() bool {
+		ev, err := s.Sample(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys = ev.(state.NodeSystemMeasured).System
+		return sys.CPUUsage != nil
+	})
 	if sys.CPUUsage == nil || *sys.CPUUsage < 0 || *sys.CPUUsage > 1 {
 		t.Errorf("cpuUsage = %v, want 0..1", ptr(sys.CPUUsage))
 	}
