@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orrery-cluster/orrery/internal/ident"
+
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -412,7 +414,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.TraceID != "" {
-		if err := validTraceID(req.TraceID); err != nil {
+		if err := ident.ValidTraceID(req.TraceID); err != nil {
 			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Kind: "bad_request"})
 			return
 		}
@@ -489,20 +491,6 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	send(StreamMsg{Done: &Done{Result: res, Spans: rec.Drain(0), QueueNs: queueNs}})
-}
-
-// validTraceID accepts the ids the trace store accepts: [A-Za-z0-9_-]{1,64}.
-func validTraceID(id string) error {
-	if len(id) == 0 || len(id) > 64 {
-		return fmt.Errorf("trace id of %d bytes: want 1..64", len(id))
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("trace id %q: byte %d is not [A-Za-z0-9_-]", id, i)
-		}
-	}
-	return nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
