@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
 // Defaults for Config.
@@ -122,33 +124,21 @@ func (s *Store) Save(meta Meta, write func(io.Writer) error) (Meta, error) {
 	if meta.CreatedAt.IsZero() {
 		meta.CreatedAt = s.cfg.Now().UTC()
 	}
-	f, err := os.CreateTemp(s.cfg.Dir, ".tmp-"+meta.TaskID+"-*")
+	// Written outside the lock (traces can be large); the rename inside
+	// atomicfile makes it visible whole.
+	var size int64
+	err := atomicfile.WriteFunc(s.path(meta.TaskID), 0o600, func(w io.Writer) error {
+		cw := &countWriter{w: w}
+		err := write(cw)
+		size = cw.n
+		return err
+	})
 	if err != nil {
 		return Meta{}, fmt.Errorf("save trace %s: %w", meta.TaskID, err)
 	}
-	tmp := f.Name()
-	fail := func(err error) (Meta, error) {
-		f.Close()
-		os.Remove(tmp)
-		return Meta{}, fmt.Errorf("save trace %s: %w", meta.TaskID, err)
-	}
-	cw := &countWriter{w: f}
-	if err := write(cw); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		return fail(err)
-	}
-	meta.FileSize = cw.n
+	meta.FileSize = size
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := os.Rename(tmp, s.path(meta.TaskID)); err != nil {
-		os.Remove(tmp)
-		return Meta{}, fmt.Errorf("save trace %s: %w", meta.TaskID, err)
-	}
 	s.index[meta.TaskID] = meta
 	s.enforceLocked(meta.TaskID)
 	if err := s.writeIndexLocked(); err != nil {
@@ -308,7 +298,7 @@ func (s *Store) reconcileLocked() {
 	onDisk := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".tmp-") {
+		if atomicfile.IsTemp(name) {
 			os.Remove(filepath.Join(s.cfg.Dir, name))
 			continue
 		}
@@ -344,18 +334,5 @@ func (s *Store) writeIndexLocked() error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(s.cfg.Dir, ".tmp-index-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(s.cfg.Dir, indexFile))
+	return atomicfile.Write(filepath.Join(s.cfg.Dir, indexFile), b, 0o600)
 }

@@ -141,7 +141,7 @@ func TestKilledWriterLeavesNoVisibleFile(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	tmps, _ := filepath.Glob(filepath.Join(dir, ".tmp-*"))
+	tmps, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
 	if len(tmps) != 1 {
 		t.Fatalf("want the child's temp file, found %v", tmps)
 	}
@@ -153,7 +153,7 @@ func TestKilledWriterLeavesNoVisibleFile(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "killed.json")); !os.IsNotExist(err) {
 		t.Error("a killed writer left a visible trace file")
 	}
-	if tmps, _ := filepath.Glob(filepath.Join(dir, ".tmp-*")); len(tmps) != 0 {
+	if tmps, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*")); len(tmps) != 0 {
 		t.Errorf("Open did not clean up %v", tmps)
 	}
 }
