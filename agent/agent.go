@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/identity"
@@ -24,8 +23,9 @@ import (
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
-	"github.com/orrery-cluster/orrery/cluster/wire"
+	"github.com/orrery-cluster/orrery/cluster/ringbench"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // Agent is one running node: the parts New wires, which Start runs.
@@ -41,15 +41,16 @@ type Agent struct {
 	disc     *discovery.Discovery
 	replica  *replica.Replica
 	traces   *tracestore.Store
-	// collector merges ranks' spans (on the master).
-	collector *tracecollect.Collector
+	// tracer ships this node's spans and merges traces on the master;
+	// ring runs the ring benchmark.
+	tracer    *tracecollect.Tracer
+	ring      *ringbench.Bench
 	sup       *supervisor.Supervisor
 	relay     *supervisor.Relay
 	instances *instance.Manager
 	shards    *shard.Cache
 	peerLn    *peerapi.Listener // stream links from peers, for the peer API
 	peerHTTP  *http.Client      // to other nodes' peer APIs
-	bg        sync.WaitGroup    // trace shipping started by requests
 
 	// run is set by Start: the running services.
 	run *running
@@ -151,11 +152,9 @@ func (a *Agent) wire(k keys, exe string) error {
 	a.replica = replica.New(a.store)
 	a.peerLn = peerapi.NewListener(a.pln.Addr())
 	a.peerHTTP = peerapi.NewClient(func(ctx context.Context, node string) (net.Conn, error) {
-		return a.node.DialStream(ctx, node, wire.StreamHTTP, "")
+		return a.node.DialStream(ctx, node, cluster.PurposeHTTP, "")
 	})
 	a.wireServing(exe)
-	a.collector = tracecollect.New(tracecollect.Config{Timeout: cfg.TraceMergeTimeout,
-		ClockOffsets: a.clockOffsets, Self: id, Save: a.saveTrace, Logger: a.log})
 	node, err := cluster.NewNode(cluster.Config{
 		NodeID: id, StartedAt: k.id.StartedAt, Version: cfg.Version,
 		Listener: a.pln, PeerPort: peerPort,
@@ -165,13 +164,21 @@ func (a *Agent) wire(k keys, exe string) error {
 			disc.ReportDial(p.NodeID, p.Addr, err, err != nil && auth.IsKeyMismatch(err))
 		},
 		App: a.replica, Heartbeat: cfg.Heartbeat, FailAfter: cfg.FailAfter, Logger: cfg.Logger,
-		OnTrace: a.onTrace, RingRun: a.ringRankRun,
-		OnStream: a.onStream,
 	})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	a.node, a.seq = node, replica.Sequencer{Node: node}
+	node.HandleStream(cluster.PurposeHTTP, func(_ context.Context, _, _ string, c net.Conn) { a.peerLn.Offer(c) })
+	node.HandleStream(cluster.PurposeRank, func(ctx context.Context, peer, id string, c net.Conn) {
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		defer stop()
+		a.relay.Accept(peer, id, c)
+	})
+	a.tracer = tracecollect.NewTracer(tracecollect.TracerConfig{Self: id, NodeName: k.id.FriendlyName,
+		Node: node, Links: node.Links, BytesSent: node.BytesSent, State: a.store.State, History: a.store.History(),
+		Traces: a.traces, MergeTimeout: cfg.TraceMergeTimeout, Logger: a.log})
+	a.ring = ringbench.New(ringbench.Config{Node: node, OnRank: a.tracer.RingRank, Logger: a.log})
 	// Whoever becomes master must know every node's identity and models:
 	// republish them on each change. The master turns failure detection
 	// into state.
@@ -198,14 +205,19 @@ func (a *Agent) wireServing(exe string) {
 		ContextLen: cfg.ContextLen, ModelFile: func(ctx context.Context, in state.Instance, rank int, p func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
 			return a.shards.ModelFile(ctx, in, rank, p)
 		},
-		Publish: publish, OnLoaded: a.onLoaded, Logger: a.log})
+		Publish: publish, Logger: a.log,
+		OnLoaded: func(in state.Instance, rank int, spans []trace.Span) { a.tracer.Loaded(in, rank, spans) }})
 	a.instances = instance.New(instance.Config{Self: id, Store: a.store, Publish: publish, Models: models,
-		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, ShipTrace: a.shipTrace, Logger: a.log})
+		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, Logger: a.log,
+		ShipTrace: func(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string) {
+			a.tracer.ShipTask(task, kind, spans, ranks, errText)
+		}})
 	a.shards = shard.New(shard.Config{Dir: filepath.Join(cfg.DataDir, "shards"), Self: id, Models: models,
 		Peer: a.peerHTTP, State: a.store.State, Holder: a.instances.PickNode, Logger: a.log})
-	a.relay = a.sup.Relay(supervisor.RelayConfig{Self: id, State: a.store.State, ShipRank: a.shipRank,
+	a.relay = a.sup.Relay(supervisor.RelayConfig{Self: id, State: a.store.State,
+		ShipRank: func(task string, rank int, spans []trace.Span) { a.tracer.ShipRank(task, rank, spans) },
 		DialPeer: func(ctx context.Context, node, streamID string) (net.Conn, error) {
-			return a.node.DialStream(ctx, node, wire.StreamRank, streamID)
+			return a.node.DialStream(ctx, node, cluster.PurposeRank, streamID)
 		}})
 }
 
@@ -216,19 +228,6 @@ func (c Config) modelDirs() model.Dirs {
 	}
 	home, _ := os.UserHomeDir()
 	return model.DefaultDirs(c.DataDir, home, c.Getenv)
-}
-
-// onStream is cluster.Config.OnStream: peer API streams go to the peer
-// API server, rank links to the relay.
-func (a *Agent) onStream(peer, purpose, id string, c net.Conn) {
-	switch purpose {
-	case wire.StreamHTTP:
-		a.peerLn.Offer(c)
-	case wire.StreamRank:
-		a.relay.Accept(peer, id, c)
-	default:
-		c.Close()
-	}
 }
 
 func (a *Agent) publishIdentity() {

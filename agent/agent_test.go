@@ -147,6 +147,30 @@ func TestServiceFailureStopsTheAgent(t *testing.T) {
 	}
 }
 
+// TestClusterFailureStopsTheAgent: a node whose peer listener fails is no
+// longer a member; the agent stops and says so rather than serving a
+// state nobody updates.
+func TestClusterFailureStopsTheAgent(t *testing.T) {
+	a, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a.pln.Close()
+	done := make(chan error, 1)
+	go func() { done <- a.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.HasPrefix(err.Error(), "cluster: accept peer links") {
+			t.Fatalf("Wait = %v, want the cluster service's failure", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent carried on after its cluster node failed")
+	}
+}
+
 func TestRunAllStopsEveryServiceOnTheFirstFailure(t *testing.T) {
 	testutil.CheckLeaks(t)
 	log := slog.New(slog.DiscardHandler)

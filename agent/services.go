@@ -223,17 +223,30 @@ func (a *Agent) shutdown() {
 	a.sup.Close()
 	a.peerLn.Close()
 	a.ln.Close()
-	a.bg.Wait()
-	// Save whatever ranks delivered for traces still being merged.
-	a.collector.Close()
+	// Ship what requests left, save what ranks delivered for traces
+	// still being merged.
+	a.tracer.Close()
 }
 
 type clusterView struct{ a *Agent }
 
 func (v clusterView) ClusterStatus() cluster.Status   { return v.a.node.Status() }
 func (v clusterView) HashAt(idx int64) (string, bool) { return v.a.replica.HashAt(idx) }
+
+// RingBench runs the ring benchmark coordinated by this node and, unless
+// noTrace, announces its trace (see tracecollect.AnnounceRing).
 func (v clusterView) RingBench(ctx context.Context, size, rounds int, noTrace bool) (api.RingBenchResult, error) {
-	return v.a.ringBench(ctx, size, rounds, noTrace)
+	res, err := v.a.ring.Run(ctx, size, rounds, noTrace)
+	out := api.RingBenchResult{Result: res}
+	if res.Bench == "" || noTrace {
+		return out, err
+	}
+	tr := v.a.tracer.AnnounceRing(ctx, res, err)
+	out.TraceID, out.TraceMaster, out.TraceSaved = tr.ID, tr.Master, tr.Saved
+	if err != nil && tr.ID != "" {
+		return out, fmt.Errorf("%w (its partial trace %s goes to the master, %s)", err, tr.ID, tr.Master)
+	}
+	return out, err
 }
 
 type discoveryView struct{ d *discovery.Discovery }

@@ -2,8 +2,12 @@ package cluster
 
 import (
 	"math"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/wire"
 )
 
 // Link telemetry constants.
@@ -208,4 +212,70 @@ func (l *linkStat) offset() (off, uncertainty time.Duration) {
 		return 0, 0
 	}
 	return l.offsets[best].offset, l.offsets[best].rtt / 2
+}
+
+// linkLocked returns the probe statistics of peer, creating them.
+func (n *Node) linkLocked(peer string) *linkStat {
+	l := n.links[peer]
+	if l == nil {
+		l = &linkStat{}
+		n.links[peer] = l
+	}
+	return l
+}
+
+// trafficFor returns the byte counters of peer, shared by all its links.
+func (n *Node) trafficFor(peer string) *traffic {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t := n.traffic[peer]
+	if t == nil {
+		if len(n.traffic) >= 4*wire.MaxMembersPerMsg {
+			clear(n.traffic) // bound: peers come and go over weeks
+		}
+		t = &traffic{}
+		n.traffic[peer] = t
+	}
+	return t
+}
+
+// Links returns the measured link to every peer we probe, sorted by peer.
+func (n *Node) Links() []Link {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.linksLocked()
+}
+
+func (n *Node) linksLocked() []Link {
+	out := []Link{}
+	for id, l := range n.links {
+		if l.samples == 0 {
+			continue
+		}
+		loss, probes := l.lossPct((n.seq + 1) * ProbesPerBurst)
+		off, unc := l.offset()
+		lk := Link{PeerID: id, RTTLast: l.rttLast, RTTEWMA: l.rttEWMA, RTTMin: l.rttMin, Jitter: l.jitter,
+			LossPct: loss, Probes: probes, ClockOffset: off, ClockOffsetUncertainty: unc, LastAck: l.lastAck}
+		if c := n.out[id]; c != nil {
+			lk.LocalAddr, lk.RemoteAddr = c.tc.LocalAddr().String(), c.tc.RemoteAddr().String()
+		}
+		if t := n.traffic[id]; t != nil {
+			lk.BytesSent, lk.BytesRecv = t.sent.Load(), t.recv.Load()
+		}
+		out = append(out, lk)
+	}
+	slices.SortFunc(out, func(a, b Link) int { return strings.Compare(a.PeerID, b.PeerID) })
+	return out
+}
+
+// BytesSent returns the bytes sent so far to each peer over all links, for
+// every peer ever linked (Links lists only probed ones).
+func (n *Node) BytesSent() map[string]uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make(map[string]uint64, len(n.traffic))
+	for id, t := range n.traffic {
+		out[id] = t.sent.Load()
+	}
+	return out
 }

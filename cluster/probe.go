@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"io"
-	"net"
 	"sync"
 	"time"
 )
@@ -85,16 +84,12 @@ func (n *Node) runProbeLink(ctx context.Context, peer string) {
 	if c == nil {
 		return
 	}
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: dialTimeout}, Config: n.cfg.ClientTLS}
-	dctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
-	raw, err := d.DialContext(dctx, "tcp", c.addr)
-	cancel()
+	pc, err := n.dialTLS(ctx, c.addr, purposeProbe, "")
 	if err != nil {
 		return
 	}
-	tc := raw.(*tls.Conn)
-	pc, err := n.handshakeAs(tc, "probe", "")
-	if err != nil || pc.peer != peer {
+	tc := pc.tc
+	if pc.peer != peer {
 		tc.Close()
 		return
 	}

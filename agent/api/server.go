@@ -16,6 +16,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/cluster/ringbench"
 	"github.com/orrery-cluster/orrery/internal/ident"
 
 	"github.com/orrery-cluster/orrery/agent/state"
@@ -77,7 +78,7 @@ type ClusterView interface {
 // RingBenchResult is the answer of POST /v1/cluster/ring-bench: the
 // cluster's result plus where its trace went.
 type RingBenchResult struct {
-	cluster.RingResult
+	ringbench.Result
 	// TraceID names the run's trace; it is stored on TraceMaster (the
 	// master when the run ended), and already saved when TraceSaved.
 	TraceID     string `json:"traceId,omitempty"`

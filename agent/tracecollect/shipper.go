@@ -31,8 +31,8 @@ type ShipperConfig struct {
 	Rank int
 	// Node is this node's id, stamped on the spans.
 	Node string
-	// Send delivers one message to the master (cluster.Node.ShipTrace).
-	Send func(ctx context.Context, msg any) error
+	// Send delivers one chunk to the master (a Router's Chunk).
+	Send func(ctx context.Context, c *wire.TraceChunk) error
 	// LinkBytes returns the bytes sent so far to each peer (nil: no link
 	// tracks).
 	LinkBytes func() map[string]uint64

@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/cluster/wire"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // A rank's spans reach a collector in bounded chunks: some while the task
@@ -20,22 +21,23 @@ func TestShipperFlushesInChunks(t *testing.T) {
 	c := New(Config{Timeout: time.Hour, Save: s.save})
 	var chunks, maxSpans atomic.Int64
 	var sent atomic.Uint64
-	send := func(_ context.Context, msg any) error {
-		if m, ok := msg.(*wire.TraceChunk); ok {
-			chunks.Add(1)
-			var d chunkData
-			if err := json.Unmarshal(m.Data, &d); err != nil {
-				return err
-			}
-			if n := int64(len(d.Spans)); n > maxSpans.Load() {
-				maxSpans.Store(n)
-			}
-			return c.Chunk("n1", m)
+	send := func(_ context.Context, m *wire.TraceChunk) error {
+		chunks.Add(1)
+		var d chunkData
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			return err
 		}
-		return c.Task("n1", msg.(*wire.TraceTask))
+		if n := int64(len(d.Spans)); n > maxSpans.Load() {
+			maxSpans.Store(n)
+		}
+		return c.Chunk("n1", m)
 	}
+	var samples atomic.Int64
 	sh := NewShipper(ShipperConfig{Task: "long", Rank: 0, Node: "n1", Send: send,
-		LinkBytes:  func() map[string]uint64 { return map[string]uint64{"n2": sent.Add(1 << 20)} },
+		LinkBytes: func() map[string]uint64 {
+			samples.Add(1)
+			return map[string]uint64{"n2": sent.Add(1 << 20)}
+		},
 		FlushEvery: 20 * time.Millisecond, SampleEvery: 10 * time.Millisecond})
 	rec := sh.Recorder()
 	const total = 3*chunkSpans + 100
@@ -43,25 +45,19 @@ func TestShipperFlushesInChunks(t *testing.T) {
 		tok := rec.Start("step", "decode")
 		tok.End(trace.Args{}.WithToken(i))
 		if i == chunkSpans {
-			// Let a flush happen mid-task.
-			deadline := time.Now().Add(5 * time.Second)
-			for chunks.Load() == 0 && time.Now().Before(deadline) {
-				time.Sleep(5 * time.Millisecond)
-			}
+			testutil.WaitFor(t, "a flush while the task runs", func() bool { return chunks.Load() > 0 })
 		}
 	}
-	if chunks.Load() == 0 {
-		t.Fatal("nothing shipped while the task ran")
-	}
 	sh.Add(trace.Span{Name: "extra", Cat: "x", StartNs: time.Now().UnixNano(), DurNs: 1})
-	time.Sleep(30 * time.Millisecond) // a few link samples
+	// The first sample is taken at start; two more give two rates.
+	testutil.WaitFor(t, "a few link samples", func() bool { return samples.Load() >= 3 })
 	if err := sh.Finish(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := sh.Finish(context.Background()); err == nil {
 		t.Error("second Finish did not complain")
 	}
-	if err := send(context.Background(), task("long", "n1")); err != nil {
+	if err := c.Task("n1", task("long", "n1")); err != nil {
 		t.Fatal(err)
 	}
 	res := wait(t, c, "long")
@@ -88,7 +84,7 @@ func TestShipperFlushesInChunks(t *testing.T) {
 func TestShipperReportsSendErrors(t *testing.T) {
 	var mu sync.Mutex
 	calls := 0
-	sh := NewShipper(ShipperConfig{Task: "t", Rank: 1, Node: "n", Send: func(context.Context, any) error {
+	sh := NewShipper(ShipperConfig{Task: "t", Rank: 1, Node: "n", Send: func(context.Context, *wire.TraceChunk) error {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // Defaults for Config.
@@ -26,7 +27,6 @@ const (
 	DefaultMaxAge   = 30 * 24 * time.Hour
 	indexFile       = "index.json"
 	traceExt        = ".json"
-	maxIDLen        = 64
 )
 
 // Errors callers map to HTTP statuses.
@@ -98,17 +98,12 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// ValidID reports whether id may name a trace: 1..64 bytes of
-// [A-Za-z0-9_-]. Nothing else ever becomes a path.
+// ValidID reports whether id may name a trace: ident.ValidTraceID's rule.
+// Nothing else ever becomes a path. Its errors wrap both ErrBadID and
+// ident.ErrInvalid.
 func ValidID(id string) error {
-	if id == "" || len(id) > maxIDLen {
-		return fmt.Errorf("%w: length %d, want 1..%d", ErrBadID, len(id), maxIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("%w: %q: byte %d is not [A-Za-z0-9_-]", ErrBadID, id, i)
-		}
+	if err := ident.ValidTraceID(id); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadID, err)
 	}
 	return nil
 }

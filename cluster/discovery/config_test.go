@@ -13,7 +13,7 @@ func TestNewValidates(t *testing.T) {
 		wantErr string
 	}{
 		{"bad node id", func(c *Config) { c.NodeID = "a/b" }, "node id"},
-		{"empty node id", func(c *Config) { c.NodeID = "" }, "node id length 0"},
+		{"empty node id", func(c *Config) { c.NodeID = "" }, "empty node id"},
 		{"bad fingerprint", func(c *Config) { c.KeyFP = "abc" }, "16 hex"},
 		{"bad version", func(c *Config) { c.Version = "1\x00" }, "printable"},
 		{"no peer port", func(c *Config) { c.PeerPort = 0 }, "peer port 0"},

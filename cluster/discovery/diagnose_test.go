@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/mdns"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 func fakeInterfaces(ifs ...net.Interface) func() ([]net.Interface, error) {
@@ -59,7 +61,7 @@ func TestDiagnoseNothingFound(t *testing.T) {
 	dir := t.TempDir()
 	d := mustNew(t, loopbackConfig(t, dir, "a", 7001))
 	start(t, d)
-	waitFor(t, "nothing-found", func() bool { _, ok := problem(d.Diagnose(), CodeNothingFound); return ok })
+	testutil.WaitFor(t, "nothing-found", func() bool { _, ok := problem(d.Diagnose(), CodeNothingFound); return ok })
 	p, _ := problem(d.Diagnose(), CodeNothingFound)
 	if !strings.Contains(p.Message, dir) || !strings.Contains(p.Hint, "--peer host:port") || !strings.Contains(p.Hint, dir) {
 		t.Fatalf("nothing-found = %+v", p)

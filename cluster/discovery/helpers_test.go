@@ -3,7 +3,6 @@ package discovery
 import (
 	"context"
 	"log/slog"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -11,19 +10,8 @@ import (
 	"time"
 )
 
+// waitTimeout bounds how long a stopped Discovery may take to return.
 const waitTimeout = 5 * time.Second
-
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 type testWriter struct{ t *testing.T }
 
@@ -93,20 +81,4 @@ func problem(r Report, code string) (Problem, bool) {
 		return Problem{}, false
 	}
 	return r.Problems[i], true
-}
-
-// checkGoroutines fails the test if goroutines started during it are still
-// running once its other cleanups ran. Call it first in a test.
-func checkGoroutines(t *testing.T) {
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(waitTimeout)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<16)
-				t.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 func loopbackConfig(t *testing.T, dir, id string, port int) Config {
@@ -22,7 +24,7 @@ func loopbackConfig(t *testing.T, dir, id string, port int) Config {
 // TestLoopbackAgentsFindEachOther runs three agents and a fourth with
 // another cluster key in one process, sharing a directory.
 func TestLoopbackAgentsFindEachOther(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckLeaks(t)
 	dir := t.TempDir()
 	ids := []string{"a", "b", "c"}
 	ds := map[string]*Discovery{}
@@ -40,7 +42,7 @@ func TestLoopbackAgentsFindEachOther(t *testing.T) {
 		return slices.DeleteFunc(slices.Clone(ids), func(s string) bool { return s == self })
 	}
 	for _, id := range ids {
-		waitFor(t, id+" to see the other two", func() bool {
+		testutil.WaitFor(t, id+" to see the other two", func() bool {
 			got := nodeIDs(ds[id].Peers())
 			if slices.Contains(got, id) {
 				t.Fatalf("%s lists itself: %v", id, got)
@@ -59,11 +61,11 @@ func TestLoopbackAgentsFindEachOther(t *testing.T) {
 	}
 
 	// The agent with another key is kept apart on both sides.
-	waitFor(t, "a to see x as mismatched", func() bool { return slices.Equal(nodeIDs(ds["a"].Mismatched()), []string{"x"}) })
+	testutil.WaitFor(t, "a to see x as mismatched", func() bool { return slices.Equal(nodeIDs(ds["a"].Mismatched()), []string{"x"}) })
 	if got := nodeIDs(ds["a"].Peers()); slices.Contains(got, "x") {
 		t.Fatalf("a lists x among its peers: %v", got)
 	}
-	waitFor(t, "x to see a, b, c as mismatched", func() bool { return slices.Equal(nodeIDs(x.Mismatched()), ids) })
+	testutil.WaitFor(t, "x to see a, b, c as mismatched", func() bool { return slices.Equal(nodeIDs(x.Mismatched()), ids) })
 	if got := x.Peers(); len(got) != 0 {
 		t.Fatalf("x lists peers with another key: %v", got)
 	}
@@ -95,7 +97,7 @@ func TestLoopbackAgentsFindEachOther(t *testing.T) {
 		t.Fatalf("c.json after c stopped: %v", err)
 	}
 	for _, id := range []string{"a", "b"} {
-		waitFor(t, id+" to drop c", func() bool { return !slices.Contains(nodeIDs(ds[id].Peers()), "c") })
+		testutil.WaitFor(t, id+" to drop c", func() bool { return !slices.Contains(nodeIDs(ds[id].Peers()), "c") })
 	}
 	if got := nodeIDs(ds["a"].Peers()); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("a sees %v after c stopped, want [b]", got)
@@ -106,7 +108,7 @@ func TestLoopbackAgentsFindEachOther(t *testing.T) {
 // refreshed in time and old unreadable files are ignored and removed; a
 // fresh unreadable file is ignored and left alone.
 func TestLoopbackStaleRecords(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckLeaks(t)
 	dir := t.TempDir()
 
 	// A pid that certainly existed and is now gone: a child we waited for.
@@ -152,7 +154,7 @@ func TestLoopbackStaleRecords(t *testing.T) {
 	d := mustNew(t, cfg)
 	start(t, d)
 	gone := func(path string) bool { _, err := os.Stat(path); return errors.Is(err, fs.ErrNotExist) }
-	waitFor(t, "stale records to be removed", func() bool {
+	testutil.WaitFor(t, "stale records to be removed", func() bool {
 		if ps := d.Peers(); len(ps) != 0 {
 			t.Fatalf("stale or invalid records listed as peers: %+v", ps)
 		}

@@ -22,7 +22,7 @@ func TestParseLoopbackRecord(t *testing.T) {
 	for _, tc := range []struct{ name, in, wantErr string }{
 		{"not json", `nope`, "invalid character"},
 		{"trailing data", `{"nodeId":"a","port":1,"keyFp":"0123456789abcdef","pid":1} x`, "invalid character"},
-		{"missing node id", `{"port":1,"keyFp":"0123456789abcdef","pid":1}`, "node id length 0"},
+		{"missing node id", `{"port":1,"keyFp":"0123456789abcdef","pid":1}`, "empty node id"},
 		{"bad node id", `{"nodeId":"../x","port":1,"keyFp":"0123456789abcdef","pid":1}`, "not [A-Za-z0-9_-]"},
 		{"port 0", `{"nodeId":"a","port":0,"keyFp":"0123456789abcdef","pid":1}`, "want 1..65535"},
 		{"port 70000", `{"nodeId":"a","port":70000,"keyFp":"0123456789abcdef","pid":1}`, "want 1..65535"},

@@ -10,16 +10,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 func TestStaticPeer(t *testing.T) {
-	checkGoroutines(t)
+	testutil.CheckLeaks(t)
 	cfg := testConfig(t, "a")
 	cfg.Static = []string{"127.0.0.1:7101", "127.0.0.1:7000"} // the second one is ourselves
 	d := mustNew(t, cfg)
 	start(t, d)
 	want := netip.MustParseAddrPort("127.0.0.1:7101")
-	waitFor(t, "the static peer", func() bool { return len(d.Peers()) > 0 })
+	testutil.WaitFor(t, "the static peer", func() bool { return len(d.Peers()) > 0 })
 	ps := d.Peers()
 	if len(ps) != 1 || ps[0].NodeID != "" || ps[0].Source != SourceStatic || !slices.Equal(ps[0].Addrs, []netip.AddrPort{want}) {
 		t.Fatalf("Peers() = %+v, want one static peer at %v (and not ourselves)", ps, want)
@@ -39,7 +41,7 @@ func TestStaticDedupe(t *testing.T) {
 	b := mustNew(t, loopbackConfig(t, dir, "b", 7002))
 	start(t, a)
 	start(t, b)
-	waitFor(t, "b and the other static peer", func() bool {
+	testutil.WaitFor(t, "b and the other static peer", func() bool {
 		ps := a.Peers()
 		return len(ps) == 2 && ps[0].NodeID == "b" && ps[1].Source == SourceStatic
 	})
@@ -64,7 +66,7 @@ func TestStaticUnresolvable(t *testing.T) {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
 	start(t, d)
-	waitFor(t, "peer.test to resolve", func() bool { return len(d.Peers()) == 1 })
+	testutil.WaitFor(t, "peer.test to resolve", func() bool { return len(d.Peers()) == 1 })
 	want := []netip.AddrPort{netip.MustParseAddrPort("127.0.0.2:7102"), netip.MustParseAddrPort("[::1]:7102")}
 	if ps := d.Peers(); !slices.Equal(ps[0].Addrs, want) {
 		t.Fatalf("Peers() = %+v, want addresses %v (IPv4 first)", ps, want)
@@ -73,7 +75,7 @@ func TestStaticUnresolvable(t *testing.T) {
 	mu.Lock()
 	resolves = false
 	mu.Unlock()
-	waitFor(t, "nothing-found", func() bool { _, ok := problem(d.Diagnose(), CodeNothingFound); return ok })
+	testutil.WaitFor(t, "nothing-found", func() bool { _, ok := problem(d.Diagnose(), CodeNothingFound); return ok })
 	p, _ := problem(d.Diagnose(), CodeNothingFound)
 	if !strings.Contains(p.Message, "no-such-host.invalid:7000 does not resolve") || !strings.Contains(p.Hint, "--peer") {
 		t.Fatalf("nothing-found = %+v", p)
@@ -85,7 +87,7 @@ func TestReportDialUnreachable(t *testing.T) {
 	cfg.Static = []string{"127.0.0.1:7101"}
 	d := mustNew(t, cfg)
 	start(t, d)
-	waitFor(t, "the static peer", func() bool { return len(d.Peers()) == 1 })
+	testutil.WaitFor(t, "the static peer", func() bool { return len(d.Peers()) == 1 })
 
 	d.ReportDial("", "127.0.0.1:7101", errors.New("dial tcp 127.0.0.1:7101: connect: connection refused"), false)
 	r := d.Diagnose()

@@ -1,12 +1,12 @@
 package discovery
 
 import (
-	"github.com/orrery-cluster/orrery/cluster/wire"
-
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // Limits on what a peer may advertise. TXT strings are capped at 255 bytes
@@ -93,7 +93,7 @@ func (t TXT) Fields() []string {
 
 // validNodeID is the peer protocol's rule, so that every id discovery
 // accepts is one a peer link accepts too.
-func validNodeID(id string) error { return wire.ValidNodeID(id) }
+func validNodeID(id string) error { return ident.ValidNodeID(id) }
 
 func validVersion(v string) error {
 	if len(v) > MaxVersionLen {

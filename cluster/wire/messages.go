@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // Type is a message type, the frame's first byte.
@@ -12,13 +14,16 @@ type Type byte
 
 // Message types. Numbers are part of the protocol: never reuse one.
 const (
-	TypeHello      Type = 1  // first frame on a connection, both ways
-	TypeHeartbeat  Type = 2  // every heartbeat interval, with a probe stamp
-	TypeProbeAck   Type = 3  // answer to a heartbeat: the four NTP stamps
-	TypeSubmit     Type = 4  // worker → master: local events to index
-	TypeEvents     Type = 5  // master → all: indexed events
-	TypeFetch      Type = 6  // node → master: resend events since N
-	TypeSnapshot   Type = 7  // master → node: whole state at an index
+	TypeHello     Type = 1 // first frame on a connection, both ways
+	TypeHeartbeat Type = 2 // every heartbeat interval, with a probe stamp
+	TypeProbeAck  Type = 3 // answer to a heartbeat: the four NTP stamps
+	TypeSubmit    Type = 4 // worker → master: local events to index
+	TypeEvents    Type = 5 // master → all: indexed events
+	TypeFetch     Type = 6 // node → master: resend events since N
+	TypeSnapshot  Type = 7 // master → node: whole state at an index
+	// The rest travel on streams (cluster.Node.DialStream), not on the
+	// control link: ring messages on the ring benchmark's control stream,
+	// trace messages on a trace stream to the master.
 	TypeRingStart  Type = 8  // coordinator → members: run a ring benchmark
 	TypeRingReport Type = 9  // member → coordinator: its hop timings
 	TypeTraceTask  Type = 10 // task owner → master: a traced task ended; its ranks
@@ -41,7 +46,7 @@ func (t Type) String() string {
 
 // Limits on decoded messages.
 const (
-	MaxNodeIDLen     = 64
+	MaxNodeIDLen     = ident.MaxLen
 	MaxEventsPerMsg  = 4096
 	MaxMembersPerMsg = 256
 	MaxVersionLen    = 64
@@ -55,20 +60,28 @@ type Hello struct {
 	Version   string    `json:"version"`
 	PeerPort  int       `json:"peerPort"`
 	// Purpose is "" for the control link, "probe" for the link-probe echo
-	// link, "ring" for a ring-benchmark rank link (then Bench names the run),
-	// "http" for a stream carrying the agent's peer API, "rank" for a
-	// pipeline's rank link (Bench names the rank: <instance>-r<rank>).
-	Purpose string `json:"purpose,omitempty"`
-	Bench   string `json:"bench,omitempty"`
+	// link, else the purpose of a stream (see ValidPurpose), whose
+	// StreamID (may be empty) tells the acceptor what it is for.
+	Purpose  string `json:"purpose,omitempty"`
+	StreamID string `json:"bench,omitempty"` // "bench": its name before streams were general
 }
 
-// StreamHTTP is the link purpose of a stream carrying the agent's peer
-// HTTP API (requests forwarded from another node); StreamRank carries a
-// rank link of a pipeline (Bench names the receiving rank).
-const (
-	StreamHTTP = "http"
-	StreamRank = "rank"
-)
+// MaxPurposeLen bounds a stream purpose.
+const MaxPurposeLen = 32
+
+// ValidPurpose checks a link purpose: "" (the control link) or 1..32 bytes
+// of [a-z0-9-].
+func ValidPurpose(p string) error {
+	if len(p) > MaxPurposeLen {
+		return fmt.Errorf("link purpose is %d bytes, limit %d", len(p), MaxPurposeLen)
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("link purpose %q: byte %d is not [a-z0-9-]", p, i)
+		}
+	}
+	return nil
+}
 
 // Ring benchmark limits.
 const (
@@ -110,7 +123,8 @@ type RingReport struct {
 }
 
 // Trace collection limits. A chunk's payload is bounded by MaxTraceChunk so
-// that one chunk never holds a link for long (heartbeats share it).
+// that one chunk never holds the trace stream for long (other ranks of the
+// node share it).
 const (
 	MaxTraceChunk = 1 << 20
 	MaxTraceRanks = 1024
@@ -295,29 +309,15 @@ func Decode(t Type, payload []byte) (any, error) {
 	return v, nil
 }
 
-// ValidNodeID mirrors the agent's rule: 1..64 bytes of [A-Za-z0-9_-].
-func ValidNodeID(id string) error {
-	if id == "" || len(id) > MaxNodeIDLen {
-		return fmt.Errorf("node id length %d, want 1..%d", len(id), MaxNodeIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("node id %q: byte %d is not [A-Za-z0-9_-]", id, i)
-		}
-	}
-	return nil
-}
-
 func optionalNodeID(id string) error {
 	if id == "" {
 		return nil
 	}
-	return ValidNodeID(id)
+	return ident.ValidNodeID(id)
 }
 
 func (m *Hello) validate() error {
-	if err := ValidNodeID(m.NodeID); err != nil {
+	if err := ident.ValidNodeID(m.NodeID); err != nil {
 		return err
 	}
 	if m.PeerPort < 0 || m.PeerPort > 65535 {
@@ -326,25 +326,23 @@ func (m *Hello) validate() error {
 	if len(m.Version) > MaxVersionLen {
 		return fmt.Errorf("version is %d bytes, limit %d", len(m.Version), MaxVersionLen)
 	}
-	switch m.Purpose {
-	case "":
-	case "ring":
-		if err := validBench(m.Bench); err != nil {
-			return err
+	if err := ValidPurpose(m.Purpose); err != nil {
+		return err
+	}
+	if m.StreamID != "" {
+		if m.Purpose == "" {
+			return errors.New("a stream id on the control link")
 		}
-	case "probe", StreamHTTP:
-	case StreamRank:
-		if err := validBench(m.Bench); err != nil {
-			return err
+		if err := ident.ValidInstanceID(m.StreamID); err != nil {
+			return fmt.Errorf("stream id: %w", err)
 		}
-	default:
-		return fmt.Errorf("unknown link purpose %q", m.Purpose)
 	}
 	return nil
 }
 
+// validBench checks a ring benchmark's id: it names the run's trace.
 func validBench(id string) error {
-	if err := ValidNodeID(id); err != nil {
+	if err := ident.ValidTraceID(id); err != nil {
 		return fmt.Errorf("bench id: %w", err)
 	}
 	return nil
@@ -362,7 +360,7 @@ func (m *RingStart) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, id := range m.Order {
-		if err := ValidNodeID(id); err != nil {
+		if err := ident.ValidNodeID(id); err != nil {
 			return fmt.Errorf("ring member: %w", err)
 		}
 		if seen[id] {
@@ -383,7 +381,7 @@ func (m *RingReport) validate() error {
 	if err := validBench(m.Bench); err != nil {
 		return err
 	}
-	if err := ValidNodeID(m.From); err != nil {
+	if err := ident.ValidNodeID(m.From); err != nil {
 		return fmt.Errorf("from: %w", err)
 	}
 	if err := optionalNodeID(m.To); err != nil {
@@ -402,8 +400,8 @@ func (m *RingReport) validate() error {
 func (m *TraceTask) Validate() error { return m.validate() }
 
 func (m *TraceTask) validate() error {
-	if err := ValidNodeID(m.Task); err != nil {
-		return fmt.Errorf("task id: %w", err)
+	if err := ident.ValidTraceID(m.Task); err != nil {
+		return err
 	}
 	if len(m.Kind) > maxKindLen {
 		return fmt.Errorf("kind is %d bytes, limit %d", len(m.Kind), maxKindLen)
@@ -420,7 +418,7 @@ func (m *TraceTask) validate() error {
 			return fmt.Errorf("rank %d twice", r.Rank)
 		}
 		seen[r.Rank] = true
-		if err := ValidNodeID(r.Node); err != nil {
+		if err := ident.ValidNodeID(r.Node); err != nil {
 			return fmt.Errorf("rank %d node: %w", r.Rank, err)
 		}
 	}
@@ -434,8 +432,8 @@ func (m *TraceTask) validate() error {
 func (m *TraceChunk) Validate() error { return m.validate() }
 
 func (m *TraceChunk) validate() error {
-	if err := ValidNodeID(m.Task); err != nil {
-		return fmt.Errorf("task id: %w", err)
+	if err := ident.ValidTraceID(m.Task); err != nil {
+		return err
 	}
 	if m.Rank < 0 || m.Rank >= MaxTraceRanks {
 		return fmt.Errorf("rank %d, want 0..%d", m.Rank, MaxTraceRanks-1)
@@ -453,7 +451,7 @@ func (m *TraceChunk) validate() error {
 }
 
 func (m *Heartbeat) validate() error {
-	if err := ValidNodeID(m.NodeID); err != nil {
+	if err := ident.ValidNodeID(m.NodeID); err != nil {
 		return err
 	}
 	if err := optionalNodeID(m.MasterID); err != nil {
@@ -463,7 +461,7 @@ func (m *Heartbeat) validate() error {
 		return fmt.Errorf("%d members, limit %d", len(m.Members), MaxMembersPerMsg)
 	}
 	for _, id := range m.Members {
-		if err := ValidNodeID(id); err != nil {
+		if err := ident.ValidNodeID(id); err != nil {
 			return fmt.Errorf("member: %w", err)
 		}
 	}
@@ -474,7 +472,7 @@ func (m *Heartbeat) validate() error {
 		return fmt.Errorf("%d peers, limit %d", len(m.Peers), MaxMembersPerMsg)
 	}
 	for _, p := range m.Peers {
-		if err := ValidNodeID(p.NodeID); err != nil {
+		if err := ident.ValidNodeID(p.NodeID); err != nil {
 			return fmt.Errorf("peer: %w", err)
 		}
 		if len(p.Addr) == 0 || len(p.Addr) > 262 {
@@ -487,7 +485,7 @@ func (m *Heartbeat) validate() error {
 	return nil
 }
 
-func (m *ProbeAck) validate() error { return ValidNodeID(m.NodeID) }
+func (m *ProbeAck) validate() error { return ident.ValidNodeID(m.NodeID) }
 
 func validType(s string) error {
 	if s == "" || len(s) > 64 {
@@ -512,7 +510,7 @@ func (m *Submit) validate() error {
 }
 
 func (m *Events) validate() error {
-	if err := ValidNodeID(m.MasterID); err != nil {
+	if err := ident.ValidNodeID(m.MasterID); err != nil {
 		return fmt.Errorf("master: %w", err)
 	}
 	if len(m.Events) > MaxEventsPerMsg {
@@ -540,7 +538,7 @@ func (m *Fetch) validate() error {
 }
 
 func (m *Snapshot) validate() error {
-	if err := ValidNodeID(m.MasterID); err != nil {
+	if err := ident.ValidNodeID(m.MasterID); err != nil {
 		return fmt.Errorf("master: %w", err)
 	}
 	if m.LastIdx < -1 {

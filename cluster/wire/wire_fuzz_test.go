@@ -17,7 +17,9 @@ func FuzzReadFrame(f *testing.F) {
 		&Snapshot{MasterID: "m", State: []byte(`{}`)},
 		&RingStart{Bench: "r1", Order: []string{"a", "b"}, Size: 10, Rounds: 1},
 		&RingReport{Bench: "r1", From: "a", To: "b", Hops: []RingHop{{Round: 0, LatencyNs: 5}}},
-		&Hello{NodeID: "a", Purpose: "ring", Bench: "r1"},
+		&Hello{NodeID: "a", Purpose: "ring", StreamID: "r1"},
+		&Hello{NodeID: "a", Purpose: "trace"},
+		&Hello{NodeID: "a", Purpose: "probe"},
 		&TraceTask{Task: "t1", Kind: "ring-bench", Ranks: []TraceRank{{0, "a"}, {1, "b"}}},
 		&TraceChunk{Task: "t1", Rank: 1, Seq: 2, Final: true, Data: []byte(`{"spans":[]}`)},
 	} {

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 	"time"
 )
 
@@ -24,7 +26,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		&Snapshot{MasterID: "b", LastIdx: 9, State: json.RawMessage(`{"lastEventAppliedIdx":9}`)},
 		&RingStart{Bench: "r-1", Order: []string{"a", "b", "c"}, Size: 1 << 20, Rounds: 3},
 		&RingReport{Bench: "r-1", From: "b", To: "c", Hops: []RingHop{{Round: 0, LatencyNs: 1500}}},
-		&Hello{NodeID: "a", Purpose: "ring", Bench: "r-1"},
+		&Hello{NodeID: "a", Purpose: "ring", StreamID: "r-1"},
 		&TraceTask{Task: "r-1", Kind: "ring-bench", Ranks: []TraceRank{{Rank: 0, Node: "a"}, {Rank: 1, Node: "b"}}, Error: "x"},
 		&TraceChunk{Task: "r-1", Rank: 1, Seq: 3, Final: true, Data: json.RawMessage(`{"spans":[]}`)},
 	}
@@ -85,7 +87,7 @@ func TestDecodeRefusesBadMessages(t *testing.T) {
 		in   string
 		want string
 	}{
-		{TypeHello, `{"nodeId":""}`, "node id length 0"},
+		{TypeHello, `{"nodeId":""}`, "empty node id"},
 		{TypeHello, `{"nodeId":"../x"}`, "not [A-Za-z0-9_-]"},
 		{TypeHello, `{"nodeId":"a","peerPort":70000}`, "peer port"},
 		{TypeHeartbeat, `{"nodeId":"a","members":` + string(manyJSON) + `}`, "members, limit"},
@@ -97,8 +99,11 @@ func TestDecodeRefusesBadMessages(t *testing.T) {
 		{TypeFetch, `{"since":-4}`, "since"},
 		{TypeSnapshot, `{"masterId":"m","lastIdx":1,"state":[1]}`, "not a JSON object"},
 		{Type(99), `{}`, "unknown message type-99"},
-		{TypeHello, `{"nodeId":"a","purpose":"gossip"}`, "unknown link purpose"},
-		{TypeHello, `{"nodeId":"a","purpose":"ring"}`, "bench id"},
+		{TypeHello, `{"nodeId":"a","purpose":"Gossip!"}`, "not [a-z0-9-]"},
+		{TypeHello, `{"nodeId":"a","purpose":"` + strings.Repeat("p", 33) + `"}`, "limit 32"},
+		{TypeHello, `{"nodeId":"a","bench":"x"}`, "stream id on the control link"},
+		{TypeHello, `{"nodeId":"a","purpose":"ring","bench":"../x"}`, "stream id"},
+		{TypeRingStart, `{"bench":"a/b","order":["a","b"],"size":1,"rounds":1}`, "bench id"},
 		{TypeRingStart, `{"bench":"r","order":["a"],"size":1,"rounds":1}`, "ring of 1 nodes"},
 		{TypeRingStart, `{"bench":"r","order":["a","a"],"size":1,"rounds":1}`, "twice"},
 		{TypeRingStart, `{"bench":"r","order":["a","b"],"size":67108865,"rounds":1}`, "payload"},
@@ -106,7 +111,8 @@ func TestDecodeRefusesBadMessages(t *testing.T) {
 		{TypeRingReport, `{"bench":"r","from":"a","hops":[` + strings.Repeat(`{"round":0},`, 100) + `{"round":0}]}`, "hops, limit"},
 		{TypeHeartbeat, `{"nodeId":"a","peers":[{"nodeId":"b","addr":""}]}`, "address length"},
 		{TypeHello, `{"nodeId":`, "decode hello"},
-		{TypeTraceTask, `{"task":"../x","ranks":[{"rank":0,"node":"a"}]}`, "task id"},
+		{TypeTraceTask, `{"task":"../x","ranks":[{"rank":0,"node":"a"}]}`, "trace id"},
+		{TypeTraceChunk, `{"task":"","rank":0,"data":{}}`, "empty trace id"},
 		{TypeTraceTask, `{"task":"t","ranks":[]}`, "0 ranks"},
 		{TypeTraceTask, `{"task":"t","ranks":[{"rank":0,"node":"a"},{"rank":0,"node":"b"}]}`, "rank 0 twice"},
 		{TypeTraceTask, `{"task":"t","ranks":[{"rank":1024,"node":"a"}]}`, "rank 1024"},
@@ -119,6 +125,15 @@ func TestDecodeRefusesBadMessages(t *testing.T) {
 		_, err := Decode(tc.t, []byte(tc.in))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s: err = %v, want %q", tc.t, tc.in, err, tc.want)
+		}
+	}
+	// Bad ids are ident's errors, whichever message carries them.
+	for _, in := range []struct {
+		t  Type
+		in string
+	}{{TypeHello, `{"nodeId":"a b"}`}, {TypeTraceTask, `{"task":"a/b","ranks":[{"rank":0,"node":"a"}]}`}, {TypeRingReport, `{"bench":"r","from":".."}`}} {
+		if _, err := Decode(in.t, []byte(in.in)); !errors.Is(err, ident.ErrInvalid) {
+			t.Errorf("%s %s: %v, want ident.ErrInvalid", in.t, in.in, err)
 		}
 	}
 }

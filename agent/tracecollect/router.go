@@ -1,0 +1,200 @@
+package tracecollect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/cluster/wire"
+)
+
+// Trace shipping: every rank sends its spans to the master's Collector. A
+// Router carries them: over a trace stream (Purpose) to the master, or
+// straight to the local Collector when this node is the master. A node
+// keeps one stream to the master and shares it among its ranks; the
+// stream's own flow control paces a large trace, so it never delays the
+// control link's heartbeats.
+
+// Purpose is the stream purpose of trace shipping.
+const Purpose cluster.Purpose = "trace"
+
+// Limits.
+const (
+	// maxFrame bounds a frame on a trace stream: a chunk's data, or a
+	// task's ranks (MaxTraceRanks of them), plus the JSON around them.
+	maxFrame = wire.MaxTraceChunk + 256<<10
+	// idleClose closes a stream to the master that has not been used for
+	// this long, so that nodes do not hold idle streams.
+	idleClose = 30 * time.Second
+)
+
+// Node is what a Router needs of cluster.Node.
+type Node interface {
+	ID() string
+	Master() string
+	DialStream(ctx context.Context, peer string, p cluster.Purpose, id string) (net.Conn, error)
+	HandleStream(p cluster.Purpose, h cluster.StreamHandler)
+}
+
+var _ Node = (*cluster.Node)(nil)
+
+// Router routes this node's trace messages to the master, and takes other
+// nodes' messages into the local collector while this node is the master.
+// Safe for concurrent use.
+type Router struct {
+	node  Node
+	local *Collector
+	log   *slog.Logger
+
+	mu     sync.Mutex // guards the fields below; held while writing
+	peer   string     // the master conn goes to
+	conn   net.Conn   // nil: none open
+	idle   *time.Timer
+	closed bool
+}
+
+// NewRouter returns a router for node, delivering to local (this node's
+// collector), and registers its stream handler with node.
+func NewRouter(node Node, local *Collector, log *slog.Logger) *Router {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Router{node: node, local: local, log: log.With("component", "tracecollect")}
+	node.HandleStream(Purpose, r.serve)
+	return r
+}
+
+// Task announces a traced task to the master. It returns the master's id.
+func (r *Router) Task(ctx context.Context, m *wire.TraceTask) (string, error) {
+	if err := m.Validate(); err != nil {
+		return "", fmt.Errorf("ship trace: %w", err)
+	}
+	return r.send(ctx, m, func(self string) error { return r.local.Task(self, m) })
+}
+
+// Chunk sends a chunk of a rank's spans to the master. It returns the
+// master's id.
+func (r *Router) Chunk(ctx context.Context, m *wire.TraceChunk) (string, error) {
+	if err := m.Validate(); err != nil {
+		return "", fmt.Errorf("ship trace: %w", err)
+	}
+	return r.send(ctx, m, func(self string) error { return r.local.Chunk(self, m) })
+}
+
+// send delivers msg locally when this node is the master, else writes it
+// on the stream to the master, opening one if needed. It blocks while the
+// master reads slowly, until ctx ends.
+func (r *Router) send(ctx context.Context, msg any, deliver func(self string) error) (string, error) {
+	self, master := r.node.ID(), r.node.Master()
+	if master == self {
+		return master, deliver(self)
+	}
+	typ, b, err := wire.Encode(msg)
+	if err != nil {
+		return master, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return master, errors.New("ship trace: router closed")
+	}
+	if r.conn != nil && r.peer != master {
+		r.dropLocked()
+	}
+	if r.conn == nil {
+		c, err := r.node.DialStream(ctx, master, Purpose, "")
+		if err != nil {
+			return master, fmt.Errorf("ship trace to master %s: %w", master, err)
+		}
+		r.conn, r.peer = c, master
+		r.idle = time.AfterFunc(idleClose, r.closeIdle)
+	}
+	r.idle.Reset(idleClose)
+	c := r.conn
+	c.SetWriteDeadline(time.Time{})
+	if d, ok := ctx.Deadline(); ok {
+		c.SetWriteDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetWriteDeadline(time.Now()) })
+	err = wire.WriteFrame(c, typ, b)
+	stop()
+	if err != nil {
+		r.dropLocked() // a failed or timed-out write leaves the stream unusable
+		return master, fmt.Errorf("ship trace to master %s: %w", master, err)
+	}
+	return master, nil
+}
+
+func (r *Router) dropLocked() {
+	if r.conn != nil {
+		r.conn.Close()
+		r.idle.Stop()
+		r.conn = nil
+	}
+}
+
+func (r *Router) closeIdle() {
+	if r.mu.TryLock() { // busy writing: not idle
+		r.dropLocked()
+		r.mu.Unlock()
+	}
+}
+
+// Close closes the stream to the master; later sends fail.
+func (r *Router) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	r.dropLocked()
+}
+
+// serve reads a peer's trace stream into the local collector, as long as
+// this node is the master.
+func (r *Router) serve(ctx context.Context, peer, _ string, c net.Conn) {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	for {
+		msg, err := readMsg(c)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				r.log.Debug("trace stream ended", "from", peer, "err", err)
+			}
+			return
+		}
+		if r.node.Master() != r.node.ID() {
+			// The sender's view of the master was stale; the master's merge
+			// will time out and record the rank as missing.
+			r.log.Warn("trace message for the master, but this node is not it", "from", peer)
+			return
+		}
+		switch m := msg.(type) {
+		case *wire.TraceTask:
+			err = r.local.Task(peer, m)
+		case *wire.TraceChunk:
+			err = r.local.Chunk(peer, m)
+		}
+		if err != nil {
+			r.log.Warn("trace from rank", "from", peer, "err", err)
+		}
+	}
+}
+
+// readMsg reads one trace message (TraceTask or TraceChunk) of at most
+// maxFrame bytes from a trace stream.
+func readMsg(c io.Reader) (any, error) {
+	typ, payload, err := wire.ReadFrame(c, maxFrame)
+	if err != nil {
+		return nil, err
+	}
+	if typ != wire.TypeTraceTask && typ != wire.TypeTraceChunk {
+		return nil, fmt.Errorf("%s on a trace stream", typ)
+	}
+	return wire.Decode(typ, payload)
+}

@@ -1,0 +1,221 @@
+package tracecollect
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/agent/tracestore"
+	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/cluster/wire"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// shipWait bounds shipping one rank's spans of a task to the master.
+const shipWait = 30 * time.Second
+
+// maxErrorText bounds a task's error text in its announcement.
+const maxErrorText = 1024
+
+// TracerConfig wires a Tracer. Every field is required but Logger.
+type TracerConfig struct {
+	// Self and NodeName are this node's id and friendly name.
+	Self, NodeName string
+	// Node carries trace streams; Links and BytesSent are its link
+	// statistics (clock offsets, per-peer traffic).
+	Node      Node
+	Links     func() []cluster.Link
+	BytesSent func() map[string]uint64
+	// State names nodes; History holds their memory samples, drawn as
+	// counter tracks of every trace.
+	State   func() state.State
+	History *state.MemoryHistory
+	// Traces stores merged traces (on the master).
+	Traces *tracestore.Store
+	// MergeTimeout is Config.Timeout of the collector.
+	MergeTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Tracer is this node's part of distributed tracing: it ships the spans
+// of its ranks to the master, and, while this node is the master, merges
+// every rank's spans into one trace file. Safe for concurrent use.
+type Tracer struct {
+	cfg       TracerConfig
+	log       *slog.Logger
+	collector *Collector
+	router    *Router
+	bg        sync.WaitGroup // shipping off the callers' goroutines
+}
+
+// NewTracer returns a tracer and registers its trace stream with the node.
+func NewTracer(cfg TracerConfig) *Tracer {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &Tracer{cfg: cfg, log: log.With("component", "tracecollect")}
+	t.collector = New(Config{Timeout: cfg.MergeTimeout, ClockOffsets: t.clockOffsets, Self: cfg.Self, Save: t.save, Logger: log})
+	t.router = NewRouter(cfg.Node, t.collector, log)
+	return t
+}
+
+// Close waits for shipping in flight, closes the stream to the master and
+// saves whatever ranks delivered for traces still being merged.
+func (t *Tracer) Close() {
+	t.bg.Wait()
+	t.router.Close()
+	t.collector.Close()
+}
+
+// newShipper starts tracing this node's rank of task.
+func (t *Tracer) newShipper(task string, rank int) *Shipper {
+	return NewShipper(ShipperConfig{
+		Task: task, Rank: rank, Node: t.cfg.Self,
+		Send: func(ctx context.Context, c *wire.TraceChunk) error {
+			_, err := t.router.Chunk(ctx, c)
+			return err
+		},
+		LinkBytes: t.cfg.BytesSent,
+		Options:   trace.Options{NodeName: t.cfg.NodeName},
+	})
+}
+
+// ShipTask sends rank 0's spans of a task to the master and announces the
+// task with its ranks (rank 0 on this node when ranks is empty). It returns
+// at once; the shipping runs in the background.
+func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string) {
+	tr := []wire.TraceRank{{Rank: 0, Node: t.cfg.Self}}
+	if len(ranks) > 0 {
+		tr = tr[:0]
+		for _, rk := range ranks {
+			tr = append(tr, wire.TraceRank{Rank: rk.Rank, Node: rk.NodeID})
+		}
+	}
+	t.bg.Add(1)
+	go func() {
+		defer t.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
+		defer cancel()
+		t.ship(ctx, task, tr[0].Rank, spans)
+		m := &wire.TraceTask{Task: task, Kind: kind, Ranks: tr, Error: truncate(errText, maxErrorText)}
+		if _, err := t.router.Task(ctx, m); err != nil {
+			t.log.Warn("announce trace", "task", task, "err", err)
+		}
+	}()
+}
+
+// ShipRank ships one rank's spans of a task to the master (the task's
+// announcement comes from rank 0's node). It returns at once.
+func (t *Tracer) ShipRank(task string, rank int, spans []trace.Span) {
+	t.bg.Add(1)
+	go func() {
+		defer t.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
+		defer cancel()
+		t.ship(ctx, task, rank, spans)
+	}()
+}
+
+func (t *Tracer) ship(ctx context.Context, task string, rank int, spans []trace.Span) {
+	sh := t.newShipper(task, rank)
+	sh.Add(spans...)
+	if err := sh.Finish(ctx); err != nil {
+		t.log.Warn("ship trace", "task", task, "rank", rank, "err", err)
+	}
+}
+
+// Loaded traces a rank's load as its own one-rank task,
+// load-<instance>-r<rank> (supervisor.Config.OnLoaded).
+func (t *Tracer) Loaded(in state.Instance, rank int, spans []trace.Span) {
+	for i := range spans {
+		spans[i].Rank = 0 // one-rank task; the name says which rank
+	}
+	t.ShipTask(fmt.Sprintf("load-%s-r%d", in.InstanceID, rank), "load", spans, nil, "")
+}
+
+// clockOffsets is every peer's clock minus ours, from the link probes.
+func (t *Tracer) clockOffsets() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, l := range t.cfg.Links() {
+		if l.Probes > 0 {
+			out[l.PeerID] = l.ClockOffset
+		}
+	}
+	return out
+}
+
+// save stores a merged trace: it names each node's process after the
+// node, names link tracks by friendly names, and adds every node's memory
+// during the task (from the replicated memory history) as counter tracks.
+func (t *Tracer) save(tr *trace.Trace, info Info) error {
+	st := t.cfg.State()
+	nodes := map[string]bool{}
+	for _, n := range info.Ranks {
+		nodes[n] = true
+	}
+	name := func(id string) string {
+		if ident, ok := st.NodeIdentities[id]; ok && ident.FriendlyName != "" {
+			return fmt.Sprintf("%s (%.8s)", ident.FriendlyName, id)
+		}
+		return id
+	}
+	tr.Processes = map[string]string{}
+	for id := range nodes {
+		tr.Processes[id] = name(id)
+	}
+	// A link track sits on its sending node's process: name it by the
+	// receiving end (friendly names alone may repeat, e.g. on one machine).
+	for i := range tr.Counters {
+		c := &tr.Counters[i]
+		if rest, ok := strings.CutPrefix(c.Name, "link "); ok {
+			if _, to, ok := strings.Cut(rest, "→"); ok {
+				c.Name = "link → " + name(to)
+			}
+		}
+	}
+	var first, last int64
+	for _, s := range tr.Spans {
+		if first == 0 || s.StartNs < first {
+			first = s.StartNs
+		}
+		last = max(last, s.EndNs())
+	}
+	if first != 0 {
+		tr.Counters = append(tr.Counters, memoryCounters(t.cfg.History, nodes, t.clockOffsets(), first, last)...)
+	}
+	meta := tracestore.Meta{TaskID: tr.TaskID, Kind: info.Kind, Spans: len(tr.Spans), Nodes: len(nodes),
+		Partial: len(info.Missing) > 0, MissingRanks: info.Missing, Error: info.Error}
+	_, err := t.cfg.Traces.Save(meta, func(w io.Writer) error { return trace.WriteChrome(w, tr) })
+	return err
+}
+
+// memoryCounters are the memory-use samples of nodes from a second before
+// first until a second after last (our clock), each moved from its node's
+// clock onto ours.
+func memoryCounters(hist *state.MemoryHistory, nodes map[string]bool, offsets map[string]time.Duration, first, last int64) []trace.CounterSample {
+	var out []trace.CounterSample
+	for id := range nodes {
+		samples, _ := hist.Get(id)
+		for _, m := range samples {
+			t := m.T.UnixNano() - int64(offsets[id])
+			if t < first-int64(time.Second) || t > last+int64(time.Second) || m.RAMTotal == nil || m.RAMAvailable == nil {
+				continue
+			}
+			out = append(out, trace.MemorySample(id, time.Unix(0, t), float64(m.RAMTotal.InBytes-m.RAMAvailable.InBytes)))
+		}
+	}
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,5 @@
+// Package clustertest runs cluster nodes in tests without sockets or
+// sleeps: an in-memory Transport (Network), a test CA for the nodes' mutual
+// TLS, an in-memory Application, and StartCluster, which runs a few nodes
+// that all know each other.
+package clustertest

@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/wire"
+)
+
+// Failure detection and election run on the node's tick: sweep members
+// silent for FailAfter, elect (ElectMaster), tell the application what
+// changed. Each heartbeat also announces this node to every peer.
+
+const sweepsPerHeartbeat = 4
+
+// tick sweeps silent members and re-elects; on beat it also sends
+// heartbeats and probes and flushes queued events.
+func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
+	now := time.Now()
+	alive, master, isMaster := n.sweepAndElect(now)
+	// Dial on every tick, so a peer found by discovery is linked within a
+	// quarter heartbeat; dialPeers rate-limits each address itself.
+	n.dialPeers(ctx, wg)
+	if !beat {
+		return
+	}
+	seq := n.sendHeartbeats(now, alive, master)
+	n.ensureProbeLinks(ctx, wg)
+	n.sendProbes(seq)
+	n.flushPending(master, isMaster)
+}
+
+// sweepAndElect drops members silent for too long and their links, elects
+// the master among the rest, and tells the application.
+func (n *Node) sweepAndElect(now time.Time) (alive []Member, master string, isMaster bool) {
+	gone := n.table.Sweep(now)
+	alive = n.table.Alive()
+	master = ElectMaster(alive)
+
+	n.mu.Lock()
+	for _, id := range gone {
+		if c := n.out[id]; c != nil {
+			c.close()
+			delete(n.out, id)
+		}
+		delete(n.links, id)
+		if pl := n.probes[id]; pl != nil {
+			pl.tc.Close()
+		}
+		delete(n.learned, id)
+	}
+	changed := master != n.master
+	n.master = master
+	if changed {
+		n.needResync = master != n.cfg.NodeID
+	}
+	resync := n.needResync
+	isMaster = master == n.cfg.NodeID
+	n.mu.Unlock()
+
+	for _, id := range gone {
+		n.log.Info("member gone", "member", id)
+		if isMaster {
+			n.cfg.App.MemberGone(id)
+		}
+	}
+	if resync {
+		n.requestSnapshot(master)
+	}
+	if changed {
+		n.log.Info("master changed", "master", master, "self", isMaster)
+		n.cfg.App.MasterChanged(master, isMaster)
+	}
+	return alive, master, isMaster
+}
+
+// sendHeartbeats sends this heartbeat, with the peer addresses we know, to
+// every peer we have a control link to; it returns the heartbeat's seq.
+func (n *Node) sendHeartbeats(now time.Time, alive []Member, master string) uint64 {
+	ids := make([]string, len(alive))
+	for i, m := range alive {
+		ids[i] = m.NodeID
+	}
+	n.appMu.Lock()
+	idx, hash := n.cfg.App.LastIdx(), n.cfg.App.StateHash()
+	n.appMu.Unlock()
+	n.mu.Lock()
+	n.seq++
+	hb := &wire.Heartbeat{NodeID: n.cfg.NodeID, StartedAt: n.cfg.StartedAt, Seq: n.seq, T1: now.UnixNano(),
+		MasterID: master, LastIdx: idx, StateHash: hash, Members: ids}
+	for id, c := range n.out {
+		hb.Peers = append(hb.Peers, wire.PeerInfo{NodeID: id, Addr: c.addr})
+	}
+	for id, p := range n.learned {
+		if n.out[id] == nil && len(hb.Peers) < wire.MaxMembersPerMsg {
+			hb.Peers = append(hb.Peers, wire.PeerInfo{NodeID: id, Addr: p.Addr})
+		}
+	}
+	conns := n.outLocked()
+	n.mu.Unlock()
+	for _, c := range conns {
+		c.send(hb)
+	}
+	return hb.Seq
+}
+
+// outLocked lists the outbound control links.
+func (n *Node) outLocked() []*conn {
+	conns := make([]*conn, 0, len(n.out))
+	for _, c := range n.out {
+		conns = append(conns, c)
+	}
+	return conns
+}
