@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
 const (
@@ -123,51 +125,11 @@ func readKeyFile(path string) (Key, error) {
 }
 
 // writeFileAtomic writes data to path so that readers see the old content
-// or the new, never a mix: temp file beside path, fsync, then rename (when
-// replace) or hard link (when not, failing with fs.ErrExist if path exists).
-// It follows internal/atomicfile, which cluster/ may not import.
-func writeFileAtomic(path string, data []byte, mode os.FileMode, replace bool) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	// The temp file goes in every case: after a rename it no longer exists,
-	// after a link path holds the content.
-	defer os.Remove(tmp)
-	defer func() {
-		if err != nil {
-			f.Close()
-		}
-	}()
-	if err = f.Chmod(mode); err != nil {
-		return fmt.Errorf("write %s: chmod: %w", path, err)
-	}
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("write %s: sync: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("write %s: close: %w", path, err)
-	}
+// or the new, never a mix; unless replace, it fails with fs.ErrExist if
+// path exists.
+func writeFileAtomic(path string, data []byte, mode os.FileMode, replace bool) error {
 	if replace {
-		err = os.Rename(tmp, path)
-	} else if err = os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
-		// Some file systems have no hard links: fall back to a rename, which
-		// is atomic but may replace a file created in the meantime.
-		err = os.Rename(tmp, path)
+		return atomicfile.Write(path, data, mode)
 	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	// Make the new name durable; a failure here leaves valid content, so it
-	// is not reported.
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return atomicfile.Create(path, data, mode)
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
 const recordExt = ".json"
@@ -53,25 +55,9 @@ func (d *Discovery) writeOwnRecord() error {
 	if err != nil {
 		return fmt.Errorf("discovery: loopback record: %w", err)
 	}
-	// The temporary name starts with a dot and does not end in .json, so
-	// listings skip it.
-	f, err := os.CreateTemp(d.cfg.LoopbackDir, "."+d.cfg.NodeID+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("discovery: loopback record: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(tmp, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(tmp, d.ownRecordPath())
-	}
-	if err != nil {
-		os.Remove(tmp)
+	// atomicfile's temporary name starts with a dot and does not end in
+	// .json, so listings skip it.
+	if err := atomicfile.Write(d.ownRecordPath(), data, 0o644); err != nil {
 		return fmt.Errorf("discovery: loopback record: %w", err)
 	}
 	return nil

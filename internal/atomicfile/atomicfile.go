@@ -5,8 +5,10 @@ package atomicfile
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,17 +29,46 @@ func Write(path string, data []byte, mode os.FileMode) error {
 // WriteFunc replaces path with what write writes, with the given mode. When
 // write fails, the target is untouched and the temp file removed; the error
 // is returned wrapped with the path.
-func WriteFunc(path string, mode os.FileMode, write func(io.Writer) error) (err error) {
+func WriteFunc(path string, mode os.FileMode, write func(io.Writer) error) error {
+	return writeWith(path, mode, write, os.Rename)
+}
+
+// Create writes data to path only if nothing is there yet: of two racing
+// creators exactly one wins, and the other gets an error wrapping
+// fs.ErrExist. It never replaces a file.
+func Create(path string, data []byte, mode os.FileMode) error {
+	return writeWith(path, mode, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	}, func(tmp, path string) error {
+		err := os.Link(tmp, path)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			// Some file systems have no hard links: fall back to a
+			// rename, atomic but able to replace a file created since.
+			if _, serr := os.Lstat(path); serr == nil {
+				return fs.ErrExist
+			}
+			err = os.Rename(tmp, path)
+		}
+		return err
+	})
+}
+
+// writeWith writes a temp file beside path, syncs it and commits it with
+// commit (a rename, or a link that refuses to replace).
+func writeWith(path string, mode os.FileMode, write func(io.Writer) error, commit func(tmp, path string) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, TempPrefix+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("atomic write %s: %w", path, err)
 	}
 	tmp := f.Name()
+	// The temp file goes in every case: after a rename it no longer
+	// exists, after a link path holds the content.
+	defer os.Remove(tmp)
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(tmp)
 		}
 	}()
 	if err = f.Chmod(mode); err != nil {
@@ -52,8 +83,8 @@ func WriteFunc(path string, mode os.FileMode, write func(io.Writer) error) (err 
 	if err = f.Close(); err != nil {
 		return fmt.Errorf("atomic write %s: close: %w", path, err)
 	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("atomic write %s: rename: %w", path, err)
+	if err = commit(tmp, path); err != nil {
+		return fmt.Errorf("atomic write %s: %w", path, err)
 	}
 	// Make the rename durable; a failure here leaves valid content, so it
 	// is not reported.

@@ -3,6 +3,7 @@ package atomicfile
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -60,5 +61,24 @@ func TestIsTemp(t *testing.T) {
 	})
 	if !IsTemp(seen) || IsTemp("m.gguf") {
 		t.Fatalf("IsTemp(%q) = %v", seen, IsTemp(seen))
+	}
+}
+
+func TestCreateNeverReplaces(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "key")
+	if err := Create(p, []byte("first"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := Create(p, []byte("second"), 0o600)
+	if !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("second Create: %v, want fs.ErrExist", err)
+	}
+	b, _ := os.ReadFile(p)
+	if string(b) != "first" {
+		t.Fatalf("content %q, want the first", b)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("temp files left: %v", ents)
 	}
 }
