@@ -1,0 +1,123 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/agent/supervisor"
+	"github.com/orrery-cluster/orrery/agent/telemetry"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// oneNode is a manager of a lone node "n1" that has the tiny model, with
+// the local sequencer (it is its own master) and no runners started.
+func oneNode(t *testing.T) (*Manager, *state.LocalSequencer) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "models")
+	os.MkdirAll(dir, 0o700)
+	if err := model.Generate(filepath.Join(dir, "tiny.gguf"), model.Presets["tiny"]); err != nil {
+		t.Fatal(err)
+	}
+	store := state.NewStore(state.NewLog(100), state.NewMemoryHistory(state.DefaultHistoryWindow))
+	seq := &state.LocalSequencer{Store: store}
+	m := New(Config{Self: "n1", Store: store, Publish: seq.Publish, Models: &model.Scanner{Dirs: model.Dirs{Orrery: dir}},
+		Runners:   supervisor.New(supervisor.Config{NodeID: "n1"}),
+		ShipTrace: func(string, string, []trace.Span, []state.ShardRange, string) {}})
+	// The node's identity and memory, as its samplers would publish them.
+	if err := seq.Publish(state.NodeIdentityMeasured{NodeID: "n1", Identity: state.NodeIdentity{NodeID: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := (&telemetry.MemorySampler{NodeID: "n1"}).Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seq.Publish(ev); err != nil {
+		t.Fatal(err)
+	}
+	return m, seq
+}
+
+func TestPlaceRouteDelete(t *testing.T) {
+	m, _ := oneNode(t)
+	ctx := context.Background()
+	if _, _, err := m.Route(ctx, "tiny"); !errors.Is(err, api.ErrModelNotRunning) || !strings.Contains(err.Error(), "running: none") {
+		t.Fatalf("Route before placing: %v, want ErrModelNotRunning naming what runs", err)
+	}
+	in, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.NodeID != "n1" || len(in.Ranks) != 1 || in.Ranks[0].FirstLayer != 0 || in.Ranks[0].LastLayer != 4 {
+		t.Fatalf("placed %+v, want all 4 blocks on n1", in)
+	}
+	if _, ok := m.cfg.Store.State().Instances[in.InstanceID]; !ok {
+		t.Fatal("the instance is not in the state after Place returned")
+	}
+	// The same model on the same nodes again is a conflict.
+	if _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("second Place: %v, want ErrConflict", err)
+	}
+	id, node, err := m.Route(ctx, "tiny")
+	if err != nil || id != in.InstanceID || node != "n1" {
+		t.Fatalf("Route = %s, %s, %v", id, node, err)
+	}
+	if err := m.Delete(ctx, in.InstanceID); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.cfg.Store.State().Instances[in.InstanceID]; ok {
+		t.Fatal("the instance is still in the state after Delete")
+	}
+	if err := m.Delete(ctx, in.InstanceID); !errors.Is(err, api.ErrNotHere) {
+		t.Fatalf("deleting it again: %v, want ErrNotHere", err)
+	}
+}
+
+func TestPlaceRefusals(t *testing.T) {
+	m, _ := oneNode(t)
+	ctx := context.Background()
+	if _, err := m.Place(ctx, api.PlaceRequest{Model: "nope"}); !errors.Is(err, api.ErrModelNotFound) {
+		t.Errorf("unknown model: %v", err)
+	}
+	if _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Node: "stranger"}); err == nil || !strings.Contains(err.Error(), "not a member") {
+		t.Errorf("a node outside the cluster: %v", err)
+	}
+	if _, err := m.PickNode("nope"); !errors.Is(err, api.ErrModelNotFound) {
+		t.Errorf("PickNode of an unknown model: %v", err)
+	}
+	if n, err := m.PickNode("tiny"); err != nil || n != "n1" {
+		t.Errorf("PickNode = %s, %v", n, err)
+	}
+}
+
+// TestPickPrefersReadyInstances: of two instances, requests go to the one
+// whose ranks are all ready; failed ones are listed for replacement.
+func TestPickPrefersReadyInstances(t *testing.T) {
+	m, seq := oneNode(t)
+	pub := func(ev state.Event) {
+		t.Helper()
+		if err := seq.Publish(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"inst-a", "inst-b", "inst-c"} {
+		pub(state.InstanceCreated{NodeID: "n1", Instance: state.Instance{InstanceID: id, ModelID: "tiny", NodeID: "n1",
+			Status: state.InstanceStatusActive, Ranks: []state.ShardRange{{Rank: 0, NodeID: "n1", LastLayer: 4}}}})
+	}
+	pub(state.RunnerStatusChanged{NodeID: "n1", Runner: state.Runner{RunnerID: supervisor.RunnerID("inst-b", 0),
+		InstanceID: "inst-b", NodeID: "n1", Status: state.RunnerReady}})
+	pub(state.InstanceFailed{NodeID: "n1", InstanceID: "inst-c", Error: "rank 0 failed"})
+	id, node, failed := m.pick("tiny")
+	if id != "inst-b" || node != "n1" {
+		t.Errorf("picked %s on %s, want the ready inst-b", id, node)
+	}
+	if len(failed) != 1 || failed[0].InstanceID != "inst-c" {
+		t.Errorf("failed = %+v, want inst-c", failed)
+	}
+}
