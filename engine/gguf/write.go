@@ -144,7 +144,17 @@ func (e *encoder) pad(align uint64) {
 	}
 }
 
+// value writes v's type tag and its encoding: a scalar, or an array of one
+// element type.
 func (e *encoder) value(v any) error {
+	if e.scalar(v) || e.array(v) {
+		return nil
+	}
+	return fmt.Errorf("unsupported value type %T", v)
+}
+
+// scalar writes v if it is a scalar type, reporting whether it was.
+func (e *encoder) scalar(v any) bool {
 	switch x := v.(type) {
 	case uint8:
 		e.u32(uint32(TypeUint8))
@@ -188,6 +198,15 @@ func (e *encoder) value(v any) error {
 	case float64:
 		e.u32(uint32(TypeFloat64))
 		e.u64(math.Float64bits(x))
+	default:
+		return false
+	}
+	return true
+}
+
+// array writes v if it is a slice of a scalar type, reporting whether it was.
+func (e *encoder) array(v any) bool {
+	switch x := v.(type) {
 	case []string:
 		e.arrayHeader(TypeString, len(x))
 		for _, s := range x {
@@ -253,9 +272,9 @@ func (e *encoder) value(v any) error {
 			e.write(e.buf[:2])
 		}
 	default:
-		return fmt.Errorf("unsupported value type %T", v)
+		return false
 	}
-	return nil
+	return true
 }
 
 func (e *encoder) arrayHeader(t ValueType, n int) {

@@ -92,6 +92,30 @@ func (c Config) Blocks() (first, last int) {
 // FromGGUF reads a model's config from its metadata and checks that the
 // tensors a forward pass needs are there with the right shapes.
 func FromGGUF(f *gguf.File) (Config, error) {
+	c, err := readHyperparams(f)
+	if err != nil {
+		return Config{}, err
+	}
+	first, last, err := readShard(&c, f)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := checkEmbeddings(&c, f, first, last); err != nil {
+		return Config{}, err
+	}
+	want := blockShapes(&c, f, first)
+	if err := tallyTypes(&c, f); err != nil {
+		return Config{}, err
+	}
+	if err := checkBlocks(f, first, last, want); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// readHyperparams reads the architecture's hyperparameters and checks that
+// they are consistent.
+func readHyperparams(f *gguf.File) (Config, error) {
 	arch := f.String("general.architecture", "")
 	if !slices.Contains(Supported, arch) {
 		if arch == "" {
@@ -133,11 +157,17 @@ func FromGGUF(f *gguf.File) (Config, error) {
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
 		c.Vocab = len(tokens)
 	}
-	first, last := 0, c.Layers
+	return c, nil
+}
+
+// readShard reads which blocks [first, last) the file holds, and whether the
+// output projection is tied to the embeddings.
+func readShard(c *Config, f *gguf.File) (first, last int, err error) {
+	first, last = 0, c.Layers
 	if _, ok := f.Get(KeyShardLast); ok {
 		first, last = int(f.Uint(KeyShardFirst, 0)), int(f.Uint(KeyShardLast, 0))
 		if first < 0 || last > c.Layers || first >= last {
-			return Config{}, fmt.Errorf("shard of blocks [%d, %d) of a %d-layer model", first, last, c.Layers)
+			return 0, 0, fmt.Errorf("shard of blocks [%d, %d) of a %d-layer model", first, last, c.Layers)
 		}
 		c.ShardFirst, c.ShardLast = first, last
 		c.TiedOutput = f.Bool(KeyShardTied, false)
@@ -145,29 +175,43 @@ func FromGGUF(f *gguf.File) (Config, error) {
 		_, hasOut := f.Tensor("output.weight")
 		c.TiedOutput = !hasOut
 	}
+	return first, last, nil
+}
+
+// checkEmbeddings checks the token embeddings (needed by the first shard, and
+// by the last when the output is tied) and the output norm (needed by the
+// last), and takes the vocabulary size from the embeddings if the tokenizer
+// did not give it.
+func checkEmbeddings(c *Config, f *gguf.File, first, last int) error {
 	needEmb := first == 0 || last == c.Layers && c.TiedOutput
 	emb, ok := f.Tensor("token_embd.weight")
 	switch {
 	case !ok && needEmb:
-		return Config{}, errors.New("no token_embd.weight tensor")
+		return errors.New("no token_embd.weight tensor")
 	case ok:
 		if len(emb.Dims) != 2 || int(emb.Dims[0]) != c.Dim {
-			return Config{}, fmt.Errorf("token_embd.weight is %v, want [%d, vocab]", emb.Dims, c.Dim)
+			return fmt.Errorf("token_embd.weight is %v, want [%d, vocab]", emb.Dims, c.Dim)
 		}
 		if c.Vocab == 0 {
 			c.Vocab = int(emb.Dims[1])
 		}
 		if int(emb.Dims[1]) != c.Vocab {
-			return Config{}, fmt.Errorf("token_embd.weight has %d rows, the tokenizer %d tokens", emb.Dims[1], c.Vocab)
+			return fmt.Errorf("token_embd.weight has %d rows, the tokenizer %d tokens", emb.Dims[1], c.Vocab)
 		}
 	case c.Vocab == 0:
-		return Config{}, errors.New("no tokenizer.ggml.tokens and no token_embd.weight: vocabulary size unknown")
+		return errors.New("no tokenizer.ggml.tokens and no token_embd.weight: vocabulary size unknown")
 	}
 	if last == c.Layers {
 		if _, ok := f.Tensor("output_norm.weight"); !ok {
-			return Config{}, errors.New("no output_norm.weight tensor")
+			return errors.New("no output_norm.weight tensor")
 		}
 	}
+	return nil
+}
+
+// blockShapes notes whether the blocks have q/k/v biases and returns the
+// shape each block's tensors must have, by name suffix.
+func blockShapes(c *Config, f *gguf.File, first int) map[string][]uint64 {
 	_, c.QKVBias = f.Tensor(fmt.Sprintf("blk.%d.attn_q.bias", first))
 	q, kv := uint64(c.Heads*c.HeadDim), uint64(c.KVHeads*c.HeadDim)
 	want := map[string][]uint64{
@@ -180,6 +224,12 @@ func FromGGUF(f *gguf.File) (Config, error) {
 	if c.QKVBias {
 		want["attn_q.bias"], want["attn_k.bias"], want["attn_v.bias"] = []uint64{q}, []uint64{kv}, []uint64{kv}
 	}
+	return want
+}
+
+// tallyTypes checks that every tensor has a type Orrery runs and counts the
+// parameters, the type mix and the file type.
+func tallyTypes(c *Config, f *gguf.File) error {
 	counts := map[gguf.TensorType]uint64{}
 	shares := map[gguf.TensorType]*TypeShare{}
 	for _, t := range f.Tensors {
@@ -188,7 +238,7 @@ func FromGGUF(f *gguf.File) (Config, error) {
 			for i, st := range SupportedTypes {
 				names[i] = st.String()
 			}
-			return Config{}, fmt.Errorf("tensor %s has type %s, which Orrery does not run; supported: %s", t.Name, t.Type, strings.Join(names, ", "))
+			return fmt.Errorf("tensor %s has type %s, which Orrery does not run; supported: %s", t.Name, t.Type, strings.Join(names, ", "))
 		}
 		c.Params += t.Elements()
 		counts[t.Type] += t.Elements()
@@ -216,20 +266,25 @@ func FromGGUF(f *gguf.File) (Config, error) {
 	if name := fileTypeNames[f.Uint("general.file_type", 1<<63)]; name != "" {
 		c.FileType = name
 	}
-	// Every block (of the shard) must be there with the right shapes.
+	return nil
+}
+
+// checkBlocks checks that every block (of the shard) is there with the right
+// shapes.
+func checkBlocks(f *gguf.File, first, last int, want map[string][]uint64) error {
 	for i := first; i < last; i++ {
 		for suffix, dims := range want {
 			name := fmt.Sprintf("blk.%d.%s", i, suffix)
 			t, ok := f.Tensor(name)
 			if !ok {
-				return Config{}, fmt.Errorf("no %s tensor", name)
+				return fmt.Errorf("no %s tensor", name)
 			}
 			if !slices.Equal(t.Dims, dims) {
-				return Config{}, fmt.Errorf("%s is %v, want %v", name, t.Dims, dims)
+				return fmt.Errorf("%s is %v, want %v", name, t.Dims, dims)
 			}
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // TypeMix is a type mix as text, by share of the weights' bytes:

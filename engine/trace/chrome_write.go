@@ -40,8 +40,28 @@ func WriteChrome(w io.Writer, t *Trace) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	l := newLayout(t)
 	e := chromeWriter{w: bw}
+	e.write(appendOtherData(bw.AvailableBuffer(), t))
+	e.metadata(t, l)
+	var c layoutCache
+	e.spans(t, l, &c)
+	for i := range t.Flows {
+		f := &t.Flows[i]
+		pid, tid := l.place(&c, f.Node, f.Rank, f.Lane)
+		b := e.begin()
+		b = appendFlow(b, f.Phase, f.ID, f.Name, f.Cat, f.TsNs, pid, tid, f)
+		e.write(b)
+	}
+	e.counters(t, l)
+	e.write(append(bw.AvailableBuffer(), "\n]}\n"...))
+	if e.err != nil {
+		return e.err
+	}
+	return bw.Flush()
+}
 
-	b := bw.AvailableBuffer()
+// appendOtherData appends the document's start: otherData, and the opening
+// of traceEvents.
+func appendOtherData(b []byte, t *Trace) []byte {
 	b = append(b, `{"otherData":{"generator":"orrery"`...)
 	if t.TaskID != "" {
 		b = append(b, `,"taskId":`...)
@@ -61,9 +81,12 @@ func WriteChrome(w io.Writer, t *Trace) error {
 		}
 		b = append(b, ']')
 	}
-	b = append(b, "},\n\"traceEvents\":[\n"...)
-	e.write(b)
+	return append(b, "},\n\"traceEvents\":[\n"...)
+}
 
+// metadata writes the M events naming each process after its node and each
+// thread after its rank and lane.
+func (e *chromeWriter) metadata(t *Trace, l *layout) {
 	for pid, node := range l.nodes {
 		name, ok := t.Processes[node]
 		if !ok || name == "" {
@@ -94,11 +117,14 @@ func WriteChrome(w io.Writer, t *Trace) error {
 		b = append(b, "}}"...)
 		e.write(b)
 	}
+}
 
-	var c layoutCache
+// spans writes an X event per span, each followed by the s/f events of its
+// flows.
+func (e *chromeWriter) spans(t *Trace, l *layout, c *layoutCache) {
 	for i := range t.Spans {
 		s := &t.Spans[i]
-		pid, tid := l.place(&c, s.Node, s.Rank, s.Lane)
+		pid, tid := l.place(c, s.Node, s.Rank, s.Lane)
 		b := e.begin()
 		b = append(b, `{"name":`...)
 		b = appendString(b, s.Name)
@@ -117,33 +143,35 @@ func WriteChrome(w io.Writer, t *Trace) error {
 		b = appendArgs(b, s.Lane, &s.Args)
 		b = append(b, "}}"...)
 		if s.Args.Has&(ArgFlowOut|ArgFlowIn) != 0 && s.Args.Flow != 0 {
-			// A flow leaves at the start of the send and arrives at the
-			// end of the receive (1 ns inside it, so the slice encloses
-			// it): the data cannot have arrived before it was sent, so
-			// the arrow never points backwards, however long the receive
-			// waited or the send waited for its ack.
-			if id := s.Args.FlowOut(); id != 0 {
-				b = append(b, ",\n"...)
-				b = appendFlow(b, FlowStart, id, flowName, flowCat, s.StartNs, pid, tid, nil)
-			}
-			if id := s.Args.FlowIn(); id != 0 {
-				end := s.StartNs
-				if s.DurNs > 1 {
-					end = s.EndNs() - 1
-				}
-				b = append(b, ",\n"...)
-				b = appendFlow(b, FlowFinish, id, flowName, flowCat, end, pid, tid, nil)
-			}
+			b = appendSpanFlows(b, s, pid, tid)
 		}
 		e.write(b)
 	}
-	for i := range t.Flows {
-		f := &t.Flows[i]
-		pid, tid := l.place(&c, f.Node, f.Rank, f.Lane)
-		b := e.begin()
-		b = appendFlow(b, f.Phase, f.ID, f.Name, f.Cat, f.TsNs, pid, tid, f)
-		e.write(b)
+}
+
+// appendSpanFlows appends the s/f events of a span's flows. A flow leaves at
+// the start of the send and arrives at the end of the receive (1 ns inside
+// it, so the slice encloses it): the data cannot have arrived before it was
+// sent, so the arrow never points backwards, however long the receive waited
+// or the send waited for its ack.
+func appendSpanFlows(b []byte, s *Span, pid, tid int64) []byte {
+	if id := s.Args.FlowOut(); id != 0 {
+		b = append(b, ",\n"...)
+		b = appendFlow(b, FlowStart, id, flowName, flowCat, s.StartNs, pid, tid, nil)
 	}
+	if id := s.Args.FlowIn(); id != 0 {
+		end := s.StartNs
+		if s.DurNs > 1 {
+			end = s.EndNs() - 1
+		}
+		b = append(b, ",\n"...)
+		b = appendFlow(b, FlowFinish, id, flowName, flowCat, end, pid, tid, nil)
+	}
+	return b
+}
+
+// counters writes a C event per counter sample.
+func (e *chromeWriter) counters(t *Trace, l *layout) {
 	for i := range t.Counters {
 		s := &t.Counters[i]
 		b := e.begin()
@@ -164,11 +192,6 @@ func WriteChrome(w io.Writer, t *Trace) error {
 		b = append(b, "}}"...)
 		e.write(b)
 	}
-	e.write(append(bw.AvailableBuffer(), "\n]}\n"...))
-	if e.err != nil {
-		return e.err
-	}
-	return bw.Flush()
 }
 
 // chromeWriter puts one event after another with the separators between them

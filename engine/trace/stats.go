@@ -141,94 +141,125 @@ func ComputeStats(spans []Span) Stats {
 		return st
 	}
 
-	var (
-		catID   = map[string]int32{}
-		cats    []string
-		cache   catCache
-		dense   [denseRanks]int32 // rank → index+1
-		sparse  map[int]int32     // other ranks → index
-		ranks   []int
-		accs    [][]acc // [rank index][category id]
-		minUs   = spans[0].StartNs / 1000
-		maxUs   = minUs + spans[0].DurNs/1000
-		lastRnk = spans[0].Rank
-		lastRi  = int32(-1)
-	)
+	t := tally{catID: map[string]int32{}, lastRnk: spans[0].Rank, lastRi: -1}
+	minUs := spans[0].StartNs / 1000
+	maxUs := minUs + spans[0].DurNs/1000
 	for i := range spans {
 		s := &spans[i]
 		start, dur := s.StartNs/1000, s.DurNs/1000
 		minUs = min(minUs, start)
 		maxUs = max(maxUs, start+dur)
-
-		slot := &cache[catSlot(s.Cat)]
-		cid := slot.id
-		if !slot.ok || slot.s != s.Cat {
-			var ok bool
-			if cid, ok = catID[s.Cat]; !ok {
-				cid = int32(len(cats))
-				catID[s.Cat] = cid
-				cats = append(cats, s.Cat)
-			}
-			slot.s, slot.id, slot.ok = s.Cat, cid, true
-		}
-
-		ri := lastRi
-		if ri < 0 || s.Rank != lastRnk {
-			r := s.Rank
-			if r >= 0 && r < denseRanks {
-				ri = dense[r] - 1
-				if ri < 0 {
-					ri = int32(len(ranks))
-					dense[r] = ri + 1
-					ranks = append(ranks, r)
-					accs = append(accs, nil)
-				}
-			} else {
-				if sparse == nil {
-					sparse = map[int]int32{}
-				}
-				var ok bool
-				if ri, ok = sparse[r]; !ok {
-					ri = int32(len(ranks))
-					sparse[r] = ri
-					ranks = append(ranks, r)
-					accs = append(accs, nil)
-				}
-			}
-			lastRnk, lastRi = s.Rank, ri
-		}
-		row := accs[ri]
-		if int(cid) >= len(row) {
-			row = append(row, make([]acc, len(cats)-len(row))...)
-			accs[ri] = row
-		}
-		row[cid].add(dur)
+		t.add(t.category(s.Cat), t.rank(s.Rank), dur)
 	}
 	st.TotalWallTimeUs = maxUs - minUs
 
 	// Everything below works on (rank, category) aggregates only.
-	all := make([]acc, len(cats))
-	for _, row := range accs {
+	all := t.byCategory()
+	for c, name := range t.cats {
+		st.ByCategory[name] = all[c].stats()
+	}
+	t.rankStats(&st)
+	phaseStats(&st, t.cats, all)
+	stepStats(&st, t.cats, all)
+	return st
+}
+
+// tally is ComputeStats' pass over the spans: it sums durations by rank and
+// category, both numbered in order of appearance.
+type tally struct {
+	catID   map[string]int32
+	cats    []string
+	cache   catCache
+	dense   [denseRanks]int32 // rank → index+1
+	sparse  map[int]int32     // other ranks → index
+	ranks   []int
+	accs    [][]acc // [rank index][category id]
+	lastRnk int
+	lastRi  int32
+}
+
+// category returns the id of cat, numbering it if it is new.
+func (t *tally) category(cat string) int32 {
+	slot := &t.cache[catSlot(cat)]
+	cid := slot.id
+	if !slot.ok || slot.s != cat {
+		var ok bool
+		if cid, ok = t.catID[cat]; !ok {
+			cid = int32(len(t.cats))
+			t.catID[cat] = cid
+			t.cats = append(t.cats, cat)
+		}
+		slot.s, slot.id, slot.ok = cat, cid, true
+	}
+	return cid
+}
+
+// rank returns the index of rank r, numbering it if it is new.
+func (t *tally) rank(r int) int32 {
+	ri := t.lastRi
+	if ri >= 0 && r == t.lastRnk {
+		return ri
+	}
+	if r >= 0 && r < denseRanks {
+		ri = t.dense[r] - 1
+		if ri < 0 {
+			ri = int32(len(t.ranks))
+			t.dense[r] = ri + 1
+			t.ranks = append(t.ranks, r)
+			t.accs = append(t.accs, nil)
+		}
+	} else {
+		if t.sparse == nil {
+			t.sparse = map[int]int32{}
+		}
+		var ok bool
+		if ri, ok = t.sparse[r]; !ok {
+			ri = int32(len(t.ranks))
+			t.sparse[r] = ri
+			t.ranks = append(t.ranks, r)
+			t.accs = append(t.accs, nil)
+		}
+	}
+	t.lastRnk, t.lastRi = r, ri
+	return ri
+}
+
+// add counts a span of dur µs in category cid on rank index ri.
+func (t *tally) add(cid, ri int32, dur int64) {
+	row := t.accs[ri]
+	if int(cid) >= len(row) {
+		row = append(row, make([]acc, len(t.cats)-len(row))...)
+		t.accs[ri] = row
+	}
+	row[cid].add(dur)
+}
+
+// byCategory merges the ranks: the aggregate of each category id.
+func (t *tally) byCategory() []acc {
+	all := make([]acc, len(t.cats))
+	for _, row := range t.accs {
 		for c, a := range row {
 			all[c].merge(a)
 		}
 	}
-	for c, name := range cats {
-		st.ByCategory[name] = all[c].stats()
-	}
-	class := make([]int8, len(cats))
-	for c, name := range cats {
+	return all
+}
+
+// rankStats fills ByRank and ByRankShare.
+func (t *tally) rankStats(st *Stats) {
+	class := make([]int8, len(t.cats))
+	for c, name := range t.cats {
 		class[c] = shareClass(name)
 	}
-	for ri, row := range accs {
-		key := strconv.Itoa(ranks[ri])
+	for ri, row := range t.accs {
+		key := strconv.Itoa(t.ranks[ri])
 		rs := RankStats{ByCategory: map[string]CategoryStats{}}
 		var sh ShareStats
 		for c, a := range row {
 			if a.count == 0 {
 				continue
 			}
-			rs.ByCategory[cats[c]] = a.stats()
+			rs.ByCategory[t.cats[c]] = a.stats()
 			switch class[c] {
 			case classCompute:
 				sh.ComputeUs += a.total
@@ -243,7 +274,10 @@ func ComputeStats(spans []Span) Stats {
 		st.ByRank[key] = rs
 		st.ByRankShare[key] = sh
 	}
+}
 
+// phaseStats fills Phases from the aggregate of each category.
+func phaseStats(st *Stats, cats []string, all []acc) {
 	for c, name := range cats {
 		outer, sub, nested := strings.Cut(name, "/")
 		p, ok := st.Phases[outer]
@@ -257,7 +291,10 @@ func ComputeStats(spans []Span) Stats {
 		}
 		st.Phases[outer] = p
 	}
+}
 
+// stepStats fills PerStep from the aggregate of each category.
+func stepStats(st *Stats, cats []string, all []acc) {
 	for c, name := range cats {
 		if !isStepCategory(name) {
 			continue
@@ -271,7 +308,6 @@ func ComputeStats(spans []Span) Stats {
 		}
 		st.PerStep[name] = ss
 	}
-	return st
 }
 
 const (

@@ -42,114 +42,155 @@ func Pipeline(cfg PipelineConfig) *trace.Trace {
 	if cfg.Start.IsZero() {
 		cfg.Start = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 	}
-	base := cfg.Start.UnixNano()
-	t := &trace.Trace{
-		TaskID:    "synthetic",
-		CreatedAt: cfg.Start,
-		Processes: map[string]string{},
-		Spans:     make([]trace.Span, 0, cfg.Spans),
-	}
-	nodeOf := make([]string, cfg.Ranks)
-	for r := range nodeOf {
-		nodeOf[r] = fmt.Sprintf("node-%c", 'a'+r*cfg.Nodes/cfg.Ranks)
-		t.Processes[nodeOf[r]] = fmt.Sprintf("Mac %c", 'A'+r*cfg.Nodes/cfg.Ranks)
-	}
-	rng := uint64(0x9e3779b97f4a7c15)
-	rand := func(lo, hi int64) int64 { // xorshift64*, deterministic
-		rng ^= rng >> 12
-		rng ^= rng << 25
-		rng ^= rng >> 27
-		return lo + int64((rng*0x2545f4914f6cdd1d)>>33)%(hi-lo)
-	}
-	add := func(name, cat string, rank int, startUs, durUs int64, a trace.Args) bool {
-		if len(t.Spans) == cfg.Spans {
-			return false
-		}
-		t.Spans = append(t.Spans, trace.Span{
-			Name: name, Cat: cat, Node: nodeOf[rank], Rank: rank,
-			StartNs: base + startUs*1000, DurNs: durUs * 1000, Args: a,
-		})
-		return true
-	}
-	names := map[string]string{} // share name strings like a recorder does
-	name := func(s string) string {
-		if n, ok := names[s]; ok {
-			return n
-		}
-		names[s] = s
-		return s
-	}
-
+	g := newGenerator(cfg)
 	var now int64 // µs
 	nextSample := int64(0)
-	for step := 0; len(t.Spans) < cfg.Spans; step++ {
+	for step := 0; len(g.t.Spans) < cfg.Spans; step++ {
 		phase := "decode"
 		if step == 0 {
 			phase = "prefill"
 		}
 		for r := 0; r < cfg.Ranks; r++ {
-			start := now
-			cur := now
-			var children [3]struct {
-				name, cat string
-				s, d      int64
-				a         trace.Args
-			}
-			nc := 0
-			if r > 0 {
-				d := rand(40, 160)
-				var flow uint64
-				if cfg.Flows {
-					flow = trace.FlowKey(r-1, r, uint64(step))
-				}
-				children[nc].name, children[nc].cat = name(fmt.Sprintf("recv %d", r-1)), phase+"/comms"
-				children[nc].s, children[nc].d, children[nc].a = cur, d, trace.Recv(r-1, 8192, flow)
-				nc++
-				cur += d
-			}
-			d := rand(700, 1300)
-			if phase == "prefill" {
-				d *= 20
-			}
-			children[nc].name, children[nc].cat = "joint_blocks", phase+"/compute"
-			children[nc].s, children[nc].d, children[nc].a = cur, d, trace.Args{}.WithToken(step)
-			nc++
-			cur += d
-			if r < cfg.Ranks-1 {
-				d := rand(30, 120)
-				var flow uint64
-				if cfg.Flows {
-					flow = trace.FlowKey(r, r+1, uint64(step))
-				}
-				children[nc].name, children[nc].cat = name(fmt.Sprintf("send %d", r+1)), phase+"/comms"
-				children[nc].s, children[nc].d, children[nc].a = cur, d, trace.Send(r+1, 8192, flow)
-				nc++
-				cur += d
-			}
-			end := cur + rand(5, 20)
-			if !add(name(fmt.Sprintf("%s %d", phase, step)), phase, r, start, end-start, trace.Args{}.WithToken(step)) {
+			end, ok := g.rankStep(step, r, phase, now)
+			if !ok {
 				break
-			}
-			for _, c := range children[:nc] {
-				if !add(c.name, c.cat, r, c.s, c.d, c.a) {
-					break
-				}
 			}
 			now = end
 		}
 		if cfg.Counters {
-			for ; nextSample <= now; nextSample += 100_000 {
-				at := time.Unix(0, base+nextSample*1000)
-				for n := 0; n < cfg.Nodes; n++ {
-					node := fmt.Sprintf("node-%c", 'a'+n)
-					t.Counters = append(t.Counters, trace.MemorySample(node, at, float64(8<<30+rand(0, 1<<28))))
-					if n+1 < cfg.Nodes {
-						next := fmt.Sprintf("node-%c", 'a'+n+1)
-						t.Counters = append(t.Counters, trace.LinkSample(node, next, at, float64(rand(50, 900))/10))
-					}
-				}
+			nextSample = g.samples(nextSample, now)
+		}
+	}
+	return g.t
+}
+
+// generator is Pipeline's state: the trace so far and the random source.
+type generator struct {
+	cfg    PipelineConfig
+	t      *trace.Trace
+	base   int64 // cfg.Start in ns
+	nodeOf []string
+	rng    uint64
+	names  map[string]string // share name strings like a recorder does
+}
+
+func newGenerator(cfg PipelineConfig) *generator {
+	g := &generator{
+		cfg:  cfg,
+		base: cfg.Start.UnixNano(),
+		t: &trace.Trace{
+			TaskID:    "synthetic",
+			CreatedAt: cfg.Start,
+			Processes: map[string]string{},
+			Spans:     make([]trace.Span, 0, cfg.Spans),
+		},
+		nodeOf: make([]string, cfg.Ranks),
+		rng:    0x9e3779b97f4a7c15,
+		names:  map[string]string{},
+	}
+	for r := range g.nodeOf {
+		g.nodeOf[r] = fmt.Sprintf("node-%c", 'a'+r*cfg.Nodes/cfg.Ranks)
+		g.t.Processes[g.nodeOf[r]] = fmt.Sprintf("Mac %c", 'A'+r*cfg.Nodes/cfg.Ranks)
+	}
+	return g
+}
+
+// rand is xorshift64*, deterministic.
+func (g *generator) rand(lo, hi int64) int64 {
+	g.rng ^= g.rng >> 12
+	g.rng ^= g.rng << 25
+	g.rng ^= g.rng >> 27
+	return lo + int64((g.rng*0x2545f4914f6cdd1d)>>33)%(hi-lo)
+}
+
+// add appends a span unless the trace already has cfg.Spans.
+func (g *generator) add(name, cat string, rank int, startUs, durUs int64, a trace.Args) bool {
+	if len(g.t.Spans) == g.cfg.Spans {
+		return false
+	}
+	g.t.Spans = append(g.t.Spans, trace.Span{
+		Name: name, Cat: cat, Node: g.nodeOf[rank], Rank: rank,
+		StartNs: g.base + startUs*1000, DurNs: durUs * 1000, Args: a,
+	})
+	return true
+}
+
+func (g *generator) name(s string) string {
+	if n, ok := g.names[s]; ok {
+		return n
+	}
+	g.names[s] = s
+	return s
+}
+
+// child is a span nested in a rank's step span.
+type child struct {
+	name, cat string
+	s, d      int64
+	a         trace.Args
+}
+
+// rankStep adds rank r's span for a step starting at now (µs) and its
+// children: recv (not on rank 0), compute, send (not on the last rank). It
+// returns the step's end, or false once the trace is full.
+func (g *generator) rankStep(step, r int, phase string, now int64) (end int64, ok bool) {
+	start := now
+	cur := now
+	var children [3]child
+	nc := 0
+	if r > 0 {
+		d := g.rand(40, 160)
+		var flow uint64
+		if g.cfg.Flows {
+			flow = trace.FlowKey(r-1, r, uint64(step))
+		}
+		children[nc] = child{g.name(fmt.Sprintf("recv %d", r-1)), phase + "/comms", cur, d, trace.Recv(r-1, 8192, flow)}
+		nc++
+		cur += d
+	}
+	d := g.rand(700, 1300)
+	if phase == "prefill" {
+		d *= 20
+	}
+	children[nc] = child{"joint_blocks", phase + "/compute", cur, d, trace.Args{}.WithToken(step)}
+	nc++
+	cur += d
+	if r < g.cfg.Ranks-1 {
+		d := g.rand(30, 120)
+		var flow uint64
+		if g.cfg.Flows {
+			flow = trace.FlowKey(r, r+1, uint64(step))
+		}
+		children[nc] = child{g.name(fmt.Sprintf("send %d", r+1)), phase + "/comms", cur, d, trace.Send(r+1, 8192, flow)}
+		nc++
+		cur += d
+	}
+	end = cur + g.rand(5, 20)
+	if !g.add(g.name(fmt.Sprintf("%s %d", phase, step)), phase, r, start, end-start, trace.Args{}.WithToken(step)) {
+		return 0, false
+	}
+	for _, c := range children[:nc] {
+		if !g.add(c.name, c.cat, r, c.s, c.d, c.a) {
+			break
+		}
+	}
+	return end, true
+}
+
+// samples adds the counter samples due from nextSample up to now (µs): a
+// memory sample per node and a throughput sample per link every 100 ms. It
+// returns the time of the next sample.
+func (g *generator) samples(nextSample, now int64) int64 {
+	for ; nextSample <= now; nextSample += 100_000 {
+		at := time.Unix(0, g.base+nextSample*1000)
+		for n := 0; n < g.cfg.Nodes; n++ {
+			node := fmt.Sprintf("node-%c", 'a'+n)
+			g.t.Counters = append(g.t.Counters, trace.MemorySample(node, at, float64(8<<30+g.rand(0, 1<<28))))
+			if n+1 < g.cfg.Nodes {
+				next := fmt.Sprintf("node-%c", 'a'+n+1)
+				g.t.Counters = append(g.t.Counters, trace.LinkSample(node, next, at, float64(g.rand(50, 900))/10))
 			}
 		}
 	}
-	return t
+	return nextSample
 }

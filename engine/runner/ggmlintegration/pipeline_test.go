@@ -1,4 +1,4 @@
-package ggmltest
+package ggmlintegration
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // pipeline is N runner servers in this process, one per shard, whose rank
@@ -181,16 +182,11 @@ func TestPipelineSpans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.WaitFor(t, "the spans of ranks 1 and 2", func() bool {
 		p.mu.Lock()
-		ok := len(p.traces[1]) > 0 && len(p.traces[2]) > 0
-		p.mu.Unlock()
-		if ok || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer p.mu.Unlock()
+		return len(p.traces[1]) > 0 && len(p.traces[2]) > 0
+	})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	all := map[int][]trace.Span{0: done.Spans, 1: p.traces[1], 2: p.traces[2]}

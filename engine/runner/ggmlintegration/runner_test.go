@@ -1,6 +1,4 @@
-// Package ggmltest runs engine/runner on the real ggml backend (kept apart so that
-// fuzzing engine/runner does not rebuild ggml with fuzz instrumentation).
-package ggmltest
+package ggmlintegration
 
 import (
 	"context"

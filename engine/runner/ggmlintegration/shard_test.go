@@ -1,4 +1,4 @@
-package ggmltest
+package ggmlintegration
 
 import (
 	"context"
