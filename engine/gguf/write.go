@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
+
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
 // WriteTensor is a tensor to write: its directory entry and a function
@@ -82,29 +82,10 @@ func Write(w io.Writer, kvs []KV, tensors []WriteTensor) error {
 	return bw.Flush()
 }
 
-// WriteFile writes a GGUF file atomically: to a temporary file next to
-// path, synced, then renamed over it.
+// WriteFile writes a GGUF file atomically (internal/atomicfile): readers
+// and the model scanner never see half a model.
 func WriteFile(path string, kvs []KV, tensors []WriteTensor) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = Write(f, kvs, tensors)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.WriteFunc(path, 0o600, func(w io.Writer) error { return Write(w, kvs, tensors) })
 }
 
 type countingWriter struct {
