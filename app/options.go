@@ -45,9 +45,9 @@ func ParseArgs(args []string, stderr io.Writer) (o Options, code int, ok bool) {
 
 Orrery's menu-bar item and window. It runs this node's agent in process
 (flags as for "orrery agent"), or with --no-agent --api URL attaches to an
-agent that is already running. Model runners are started with the "orrery"
-binary beside this executable (in Orrery.app: Contents/MacOS/orrery), else
-the one on PATH, else --runner-exe.
+agent that is already running. Model runners are started with --runner-exe
+when given, else the "orrery" binary beside this executable (in Orrery.app:
+Contents/MacOS/orrery), else the one on PATH.
 
 Flags:
 `)

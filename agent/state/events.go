@@ -79,7 +79,7 @@ func (e NodeDiskMeasured) Node() string     { return e.NodeID }
 func (e NodeNetworkMeasured) Node() string  { return e.NodeID }
 
 // NodeModelsMeasured is a node's model list (at start, then when it
-// changes; scanned every 30 s).
+// changes; scanned every 10 s).
 type NodeModelsMeasured struct {
 	NodeID string     `json:"nodeId"`
 	Models NodeModels `json:"models"`
