@@ -56,6 +56,13 @@ type Agent struct {
 	run *running
 }
 
+// running is the state of a started agent.
+type running struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // the first failure; read after done is closed
+}
+
 // keys is what New loads from the data dir before anything listens.
 type keys struct {
 	id   state.NodeIdentity
@@ -219,15 +226,6 @@ func (a *Agent) wireServing(exe string) {
 		DialPeer: func(ctx context.Context, node, streamID string) (net.Conn, error) {
 			return a.node.DialStream(ctx, node, cluster.PurposeRank, streamID)
 		}})
-}
-
-// modelDirs are where models are looked for.
-func (c Config) modelDirs() model.Dirs {
-	if c.ModelDirs != nil {
-		return *c.ModelDirs
-	}
-	home, _ := os.UserHomeDir()
-	return model.DefaultDirs(c.DataDir, home, c.Getenv)
 }
 
 func (a *Agent) publishIdentity() {

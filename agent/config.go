@@ -111,3 +111,12 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// modelDirs are where models are looked for.
+func (c Config) modelDirs() model.Dirs {
+	if c.ModelDirs != nil {
+		return *c.ModelDirs
+	}
+	home, _ := os.UserHomeDir()
+	return model.DefaultDirs(c.DataDir, home, c.Getenv)
+}

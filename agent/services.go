@@ -39,13 +39,6 @@ type service struct {
 	run  func(ctx context.Context) error
 }
 
-// running is the state of a started agent.
-type running struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // the first failure; read after done is closed
-}
-
 // Run starts the agent and waits until ctx ends or a service fails. It
 // returns the failure, or nil after a clean stop.
 func (a *Agent) Run(ctx context.Context) error {
