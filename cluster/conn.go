@@ -43,7 +43,7 @@ func newConn(tc *tls.Conn, log *slog.Logger) *conn {
 }
 
 // send queues a message; it never blocks.
-func (c *conn) send(msg any) error {
+func (c *conn) send(msg wire.Message) error {
 	typ, b, err := wire.Encode(msg)
 	if err != nil {
 		return err
@@ -62,7 +62,7 @@ func (c *conn) send(msg any) error {
 }
 
 // writeNow writes a message synchronously (the handshake's Hello).
-func (c *conn) writeNow(msg any) error {
+func (c *conn) writeNow(msg wire.Message) error {
 	typ, b, err := wire.Encode(msg)
 	if err != nil {
 		return err

@@ -171,7 +171,7 @@ func (n *Node) requestSnapshot(master string) {
 }
 
 // sendTo queues msg on our control link to peer, if there is one.
-func (n *Node) sendTo(peer string, msg any) {
+func (n *Node) sendTo(peer string, msg wire.Message) {
 	n.mu.Lock()
 	c := n.out[peer]
 	n.mu.Unlock()

@@ -90,7 +90,7 @@ func (r *Router) Chunk(ctx context.Context, m *wire.TraceChunk) (string, error) 
 // send delivers msg locally when this node is the master, else writes it
 // on the stream to the master, opening one if needed. It blocks while the
 // master reads slowly, until ctx ends.
-func (r *Router) send(ctx context.Context, msg any, deliver func(self string) error) (string, error) {
+func (r *Router) send(ctx context.Context, msg wire.Message, deliver func(self string) error) (string, error) {
 	self, master := r.node.ID(), r.node.Master()
 	if master == self {
 		return master, deliver(self)
@@ -188,7 +188,7 @@ func (r *Router) serve(ctx context.Context, peer, _ string, c net.Conn) {
 
 // readMsg reads one trace message (TraceTask or TraceChunk) of at most
 // maxFrame bytes from a trace stream.
-func readMsg(c io.Reader) (any, error) {
+func readMsg(c io.Reader) (wire.Message, error) {
 	typ, payload, err := wire.ReadFrame(c, maxFrame)
 	if err != nil {
 		return nil, err

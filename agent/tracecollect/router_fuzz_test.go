@@ -11,7 +11,7 @@ import (
 // cleanly or returns a valid TraceTask or TraceChunk, which survives a
 // frame → read round trip unchanged.
 func FuzzReadMsg(f *testing.F) {
-	for _, m := range []any{
+	for _, m := range []wire.Message{
 		&wire.TraceTask{Task: "t1", Kind: "ring-bench", Ranks: []wire.TraceRank{{Rank: 0, Node: "a"}, {Rank: 1, Node: "b"}}},
 		&wire.TraceChunk{Task: "t1", Rank: 1, Seq: 2, Final: true, Data: []byte(`{"spans":[]}`)},
 		&wire.Fetch{Since: 1},

@@ -151,7 +151,7 @@ func hopStat(r *wire.RingReport, size int) HopStat {
 }
 
 // writeMsg writes one control message as a wire frame.
-func writeMsg(ctx context.Context, c net.Conn, msg any) error {
+func writeMsg(ctx context.Context, c net.Conn, msg wire.Message) error {
 	typ, b, err := wire.Encode(msg)
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func writeMsg(ctx context.Context, c net.Conn, msg any) error {
 
 // readMsg reads one control message (a RingStart or a RingReport) of at
 // most maxMsg bytes, until ctx ends.
-func readMsg(ctx context.Context, c net.Conn) (any, error) {
+func readMsg(ctx context.Context, c net.Conn) (wire.Message, error) {
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Now()) })
 	defer stop()
 	typ, payload, err := wire.ReadFrame(c, maxMsg)

@@ -13,7 +13,7 @@ import (
 // fails cleanly or returns a valid RingStart or RingReport, which survives
 // a write → read round trip.
 func FuzzReadMsg(f *testing.F) {
-	for _, m := range []any{
+	for _, m := range []wire.Message{
 		&wire.RingStart{Bench: "r1", Order: []string{"a", "b"}, Size: 10, Rounds: 1},
 		&wire.RingReport{Bench: "r1", From: "a", To: "b", Hops: []wire.RingHop{{Round: 0, LatencyNs: 5}}},
 		&wire.Fetch{Since: 1},

@@ -234,36 +234,30 @@ type Snapshot struct {
 	State    json.RawMessage `json:"state"`
 }
 
+// Message is one of this package's messages (a pointer to its struct).
+// The set is closed: only the types below implement it.
+type Message interface {
+	// MsgType is the frame type the message travels as.
+	MsgType() Type
+	validate() error
+}
+
+func (*Hello) MsgType() Type      { return TypeHello }
+func (*Heartbeat) MsgType() Type  { return TypeHeartbeat }
+func (*ProbeAck) MsgType() Type   { return TypeProbeAck }
+func (*Submit) MsgType() Type     { return TypeSubmit }
+func (*Events) MsgType() Type     { return TypeEvents }
+func (*Fetch) MsgType() Type      { return TypeFetch }
+func (*Snapshot) MsgType() Type   { return TypeSnapshot }
+func (*RingStart) MsgType() Type  { return TypeRingStart }
+func (*RingReport) MsgType() Type { return TypeRingReport }
+func (*TraceTask) MsgType() Type  { return TypeTraceTask }
+func (*TraceChunk) MsgType() Type { return TypeTraceChunk }
+
 // Encode marshals a message for WriteFrame.
-func Encode(v any) (Type, []byte, error) {
-	var t Type
-	switch v.(type) {
-	case *Hello:
-		t = TypeHello
-	case *Heartbeat:
-		t = TypeHeartbeat
-	case *ProbeAck:
-		t = TypeProbeAck
-	case *Submit:
-		t = TypeSubmit
-	case *Events:
-		t = TypeEvents
-	case *Fetch:
-		t = TypeFetch
-	case *Snapshot:
-		t = TypeSnapshot
-	case *RingStart:
-		t = TypeRingStart
-	case *RingReport:
-		t = TypeRingReport
-	case *TraceTask:
-		t = TypeTraceTask
-	case *TraceChunk:
-		t = TypeTraceChunk
-	default:
-		return 0, nil, fmt.Errorf("encode: unknown message %T", v)
-	}
-	b, err := json.Marshal(v)
+func Encode(m Message) (Type, []byte, error) {
+	t := m.MsgType()
+	b, err := json.Marshal(m)
 	if err != nil {
 		return 0, nil, fmt.Errorf("encode %s: %w", t, err)
 	}
@@ -272,8 +266,8 @@ func Encode(v any) (Type, []byte, error) {
 
 // Decode parses and validates one message payload. It returns a pointer to
 // the message struct for the type.
-func Decode(t Type, payload []byte) (any, error) {
-	var v interface{ validate() error }
+func Decode(t Type, payload []byte) (Message, error) {
+	var v Message
 	switch t {
 	case TypeHello:
 		v = new(Hello)

@@ -10,7 +10,7 @@ import (
 // decoder: they must fail cleanly, and whatever decodes must survive an
 // encode → frame → read → decode round trip unchanged.
 func FuzzReadFrame(f *testing.F) {
-	for _, m := range []any{
+	for _, m := range []Message{
 		&Hello{NodeID: "a", Version: "v"},
 		&Heartbeat{NodeID: "a", Members: []string{"b"}},
 		&Events{MasterID: "m", Events: []IndexedEvent{{Idx: 1, Type: "t", Event: []byte(`{}`)}}},
@@ -62,7 +62,7 @@ func FuzzReadFrame(f *testing.F) {
 
 // normalize re-encodes a message so that equal JSON compares equal (raw
 // messages may differ in insignificant whitespace after a round trip).
-func normalize(t *testing.T, m any) string {
+func normalize(t *testing.T, m Message) string {
 	_, b, err := Encode(m)
 	if err != nil {
 		t.Fatal(err)

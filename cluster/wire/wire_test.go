@@ -16,7 +16,7 @@ import (
 
 func TestFrameRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	msgs := []any{
+	msgs := []Message{
 		&Hello{NodeID: "a", StartedAt: time.Unix(100, 0).UTC(), Version: "v1", PeerPort: 52417},
 		&Heartbeat{NodeID: "a", Seq: 7, T1: 123, MasterID: "b", LastIdx: 41, StateHash: "abc", Members: []string{"a", "b"}},
 		&ProbeAck{NodeID: "b", Seq: 7, T1: 123, T2: 130, T3: 131},
