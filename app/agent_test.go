@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // TestAgainstRealAgent reads a real in-process agent, so that the field
@@ -32,19 +33,13 @@ func TestAgainstRealAgent(t *testing.T) {
 
 	tray := &fakeTray{}
 	s := &Shell{Client: &Client{BaseURL: "http://" + a.Addr().String()}, Tray: tray, Window: &fakeWindow{}}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var v View
+	testutil.WaitForTimeout(t, 15*time.Second, "the menu to show the agent's node and memory", func() bool {
 		s.Refresh(ctx)
-		v := tray.last()
-		if v.Lines[0] == "Nodes: 1" && strings.HasSuffix(v.Lines[1], " GB used") {
-			if v.Title != "1 node" || v.Lines[2] != "Runners: none" || v.Lines[3] != "Latest trace: none" {
-				t.Errorf("view = %+v", v)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no status from the agent: %+v", v)
-		}
-		time.Sleep(50 * time.Millisecond)
+		v = tray.last()
+		return v.Lines[0] == "Nodes: 1" && strings.HasSuffix(v.Lines[1], " GB used")
+	})
+	if v.Title != "1 node" || v.Lines[2] != "Runners: none" || v.Lines[3] != "Latest trace: none" {
+		t.Errorf("view = %+v", v)
 	}
 }

@@ -1,16 +1,13 @@
 package app
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"time"
 
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/tracestore"
 )
@@ -20,8 +17,9 @@ import (
 // means a stuck agent, and the menu should say so rather than hang.
 const RequestTimeout = 5 * time.Second
 
-// Client reads the agent's local HTTP API. The zero value is not usable:
-// set BaseURL. It is safe for concurrent use.
+// Client reads the agent's local HTTP API for the menu, through the
+// shared API client (agent/api/client) with RequestTimeout. The zero
+// value is not usable: set BaseURL. It is safe for concurrent use.
 type Client struct {
 	// BaseURL is the API's base, e.g. http://127.0.0.1:52416.
 	BaseURL string
@@ -30,39 +28,36 @@ type Client struct {
 }
 
 // APIError is a non-2xx answer of the agent.
-type APIError struct {
-	Status  int
-	Message string // the agent's {"error": …}, or the body's start
-	URL     string // the {"url": …} some errors carry (trace open)
-}
+type APIError = client.Error
 
-func (e *APIError) Error() string { return fmt.Sprintf("agent answered %d: %s", e.Status, e.Message) }
+func (c *Client) api() *client.Client {
+	return &client.Client{BaseURL: c.BaseURL, HTTP: c.HTTP, Timeout: RequestTimeout}
+}
 
 // State returns GET /state.
-func (c *Client) State(ctx context.Context) (state.State, error) {
-	var st state.State
-	err := c.do(ctx, http.MethodGet, "/state", nil, &st)
-	return st, err
-}
+func (c *Client) State(ctx context.Context) (state.State, error) { return c.api().State(ctx) }
 
 // Traces returns GET /v1/traces, as the agent orders them.
 func (c *Client) Traces(ctx context.Context) ([]tracestore.Meta, error) {
-	var body struct {
-		Traces []tracestore.Meta `json:"traces"`
-	}
-	err := c.do(ctx, http.MethodGet, "/v1/traces", nil, &body)
-	return body.Traces, err
+	return c.api().Traces(ctx)
 }
 
-// StepStats is the part of GET /v1/traces/{id}/stats the menu reads: the
-// step spans per step category, and the ranks.
-type StepStats struct {
-	PerStep map[string]struct {
-		TotalUs int64 `json:"totalUs"`
-		Count   int64 `json:"count"`
-	} `json:"perStep"`
-	ByRank map[string]json.RawMessage `json:"byRank"`
+// TraceStats returns GET /v1/traces/{id}/stats.
+func (c *Client) TraceStats(ctx context.Context, id string) (StepStats, error) {
+	st, err := c.api().TraceStats(ctx, id)
+	return StepStats{st}, err
 }
+
+// OpenTrace asks the agent to open its Perfetto hand-off page for trace id
+// in the system browser (POST /v1/traces/{id}/open). When the agent cannot
+// open a browser the *APIError carries the page's URL.
+func (c *Client) OpenTrace(ctx context.Context, id string) (pageURL string, err error) {
+	return c.api().OpenTrace(ctx, id)
+}
+
+// StepStats is a trace's statistics as the menu reads them: for the
+// decode speed of its latest chat.
+type StepStats struct{ api.TraceStats }
 
 // DecodeTokPerS is the decode speed of a generation trace. Rank 0 drives
 // the pipeline: its decode step for a token runs from sending the token
@@ -72,18 +67,8 @@ type StepStats struct {
 // without rank stats fall back to all decode steps divided by the ranks.
 // ok is false when the trace has no decode steps.
 func (s StepStats) DecodeTokPerS() (tokPerS float64, ok bool) {
-	if raw, has := s.ByRank["0"]; has {
-		var r0 struct {
-			ByCategory map[string]struct {
-				TotalUs int64 `json:"totalUs"`
-				Count   int64 `json:"count"`
-			} `json:"byCategory"`
-		}
-		if json.Unmarshal(raw, &r0) == nil {
-			if d, has := r0.ByCategory["decode"]; has && d.Count > 0 && d.TotalUs > 0 {
-				return float64(d.Count) * 1e6 / float64(d.TotalUs), true
-			}
-		}
+	if d, has := s.ByRank["0"].ByCategory["decode"]; has && d.Count > 0 && d.TotalUs > 0 {
+		return float64(d.Count) * 1e6 / float64(d.TotalUs), true
 	}
 	d, has := s.PerStep["decode"]
 	if !has || d.Count == 0 || d.TotalUs <= 0 {
@@ -93,73 +78,11 @@ func (s StepStats) DecodeTokPerS() (tokPerS float64, ok bool) {
 	return float64(d.Count) / float64(ranks) * 1e6 / float64(d.TotalUs), true
 }
 
-// TraceStats returns GET /v1/traces/{id}/stats.
-func (c *Client) TraceStats(ctx context.Context, id string) (StepStats, error) {
-	var s StepStats
-	err := c.do(ctx, http.MethodGet, "/v1/traces/"+url.PathEscape(id)+"/stats", nil, &s)
-	return s, err
-}
-
-// OpenTrace asks the agent to open its Perfetto hand-off page for trace id
-// in the system browser (POST /v1/traces/{id}/open). When the agent cannot
-// open a browser the *APIError carries the page's URL.
-func (c *Client) OpenTrace(ctx context.Context, id string) (pageURL string, err error) {
-	var body struct {
-		URL string `json:"url"`
-	}
-	err = c.do(ctx, http.MethodPost, "/v1/traces/"+url.PathEscape(id)+"/open", []byte("{}"), &body)
-	return body.URL, err
-}
-
-func (c *Client) do(ctx context.Context, method, path string, reqBody []byte, out any) error {
-	if _, has := ctx.Deadline(); !has {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, RequestTimeout)
-		defer cancel()
-	}
-	var rd io.Reader
-	if reqBody != nil {
-		rd = bytes.NewReader(reqBody)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	if reqBody != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		apiErr := &APIError{Status: resp.StatusCode, Message: string(bytes.TrimSpace(b))}
-		var e struct {
-			Error string `json:"error"`
-			URL   string `json:"url"`
-		}
-		if json.Unmarshal(b, &e) == nil && e.Error != "" {
-			apiErr.Message, apiErr.URL = e.Error, e.URL
-		}
-		return fmt.Errorf("%s %s: %w", method, path, apiErr)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode: %w", method, path, err)
-	}
-	return nil
-}
-
 // pageURLOf returns the hand-off page's URL an OpenTrace error carries.
 func pageURLOf(err error) string {
 	var e *APIError
 	if errors.As(err, &e) {
-		return e.URL
+		return e.PageURL
 	}
 	return ""
 }

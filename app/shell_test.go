@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 type fakeTray struct {
@@ -152,19 +154,11 @@ func TestShellRunStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { s.Run(ctx); close(done) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.WaitFor(t, "three refreshes", func() bool {
 		tray.mu.Lock()
-		n := len(tray.views)
-		tray.mu.Unlock()
-		if n >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no refreshes")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer tray.mu.Unlock()
+		return len(tray.views) >= 3
+	})
 	cancel()
 	select {
 	case <-done:

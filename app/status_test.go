@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/tracestore"
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // The fixtures are a 3-node `orrery demo`'s /state, /v1/traces and the
@@ -72,7 +73,7 @@ func TestDecodeTokPerS(t *testing.T) {
 		t.Errorf("DecodeTokPerS = %v, %v; want %v", got, ok, want)
 	}
 	// Without rank stats: all ranks' steps over the rank count.
-	stats.ByRank = map[string]json.RawMessage{"0": json.RawMessage(`{}`), "1": nil, "2": nil}
+	stats.ByRank = map[string]trace.RankStats{"0": {}, "1": {}, "2": {}}
 	want := 47 * 1e6 / 285880.0
 	if got, ok := stats.DecodeTokPerS(); !ok || got < want-1e-9 || got > want+1e-9 {
 		t.Errorf("fallback DecodeTokPerS = %v, %v; want %v", got, ok, want)

@@ -121,7 +121,7 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request, forwarde
 		writeInferenceError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"deleted": id})
+	writeJSON(w, http.StatusOK, InstanceDeleted{Deleted: id})
 }
 
 // writeInferenceError writes an Inference error in the API's own shape.

@@ -427,38 +427,16 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, node, path stri
 	}
 }
 
-// modelEntry is one /v1/models item: OpenAI's fields plus where the model
-// is and whether it runs.
-type modelEntry struct {
-	ID      string         `json:"id"`
-	Object  string         `json:"object"`
-	Created int64          `json:"created"`
-	OwnedBy string         `json:"owned_by"`
-	Orrery  modelEntryInfo `json:"orrery"`
-}
-
-type modelEntryInfo struct {
-	// Running is set when an instance serves the model.
-	Running   bool     `json:"running"`
-	Instances []string `json:"instances"`
-	// Nodes have the model on disk.
-	Nodes        []string      `json:"nodes"`
-	Arch         string        `json:"arch,omitempty"`
-	Layers       int           `json:"layers,omitempty"`
-	Quantization string        `json:"quantization,omitempty"`
-	Size         *state.Memory `json:"size,omitempty"`
-}
-
 // models lists every model in the cluster: those running, and those on
 // some node's disk that could be placed.
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	st := s.Store.State()
-	byID := map[string]*modelEntry{}
-	get := func(id string) *modelEntry {
+	byID := map[string]*ModelEntry{}
+	get := func(id string) *ModelEntry {
 		e := byID[id]
 		if e == nil {
-			e = &modelEntry{ID: id, Object: "model", OwnedBy: "orrery",
-				Orrery: modelEntryInfo{Instances: []string{}, Nodes: []string{}}}
+			e = &ModelEntry{ID: id, Object: "model", OwnedBy: "orrery",
+				Orrery: ModelInfo{Instances: []string{}, Nodes: []string{}}}
 			byID[id] = e
 		}
 		return e
@@ -481,12 +459,12 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 			e.Created = c
 		}
 	}
-	out := make([]modelEntry, 0, len(byID))
+	out := make([]ModelEntry, 0, len(byID))
 	for _, e := range byID {
 		sort.Strings(e.Orrery.Nodes)
 		slices.Sort(e.Orrery.Instances)
 		out = append(out, *e)
 	}
-	slices.SortFunc(out, func(a, b modelEntry) int { return strings.Compare(a.ID, b.ID) })
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": out})
+	slices.SortFunc(out, func(a, b ModelEntry) int { return strings.Compare(a.ID, b.ID) })
+	writeJSON(w, http.StatusOK, ModelList{Object: "list", Data: out})
 }

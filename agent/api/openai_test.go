@@ -291,7 +291,7 @@ func TestModelsList(t *testing.T) {
 	defer resp.Body.Close()
 	var l struct {
 		Object string       `json:"object"`
-		Data   []modelEntry `json:"data"`
+		Data   []ModelEntry `json:"data"`
 	}
 	json.NewDecoder(resp.Body).Decode(&l)
 	if l.Object != "list" || len(l.Data) != 1 {

@@ -219,11 +219,11 @@ func (s *Server) nodeID(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	st := s.Store.State()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"status":              "ok",
-		"nodeId":              s.NodeID,
-		"version":             s.Version,
-		"lastEventAppliedIdx": st.LastEventAppliedIdx,
+	writeJSON(w, http.StatusOK, HealthResponse{
+		Status:              "ok",
+		NodeID:              s.NodeID,
+		Version:             s.Version,
+		LastEventAppliedIdx: st.LastEventAppliedIdx,
 	})
 }
 
@@ -434,7 +434,7 @@ func (s *Server) clusterHash(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no state hash kept for idx %d", idx))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"idx": idx, "stateHash": h})
+	writeJSON(w, http.StatusOK, ClusterHash{Idx: idx, StateHash: h})
 }
 
 // RingBenchRequest is the body of POST /v1/cluster/ring-bench.

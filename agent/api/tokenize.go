@@ -28,13 +28,6 @@ type detokenizeRequest struct {
 	Tokens []int32 `json:"tokens"`
 }
 
-// tokenPiece is a token with its text: a string when it is valid UTF-8,
-// else its bytes as an array of numbers (as llama.cpp answers).
-type tokenPiece struct {
-	ID    int32 `json:"id"`
-	Piece any   `json:"piece"`
-}
-
 func (s *Server) tokenize(w http.ResponseWriter, r *http.Request, forwarded bool) {
 	var req tokenizeRequest
 	v, ok := s.vocabFor(w, r, forwarded, "/tokenize", &req, func() string { return req.Model })
@@ -50,31 +43,34 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request, forwarded bool
 		ids = []int32{}
 	}
 	if !req.WithPieces {
-		writeJSON(w, http.StatusOK, map[string]any{"tokens": ids})
+		writeJSON(w, http.StatusOK, TokenIDs{Tokens: ids})
 		return
 	}
-	out := make([]tokenPiece, len(ids))
+	out := make([]TokenPiece, len(ids))
 	for i, id := range ids {
 		p, err := v.Decode([]int32{id})
 		if err != nil {
 			openAIError(w, http.StatusInternalServerError, "server_error", "decode", fmt.Sprintf("decode token %d: %v", id, err))
 			return
 		}
-		out[i] = tokenPiece{ID: id, Piece: pieceJSON(p)}
+		out[i] = TokenPiece{ID: id, Piece: pieceJSON(p)}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+	writeJSON(w, http.StatusOK, TokenPieces{Tokens: out})
 }
 
-// pieceJSON is a token's text as llama.cpp's with_pieces gives it.
-func pieceJSON(p string) any {
-	if utf8.ValidString(p) {
-		return p
+// pieceJSON is a token's text as llama.cpp's with_pieces gives it: a
+// string when valid UTF-8, else an array of its bytes.
+func pieceJSON(p string) json.RawMessage {
+	var v any = p
+	if !utf8.ValidString(p) {
+		b := make([]int, len(p))
+		for i := range len(p) {
+			b[i] = int(p[i])
+		}
+		v = b
 	}
-	b := make([]int, len(p))
-	for i := range len(p) {
-		b[i] = int(p[i])
-	}
-	return b
+	raw, _ := json.Marshal(v) // a string or []int always marshals
+	return raw
 }
 
 func (s *Server) detokenize(w http.ResponseWriter, r *http.Request, forwarded bool) {
@@ -99,7 +95,7 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request, forwarded bo
 			return
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"content": text})
+	writeJSON(w, http.StatusOK, Detokenized{Content: text})
 }
 
 // vocabFor reads a JSON body into req, finds a node with the model's file

@@ -58,7 +58,7 @@ func (s *Server) traceList(w http.ResponseWriter, r *http.Request) {
 	if s.Traces != nil {
 		metas = append(metas, s.Traces.List()...)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"traces": metas})
+	writeJSON(w, http.StatusOK, TraceList{Traces: metas})
 }
 
 func (s *Server) traceItem(w http.ResponseWriter, r *http.Request) {
@@ -71,7 +71,7 @@ func (s *Server) traceItem(w http.ResponseWriter, r *http.Request) {
 			traceError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"taskId": id, "deleted": true})
+		writeJSON(w, http.StatusOK, TraceDeleted{TaskID: id, Deleted: true})
 		return
 	}
 	m, err := s.Traces.Get(id)
@@ -272,12 +272,12 @@ func (s *Server) traceOpen(w http.ResponseWriter, r *http.Request) {
 	// The Host check has made sure r.Host is this loopback API.
 	page := "http://" + r.Host + "/perfetto/" + id
 	if s.OpenURL == nil {
-		writeJSON(w, http.StatusNotImplemented, map[string]any{"error": "this agent cannot open a browser; open the url yourself", "url": page})
+		writeJSON(w, http.StatusNotImplemented, TraceOpened{Error: "this agent cannot open a browser; open the url yourself", URL: page})
 		return
 	}
 	if err := s.OpenURL(r.Context(), page); err != nil {
-		writeJSON(w, http.StatusBadGateway, map[string]any{"error": "open a browser: " + err.Error() + "; open the url yourself", "url": page})
+		writeJSON(w, http.StatusBadGateway, TraceOpened{Error: "open a browser: " + err.Error() + "; open the url yourself", URL: page})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"taskId": id, "url": page, "opened": true})
+	writeJSON(w, http.StatusOK, TraceOpened{TaskID: id, URL: page, Opened: true})
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
 )
 
@@ -69,51 +70,6 @@ func TestDemoFlags(t *testing.T) {
 		if code != 0 || !strings.Contains(errs, w) {
 			t.Errorf("demo -h: exit %d, stderr lacks %q:\n%s", code, w, errs)
 		}
-	}
-}
-
-// A busy port is named, and nothing is started or created.
-func TestDemoBusyPort(t *testing.T) {
-	base := freeBasePort(t, 3)
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+1)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dir := filepath.Join(t.TempDir(), "demo")
-	var stdout, stderr strings.Builder
-	err = runDemo(context.Background(), demoOptions{Nodes: 3, BasePort: base, Dir: dir, Exe: "/nonexistent/orrery"}, &stdout, &stderr)
-	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("port %d (node 1's API", base+1)) || !strings.Contains(err.Error(), "busy") {
-		t.Fatalf("runDemo = %v, want an error naming port %d", err, base+1)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("demo dir was created before the port check: %v", err)
-	}
-	if stdout.Len() != 0 || stderr.Len() != 0 {
-		t.Errorf("output before failing: %q %q", stdout.String(), stderr.String())
-	}
-}
-
-// A node that exits while the cluster forms fails the demo, with its log.
-func TestDemoNodeExitsAtStart(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh to stand in for a failing agent")
-	}
-	dir := t.TempDir()
-	var stdout, stderr strings.Builder
-	// "sh agent --api-addr …" fails at once: no script named agent.
-	err = runDemo(context.Background(), demoOptions{Nodes: 2, BasePort: freeBasePort(t, 2), Dir: dir, Exe: sh}, &stdout, &stderr)
-	if err == nil {
-		t.Fatal("runDemo succeeded with agents that cannot start")
-	}
-	msg := err.Error()
-	if !strings.Contains(msg, "exited: exit status") || !strings.Contains(msg, filepath.Join(dir, "node-")) ||
-		!strings.Contains(msg, "agent.log") || !strings.Contains(msg, "it ends with:") {
-		t.Errorf("error does not say which node exited and where its log is: %v", err)
-	}
-	if stdout.Len() != 0 {
-		t.Errorf("a table was printed: %s", stdout.String())
 	}
 }
 
@@ -320,8 +276,8 @@ func TestDemoProcess(t *testing.T) {
 		}
 	}
 	for _, r := range rows {
-		var st doctorCluster
-		if err := apiGet(context.Background(), httpClient, r.url, "/cluster", &st); err != nil {
+		st, err := (&client.Client{BaseURL: r.url, HTTP: httpClient}).Cluster(context.Background())
+		if err != nil {
 			t.Fatalf("node %s: %v", r.idx, err)
 		}
 		if len(st.Members) != 3 || st.NodeID != r.id || st.MasterID != master {

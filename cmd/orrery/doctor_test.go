@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/discovery"
 )
 
 // cannedAgent serves fixed JSON for the endpoints the doctor reads; a path
@@ -148,8 +150,8 @@ func TestDoctorErrors(t *testing.T) {
 }
 
 type discoveryCodes struct {
-	PeersFound int             `json:"peersFound"`
-	Problems   []doctorProblem `json:"problems"`
+	PeersFound int                 `json:"peersFound"`
+	Problems   []discovery.Problem `json:"problems"`
 }
 
 // TestDoctorProcess runs the doctor against a real agent alone in its

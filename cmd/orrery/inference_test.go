@@ -164,8 +164,7 @@ func TestInferenceProcesses(t *testing.T) {
 		t.Errorf("greedy runs differ: %q vs %q", ans.Choices[0].Message.Content, again.Choices[0].Message.Content)
 	}
 	// The trace is on the master, with prefill and decode phases.
-	var st clusterStatus
-	st, _ = status(t, a)
+	st, _ := status(t, a)
 	master := a
 	if st.MasterID != aID {
 		master = b

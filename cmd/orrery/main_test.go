@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -259,25 +261,46 @@ func (p *agentProc) mustGet(t *testing.T, path string, v any) {
 	}
 }
 
-// poll calls cond every 50 ms until it returns true, for at most limit.
+// poll waits until cond holds, for at most limit; it fails if the agent
+// exits meanwhile.
 func poll(t *testing.T, p *agentProc, limit time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	last := ""
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
+	exited := func() string {
 		if p.exited() {
-			t.Fatalf("agent exited while waiting for %s (%s)\nstderr:\n%s", what, last, p.stderr.String())
+			return "the agent\nstderr:\n" + p.stderr.String()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v (last: %s)\nstderr:\n%s", what, limit, last, p.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return ""
 	}
+	pollUntil(t, limit, what, exited, func() string { return "stderr:\n" + p.stderr.String() }, cond)
+}
+
+// pollUntil is the process tests' one wait: it polls cond
+// (testutil.Eventually) until it holds and returns how long that took. It
+// fails the test when exited names a process that has exited, or after
+// limit, with cond's last message and logs().
+func pollUntil(t *testing.T, limit time.Duration, what string, exited, logs func() string, cond func() (bool, string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	last, gone := "", ""
+	ok := testutil.Eventually(limit, func() bool {
+		ok, msg := cond()
+		if !ok {
+			last, gone = msg, exited()
+		}
+		return ok || gone != ""
+	})
+	switch {
+	case gone != "":
+		t.Fatalf("%s exited while waiting for %s (%s)", gone, what, last)
+	case !ok:
+		t.Fatalf("no %s within %v (last: %s)\n%s", what, limit, last, logs())
+	}
+	return time.Since(start)
+}
+
+// api is a client of the agent's API.
+func (p *agentProc) api() *client.Client {
+	return &client.Client{BaseURL: "http://" + p.addr, HTTP: httpClient}
 }
 
 func waitHealthy(t *testing.T, p *agentProc) {

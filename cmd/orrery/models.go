@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent"
+	"github.com/orrery-cluster/orrery/demo"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
@@ -101,7 +102,7 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	}
 	start := time.Now()
 	last := time.Time{}
-	fmt.Fprintf(stderr, "writing %s (%s, %s)\n", path, humanBytes(int64(size)), shape(o))
+	fmt.Fprintf(stderr, "writing %s (%s, %s)\n", path, humanBytes(int64(size)), demo.ModelShape(o))
 	err = model.GenerateProgress(path, o, func(done, total uint64) {
 		if now := time.Now(); now.Sub(last) >= time.Second || done == total {
 			last = now
@@ -123,10 +124,6 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%s\n", path)
 	fmt.Fprintf(stderr, "done in %.1f s. Random weights: this model's output is gibberish.\n", time.Since(start).Seconds())
 	return 0
-}
-
-func shape(o model.GenOptions) string {
-	return fmt.Sprintf("%s, %d layers, dim %d, ff %d, %d/%d heads, vocab %d, ctx %d, %s", o.Arch, o.Layers, o.Dim, o.FFDim, o.Heads, o.KVHeads, o.Vocab, o.ContextLen, o.Type)
 }
 
 const modelsUsage = `Usage: orrery models ls [--data-dir DIR] [--json]

@@ -47,6 +47,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/internal/netnstest"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 const (
@@ -130,28 +131,19 @@ func (a *netnsAgent) getJSON(path string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// netnsPoll calls cond every 250 ms until it is true, for at most limit;
-// it fails if an agent exits meanwhile.
+// netnsPoll waits until cond holds, for at most limit; it fails if an
+// agent exits meanwhile.
 func netnsPoll(t *testing.T, agents []*netnsAgent, limit time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	last := ""
-	for {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
+	exited := func() string {
 		for _, a := range agents {
 			if a.exited() {
-				t.Fatalf("agent %s exited while waiting for %s (%s)", a.name, what, last)
+				return "agent " + a.name
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v (last: %s)", what, limit, last)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return ""
 	}
+	pollUntil(t, limit, what, exited, func() string { return "" }, cond)
 }
 
 type netnsClusterStatus struct {
@@ -410,7 +402,13 @@ func TestNetNSLinkTelemetry(t *testing.T) {
 		elapsed := end.Sub(start)
 		truth := netnsTBFBytes / elapsed.Seconds() / 1e6
 
-		time.Sleep(1500 * time.Millisecond) // samples taken before end may still be on their way
+		// Samples taken before end may still be on their way: wait for
+		// one taken after it, which comes after them.
+		testutil.WaitForTimeout(t, 10*time.Second, "a nodeNetwork sample taken after the transfer", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.ContainsFunc(samples, func(s sample) bool { return s.at.After(end) })
+		})
 		stopPoll()
 		<-pollDone
 		mu.Lock()

@@ -153,8 +153,7 @@ func TestPipelineProcesses(t *testing.T) {
 	}
 	// Logprobs over 3 ranks come back to rank 0 in the token frames.
 	sameLogprobs(t, "3 ranks", legacyComplete(t, b, lpReq), lpRef, 2e-3)
-	var st clusterStatus
-	st, _ = status(t, a)
+	st, _ := status(t, a)
 	master := ps[0]
 	for i, id := range ids {
 		if id == st.MasterID {

@@ -1,31 +1,22 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
-
-// RunnerTokenEnv carries the runner's bearer token from the agent (not on
-// the command line, where every local user could read it).
-const RunnerTokenEnv = "ORRERY_RUNNER_TOKEN"
 
 const runnerUsage = `Usage: orrery runner --model PATH [flags]
 
@@ -33,7 +24,7 @@ The model runner: a child process the agent starts for each rank of each
 instance (not meant to be run by hand). It listens on 127.0.0.1 on a free
 port, prints "` + runner.ListenPrefix + `ADDR", loads the model (or its shard)
 and serves completions to the agent, which must send the token from
-$` + RunnerTokenEnv + `. With --ranks > 1 it also sets up its rank links through
+$` + runner.TokenEnv + `. With --ranks > 1 it also sets up its rank links through
 the agent at --agent-api, and exits when a link breaks. It exits when its
 stdin closes (the agent is gone) or on SIGTERM.
 
@@ -70,9 +61,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		fmt.Fprintln(stderr, "orrery runner: --model is required")
 		return 2
 	}
-	token := getenv(RunnerTokenEnv)
+	token := getenv(runner.TokenEnv)
 	if token == "" {
-		fmt.Fprintf(stderr, "orrery runner: $%s is not set (the agent sets it)\n", RunnerTokenEnv)
+		fmt.Fprintf(stderr, "orrery runner: $%s is not set (the agent sets it)\n", runner.TokenEnv)
 		return 2
 	}
 	var lvl slog.Level
@@ -101,8 +92,16 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		}
 		defer ln.Close()
 		cfg.RankListener = ln
-		cfg.DialNext = func(ctx context.Context) (net.Conn, error) { return dialRankLink(ctx, *agentAPI, token) }
-		cfg.OnStageTrace = func(id string, spans []trace.Span, err error) { postStageTrace(*agentAPI, token, id, spans, err, log) }
+		cfg.DialNext = func(ctx context.Context) (net.Conn, error) { return runner.DialRankLink(ctx, *agentAPI, token) }
+		cfg.OnStageTrace = func(id string, spans []trace.Span, err error) {
+			t := runner.RankTrace{TraceID: id, Spans: spans}
+			if err != nil {
+				t.Error = err.Error()
+			}
+			if err := runner.PostRankTrace(context.Background(), *agentAPI, token, t); err != nil {
+				log.Warn("hand spans to the agent", "trace", id, "err", err)
+			}
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -112,58 +111,4 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		return 1
 	}
 	return 0
-}
-
-// dialRankLink asks the agent for this rank's outbound link: an upgraded
-// HTTP connection the agent relays to the next rank.
-func dialRankLink(ctx context.Context, agentAPI, token string) (net.Conn, error) {
-	c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", agentAPI)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(c, "GET /internal/rank-link HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: orrery-rank\r\n\r\n", agentAPI, token)
-	br := bufio.NewReader(c)
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		c.Close()
-		return nil, fmt.Errorf("rank link: %w", err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		c.Close()
-		return nil, fmt.Errorf("rank link: %s %s", resp.Status, strings.TrimSpace(string(b)))
-	}
-	c.SetReadDeadline(time.Time{})
-	if br.Buffered() > 0 {
-		return &bufConn{Conn: c, r: br}, nil
-	}
-	return c, nil
-}
-
-// bufConn reads what the HTTP reader buffered first.
-type bufConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
-
-// postStageTrace hands a rank's spans of a traced request to the agent,
-// which ships them to the master.
-func postStageTrace(agentAPI, token, id string, spans []trace.Span, err error, log *slog.Logger) {
-	body := map[string]any{"traceId": id, "spans": spans}
-	if err != nil {
-		body["error"] = err.Error()
-	}
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(http.MethodPost, "http://"+agentAPI+"/internal/rank-trace", bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, rerr := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-	if rerr != nil {
-		log.Warn("hand spans to the agent", "trace", id, "err", rerr)
-		return
-	}
-	resp.Body.Close()
 }

@@ -2,17 +2,20 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orrery-cluster/orrery/agent/api/client"
 )
+
+// tokenizeTimeout bounds the request (a cold vocabulary load included).
+const tokenizeTimeout = time.Minute
 
 const tokenizeUsage = `Usage: orrery tokenize --model ID [--api URL] [--ids|--pieces] [--no-special] TEXT|-
 
@@ -26,18 +29,12 @@ it unless --no-special.
 Flags:
 `
 
-// tokenPiece is one entry of /tokenize's answer with with_pieces.
-type tokenPiece struct {
-	ID    int32           `json:"id"`
-	Piece json.RawMessage `json:"piece"` // a string or an array of bytes
-}
-
 func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	const name = "orrery tokenize"
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, tokenizeUsage); fs.PrintDefaults() }
-	api := fs.String("api", doctorDefaultAPI, "API URL of the agent")
+	apiURL := fs.String("api", client.DefaultBaseURL, "API URL of the agent")
 	modelID := fs.String("model", "", "model id (see GET /v1/models)")
 	idsOnly := fs.Bool("ids", false, "print only the ids, space-separated on one line")
 	piecesOnly := fs.Bool("pieces", false, "print only the pieces, one JSON value per line")
@@ -69,17 +66,14 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		}
 		text = string(b)
 	}
-	base, err := doctorBaseURL(*api)
+	base, err := client.ParseBaseURL(*apiURL)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *api, err)
+		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *apiURL, err)
 		return 2
 	}
-	client := &http.Client{Timeout: time.Minute}
-	var resp struct {
-		Tokens []tokenPiece `json:"tokens"`
-	}
-	body := map[string]any{"model": *modelID, "content": text, "add_special": !*noSpecial, "with_pieces": true}
-	if err := apiPost(ctx, client, base, "/tokenize", body, &resp); err != nil {
+	c := &client.Client{BaseURL: base, Timeout: tokenizeTimeout}
+	tokens, err := c.Tokenize(ctx, *modelID, text, !*noSpecial)
+	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "%s: no agent answers at %s: %v — start one with `orrery agent`\n", name, base, ue.Err)
@@ -90,20 +84,20 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	switch {
 	case *idsOnly:
-		ids := make([]string, len(resp.Tokens))
-		for i, t := range resp.Tokens {
+		ids := make([]string, len(tokens))
+		for i, t := range tokens {
 			ids[i] = strconv.Itoa(int(t.ID))
 		}
 		fmt.Fprintln(stdout, strings.Join(ids, " "))
 	case *piecesOnly:
-		for _, t := range resp.Tokens {
+		for _, t := range tokens {
 			fmt.Fprintf(stdout, "%s\n", t.Piece)
 		}
 	default:
-		for _, t := range resp.Tokens {
+		for _, t := range tokens {
 			fmt.Fprintf(stdout, "%d\t%s\n", t.ID, t.Piece)
 		}
-		fmt.Fprintf(stdout, "%d tokens\n", len(resp.Tokens))
+		fmt.Fprintf(stdout, "%d tokens\n", len(tokens))
 	}
 	return 0
 }

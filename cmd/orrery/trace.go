@@ -8,10 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,8 +16,11 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent"
-	"github.com/orrery-cluster/orrery/agent/tracestore"
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/bench"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
 const traceUsage = `Usage:
@@ -87,12 +87,12 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "%s: -o FILE is required (- for stdout)\n", name)
 		return 2
 	}
-	base, err := doctorBaseURL(*api)
+	base, err := client.ParseBaseURL(*api)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *api, err)
 		return 2
 	}
-	c := &traceClient{base: base, http: &http.Client{Timeout: 5 * time.Minute}}
+	c := traceCmd{&client.Client{BaseURL: base, Timeout: traceTimeout}}
 	var id string
 	if wantArgs == 1 {
 		id = pos[0]
@@ -126,50 +126,14 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-type traceClient struct {
-	base string
-	http *http.Client
-}
+// traceTimeout bounds one request to the agent, a large export included.
+const traceTimeout = 5 * time.Minute
 
-func tracePath(id string, suffix string) string {
-	return "/v1/traces/" + url.PathEscape(id) + suffix
-}
+// traceCmd runs the trace subcommands against one agent.
+type traceCmd struct{ c *client.Client }
 
-// get GETs path and returns a 200 answer, whose body the caller closes;
-// anything else is an *apiError carrying the agent's message.
-func (c *traceClient) get(ctx context.Context, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, apiMaxResponse))
-		return nil, apiErrorOf(http.MethodGet, c.base+path, resp.StatusCode, b)
-	}
-	return resp, nil
-}
-
-// getJSON returns the body of a 200 answer to GET path.
-func (c *traceClient) getJSON(ctx context.Context, path string, limit int64) ([]byte, error) {
-	resp, err := c.get(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", c.base+path, err)
-	}
-	return b, nil
-}
-
-func (c *traceClient) ls(ctx context.Context, w io.Writer, asJSON bool) error {
-	b, err := c.getJSON(ctx, "/v1/traces", 64<<20)
+func (c traceCmd) ls(ctx context.Context, w io.Writer, asJSON bool) error {
+	b, err := c.c.TracesJSON(ctx)
 	if err != nil {
 		return err
 	}
@@ -177,9 +141,7 @@ func (c *traceClient) ls(ctx context.Context, w io.Writer, asJSON bool) error {
 		_, err := w.Write(b)
 		return err
 	}
-	var page struct {
-		Traces []tracestore.Meta `json:"traces"`
-	}
+	var page api.TraceList
 	if err := json.Unmarshal(b, &page); err != nil {
 		return fmt.Errorf("decode trace list: %w", err)
 	}
@@ -207,20 +169,10 @@ func (c *traceClient) ls(ctx context.Context, w io.Writer, asJSON bool) error {
 	return tw.Flush()
 }
 
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+func humanBytes(n int64) string { return bench.HumanBytes(n) }
 
-func (c *traceClient) stats(ctx context.Context, w io.Writer, id string, asJSON bool) error {
-	b, err := c.getJSON(ctx, tracePath(id, "/stats"), 64<<20)
+func (c traceCmd) stats(ctx context.Context, w io.Writer, id string, asJSON bool) error {
+	b, err := c.c.TraceStatsJSON(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -318,22 +270,22 @@ func sortedCategories(m map[string]trace.CategoryStats) []string {
 
 func ms(us float64) string { return strconv.FormatFloat(us/1000, 'f', 3, 64) }
 
-func (c *traceClient) export(ctx context.Context, stdout, stderr io.Writer, id, out string) error {
-	resp, err := c.get(ctx, tracePath(id, "/raw"))
+func (c traceCmd) export(ctx context.Context, stdout, stderr io.Writer, id, out string) error {
+	body, err := c.c.TraceRaw(ctx, id)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer body.Close()
 	if out == "-" {
-		if _, err := io.Copy(stdout, resp.Body); err != nil {
+		if _, err := io.Copy(stdout, body); err != nil {
 			return fmt.Errorf("read trace %s: %w", id, err)
 		}
 		return nil
 	}
 	var n int64
-	if err := writeAtomic(out, func(w io.Writer) error {
+	if err := atomicfile.WriteFunc(out, 0o600, func(w io.Writer) error {
 		var err error
-		if n, err = io.Copy(w, resp.Body); err != nil {
+		if n, err = io.Copy(w, body); err != nil {
 			return fmt.Errorf("read trace %s: %w", id, err)
 		}
 		return nil
@@ -344,40 +296,18 @@ func (c *traceClient) export(ctx context.Context, stdout, stderr io.Writer, id, 
 	return nil
 }
 
-func (c *traceClient) open(ctx context.Context, stdout, stderr io.Writer, id string) error {
+func (c traceCmd) open(ctx context.Context, stdout, stderr io.Writer, id string) error {
 	// Ask first, so that an unknown or bad id fails here with the agent's
 	// message instead of in the browser.
-	if _, err := c.getJSON(ctx, tracePath(id, ""), 1<<20); err != nil {
+	if _, err := c.c.Trace(ctx, id); err != nil {
 		return err
 	}
-	page := c.base + "/perfetto/" + url.PathEscape(id)
+	page := c.c.PerfettoURL(id)
 	if err := traceOpenURL(ctx, page); err != nil {
 		fmt.Fprintf(stderr, "could not open a browser (%v); open this URL yourself:\n", err)
 		fmt.Fprintln(stdout, page)
 		return nil
 	}
 	fmt.Fprintf(stderr, "opened %s in the browser\n", page)
-	return nil
-}
-
-// writeAtomic writes path through fill into a temp file beside it, renamed
-// into place only when fill and the close succeed, so that a failure never
-// leaves a truncated file behind. fill's error is returned as it is.
-func writeAtomic(path string, fill func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
-	if err := fill(tmp); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
 	return nil
 }

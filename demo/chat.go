@@ -1,0 +1,154 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/internal/chatstream"
+)
+
+// Model is the generated model the demo serves.
+const Model = "orrery-demo-small"
+
+// Timeouts of the demo chat: the wait for each runner of the demo model,
+// placing it, and the chat.
+const (
+	loadTimeout  = 2 * time.Minute
+	placeTimeout = 30 * time.Second
+	chatTimeout  = time.Minute
+)
+
+// chat generates the demo model on the last node, places it across
+// every node (the others receive their shards from the last node over the
+// peer link), streams one chat completion through node 0, prints the
+// tokens and their speed, and returns the request's trace id.
+func chat(ctx context.Context, nodes []*node, stdout, stderr io.Writer) (string, error) {
+	host, entry := nodes[len(nodes)-1], nodes[0]
+	path := filepath.Join(host.dataDir, "models", Model+".gguf")
+	if _, err := os.Stat(path); err != nil {
+		fmt.Fprintf(stderr, "orrery demo: generating a random-weight model (%s) on node %d …\n", ModelShape(model.Presets["small"]), host.idx)
+		if err := model.Generate(path, model.Presets["small"]); err != nil {
+			return "", fmt.Errorf("generate the demo model: %w", err)
+		}
+	}
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, n.id)
+	}
+	pctx, cancel := context.WithTimeout(ctx, placeTimeout)
+	placed, err := host.api.Place(pctx, api.PlaceRequest{Model: Model, Nodes: ids})
+	cancel()
+	if err != nil {
+		return "", fmt.Errorf("place %s: %w", Model, err)
+	}
+	if len(placed.RunnerIDs) != len(nodes) {
+		return "", fmt.Errorf("place %s: %d runners for %d nodes", Model, len(placed.RunnerIDs), len(nodes))
+	}
+	for _, id := range placed.RunnerIDs {
+		if err := waitRunner(ctx, host.api, id, stderr); err != nil {
+			return "", err
+		}
+	}
+	idx := map[string]int{}
+	for _, n := range nodes {
+		idx[n.id] = n.idx
+	}
+	var split []string
+	for _, r := range placed.Instance.Ranks {
+		split = append(split, fmt.Sprintf("rank %d: node %d, layers %d-%d", r.Rank, idx[r.NodeID], r.FirstLayer, r.LastLayer-1))
+	}
+	fmt.Fprintf(stdout, "\nChat with %s split over %d nodes (%s), asked through node %d (random weights: gibberish by design):\n> hello, cluster\n",
+		Model, len(nodes), strings.Join(split, "; "), entry.idx)
+	return stream(ctx, entry.api, stdout)
+}
+
+// waitRunner shows the runner's load progress until it is Ready.
+func waitRunner(ctx context.Context, c *client.Client, id string, stderr io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	last := ""
+	for {
+		if r, err := c.Runner(ctx, id); err == nil {
+			line := fmt.Sprintf("runner %s: %s %d/%d layers", id, r.Status, r.LayersLoaded, r.TotalLayers)
+			if t := r.Transfer; t != nil && t.Total.InBytes > 0 {
+				line += fmt.Sprintf(", shard %.1f of %.1f MB from %.8s", float64(t.Bytes.InBytes)/1e6, float64(t.Total.InBytes)/1e6, t.From)
+			}
+			if line != last {
+				fmt.Fprintf(stderr, "orrery demo: %s\n", line)
+				last = line
+			}
+			switch r.Status {
+			case "Ready", "Running":
+				return nil
+			case "Failed", "Shutdown":
+				return fmt.Errorf("runner %s failed: %s", id, r.Error)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("runner %s not ready within %v (last: %s)", id, loadTimeout, last)
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// stream streams one completion, printing tokens as they come and
+// then the speed figures; it returns the trace id.
+func stream(ctx context.Context, c *client.Client, stdout io.Writer) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, chatTimeout)
+	defer cancel()
+	seed := int64(1)
+	req := client.ChatRequest{Model: Model, MaxTokens: 48, Seed: &seed,
+		Messages: []client.ChatMessage{{Role: "user", Content: "hello, cluster"}}}
+	start := time.Now()
+	var first time.Duration
+	var fin chatstream.Chunk // the last chunk has usage and timings
+	traceID, err := c.ChatStream(ctx, req, func(c chatstream.Chunk) {
+		if text := c.Content(); text != "" {
+			if first == 0 {
+				first = time.Since(start)
+			}
+			fmt.Fprint(stdout, printable(text))
+		}
+		if c.Usage != nil && c.Orrery != nil {
+			fin = c
+		}
+	})
+	if err != nil {
+		return traceID, fmt.Errorf("chat: %w", err)
+	}
+	if fin.Usage == nil {
+		return traceID, errors.New("chat stream: no usage in the last chunk")
+	}
+	total := time.Since(start)
+	fmt.Fprintf(stdout, "\n\n%d tokens in %.2f s (%.1f tok/s end to end); prompt %d tokens at %.0f tok/s, decode %.1f tok/s, first token after %.0f ms\n",
+		fin.Usage.CompletionTokens, total.Seconds(), float64(fin.Usage.CompletionTokens)/total.Seconds(),
+		fin.Usage.PromptTokens, fin.Orrery.PrefillTokPerSec, fin.Orrery.DecodeTokPerSec, float64(first.Microseconds())/1000)
+	return traceID, nil
+}
+
+// printable keeps generated text from moving the terminal's cursor:
+// control characters other than newline and tab become U+FFFD.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
+// ModelShape describes a generated model's shape in one line.
+func ModelShape(o model.GenOptions) string {
+	return fmt.Sprintf("%s, %d layers, dim %d, ff %d, %d/%d heads, vocab %d, ctx %d, %s", o.Arch, o.Layers, o.Dim, o.FFDim, o.Heads, o.KVHeads, o.Vocab, o.ContextLen, o.Type)
+}

@@ -1,0 +1,120 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// The runner↔agent protocol. A runner of a multi-rank instance reaches
+// the other ranks only through its agent's loopback API: it asks for its
+// outbound rank link (GET RankLinkPath, upgraded to RankLinkUpgrade; the
+// agent relays the connection to the next rank) and posts its spans of a
+// traced request (POST RankTracePath with a RankTrace). Both carry the
+// runner's token, which the agent hands it in $TokenEnv, as
+// "Authorization: Bearer TOKEN". The agent serves these paths (see
+// agent/supervisor's relay); this file is the runner's side.
+const (
+	// TokenEnv carries the runner's bearer token from the agent (not on
+	// the command line, where every local user could read it).
+	TokenEnv = "ORRERY_RUNNER_TOKEN"
+	// RankLinkPath is the agent's rank-link endpoint (GET, upgraded).
+	RankLinkPath = "/internal/rank-link"
+	// RankTracePath is the agent's span upload endpoint (POST, JSON
+	// RankTrace; answered 204).
+	RankTracePath = "/internal/rank-trace"
+	// RankLinkUpgrade is the Upgrade token of a rank-link request.
+	RankLinkUpgrade = "orrery-rank"
+	// AuthHeader carries BearerPrefix + the runner's token.
+	AuthHeader   = "Authorization"
+	BearerPrefix = "Bearer "
+)
+
+// Timeouts of the runner's calls to its agent.
+const (
+	rankLinkDialTimeout   = 2 * time.Second
+	rankLinkAnswerTimeout = 10 * time.Second
+	rankTraceTimeout      = 10 * time.Second
+)
+
+// RankTrace is the body of POST RankTracePath: a rank's spans of a traced
+// request, and the error that ended it, if any.
+type RankTrace struct {
+	TraceID string       `json:"traceId"`
+	Spans   []trace.Span `json:"spans"`
+	Error   string       `json:"error,omitempty"`
+}
+
+// DialRankLink asks the agent at agentAPI (host:port) for this rank's
+// outbound link: an upgraded HTTP connection the agent relays to the next
+// rank. It speaks HTTP/1.1 by hand because the link is a raw net.Conn
+// after the 101 answer.
+func DialRankLink(ctx context.Context, agentAPI, token string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: rankLinkDialTimeout}).DialContext(ctx, "tcp", agentAPI)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n%s: %s%s\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n",
+		RankLinkPath, agentAPI, AuthHeader, BearerPrefix, token, RankLinkUpgrade)
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(rankLinkAnswerTimeout))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("rank link: %w", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		c.Close()
+		return nil, fmt.Errorf("rank link: %s %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	c.SetReadDeadline(time.Time{})
+	if br.Buffered() > 0 {
+		return &bufConn{Conn: c, r: br}, nil
+	}
+	return c, nil
+}
+
+// bufConn reads what the HTTP reader buffered first.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// PostRankTrace hands a rank's spans of a traced request to the agent at
+// agentAPI, which ships them to the master.
+func PostRankTrace(ctx context.Context, agentAPI, token string, t RankTrace) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, rankTraceTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+agentAPI+RankTracePath, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set(AuthHeader, BearerPrefix+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("rank trace: %s %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
