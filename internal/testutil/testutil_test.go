@@ -21,7 +21,7 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.msg = format
 }
 func (f *fakeTB) Errorf(format string, args ...any) { f.Fatalf(format, args...) }
-func (f *fakeTB) Cleanup(fn func())                  { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeTB) Cleanup(fn func())                 { f.cleanups = append(f.cleanups, fn) }
 
 func TestWaitFor(t *testing.T) {
 	var n atomic.Int32
