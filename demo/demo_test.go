@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,37 +14,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orrery-cluster/orrery/internal/testutil"
+
 	"github.com/orrery-cluster/orrery/agent/api/client"
 )
 
-// freeBasePort returns a base port p such that p..p+n-1 were all free on
-// 127.0.0.1 a moment ago.
-func freeBasePort(t *testing.T, n int) int {
-	t.Helper()
-	for range 100 {
-		base := 40000 + rand.IntN(20000-n)
-		var lns []net.Listener
-		for i := range n {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if len(lns) == n {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports in 40000-60000", n)
-	return 0
-}
-
 // A busy port is named, and nothing is started or created.
 func TestDemoBusyPort(t *testing.T) {
-	base := freeBasePort(t, 3)
+	base := testutil.FreeBasePort(t, 3)
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+1)))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +50,7 @@ func TestDemoNodeExitsAtStart(t *testing.T) {
 	dir := t.TempDir()
 	var stdout, stderr strings.Builder
 	// "sh agent --api-addr …" fails at once: no script named agent.
-	err = Run(context.Background(), Options{Nodes: 2, BasePort: freeBasePort(t, 2), Dir: dir, Exe: sh}, &stdout, &stderr)
+	err = Run(context.Background(), Options{Nodes: 2, BasePort: testutil.FreeBasePort(t, 2), Dir: dir, Exe: sh}, &stdout, &stderr)
 	if err == nil {
 		t.Fatal("Run succeeded with agents that cannot start")
 	}

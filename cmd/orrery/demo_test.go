@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -18,34 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-cluster/orrery/internal/testutil"
+
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
 )
-
-// freeBasePort returns a base port p such that p..p+n-1 were all free on
-// 127.0.0.1 a moment ago.
-func freeBasePort(t *testing.T, n int) int {
-	t.Helper()
-	for range 100 {
-		base := 40000 + rand.IntN(20000-n)
-		var lns []net.Listener
-		for i := range n {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if len(lns) == n {
-			return base
-		}
-	}
-	t.Fatalf("no %d consecutive free ports in 40000-60000", n)
-	return 0
-}
 
 func TestDemoFlags(t *testing.T) {
 	for _, tc := range []struct {
@@ -203,7 +179,7 @@ func (d *demoProc) stop(t *testing.T, sig os.Signal) {
 func TestDemoProcess(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	base := freeBasePort(t, 3)
+	base := testutil.FreeBasePort(t, 3)
 	d := startDemo(t, bin, "--nodes", "3", "--base-port", strconv.Itoa(base), "--dir", dir)
 	rows, text := d.table(t)
 	t.Logf("demo printed:\n%s", text)
