@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // TraceStore is what the trace routes need from a trace store;
@@ -42,7 +43,7 @@ func traceError(w http.ResponseWriter, err error) {
 // node serves traces; otherwise it answers and returns false.
 func (s *Server) traceID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if err := tracestore.ValidID(id); err != nil {
+	if err := ident.ValidTraceID(id); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return "", false
 	}

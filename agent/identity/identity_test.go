@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 func opts(dir, fingerprint string, logBuf *bytes.Buffer) Options {
@@ -32,7 +33,7 @@ func TestIDPersistsAcrossLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := state.ValidNodeID(a.NodeID); err != nil {
+	if err := ident.ValidNodeID(a.NodeID); err != nil {
 		t.Fatalf("minted id %q is invalid: %v", a.NodeID, err)
 	}
 	b, err := Load(opts(dir, "machine-A", &logs))
@@ -130,7 +131,7 @@ func TestCorruptFileIsKeptAsideAndReplaced(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if state.ValidNodeID(id.NodeID) != nil {
+			if ident.ValidNodeID(id.NodeID) != nil {
 				t.Fatalf("bad id %q", id.NodeID)
 			}
 			aside, _ := filepath.Glob(path + ".corrupt-*")
@@ -151,7 +152,7 @@ func TestNewIDIsUniqueAndValid(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 1000; i++ {
 		id := NewID()
-		if err := state.ValidNodeID(id); err != nil || len(id) != 36 {
+		if err := ident.ValidNodeID(id); err != nil || len(id) != 36 {
 			t.Fatalf("id %q: %v", id, err)
 		}
 		if seen[id] {

@@ -177,14 +177,11 @@ func DecodeEvent(typ string, payload []byte) (Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decode %s: %w", typ, err)
 	}
-	if err := ValidNodeID(ev.Node()); err != nil {
+	if err := ident.ValidNodeID(ev.Node()); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", typ, err)
 	}
 	return ev, nil
 }
-
-// ValidNodeID is ident.ValidNodeID, the one rule for node ids.
-func ValidNodeID(id string) error { return ident.ValidNodeID(id) }
 
 // Indexed is an event with the global index the master gave it.
 type Indexed struct {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // FuzzParsePath checks that any URL path either parses into clean segments
@@ -52,7 +54,7 @@ func FuzzIndexedEvent(f *testing.F) {
 		if err := ie.UnmarshalJSON(b); err != nil {
 			return
 		}
-		if ie.Idx < 0 || ValidNodeID(ie.Event.Node()) != nil {
+		if ie.Idx < 0 || ident.ValidNodeID(ie.Event.Node()) != nil {
 			t.Fatalf("accepted bad event %+v", ie)
 		}
 		out, err := ie.MarshalJSON()

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // Store is a node's view of the cluster: the current State, the event log it
@@ -86,7 +88,7 @@ func Hash(s State) string {
 // a payload JSON can carry (no NaN or ±Inf), since every reader of the log
 // must be able to encode it.
 func Validate(ev Event) error {
-	if err := ValidNodeID(ev.Node()); err != nil {
+	if err := ident.ValidNodeID(ev.Node()); err != nil {
 		return fmt.Errorf("%s: %w", ev.Type(), err)
 	}
 	if _, err := json.Marshal(ev); err != nil {

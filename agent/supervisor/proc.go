@@ -268,7 +268,7 @@ func (p *proc) args(path string) []string {
 func (p *proc) start(path string) (*child, error) {
 	cfg := p.s.cfg
 	cmd := exec.Command(cfg.Exe, p.args(path)...)
-	cmd.Env = append(os.Environ(), TokenEnv+"="+p.token)
+	cmd.Env = append(os.Environ(), runner.TokenEnv+"="+p.token)
 	setParentDeath(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

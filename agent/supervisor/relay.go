@@ -13,19 +13,18 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // The relay joins the ranks of a pipeline. Runners never reach each other
 // directly: each rank's runner asks this node's agent for its outbound rank
-// link (GET /internal/rank-link, upgraded), and the agent connects it to
+// link (GET runner.RankLinkPath, upgraded), and the agent connects it to
 // the next rank's runner, here or, over an authenticated stream link, on
 // that rank's node, whose relay hands it to the runner (Accept). Runners
-// of ranks > 0 also post their spans here (POST /internal/rank-trace).
-
-// rankUpgrade is the Upgrade token of a rank link request.
-const rankUpgrade = "orrery-rank"
+// of ranks > 0 also post their spans here (POST runner.RankTracePath).
+// The protocol itself (paths, token, bodies) is engine/runner's.
 
 // maxRankTraceBytes bounds one rank's span upload.
 const maxRankTraceBytes = 256 << 20
@@ -109,14 +108,14 @@ func splice(a, b net.Conn) {
 // Handler serves the runners of this node: their rank links and spans.
 func (r *Relay) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /internal/rank-link", r.rankLink)
-	mux.HandleFunc("POST /internal/rank-trace", r.rankTrace)
+	mux.HandleFunc("GET "+runner.RankLinkPath, r.rankLink)
+	mux.HandleFunc("POST "+runner.RankTracePath, r.rankTrace)
 	return mux
 }
 
 // runnerAuth checks a runner's bearer token.
 func (r *Relay) runnerAuth(req *http.Request) (state.Instance, int, bool) {
-	tok, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	tok, ok := strings.CutPrefix(req.Header.Get(runner.AuthHeader), runner.BearerPrefix)
 	if !ok {
 		return state.Instance{}, 0, false
 	}
@@ -131,8 +130,8 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "unknown runner token", http.StatusUnauthorized)
 		return
 	}
-	if req.Header.Get("Upgrade") != rankUpgrade {
-		http.Error(w, "want Upgrade: "+rankUpgrade, http.StatusBadRequest)
+	if req.Header.Get("Upgrade") != runner.RankLinkUpgrade {
+		http.Error(w, "want Upgrade: "+runner.RankLinkUpgrade, http.StatusBadRequest)
 		return
 	}
 	next := (rank + 1) % len(in.Ranks)
@@ -157,7 +156,7 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	w.Header().Set("Connection", "Upgrade")
-	w.Header().Set("Upgrade", rankUpgrade)
+	w.Header().Set("Upgrade", runner.RankLinkUpgrade)
 	w.WriteHeader(http.StatusSwitchingProtocols)
 	up, brw, err := hj.Hijack()
 	if err != nil {
@@ -172,20 +171,13 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 	splice(up, down)
 }
 
-// RankTrace is what a rank > 0 posts when a traced request ends.
-type RankTrace struct {
-	TraceID string       `json:"traceId"`
-	Spans   []trace.Span `json:"spans"`
-	Error   string       `json:"error,omitempty"`
-}
-
 func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {
 	_, rank, ok := r.runnerAuth(req)
 	if !ok {
 		http.Error(w, "unknown runner token", http.StatusUnauthorized)
 		return
 	}
-	var b RankTrace
+	var b runner.RankTrace
 	if err := json.NewDecoder(io.LimitReader(req.Body, maxRankTraceBytes)).Decode(&b); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

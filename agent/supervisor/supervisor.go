@@ -33,9 +33,6 @@ const (
 	tailLines = 8
 )
 
-// TokenEnv carries the runner's bearer token (cmd/orrery reads it).
-const TokenEnv = "ORRERY_RUNNER_TOKEN"
-
 // ErrNoInstance is wrapped when an instance has no runner on this node.
 var ErrNoInstance = errors.New("no runner for this instance on this node")
 

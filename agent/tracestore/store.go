@@ -98,10 +98,10 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// ValidID reports whether id may name a trace: ident.ValidTraceID's rule.
+// checkID reports whether id may name a trace: ident.ValidTraceID's rule.
 // Nothing else ever becomes a path. Its errors wrap both ErrBadID and
 // ident.ErrInvalid.
-func ValidID(id string) error {
+func checkID(id string) error {
 	if err := ident.ValidTraceID(id); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadID, err)
 	}
@@ -113,7 +113,7 @@ func (s *Store) path(id string) string { return filepath.Join(s.cfg.Dir, id+trac
 // Save writes a trace with write, atomically: readers see the whole file or
 // none. meta.TaskID names it; FileSize and (if zero) CreatedAt are filled.
 func (s *Store) Save(meta Meta, write func(io.Writer) error) (Meta, error) {
-	if err := ValidID(meta.TaskID); err != nil {
+	if err := checkID(meta.TaskID); err != nil {
 		return Meta{}, err
 	}
 	if meta.CreatedAt.IsZero() {
@@ -172,7 +172,7 @@ func (s *Store) List() []Meta {
 
 // Get returns one trace's metadata.
 func (s *Store) Get(id string) (Meta, error) {
-	if err := ValidID(id); err != nil {
+	if err := checkID(id); err != nil {
 		return Meta{}, err
 	}
 	s.mu.Lock()
@@ -202,7 +202,7 @@ func (s *Store) OpenTrace(id string) (*os.File, Meta, error) {
 
 // Delete removes a trace.
 func (s *Store) Delete(id string) error {
-	if err := ValidID(id); err != nil {
+	if err := checkID(id); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -274,7 +274,7 @@ func (s *Store) loadIndexLocked() error {
 		return fmt.Errorf("decode %s: %w", indexFile, err)
 	}
 	for _, m := range metas {
-		if ValidID(m.TaskID) == nil {
+		if checkID(m.TaskID) == nil {
 			s.index[m.TaskID] = m
 		}
 	}
@@ -298,7 +298,7 @@ func (s *Store) reconcileLocked() {
 			continue
 		}
 		id, ok := strings.CutSuffix(name, traceExt)
-		if !ok || name == indexFile || ValidID(id) != nil || !e.Type().IsRegular() {
+		if !ok || name == indexFile || checkID(id) != nil || !e.Type().IsRegular() {
 			continue
 		}
 		onDisk[id] = true

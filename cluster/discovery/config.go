@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // DefaultBrowseInterval is how often each source looks for peers. mDNS
@@ -67,7 +69,7 @@ type staticTarget struct {
 
 // validate checks cfg and fills in defaults.
 func (c *Config) validate() ([]staticTarget, error) {
-	if err := validNodeID(c.NodeID); err != nil {
+	if err := ident.ValidNodeID(c.NodeID); err != nil {
 		return nil, fmt.Errorf("discovery: config: %w", err)
 	}
 	if err := validVersion(c.Version); err != nil {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // MaxLoopbackRecord caps the size of a loopback record file: anything
@@ -45,7 +47,7 @@ func (r LoopbackRecord) Marshal() ([]byte, error) {
 }
 
 func (r *LoopbackRecord) normalize() error {
-	if err := validNodeID(r.NodeID); err != nil {
+	if err := ident.ValidNodeID(r.NodeID); err != nil {
 		return err
 	}
 	if r.Port < 1 || r.Port > 65535 {

@@ -59,7 +59,7 @@ func ParseTXT(fields []string) (TXT, error) {
 		var err error
 		switch k {
 		case "id":
-			err = validNodeID(v)
+			err = ident.ValidNodeID(v)
 			t.NodeID = v
 		case "port":
 			t.Port, err = parsePort(v)
@@ -90,10 +90,6 @@ func (t TXT) Fields() []string {
 		"kfp=" + t.KeyFP,
 	}
 }
-
-// validNodeID is the peer protocol's rule, so that every id discovery
-// accepts is one a peer link accepts too.
-func validNodeID(id string) error { return ident.ValidNodeID(id) }
 
 func validVersion(v string) error {
 	if len(v) > MaxVersionLen {

@@ -397,10 +397,12 @@ func TestClusterProcesses(t *testing.T) {
 		code, b, err := masters[0].post("/v1/cluster/ring-bench", `{"sizeBytes":16777216,"rounds":100}`)
 		benchErr <- fmt.Sprintf("%d %s %v", code, b, err)
 	}()
-	// Kill it once the payload has reached it: the benchmark is under way.
-	pollAll(t, []*agentProc{victim}, 30*time.Second, "the ring payload at the victim", func() (bool, string) {
+	// Kill it once a second round's payload has reached it: rounds run one
+	// after another, so round 0 has gone all the way round and every rank
+	// has spans to report.
+	pollAll(t, []*agentProc{victim}, 30*time.Second, "two rounds' payloads at the victim", func() (bool, string) {
 		got := bytesRecv(t, victim) - recvBefore
-		return got >= 16<<20, fmt.Sprintf("%d bytes received", got)
+		return got >= 2*16<<20, fmt.Sprintf("%d bytes received", got)
 	})
 	victim.cmd.Process.Signal(syscall.SIGKILL)
 	victim.wait(t, 5*time.Second)

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-cluster/orrery/internal/ident"
 	"github.com/orrery-cluster/orrery/internal/testutil"
 
 	"github.com/orrery-cluster/orrery/agent/api/client"
-	"github.com/orrery-cluster/orrery/agent/state"
 )
 
 func TestDemoFlags(t *testing.T) {
@@ -225,7 +225,7 @@ func TestDemoProcess(t *testing.T) {
 	ids := map[string]bool{}
 	master := ""
 	for i, r := range rows {
-		if err := state.ValidNodeID(r.id); err != nil || ids[r.id] {
+		if err := ident.ValidNodeID(r.id); err != nil || ids[r.id] {
 			t.Errorf("row %d: node id %q: %v (or a duplicate)", i, r.id, err)
 		}
 		ids[r.id] = true

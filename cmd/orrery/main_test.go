@@ -19,6 +19,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/ident"
 	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
@@ -355,7 +356,7 @@ func TestAgentProcess(t *testing.T) {
 		}
 
 		p.mustGet(t, "/node_id", &firstID)
-		if err := state.ValidNodeID(firstID); err != nil {
+		if err := ident.ValidNodeID(firstID); err != nil {
 			t.Fatalf("node id: %v", err)
 		}
 		if health.NodeID != firstID {
@@ -481,7 +482,7 @@ func TestAgentProcess(t *testing.T) {
 		waitHealthy(t, q)
 		var other string
 		q.mustGet(t, "/node_id", &other)
-		if other == firstID || state.ValidNodeID(other) != nil {
+		if other == firstID || ident.ValidNodeID(other) != nil {
 			t.Errorf("agent with a new data dir has node id %q (first was %q)", other, firstID)
 		}
 		stop(t, q)

@@ -170,8 +170,8 @@ func TestTraceBadID(t *testing.T) {
 			if code != 1 {
 				t.Errorf("trace %s %q = %d, want 1 (stderr %s)", sub, id, code, errs)
 			}
-			// The agent's own message: tracestore.ErrBadID's text.
-			if !strings.Contains(errs, "bad trace id") || !strings.Contains(errs, "400") {
+			// The agent's own message: ident.ValidTraceID's text.
+			if !strings.Contains(errs, "invalid id: trace id") || !strings.Contains(errs, "400") {
 				t.Errorf("trace %s %q: stderr %q lacks the agent's 400 error", sub, id, errs)
 			}
 			if out != "" {
@@ -251,3 +251,6 @@ func TestTraceOpenEndpointRunsOpener(t *testing.T) {
 		t.Errorf("open of a missing trace = %d %s", code, b)
 	}
 }
+
+// ms formats microseconds as trace.Stats.WriteText does.
+func ms(us float64) string { return strconv.FormatFloat(us/1000, 'f', 3, 64) }
