@@ -42,6 +42,10 @@ type EngineReport struct {
 	Threads              int         `json:"threads"`
 	VsLlamaBench         []VsRow     `json:"vsLlamaBench"`
 	WeightBytes          int64       `json:"weightBytes"`
+	// ActiveBytes is what one decoded token reads (model.ActiveBytes):
+	// the weights, less the experts a mixture of experts leaves unused.
+	// The decode bound is bandwidth / ActiveBytes.
+	ActiveBytes int64 `json:"activeBytesPerToken"`
 }
 
 // EngineRow is one test (pp or tg) with tracing off or on.
@@ -69,8 +73,9 @@ type VsRow struct {
 // to log.
 func Engine(ctx context.Context, o EngineOptions, load runner.LoadFunc, log io.Writer) (*EngineReport, error) {
 	f, err := gguf.ReadFile(o.Model)
+	var cfg model.Config
 	if err == nil {
-		_, err = model.FromGGUF(f)
+		cfg, err = model.FromGGUF(f)
 	}
 	var tok *model.Tokenizer
 	if err == nil {
@@ -83,6 +88,7 @@ func Engine(ctx context.Context, o EngineOptions, load runner.LoadFunc, log io.W
 	for _, t := range f.Tensors {
 		rep.WeightBytes += int64(t.Size)
 	}
+	rep.ActiveBytes = int64(model.ActiveBytes(f, cfg))
 	// Measured before the model is loaded: 1 GiB more resident while the
 	// weights are would only add noise.
 	if o.Bandwidth {
@@ -110,7 +116,7 @@ func Engine(ctx context.Context, o EngineOptions, load runner.LoadFunc, log io.W
 		llamaRuns = append(llamaRuns, r)
 		rep.VsLlamaBench = vsRows(rep.Rows, llamaRuns)
 	}
-	rep.DecodeBoundTokPerSec = rep.ReadBandwidthGBps * 1e9 / float64(rep.WeightBytes)
+	rep.DecodeBoundTokPerSec = rep.ReadBandwidthGBps * 1e9 / float64(rep.ActiveBytes)
 	return rep, nil
 }
 

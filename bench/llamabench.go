@@ -91,7 +91,17 @@ func PrintEngine(w io.Writer, rep *EngineReport) {
 		tw.Flush()
 	}
 	if rep.ReadBandwidthGBps > 0 {
-		fmt.Fprintf(w, "memory read bandwidth %.1f GB/s (%d threads): decode bound %.1f tok/s for %s of weights\n",
-			rep.ReadBandwidthGBps, rep.Threads, rep.DecodeBoundTokPerSec, HumanBytes(rep.WeightBytes))
+		fmt.Fprintf(w, "memory read bandwidth %.1f GB/s (%d threads): decode bound %.1f tok/s for %s read per token (%.3f GB/token",
+			rep.ReadBandwidthGBps, rep.Threads, rep.DecodeBoundTokPerSec, HumanBytes(rep.ActiveBytes), float64(rep.ActiveBytes)/1e9)
+		if rep.ActiveBytes < rep.WeightBytes*9/10 {
+			fmt.Fprintf(w, ", %.0f %% of the %s of weights", 100*float64(rep.ActiveBytes)/float64(rep.WeightBytes), HumanBytes(rep.WeightBytes))
+		}
+		fmt.Fprintln(w, ")")
+		for _, r := range rep.Rows {
+			if strings.HasPrefix(r.Test, "tg") && !r.Traced && rep.DecodeBoundTokPerSec > 0 {
+				fmt.Fprintf(w, "decode %.2f tok/s = %.0f %% of the bound, %.1f GB/s of active weights\n",
+					r.Mean, 100*r.Mean/rep.DecodeBoundTokPerSec, r.Mean*float64(rep.ActiveBytes)/1e9)
+			}
+		}
 	}
 }

@@ -150,5 +150,9 @@ func printable(s string) string {
 
 // ModelShape describes a generated model's shape in one line.
 func ModelShape(o model.GenOptions) string {
-	return fmt.Sprintf("%s, %d layers, dim %d, ff %d, %d/%d heads, vocab %d, ctx %d, %s", o.Arch, o.Layers, o.Dim, o.FFDim, o.Heads, o.KVHeads, o.Vocab, o.ContextLen, o.Type)
+	ff := fmt.Sprintf("ff %d", o.FFDim)
+	if o.Experts > 0 {
+		ff = fmt.Sprintf("%d of %d experts of ff %d", o.ExpertsUsed, o.Experts, o.ExpertFFDim)
+	}
+	return fmt.Sprintf("%s, %d layers, dim %d, %s, %d/%d heads, vocab %d, ctx %d, %s", o.Arch, o.Layers, o.Dim, ff, o.Heads, o.KVHeads, o.Vocab, o.ContextLen, o.Type)
 }

@@ -99,53 +99,104 @@ type row struct {
 	repacked                int
 }
 
+// families are the gen-model architectures under test and the weight
+// types each is tested in: every type Orrery runs for llama and qwen2; for
+// the newer families the types their published GGUFs ship in (BF16,
+// Q8_0, Q4_K_M, Q6_K), plus F32 and Q4_0 (an exact type that repacks).
+var families = []struct {
+	family string
+	types  []string // nil: all variants
+}{
+	{"llama", nil}, {"qwen2", nil},
+	{"llama3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
+	{"qwen3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
+	{"qwen3moe", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
+}
+
 // TestLogitsMatchLlamaCpp feeds the same 64 token ids to Orrery (ggml,
 // through engine/backend/ggml: on one rank, and over three ranks each
 // loading its shard, hidden states handed from rank to rank) and to
 // llama.cpp, compares the logits at every position, then lets both continue
-// greedily for 32 tokens; for both architectures, eight weight types and
-// both settings. The table goes into docs/conformance.md.
+// greedily for 32 tokens; for every family, its weight types and the three
+// settings. The table goes into docs/conformance.md. A family is a subtest:
+// -run 'TestLogitsMatchLlamaCpp/qwen3moe' runs one.
 func TestLogitsMatchLlamaCpp(t *testing.T) {
 	dir := llamaref.Require(t, "bin/orrery-llama-logits", "bin/llama-quantize")
-	work := t.TempDir()
 	ids := promptIDs(shape.Vocab)
 	var rows []row
-	for _, arch := range model.Supported {
-		base := filepath.Join(work, arch+"-F32.gguf")
-		o := shape
-		o.Arch, o.Type = arch, "F32"
-		if err := model.Generate(base, o); err != nil {
-			t.Fatal(err)
+	for _, fam := range families {
+		t.Run(fam.family, func(t *testing.T) {
+			rows = append(rows, conformFamily(t, dir, fam.family, fam.types, ids)...)
+		})
+	}
+	t.Log("\n" + table(rows))
+}
+
+// conformFamily runs one family's rows.
+func conformFamily(t *testing.T, dir, family string, types []string, ids []int32) []row {
+	work := t.TempDir()
+	o, err := model.ApplyFamily(shape, family)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(work, family+"-F32.gguf")
+	o.Type = "F32"
+	if err := model.Generate(base, o); err != nil {
+		t.Fatal(err)
+	}
+	var rows []row
+	for _, v := range variants {
+		if types != nil && !slices.Contains(types, v.typ) {
+			continue
 		}
-		for _, v := range variants {
-			name := arch + "-" + v.typ
-			path := filepath.Join(work, name+".gguf")
-			switch {
-			case v.typ == "F32":
-				path = base
-			case v.quantize:
-				quantize(t, dir, base, path, v.typ)
-			default:
-				o.Type = v.typ
-				if err := model.Generate(path, o); err != nil {
-					t.Fatal(err)
-				}
+		path := filepath.Join(work, family+"-"+v.typ+".gguf")
+		switch {
+		case v.typ == "F32":
+			path = base
+		case v.quantize:
+			quantize(t, dir, base, path, v.typ)
+		default:
+			o.Type = v.typ
+			if err := model.Generate(path, o); err != nil {
+				t.Fatal(err)
 			}
-			exact := runExact(t, path, ids)
-			for _, st := range settings {
-				ref := runReference(t, dir, path, ids, st)
-				for _, ranks := range []int{1, 3} {
-					got := runOrrery(t, path, ranks, ids, st)
-					r := compare(ref, got)
-					r.setting, r.arch, r.typ, r.ranks = st.name, arch, v.typ, ranks
-					r.exactOrrery, r.exactLlama = distance(exact, got), distance(exact, ref)
-					rows = append(rows, r)
+		}
+		exact := runExact(t, path, ids)
+		for _, st := range settings {
+			ref := runReference(t, dir, path, ids, st)
+			for _, ranks := range []int{1, 3} {
+				got := runOrrery(t, path, ranks, ids, st)
+				r := compare(ref, got)
+				r.setting, r.arch, r.typ, r.ranks = st.name, family, v.typ, ranks
+				r.exactOrrery, r.exactLlama = distance(exact, got), distance(exact, ref)
+				rows = append(rows, r)
+				if o.Experts > 0 {
+					checkMoE(t, v, st, r)
+				} else {
 					check(t, v, st, r)
 				}
 			}
 		}
 	}
-	t.Log("\n" + table(rows))
+	return rows
+}
+
+// moeVariant loosens a variant's bounds for a mixture of experts, where
+// the top-k choice of experts is discrete: a difference of rounding that
+// flips one choice at a near-tie moves that position's logits by 0.1–0.5
+// of a std (measured: 0.09 for F32 with the f16 flash attention of
+// ollama's ggml, up to 0.5 for Q6_K), with no error in the graph. A wrong
+// router, norm or expert op instead misroutes every token: logits O(1)
+// away and top-1 agreement near chance. So every MoE row is held to ≤ 0.75
+// of a std and ≥ 85 % top-1, and the exact types, whose kernels match,
+// still to identical logits under matched settings.
+func checkMoE(t *testing.T, v variant, st setting, r row) {
+	t.Helper()
+	v.bound = max(v.bound, 0.75)
+	check(t, v, st, r)
+	if r.top1 < 0.85 {
+		t.Errorf("%s %s-%s on %d rank(s): top-1 agreement %.1f %% under 85 %%", st.name, r.arch, r.typ, r.ranks, 100*r.top1)
+	}
 }
 
 // check holds one row to the bounds: exact types agree to the last bits

@@ -7,14 +7,18 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
 )
 
-// Supported lists the architectures the runner implements.
-var Supported = []string{"llama", "qwen2"}
+// Supported lists the architectures the runner implements: llama (Llama
+// 1–3.x, Mistral and Ministral as llama.cpp converts them), qwen2, qwen3
+// (per-head q/k RMSNorm) and qwen3moe (qwen3 attention, a routed
+// mixture of experts in every block).
+var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe"}
 
 // ErrUnsupported is wrapped by the error for any other architecture.
 var ErrUnsupported = errors.New("unsupported architecture")
@@ -66,6 +70,21 @@ type Config struct {
 	QKVBias bool `json:"qkvBias"`
 	// TiedOutput: no output.weight; the embedding matrix is reused.
 	TiedOutput bool `json:"tiedOutput"`
+	// QKNorm: each head's q and k are RMS-normalised before RoPE
+	// (attn_q_norm, attn_k_norm; qwen3).
+	QKNorm bool `json:"qkNorm,omitempty"`
+	// RopeFreqs: the file has rope_freqs.weight, per-dimension divisors of
+	// the RoPE frequencies (Llama 3.x's long-context scaling).
+	RopeFreqs bool `json:"ropeFreqs,omitempty"`
+	// Experts > 0 makes every block's MLP a mixture of experts: a router
+	// (ffn_gate_inp) picks ExpertsUsed of Experts SwiGLU experts of
+	// ExpertFFDim per token (ffn_{gate,up,down}_exps), whose outputs are
+	// summed weighted by the router's softmax, renormalised over the
+	// chosen ones when ExpertNormTopK.
+	Experts        int  `json:"experts,omitempty"`
+	ExpertsUsed    int  `json:"expertsUsed,omitempty"`
+	ExpertFFDim    int  `json:"expertFfDim,omitempty"`
+	ExpertNormTopK bool `json:"expertNormTopK,omitempty"`
 	// FileType is the file's quantization: llama.cpp's name for its
 	// general.file_type (e.g. "Q4_K_M"), else the type holding the most
 	// weights (e.g. "Q8_0").
@@ -103,7 +122,10 @@ func FromGGUF(f *gguf.File) (Config, error) {
 	if err := checkEmbeddings(&c, f, first, last); err != nil {
 		return Config{}, err
 	}
-	want := blockShapes(&c, f, first)
+	want, err := blockShapes(&c, f, first)
+	if err != nil {
+		return Config{}, err
+	}
 	if err := tallyTypes(&c, f); err != nil {
 		return Config{}, err
 	}
@@ -114,7 +136,8 @@ func FromGGUF(f *gguf.File) (Config, error) {
 }
 
 // readHyperparams reads the architecture's hyperparameters and checks that
-// they are consistent.
+// they are consistent and within what Orrery computes; anything else is
+// refused with an error naming the key.
 func readHyperparams(f *gguf.File) (Config, error) {
 	arch := f.String("general.architecture", "")
 	if !slices.Contains(Supported, arch) {
@@ -133,31 +156,106 @@ func readHyperparams(f *gguf.File) (Config, error) {
 		Heads:      int(f.Uint(k("attention.head_count"), 0)),
 		ContextLen: int(f.Uint(k("context_length"), 2048)),
 		RopeBase:   f.Float(k("rope.freq_base"), 10000),
-		RopeScale:  1,
 		Eps:        f.Float(k("attention.layer_norm_rms_epsilon"), 1e-5),
-		RopeNeoX:   arch == "qwen2",
+		RopeNeoX:   arch != "llama",
+		QKNorm:     arch == "qwen3" || arch == "qwen3moe",
 	}
-	if v, ok := f.Get(k("rope.scaling.factor")); ok {
-		if s, ok := v.(float32); ok && s > 0 {
-			c.RopeScale = float64(s)
-		}
+	var err error
+	if c.RopeScale, err = ropeScale(f, arch); err != nil {
+		return Config{}, err
 	}
 	c.KVHeads = int(f.Uint(k("attention.head_count_kv"), uint64(c.Heads)))
+	if arch == "qwen3moe" {
+		if err := readExperts(&c, f); err != nil {
+			return Config{}, err
+		}
+	}
 	if c.Layers <= 0 || c.Dim <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.FFDim <= 0 {
 		return Config{}, fmt.Errorf("%s model: block_count %d, embedding_length %d, feed_forward_length %d, head_count %d, head_count_kv %d: all must be > 0",
 			arch, c.Layers, c.Dim, c.FFDim, c.Heads, c.KVHeads)
 	}
-	if c.Dim%c.Heads != 0 || c.Heads%c.KVHeads != 0 {
-		return Config{}, fmt.Errorf("%s model: %d heads do not divide dim %d, or %d kv heads do not divide them", arch, c.Heads, c.Dim, c.KVHeads)
+	if c.Heads%c.KVHeads != 0 {
+		return Config{}, fmt.Errorf("%s model: %d kv heads do not divide %d heads", arch, c.KVHeads, c.Heads)
 	}
-	c.HeadDim = int(f.Uint(k("attention.key_length"), uint64(c.Dim/c.Heads)))
+	// Qwen3 sets the head size apart from dim/heads (e.g. 128 with dim
+	// 1024 and 16 heads); without the key it must divide evenly.
+	hd, ok := f.Get(k("attention.key_length"))
+	if !ok && c.Dim%c.Heads != 0 {
+		return Config{}, fmt.Errorf("%s model: %d heads do not divide dim %d and %s is not set", arch, c.Heads, c.Dim, k("attention.key_length"))
+	}
+	c.HeadDim = int(f.Uint(k("attention.key_length"), uint64(c.Dim/max(c.Heads, 1))))
+	if ok && (c.HeadDim <= 0 || c.HeadDim%2 != 0 || c.HeadDim > 1024) {
+		return Config{}, fmt.Errorf("%s model: %s = %v, want an even size up to 1024", arch, k("attention.key_length"), hd)
+	}
+	if vl := f.Uint(k("attention.value_length"), uint64(c.HeadDim)); int(vl) != c.HeadDim {
+		return Config{}, fmt.Errorf("%s model: %s = %d differs from the key length %d, which Orrery does not support", arch, k("attention.value_length"), vl, c.HeadDim)
+	}
 	if rd := f.Uint(k("rope.dimension_count"), uint64(c.HeadDim)); int(rd) != c.HeadDim {
-		return Config{}, fmt.Errorf("%s model: partial rotary embeddings (%d of %d dims) are not supported", arch, rd, c.HeadDim)
+		return Config{}, fmt.Errorf("%s model: %s = %d: partial rotary embeddings (%d of %d dims) are not supported", arch, k("rope.dimension_count"), rd, rd, c.HeadDim)
 	}
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
 		c.Vocab = len(tokens)
 	}
 	return c, nil
+}
+
+// ropeScale reads the RoPE scaling as llama.cpp does: the type defaults
+// to linear, whose factor divides the positions; "none" ignores the
+// factor. YaRN and LongRoPE change more than the frequencies and are
+// refused, as is any type llama.cpp does not know.
+func ropeScale(f *gguf.File, arch string) (float64, error) {
+	key := arch + ".rope.scaling.type"
+	typ := f.String(key, "linear")
+	switch typ {
+	case "none":
+		return 1, nil
+	case "linear":
+	case "yarn", "longrope":
+		return 0, fmt.Errorf("%s model: %s = %q is not supported yet (supported: none, linear, and Llama 3's rope_freqs)", arch, key, typ)
+	default:
+		return 0, fmt.Errorf("%s model: %s = %q is not a RoPE scaling type (supported: none, linear)", arch, key, typ)
+	}
+	v, ok := f.Get(arch + ".rope.scaling.factor")
+	if !ok {
+		return 1, nil
+	}
+	s, ok := v.(float32)
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("%s model: %s.rope.scaling.factor is %T, want a float32", arch, arch, v)
+	case s == 0:
+		return 1, nil // llama.cpp reads 0 as unset
+	case !(s > 0) || math.IsInf(float64(s), 0):
+		return 0, fmt.Errorf("%s model: %s.rope.scaling.factor = %v, want > 0", arch, arch, s)
+	}
+	return float64(s), nil
+}
+
+// readExperts reads a mixture-of-experts block's shape. As in llama.cpp
+// the expert size defaults to feed_forward_length / expert_used_count,
+// and qwen3moe always renormalises the chosen experts' weights.
+func readExperts(c *Config, f *gguf.File) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	c.Experts = int(f.Uint(k("expert_count"), 0))
+	c.ExpertsUsed = int(f.Uint(k("expert_used_count"), 0))
+	if c.Experts <= 0 || c.Experts > 1024 {
+		return fmt.Errorf("%s model: %s = %d, want 1..1024", c.Arch, k("expert_count"), c.Experts)
+	}
+	if c.ExpertsUsed <= 0 || c.ExpertsUsed > c.Experts {
+		return fmt.Errorf("%s model: %s = %d, want 1..%s (%d)", c.Arch, k("expert_used_count"), c.ExpertsUsed, k("expert_count"), c.Experts)
+	}
+	c.ExpertFFDim = int(f.Uint(k("expert_feed_forward_length"), uint64(c.FFDim/c.ExpertsUsed)))
+	if c.ExpertFFDim <= 0 {
+		return fmt.Errorf("%s model: %s = %d, want > 0", c.Arch, k("expert_feed_forward_length"), c.ExpertFFDim)
+	}
+	if c.FFDim == 0 {
+		c.FFDim = c.ExpertFFDim * c.ExpertsUsed
+	}
+	if n := f.Uint(k("expert_shared_count"), 0); n != 0 {
+		return fmt.Errorf("%s model: %s = %d: shared experts are not supported for %s", c.Arch, k("expert_shared_count"), n, c.Arch)
+	}
+	c.ExpertNormTopK = true
+	return nil
 }
 
 // readShard reads which blocks [first, last) the file holds, and whether the
@@ -209,22 +307,43 @@ func checkEmbeddings(c *Config, f *gguf.File, first, last int) error {
 	return nil
 }
 
-// blockShapes notes whether the blocks have q/k/v biases and returns the
-// shape each block's tensors must have, by name suffix.
-func blockShapes(c *Config, f *gguf.File, first int) map[string][]uint64 {
+// blockShapes notes whether the blocks have q/k/v biases and the model
+// RoPE frequency factors, and returns the shape each block's tensors must
+// have, by name suffix.
+func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error) {
 	_, c.QKVBias = f.Tensor(fmt.Sprintf("blk.%d.attn_q.bias", first))
-	q, kv := uint64(c.Heads*c.HeadDim), uint64(c.KVHeads*c.HeadDim)
+	if rf, ok := f.Tensor("rope_freqs.weight"); ok {
+		if c.Arch != "llama" {
+			return nil, fmt.Errorf("%s model with rope_freqs.weight: RoPE frequency factors are supported for llama only", c.Arch)
+		}
+		if !slices.Equal(rf.Dims, []uint64{uint64(c.HeadDim / 2)}) || rf.Type != gguf.F32 {
+			return nil, fmt.Errorf("rope_freqs.weight is %s %v, want F32 [%d]", rf.Type, rf.Dims, c.HeadDim/2)
+		}
+		c.RopeFreqs = true
+	}
+	dim, hd := uint64(c.Dim), uint64(c.HeadDim)
+	q, kv := uint64(c.Heads)*hd, uint64(c.KVHeads)*hd
 	want := map[string][]uint64{
-		"attn_norm.weight": {uint64(c.Dim)}, "ffn_norm.weight": {uint64(c.Dim)},
-		"attn_q.weight": {uint64(c.Dim), q}, "attn_k.weight": {uint64(c.Dim), kv}, "attn_v.weight": {uint64(c.Dim), kv},
-		"attn_output.weight": {q, uint64(c.Dim)},
-		"ffn_gate.weight":    {uint64(c.Dim), uint64(c.FFDim)}, "ffn_up.weight": {uint64(c.Dim), uint64(c.FFDim)},
-		"ffn_down.weight": {uint64(c.FFDim), uint64(c.Dim)},
+		"attn_norm.weight": {dim}, "ffn_norm.weight": {dim},
+		"attn_q.weight": {dim, q}, "attn_k.weight": {dim, kv}, "attn_v.weight": {dim, kv},
+		"attn_output.weight": {q, dim},
+	}
+	if c.Experts > 0 {
+		e, eff := uint64(c.Experts), uint64(c.ExpertFFDim)
+		want["ffn_gate_inp.weight"] = []uint64{dim, e}
+		want["ffn_gate_exps.weight"], want["ffn_up_exps.weight"] = []uint64{dim, eff, e}, []uint64{dim, eff, e}
+		want["ffn_down_exps.weight"] = []uint64{eff, dim, e}
+	} else {
+		ff := uint64(c.FFDim)
+		want["ffn_gate.weight"], want["ffn_up.weight"], want["ffn_down.weight"] = []uint64{dim, ff}, []uint64{dim, ff}, []uint64{ff, dim}
+	}
+	if c.QKNorm {
+		want["attn_q_norm.weight"], want["attn_k_norm.weight"] = []uint64{hd}, []uint64{hd}
 	}
 	if c.QKVBias {
 		want["attn_q.bias"], want["attn_k.bias"], want["attn_v.bias"] = []uint64{q}, []uint64{kv}, []uint64{kv}
 	}
-	return want
+	return want, nil
 }
 
 // tallyTypes checks that every tensor has a type Orrery runs and counts the
@@ -308,5 +427,9 @@ func TypeMix(types []TypeShare) string {
 
 // String summarises the shape.
 func (c Config) String() string {
-	return fmt.Sprintf("%s %d layers, dim %d, ff %d, %d/%d heads, vocab %d, %s", c.Arch, c.Layers, c.Dim, c.FFDim, c.Heads, c.KVHeads, c.Vocab, c.FileType)
+	ff := fmt.Sprintf("ff %d", c.FFDim)
+	if c.Experts > 0 {
+		ff = fmt.Sprintf("%d of %d experts of ff %d", c.ExpertsUsed, c.Experts, c.ExpertFFDim)
+	}
+	return fmt.Sprintf("%s %d layers, dim %d, %s, %d/%d heads, vocab %d, %s", c.Arch, c.Layers, c.Dim, ff, c.Heads, c.KVHeads, c.Vocab, c.FileType)
 }

@@ -14,14 +14,23 @@ import (
 
 // GenOptions is the shape of a generated model.
 type GenOptions struct {
-	Arch       string // llama or qwen2
+	Arch       string // one of Supported
 	Layers     int
 	Dim        int
 	FFDim      int // 0: 8/3 × Dim, rounded up to a multiple of 64
 	Heads      int
 	KVHeads    int // 0: Heads
+	HeadDim    int // 0: Dim / Heads (qwen3 sets it apart)
 	Vocab      int
 	ContextLen int // 0: 2048
+	// RopeBase is rope.freq_base (0: 10000).
+	RopeBase float64
+	// RopeFreqs writes Llama 3.1's rope_freqs.weight (factor 8, low and
+	// high frequency factors 1 and 4, original context 8192); llama only.
+	RopeFreqs bool
+	// Experts > 0 makes every MLP a mixture of Experts experts of
+	// ExpertFFDim, ExpertsUsed per token (qwen3moe, which needs them).
+	Experts, ExpertsUsed, ExpertFFDim int
 	// Type is the weight type: F32, F16, BF16, Q8_0 or Q4_0 (norms are
 	// always F32). Other types come from llama-quantize on a generated
 	// file.
@@ -37,6 +46,51 @@ var Presets = map[string]GenOptions{
 	"small": {Arch: "llama", Layers: 8, Dim: 512, FFDim: 1408, Heads: 8, KVHeads: 4, Vocab: 4096, ContextLen: 2048, Type: "Q8_0"},
 	// 1b: the performance reference, 1.1 G weights (1.17 GB in Q8_0).
 	"1b": {Arch: "llama", Layers: 16, Dim: 2048, FFDim: 8192, Heads: 32, KVHeads: 8, Vocab: 32000, ContextLen: 4096, Type: "Q8_0"},
+}
+
+// Families are gen-model's --arch values: a GGUF architecture with its
+// family's conventions. llama3 is llama with Llama 3.x's RoPE (base
+// 500000 and rope_freqs); qwen3 doubles the head size against dim/heads
+// as the Qwen3 models do; qwen3moe adds a mixture of experts whose active
+// weights are a small part of the total, as in Qwen3-30B-A3B.
+var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe"}
+
+// ApplyFamily shapes o (a preset, or any shape) as family: it sets the
+// architecture and the family's fields that o leaves unset.
+func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
+	switch family {
+	case "llama", "qwen2":
+		o.Arch = family
+	case "llama3":
+		o.Arch, o.RopeFreqs = "llama", true
+		if o.RopeBase == 0 {
+			o.RopeBase = 500000
+		}
+	case "qwen3", "qwen3moe":
+		o.Arch = family
+		if o.RopeBase == 0 {
+			o.RopeBase = 1e6
+		}
+		if family == "qwen3moe" && o.Experts == 0 {
+			// Attention halved at 1b size, so that the experts are
+			// most of the weights and a token reads ~1/6 of them.
+			switch {
+			case o.Dim < 256:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 8, 2, 64
+			case o.Dim < 1024:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 32, 4, 256
+			default:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 64, 4, 256
+				o.Heads, o.KVHeads = max(o.Heads/2, 1), max(o.KVHeads/2, 1)
+			}
+		}
+		if o.HeadDim == 0 && o.Heads > 0 {
+			o.HeadDim = 2 * o.Dim / o.Heads
+		}
+	default:
+		return o, fmt.Errorf("arch %q: want one of %v", family, Families)
+	}
+	return o, nil
 }
 
 // ChatMLTemplate is the chat template written into generated models.
@@ -59,6 +113,12 @@ func (o *GenOptions) fill() error {
 	if o.KVHeads == 0 {
 		o.KVHeads = o.Heads
 	}
+	if o.HeadDim == 0 && o.Heads > 0 {
+		o.HeadDim = o.Dim / o.Heads
+	}
+	if o.RopeBase == 0 {
+		o.RopeBase = 10000
+	}
 	if o.FFDim == 0 {
 		o.FFDim = (o.Dim*8/3 + 63) / 64 * 64
 	}
@@ -75,14 +135,29 @@ func (o *GenOptions) fill() error {
 		return fmt.Errorf("dim %d: want a multiple of 32 up to 65536", o.Dim)
 	case o.FFDim < 32 || o.FFDim%32 != 0:
 		return fmt.Errorf("ff dim %d: want a multiple of 32", o.FFDim)
-	case o.Heads < 1 || o.Dim%o.Heads != 0 || (o.Dim/o.Heads)%2 != 0:
-		return fmt.Errorf("%d heads: they must divide dim %d into even head sizes", o.Heads, o.Dim)
+	case o.Heads < 1 || o.Dim%o.Heads != 0:
+		return fmt.Errorf("%d heads: they must divide dim %d", o.Heads, o.Dim)
 	case o.KVHeads < 1 || o.Heads%o.KVHeads != 0:
 		return fmt.Errorf("%d kv heads: they must divide %d heads", o.KVHeads, o.Heads)
 	case o.Vocab < genFirstPiece+64 || o.Vocab > 1<<20:
 		return fmt.Errorf("vocab %d: want %d..%d", o.Vocab, genFirstPiece+64, 1<<20)
 	case o.ContextLen < 16 || o.ContextLen > 1<<20:
 		return fmt.Errorf("context length %d: want 16..%d", o.ContextLen, 1<<20)
+	}
+	moe := o.Arch == "qwen3moe"
+	switch {
+	case moe && (o.Experts < 1 || o.Experts > 1024 || o.ExpertsUsed < 1 || o.ExpertsUsed > o.Experts):
+		return fmt.Errorf("%d experts, %d used: want 1..1024 experts and 1..experts used", o.Experts, o.ExpertsUsed)
+	case moe && (o.ExpertFFDim < 32 || o.ExpertFFDim%32 != 0):
+		return fmt.Errorf("expert ff dim %d: want a multiple of 32", o.ExpertFFDim)
+	case !moe && o.Experts != 0:
+		return fmt.Errorf("experts are for qwen3moe, not %s", o.Arch)
+	case o.RopeFreqs && o.Arch != "llama":
+		return fmt.Errorf("rope_freqs (Llama 3.x RoPE scaling) is for llama, not %s", o.Arch)
+	case o.HeadDim < 2 || o.HeadDim%2 != 0 || o.HeadDim > 1024:
+		return fmt.Errorf("head dim %d: want an even size up to 1024", o.HeadDim)
+	case o.HeadDim != o.Dim/max(o.Heads, 1) && o.Arch != "qwen3" && o.Arch != "qwen3moe":
+		return fmt.Errorf("head dim %d: only qwen3 and qwen3moe set it apart from dim/heads", o.HeadDim)
 	}
 	if _, ok := genTypes[o.Type]; !ok {
 		return fmt.Errorf("type %q: want F32, F16, BF16, Q8_0 or Q4_0", o.Type)
@@ -156,7 +231,7 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 	a := o.Arch
 	tokens, scores, types := genVocab(o.Vocab)
 	name := fmt.Sprintf("orrery-gen-%s-%dL-%dd-%s", a, o.Layers, o.Dim, o.Type)
-	return []gguf.KV{
+	kvs := []gguf.KV{
 		{Key: "general.architecture", Value: a},
 		{Key: "general.name", Value: name},
 		{Key: "general.description", Value: "random weights from orrery gen-model (seed " + fmt.Sprint(o.Seed) + "): output is gibberish"},
@@ -168,8 +243,10 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		{Key: a + ".attention.head_count", Value: uint32(o.Heads)},
 		{Key: a + ".attention.head_count_kv", Value: uint32(o.KVHeads)},
 		{Key: a + ".attention.layer_norm_rms_epsilon", Value: float32(1e-5)},
-		{Key: a + ".rope.freq_base", Value: float32(10000)},
-		{Key: a + ".rope.dimension_count", Value: uint32(o.Dim / o.Heads)},
+		{Key: a + ".rope.freq_base", Value: float32(o.RopeBase)},
+		{Key: a + ".rope.dimension_count", Value: uint32(o.HeadDim)},
+		{Key: a + ".attention.key_length", Value: uint32(o.HeadDim)},
+		{Key: a + ".attention.value_length", Value: uint32(o.HeadDim)},
 		{Key: a + ".vocab_size", Value: uint32(o.Vocab)},
 		{Key: "tokenizer.ggml.model", Value: "llama"},
 		{Key: "tokenizer.ggml.tokens", Value: tokens},
@@ -181,7 +258,13 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		{Key: "tokenizer.ggml.add_bos_token", Value: true},
 		{Key: "tokenizer.ggml.add_eos_token", Value: false},
 		{Key: "tokenizer.chat_template", Value: ChatMLTemplate},
-	}, nil
+	}
+	if o.Experts > 0 {
+		kvs = append(kvs, gguf.KV{Key: a + ".expert_count", Value: uint32(o.Experts)},
+			gguf.KV{Key: a + ".expert_used_count", Value: uint32(o.ExpertsUsed)},
+			gguf.KV{Key: a + ".expert_feed_forward_length", Value: uint32(o.ExpertFFDim)})
+	}
+	return kvs, nil
 }
 
 // genVocab is a SentencePiece vocabulary that can encode any text: special
@@ -243,14 +326,19 @@ func genVocab(n int) (tokens []string, scores []float32, types []int32) {
 // generator seeded by the model seed and the tensor's name.
 func genTensors(o GenOptions) []gguf.WriteTensor {
 	wt := genTypes[o.Type]
-	hd := o.Dim / o.Heads
+	hd := o.HeadDim
 	q, kv := uint64(o.Heads*hd), uint64(o.KVHeads*hd)
 	dim, ff := uint64(o.Dim), uint64(o.FFDim)
+	e, eff := uint64(o.Experts), uint64(o.ExpertFFDim)
 	var ts []gguf.WriteTensor
 	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
 		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
 	}
 	add("token_embd.weight", wt, 1, false, dim, uint64(o.Vocab))
+	if o.RopeFreqs {
+		ts = append(ts, gguf.WriteTensor{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{uint64(hd / 2)},
+			Data: floatsData(llama3RopeFactors(o.RopeBase, hd))})
+	}
 	for i := 0; i < o.Layers; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
 		add(p+"attn_norm.weight", gguf.F32, 0.1, true, dim)
@@ -262,8 +350,21 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 			add(p+"attn_k.bias", gguf.F32, 0.02, false, kv)
 			add(p+"attn_v.bias", gguf.F32, 0.02, false, kv)
 		}
+		if o.Arch == "qwen3" || o.Arch == "qwen3moe" {
+			add(p+"attn_q_norm.weight", gguf.F32, 0.1, true, uint64(hd))
+			add(p+"attn_k_norm.weight", gguf.F32, 0.1, true, uint64(hd))
+		}
 		add(p+"attn_output.weight", wt, 1/math.Sqrt(float64(q)), false, q, dim)
 		add(p+"ffn_norm.weight", gguf.F32, 0.1, true, dim)
+		if o.Experts > 0 {
+			// The router stays F32, as llama-quantize keeps it. Its
+			// larger spread gives distinct expert choices.
+			add(p+"ffn_gate_inp.weight", gguf.F32, 4/math.Sqrt(float64(dim)), false, dim, e)
+			add(p+"ffn_gate_exps.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, eff, e)
+			add(p+"ffn_up_exps.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, eff, e)
+			add(p+"ffn_down_exps.weight", wt, 1/math.Sqrt(float64(eff)), false, eff, dim, e)
+			continue
+		}
 		add(p+"ffn_gate.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
 		add(p+"ffn_up.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
 		add(p+"ffn_down.weight", wt, 1/math.Sqrt(float64(ff)), false, ff, dim)
@@ -327,5 +428,39 @@ func genData(seed uint64, name string, t gguf.TensorType, std float64, norm bool
 			}
 		}
 		return nil
+	}
+}
+
+// llama3RopeFactors are Llama 3.1's RoPE frequency divisors for head size
+// hd, as llama.cpp's converter writes them into rope_freqs.weight: 1 for
+// short wavelengths, 8 for long ones, a smooth blend between.
+func llama3RopeFactors(base float64, hd int) []float32 {
+	const factor, low, high, oldCtx = 8.0, 1.0, 4.0, 8192.0
+	out := make([]float32, hd/2)
+	for i := range out {
+		freq := 1 / math.Pow(base, float64(2*i)/float64(hd))
+		wavelen := 2 * math.Pi / freq
+		switch {
+		case wavelen < oldCtx/high:
+			out[i] = 1
+		case wavelen > oldCtx/low:
+			out[i] = factor
+		default:
+			smooth := (oldCtx/wavelen - low) / (high - low)
+			out[i] = float32(1 / ((1-smooth)/factor + smooth))
+		}
+	}
+	return out
+}
+
+// floatsData writes vs as F32.
+func floatsData(vs []float32) func(io.Writer) error {
+	return func(w io.Writer) error {
+		buf := make([]byte, 0, 4*len(vs))
+		for _, v := range vs {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+		_, err := w.Write(buf)
+		return err
 	}
 }

@@ -63,7 +63,7 @@ func TestUnsupportedArchitecture(t *testing.T) {
 	}
 	f2 := &gguf.File{KV: f.KV, Tensors: f.Tensors}
 	_, err := FromGGUF(f2)
-	if err == nil || !strings.Contains(err.Error(), `"mamba"`) || !strings.Contains(err.Error(), "supported: llama, qwen2") {
+	if err == nil || !strings.Contains(err.Error(), `"mamba"`) || !strings.Contains(err.Error(), "supported: llama, qwen2, qwen3, qwen3moe") {
 		t.Errorf("err = %v", err)
 	}
 }

@@ -22,13 +22,16 @@ const (
 
 // ShardTensors lists the tensors rank [first, last) of a model needs:
 // its blocks, token_embd on the first rank, output_norm and the output
-// head (token_embd when tied) on the last.
+// head (token_embd when tied) on the last, and the tensors every block
+// uses (rope_freqs) on all.
 func ShardTensors(f *gguf.File, cfg Config, first, last int) ([]gguf.TensorInfo, error) {
 	if first < 0 || last > cfg.Layers || first >= last {
 		return nil, fmt.Errorf("shard [%d, %d) of a %d-layer model", first, last, cfg.Layers)
 	}
 	want := func(name string) bool {
 		switch {
+		case name == "rope_freqs.weight": // every block's RoPE uses it
+			return true
 		case name == "token_embd.weight":
 			return first == 0 || last == cfg.Layers && cfg.TiedOutput
 		case name == "output_norm.weight" || strings.HasPrefix(name, "output."):

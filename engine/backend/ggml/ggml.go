@@ -12,8 +12,6 @@ import (
 	"github.com/ollama/ollama/kvcache"
 	"github.com/ollama/ollama/ml"
 	_ "github.com/ollama/ollama/ml/backend/ggml" // registers the ggml backend
-	"github.com/ollama/ollama/ml/nn"
-	"github.com/ollama/ollama/ml/nn/rope"
 	"github.com/ollama/ollama/model/input"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
@@ -21,9 +19,15 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
+// layer is one block's weights; the tensors an architecture does not
+// have are nil (biases but for qwen2, q/k norms but for qwen3, experts
+// instead of gate/up/down in a mixture of experts).
 type layer struct {
-	attnNorm, q, k, v, qb, kb, vb, o ml.Tensor
-	ffnNorm, gate, up, down          ml.Tensor
+	attnNorm, q, k, v, qb, kb, vb, o   ml.Tensor
+	qNorm, kNorm                       ml.Tensor
+	ropeFreqs                          ml.Tensor // Llama 3.x's RoPE frequency divisors
+	ffnNorm, gate, up, down            ml.Tensor
+	router, gateExps, upExps, downExps ml.Tensor
 }
 
 // Rank is a loaded range of blocks on ggml.
@@ -102,16 +106,7 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		}
 	}
 	for i := opts.FirstLayer; i < opts.LastLayer; i++ {
-		p := fmt.Sprintf("blk.%d.", i)
-		l := layer{
-			attnNorm: must(p + "attn_norm.weight"), q: must(p + "attn_q.weight"), k: must(p + "attn_k.weight"),
-			v: must(p + "attn_v.weight"), o: must(p + "attn_output.weight"), ffnNorm: must(p + "ffn_norm.weight"),
-			gate: must(p + "ffn_gate.weight"), up: must(p + "ffn_up.weight"), down: must(p + "ffn_down.weight"),
-		}
-		if cfg.QKVBias {
-			l.qb, l.kb, l.vb = must(p+"attn_q.bias"), must(p+"attn_k.bias"), must(p+"attn_v.bias")
-		}
-		r.layers = append(r.layers, l)
+		r.layers = append(r.layers, loadLayer(cfg, fmt.Sprintf("blk.%d.", i), must))
 	}
 	if err := errors.Join(errs...); err != nil {
 		b.Close()
@@ -181,8 +176,11 @@ func (r *Rank) repack(f *gguf.File) error {
 		for _, w := range []struct {
 			s string
 			t ml.Tensor
-		}{{"attn_q", l.q}, {"attn_k", l.k}, {"attn_v", l.v}, {"attn_output", l.o}, {"ffn_gate", l.gate}, {"ffn_up", l.up}, {"ffn_down", l.down}} {
-			ws = append(ws, weight{p + w.s + ".weight", w.t})
+		}{{"attn_q", l.q}, {"attn_k", l.k}, {"attn_v", l.v}, {"attn_output", l.o}, {"ffn_gate", l.gate}, {"ffn_up", l.up}, {"ffn_down", l.down},
+			{"ffn_gate_exps", l.gateExps}, {"ffn_up_exps", l.upExps}, {"ffn_down_exps", l.downExps}} {
+			if w.t != nil {
+				ws = append(ws, weight{p + w.s + ".weight", w.t})
+			}
 		}
 	}
 	var todo []weight
@@ -265,30 +263,4 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	c.Forward(logits).Compute(logits)
 	res.Logits = logits.Floats()
 	return res, nil
-}
-
-// block is one transformer block: attention and SwiGLU MLP, each with
-// RMSNorm before and a residual around.
-func (r *Rank) block(c ml.Context, l *layer, x, positions ml.Tensor, n int) ml.Tensor {
-	cfg := &r.cfg
-	h := x.RMSNorm(c, l.attnNorm, float32(cfg.Eps))
-	q, k, v := l.q.Mulmat(c, h), l.k.Mulmat(c, h), l.v.Mulmat(c, h)
-	if l.qb != nil {
-		q, k, v = q.Add(c, l.qb), k.Add(c, l.kb), v.Add(c, l.vb)
-	}
-	q = q.Reshape(c, cfg.HeadDim, cfg.Heads, n)
-	k = k.Reshape(c, cfg.HeadDim, cfg.KVHeads, n)
-	v = v.Reshape(c, cfg.HeadDim, cfg.KVHeads, n)
-	var ropeOpts []func(*rope.Options)
-	if cfg.RopeNeoX {
-		ropeOpts = append(ropeOpts, rope.WithTypeNeoX())
-	}
-	q = nn.RoPE(c, q, positions, cfg.HeadDim, float32(cfg.RopeBase), float32(1/cfg.RopeScale), ropeOpts...)
-	k = nn.RoPE(c, k, positions, cfg.HeadDim, float32(cfg.RopeBase), float32(1/cfg.RopeScale), ropeOpts...)
-	a := nn.Attention(c, q, k, v, 1/math.Sqrt(float64(cfg.HeadDim)), r.cache)
-	a = a.Reshape(c, cfg.HeadDim*cfg.Heads, n)
-	x = l.o.Mulmat(c, a).Add(c, x)
-	h = x.RMSNorm(c, l.ffnNorm, float32(cfg.Eps))
-	h = l.gate.Mulmat(c, h).SILU(c, l.up.Mulmat(c, h))
-	return l.down.Mulmat(c, h).Add(c, x)
 }

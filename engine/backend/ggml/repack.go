@@ -148,8 +148,10 @@ func newRepacker(tensors int) *repacker {
 // repacked layout for a matrix of this type and shape; the rule is
 // ggml_repack_get_optimal_repack_type's, which must not be asked about
 // anything else (it aborts). Q2_K is left out: it also needs AVX-512.
+// A stack of experts ([in, out, experts], for mul_mat_id) repacks as its
+// rows: groups of 8 never straddle two experts when out is a multiple of 8.
 func repackable(ti gguf.TensorInfo) bool {
-	if len(ti.Dims) != 2 || ti.Dims[1]%8 != 0 {
+	if len(ti.Dims) != 2 && len(ti.Dims) != 3 || ti.Dims[1]%8 != 0 {
 		return false
 	}
 	switch ti.Type {

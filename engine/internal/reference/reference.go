@@ -1,13 +1,16 @@
-// Package reference is a pure-Go float64 forward pass of the llama and
-// qwen2 architectures, written from the math rather than from ggml, for
+// Package reference is a pure-Go float64 forward pass of the
+// architectures the engine supports (llama with Llama 3.x rope_freqs,
+// qwen2, qwen3, qwen3moe), written from the math rather than from ggml, for
 // tests to check the ggml path against. It is slow and keeps everything in
 // memory: small models only.
 package reference
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -84,11 +87,15 @@ func rmsnorm(x, w []float64, eps float64) []float64 {
 }
 
 // rope rotates one head at position pos: adjacent pairs (llama) or the two
-// halves (NeoX, qwen2), by pos · base^(-2i/d) / scale.
-func rope(x []float64, pos int, base, scale float64, neox bool) {
+// halves (NeoX, qwen2), by pos · base^(-2i/d) / scale / factors[i] (no
+// factors: 1).
+func rope(x []float64, pos int, base, scale float64, neox bool, factors []float64) {
 	d := len(x)
 	for i := 0; i < d/2; i++ {
 		theta := float64(pos) / scale * math.Pow(base, -2*float64(i)/float64(d))
+		if factors != nil {
+			theta /= factors[i]
+		}
 		c, s := math.Cos(theta), math.Sin(theta)
 		a, b := 2*i, 2*i+1
 		if neox {
@@ -120,11 +127,18 @@ func (m *Model) Step(token int32, pos int) []float64 {
 				v[i] += m.w[p+"attn_v.bias"][i]
 			}
 		}
+		factors := m.w["rope_freqs.weight"]
 		for hh := 0; hh < c.Heads; hh++ {
-			rope(q[hh*hd:(hh+1)*hd], pos, c.RopeBase, c.RopeScale, c.RopeNeoX)
+			if c.QKNorm {
+				copy(q[hh*hd:], rmsnorm(q[hh*hd:(hh+1)*hd], m.w[p+"attn_q_norm.weight"], c.Eps))
+			}
+			rope(q[hh*hd:(hh+1)*hd], pos, c.RopeBase, c.RopeScale, c.RopeNeoX, factors)
 		}
 		for hh := 0; hh < c.KVHeads; hh++ {
-			rope(k[hh*hd:(hh+1)*hd], pos, c.RopeBase, c.RopeScale, c.RopeNeoX)
+			if c.QKNorm {
+				copy(k[hh*hd:], rmsnorm(k[hh*hd:(hh+1)*hd], m.w[p+"attn_k_norm.weight"], c.Eps))
+			}
+			rope(k[hh*hd:(hh+1)*hd], pos, c.RopeBase, c.RopeScale, c.RopeNeoX, factors)
 		}
 		m.kcache[l] = append(m.kcache[l], k)
 		m.vcache[l] = append(m.vcache[l], v)
@@ -158,12 +172,12 @@ func (m *Model) Step(token int32, pos int) []float64 {
 			x[i] += o[i]
 		}
 		h = rmsnorm(x, m.w[p+"ffn_norm.weight"], c.Eps)
-		g := matvec(m.w[p+"ffn_gate.weight"], h, c.FFDim)
-		u := matvec(m.w[p+"ffn_up.weight"], h, c.FFDim)
-		for i := range g {
-			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		var d []float64
+		if c.Experts > 0 {
+			d = m.experts(p, h)
+		} else {
+			d = swiglu(m.w[p+"ffn_gate.weight"], m.w[p+"ffn_up.weight"], m.w[p+"ffn_down.weight"], h, c.FFDim)
 		}
-		d := matvec(m.w[p+"ffn_down.weight"], g, c.Dim)
 		for i := range x {
 			x[i] += d[i]
 		}
@@ -174,4 +188,57 @@ func (m *Model) Step(token int32, pos int) []float64 {
 		out = m.w["token_embd.weight"]
 	}
 	return matvec(out, h, c.Vocab)
+}
+
+// swiglu is down · (silu(gate · h) ⊙ (up · h)), with ff rows in gate and up.
+func swiglu(gate, up, down, h []float64, ff int) []float64 {
+	g := matvec(gate, h, ff)
+	u := matvec(up, h, ff)
+	for i := range g {
+		g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+	}
+	return matvec(down, g, len(h))
+}
+
+// experts is a mixture-of-experts MLP: the router's softmax over the
+// experts, the top ExpertsUsed (ties to the lower id), their weights
+// renormalised to sum 1 when ExpertNormTopK, each expert a SwiGLU.
+func (m *Model) experts(p string, h []float64) []float64 {
+	c := m.Cfg
+	logits := matvec(m.w[p+"ffn_gate_inp.weight"], h, c.Experts)
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = max(mx, v)
+	}
+	probs := make([]float64, len(logits))
+	var sum float64
+	for i, v := range logits {
+		probs[i] = math.Exp(v - mx)
+		sum += probs[i]
+	}
+	ids := make([]int, len(probs))
+	for i := range probs {
+		probs[i] /= sum
+		ids[i] = i
+	}
+	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(probs[b], probs[a]) })
+	chosen := ids[:c.ExpertsUsed]
+	var wsum float64
+	for _, e := range chosen {
+		wsum += probs[e]
+	}
+	out := make([]float64, c.Dim)
+	n := c.ExpertFFDim * c.Dim // one expert's gate, up or down matrix
+	for _, e := range chosen {
+		w := probs[e]
+		if c.ExpertNormTopK {
+			w /= wsum
+		}
+		d := swiglu(m.w[p+"ffn_gate_exps.weight"][e*n:(e+1)*n], m.w[p+"ffn_up_exps.weight"][e*n:(e+1)*n],
+			m.w[p+"ffn_down_exps.weight"][e*n:(e+1)*n], h, c.ExpertFFDim)
+		for i := range out {
+			out[i] += w * d[i]
+		}
+	}
+	return out
 }

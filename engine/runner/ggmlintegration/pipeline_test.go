@@ -131,9 +131,16 @@ func (p *pipeline) complete(t *testing.T, req runner.CompletionRequest) ([]int32
 
 // Greedy generation over 2 and 3 ranks (links over TCP, prompt in
 // batches of 4 pipelined across the ranks) picks exactly the tokens of 1
-// rank, and seeded sampling on the last rank matches too.
+// rank, and seeded sampling on the last rank matches too; for every
+// family gen-model writes (a mixture of experts included: its layers run
+// on whichever rank holds them, and only the hidden state crosses a link).
 func TestPipelineGeneration(t *testing.T) {
-	path := genModel(t, "Q8_0")
+	for _, fam := range model.Families {
+		t.Run(fam, func(t *testing.T) { pipelineGeneration(t, genFamily(t, fam, "Q8_0")) })
+	}
+}
+
+func pipelineGeneration(t *testing.T, path string) {
 	req := runner.CompletionRequest{Request: runner.Request{Prompt: "the cluster is a model of the world", MaxTokens: 10, IgnoreEOS: true}}
 	seeded := req
 	seeded.Sample.Temperature, seeded.Sample.Seed = 0.8, 9

@@ -19,11 +19,17 @@ import (
 	"github.com/orrery-cluster/orrery/engine/sample"
 )
 
-func genModel(t *testing.T, typ string) string {
+func genModel(t *testing.T, typ string) string { return genFamily(t, "llama", typ) }
+
+// genFamily writes the tiny preset as family (model.Families).
+func genFamily(t *testing.T, family, typ string) string {
 	t.Helper()
-	o := model.Presets["tiny"]
+	o, err := model.ApplyFamily(model.Presets["tiny"], family)
+	if err != nil {
+		t.Fatal(err)
+	}
 	o.Type, o.Seed = typ, 11
-	path := filepath.Join(t.TempDir(), "tiny-"+typ+".gguf")
+	path := filepath.Join(t.TempDir(), "tiny-"+family+"-"+typ+".gguf")
 	if err := model.Generate(path, o); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,107 @@
+package ggml
+
+import (
+	"math"
+
+	"github.com/ollama/ollama/ml"
+	"github.com/ollama/ollama/ml/nn"
+	"github.com/ollama/ollama/ml/nn/rope"
+
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// loadLayer gets block p's weights (p is "blk.N.") through must, which
+// records a missing tensor.
+func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
+	l := layer{
+		attnNorm: must(p + "attn_norm.weight"), q: must(p + "attn_q.weight"), k: must(p + "attn_k.weight"),
+		v: must(p + "attn_v.weight"), o: must(p + "attn_output.weight"), ffnNorm: must(p + "ffn_norm.weight"),
+	}
+	if cfg.QKVBias {
+		l.qb, l.kb, l.vb = must(p+"attn_q.bias"), must(p+"attn_k.bias"), must(p+"attn_v.bias")
+	}
+	if cfg.QKNorm {
+		l.qNorm, l.kNorm = must(p+"attn_q_norm.weight"), must(p+"attn_k_norm.weight")
+	}
+	if cfg.RopeFreqs {
+		// ollama's backend loads the model's one rope_freqs.weight as a
+		// copy per block, named like the block's tensors.
+		l.ropeFreqs = must(p + "rope_freqs.weight")
+	}
+	if cfg.Experts > 0 {
+		l.router = must(p + "ffn_gate_inp.weight")
+		l.gateExps, l.upExps, l.downExps = must(p+"ffn_gate_exps.weight"), must(p+"ffn_up_exps.weight"), must(p+"ffn_down_exps.weight")
+	} else {
+		l.gate, l.up, l.down = must(p+"ffn_gate.weight"), must(p+"ffn_up.weight"), must(p+"ffn_down.weight")
+	}
+	return l
+}
+
+// block is one transformer block: attention and a SwiGLU MLP (or a
+// mixture of SwiGLU experts), each with RMSNorm before and a residual
+// around. It follows llama.cpp's graphs op for op (src/models/llama.cpp,
+// qwen2.cpp, qwen3.cpp, qwen3moe.cpp), so that the two agree to the last
+// bits where their kernels do.
+func (r *Rank) block(c ml.Context, l *layer, x, positions ml.Tensor, n int) ml.Tensor {
+	cfg := &r.cfg
+	eps := float32(cfg.Eps)
+	h := x.RMSNorm(c, l.attnNorm, eps)
+	q, k, v := l.q.Mulmat(c, h), l.k.Mulmat(c, h), l.v.Mulmat(c, h)
+	if l.qb != nil {
+		q, k, v = q.Add(c, l.qb), k.Add(c, l.kb), v.Add(c, l.vb)
+	}
+	q = q.Reshape(c, cfg.HeadDim, cfg.Heads, n)
+	k = k.Reshape(c, cfg.HeadDim, cfg.KVHeads, n)
+	v = v.Reshape(c, cfg.HeadDim, cfg.KVHeads, n)
+	if l.qNorm != nil {
+		q, k = q.RMSNorm(c, l.qNorm, eps), k.RMSNorm(c, l.kNorm, eps)
+	}
+	var ropeOpts []func(*rope.Options)
+	if cfg.RopeNeoX {
+		ropeOpts = append(ropeOpts, rope.WithTypeNeoX())
+	}
+	if l.ropeFreqs != nil {
+		ropeOpts = append(ropeOpts, rope.WithFactors(l.ropeFreqs))
+	}
+	q = nn.RoPE(c, q, positions, cfg.HeadDim, float32(cfg.RopeBase), float32(1/cfg.RopeScale), ropeOpts...)
+	k = nn.RoPE(c, k, positions, cfg.HeadDim, float32(cfg.RopeBase), float32(1/cfg.RopeScale), ropeOpts...)
+	a := nn.Attention(c, q, k, v, 1/math.Sqrt(float64(cfg.HeadDim)), r.cache)
+	a = a.Reshape(c, cfg.HeadDim*cfg.Heads, n)
+	x = l.o.Mulmat(c, a).Add(c, x)
+	h = x.RMSNorm(c, l.ffnNorm, eps)
+	if l.router != nil {
+		return r.experts(c, l, h, n).Add(c, x)
+	}
+	h = l.gate.Mulmat(c, h).SILU(c, l.up.Mulmat(c, h))
+	return l.down.Mulmat(c, h).Add(c, x)
+}
+
+// minExpertWeightSum keeps the renormalisation of the chosen experts'
+// weights from dividing by zero: the smallest normal f16, as llama.cpp.
+const minExpertWeightSum = 6.103515625e-5
+
+// experts is a mixture-of-experts MLP for n tokens h [dim, n]: the
+// router's softmax picks each token's top ExpertsUsed experts, whose
+// SwiGLU outputs are summed, weighted by their (renormalised)
+// probabilities. Only the chosen experts' weights are read (mul_mat_id),
+// so a token costs the active bytes, not the total.
+func (r *Rank) experts(c ml.Context, l *layer, h ml.Tensor, n int) ml.Tensor {
+	cfg := &r.cfg
+	used := cfg.ExpertsUsed
+	probs := l.router.Mulmat(c, h).Softmax(c)                // [experts, n]
+	chosen := probs.TopK(c, used)                            // [used, n] expert ids
+	w := probs.Reshape(c, 1, cfg.Experts, n).Rows(c, chosen) // [1, used, n]
+	if cfg.ExpertNormTopK {
+		w = w.Reshape(c, used, n)
+		sum := w.SumRows(c).Clamp(c, minExpertWeightSum, float32(math.Inf(1)))
+		w = w.Div(c, sum).Reshape(c, 1, used, n)
+	}
+	h = h.Reshape(c, cfg.Dim, 1, n)
+	g := l.gateExps.MulmatID(c, h, chosen).SILU(c, l.upExps.MulmatID(c, h, chosen)) // [ff, used, n]
+	e := l.downExps.MulmatID(c, g, chosen).Mul(c, w)                                // [dim, used, n]
+	out := e.View(c, 0, cfg.Dim, e.Stride(2), n)
+	for i := 1; i < used; i++ {
+		out = out.Add(c, e.View(c, i*e.Stride(1), cfg.Dim, e.Stride(2), n))
+	}
+	return out
+}

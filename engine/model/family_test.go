@@ -1,0 +1,204 @@
+package model
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+)
+
+// Every family gen-model writes reads back as its architecture with the
+// family's fields, and shards keep what every block needs.
+func TestFamiliesGenerateAndConfig(t *testing.T) {
+	for _, fam := range Families {
+		t.Run(fam, func(t *testing.T) {
+			o, err := ApplyFamily(Presets["tiny"], fam)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path, f := genTiny(t, o)
+			c, err := FromGGUF(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			qwen3 := fam == "qwen3" || fam == "qwen3moe"
+			wantHD := 16
+			if qwen3 {
+				wantHD = 32 // twice dim/heads, as Qwen3's 128 against 1024/16
+			}
+			if c.HeadDim != wantHD || c.QKNorm != qwen3 || c.RopeFreqs != (fam == "llama3") || c.RopeNeoX != strings.HasPrefix(fam, "qwen") {
+				t.Errorf("config %+v", c)
+			}
+			if fam == "qwen3moe" {
+				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || !c.ExpertNormTopK {
+					t.Errorf("experts: %+v", c)
+				}
+				if !strings.Contains(c.String(), "2 of 8 experts of ff 64") {
+					t.Errorf("String() = %q", c.String())
+				}
+			} else if c.Experts != 0 {
+				t.Errorf("%s has %d experts", fam, c.Experts)
+			}
+			// A middle shard holds rope_freqs too (every block's RoPE
+			// reads it) and reads back with the same fields.
+			shard := path + ".shard"
+			if err := WriteShard(path, shard, 1, 3, ""); err != nil {
+				t.Fatal(err)
+			}
+			sf, err := gguf.ReadFile(shard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc, err := FromGGUF(sf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, hasFreqs := sf.Tensor("rope_freqs.weight")
+			if hasFreqs != (fam == "llama3") || sc.RopeFreqs != c.RopeFreqs || sc.Experts != c.Experts || sc.HeadDim != c.HeadDim {
+				t.Errorf("shard: rope_freqs %v, config %+v", hasFreqs, sc)
+			}
+		})
+	}
+	if _, err := ApplyFamily(Presets["tiny"], "gemma3"); err == nil || !strings.Contains(err.Error(), "qwen3moe") {
+		t.Errorf("ApplyFamily(gemma3) = %v, want a refusal listing the families", err)
+	}
+}
+
+// The 1b-class MoE preset reads a small part of its weights per token, as
+// the real mixture-of-experts models do.
+func TestMoEPresetActiveShare(t *testing.T) {
+	o, err := ApplyFamily(Presets["1b"], "qwen3moe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.fill(); err != nil {
+		t.Fatal(err)
+	}
+	var total, active uint64
+	for _, ts := range genTensors(o) {
+		n := uint64(1)
+		for _, d := range ts.Dims {
+			n *= d
+		}
+		total += n
+		switch {
+		case strings.Contains(ts.Name, "_exps."):
+			active += n * uint64(o.ExpertsUsed) / uint64(o.Experts)
+		case ts.Name == "token_embd.weight": // one row per token
+			active += ts.Dims[0]
+		default:
+			active += n
+		}
+	}
+	if share := float64(active) / float64(total); total < 1.5e9 || share > 0.25 {
+		t.Errorf("qwen3moe 1b: %d weights, %.0f %% active; want ≥ 1.5 G and ≤ 25 %%", total, 100*share)
+	}
+}
+
+// setKV replaces (or adds) a metadata key, in a new File (a File indexes
+// its keys when first asked).
+func setKV(f *gguf.File, key string, v any) *gguf.File {
+	kvs := slices.Clone(f.KV)
+	for i := range kvs {
+		if kvs[i].Key == key {
+			kvs[i].Value = v
+			return &gguf.File{KV: kvs, Tensors: f.Tensors}
+		}
+	}
+	return &gguf.File{KV: append(kvs, gguf.KV{Key: key, Value: v}), Tensors: f.Tensors}
+}
+
+// Metadata outside what a family supports is refused with an error that
+// names the key.
+func TestFamilyRefusals(t *testing.T) {
+	gen := func(fam string) *gguf.File {
+		o, err := ApplyFamily(Presets["tiny"], fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, f := genTiny(t, o)
+		return f
+	}
+	for _, c := range []struct {
+		fam, key string
+		v        any
+		want     []string
+	}{
+		{"llama", "llama.rope.scaling.type", "yarn", []string{"llama.rope.scaling.type", `"yarn"`, "not supported"}},
+		{"qwen3", "qwen3.rope.scaling.type", "wavy", []string{"qwen3.rope.scaling.type", `"wavy"`, "not a RoPE scaling type"}},
+		{"llama", "llama.rope.scaling.factor", float32(-2), []string{"llama.rope.scaling.factor", "want > 0"}},
+		{"qwen3", "qwen3.attention.value_length", uint32(16), []string{"qwen3.attention.value_length"}},
+		{"qwen3", "qwen3.rope.dimension_count", uint32(16), []string{"qwen3.rope.dimension_count", "partial rotary"}},
+		{"qwen3", "qwen3.attention.key_length", uint32(7), []string{"qwen3.attention.key_length"}},
+		{"qwen3moe", "qwen3moe.expert_used_count", uint32(9), []string{"qwen3moe.expert_used_count", "1..qwen3moe.expert_count (8)"}},
+		{"qwen3moe", "qwen3moe.expert_count", uint32(0), []string{"qwen3moe.expert_count"}},
+		{"qwen3moe", "qwen3moe.expert_shared_count", uint32(1), []string{"qwen3moe.expert_shared_count", "shared experts"}},
+		{"qwen3moe", "qwen3moe.expert_feed_forward_length", uint32(32), []string{"blk.0.ffn_", "want [64 32 8]"}},
+	} {
+		_, err := FromGGUF(setKV(gen(c.fam), c.key, c.v))
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s with %s = %v: err = %v, want it to say %q", c.fam, c.key, c.v, err, w)
+				break
+			}
+		}
+	}
+	// Linear scaling divides the positions; "none" ignores the factor.
+	f := setKV(gen("llama"), "llama.rope.scaling.factor", float32(4))
+	if c, err := FromGGUF(f); err != nil || c.RopeScale != 4 {
+		t.Errorf("linear ×4: scale %v, %v", c.RopeScale, err)
+	}
+	if c, err := FromGGUF(setKV(f, "llama.rope.scaling.type", "none")); err != nil || c.RopeScale != 1 {
+		t.Errorf("none: scale %v, %v", c.RopeScale, err)
+	}
+	// rope_freqs outside llama, or of the wrong size, is refused.
+	f = gen("llama3")
+	f = &gguf.File{KV: f.KV, Tensors: slices.Clone(f.Tensors)}
+	for i := range f.Tensors {
+		if f.Tensors[i].Name == "rope_freqs.weight" {
+			f.Tensors[i].Dims = []uint64{4}
+		}
+	}
+	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "rope_freqs.weight is F32 [4], want F32 [8]") {
+		t.Errorf("short rope_freqs: %v", err)
+	}
+	f = gen("qwen3")
+	f.Tensors = append(f.Tensors, gguf.TensorInfo{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{16}})
+	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "supported for llama only") {
+		t.Errorf("qwen3 with rope_freqs: %v", err)
+	}
+	// A qwen3 block without its q norm is refused by name.
+	f = gen("qwen3")
+	f.Tensors = slices.DeleteFunc(f.Tensors, func(t gguf.TensorInfo) bool { return t.Name == "blk.2.attn_q_norm.weight" })
+	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "no blk.2.attn_q_norm.weight tensor") {
+		t.Errorf("qwen3 without a q norm: %v", err)
+	}
+}
+
+// ActiveBytes counts the chosen experts' share and one embedding row.
+func TestActiveBytes(t *testing.T) {
+	for _, fam := range []string{"llama", "qwen3moe"} {
+		o, _ := ApplyFamily(Presets["tiny"], fam)
+		_, f := genTiny(t, o)
+		c, err := FromGGUF(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want, total uint64
+		for _, ti := range f.Tensors {
+			total += ti.Size
+			switch {
+			case strings.Contains(ti.Name, "_exps."):
+				want += ti.Size / 4 // 2 of 8 experts
+			case ti.Name == "token_embd.weight":
+				want += ti.Size / 512 // one of 512 rows
+			default:
+				want += ti.Size
+			}
+		}
+		if got := ActiveBytes(f, c); got != want || got >= total {
+			t.Errorf("%s: ActiveBytes %d, want %d (of %d)", fam, got, want, total)
+		}
+	}
+}
