@@ -62,8 +62,9 @@ func deleteInstance(t *testing.T, p *agentProc, id string) {
 
 // One model across three real agents: the model only on C, shards cut
 // there and received by A and B over the peer link (progress in state),
-// greedy output identical to one rank, the trace with every rank on the
-// master; kill -9 of rank 1 mid-stream; a node leaving.
+// greedy output identical to one rank (for a mixture of experts too), the
+// trace with every rank on the master; kill -9 of rank 1 mid-stream; a
+// node leaving.
 func TestPipelineProcesses(t *testing.T) {
 	bin := buildBinary(t)
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
@@ -153,6 +154,7 @@ func TestPipelineProcesses(t *testing.T) {
 	}
 	// Logprobs over 3 ranks come back to rank 0 in the token frames.
 	sameLogprobs(t, "3 ranks", legacyComplete(t, b, lpReq), lpRef, 2e-3)
+	moeOverThree(t, bin, a, b, ids, dirs[2])
 	st, _ := status(t, a)
 	master := ps[0]
 	for i, id := range ids {

@@ -16,9 +16,10 @@ import (
 
 // Supported lists the architectures the runner implements: llama (Llama
 // 1–3.x, Mistral and Ministral as llama.cpp converts them), qwen2, qwen3
-// (per-head q/k RMSNorm) and qwen3moe (qwen3 attention, a routed
-// mixture of experts in every block).
-var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe"}
+// (per-head q/k RMSNorm), qwen3moe (qwen3 attention, a routed mixture of
+// experts in every block) and gemma3 (scaled embeddings, norms after
+// attention and MLP too, GELU, sliding-window layers between global ones).
+var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"}
 
 // ErrUnsupported is wrapped by the error for any other architecture.
 var ErrUnsupported = errors.New("unsupported architecture")
@@ -85,6 +86,19 @@ type Config struct {
 	ExpertsUsed    int  `json:"expertsUsed,omitempty"`
 	ExpertFFDim    int  `json:"expertFfDim,omitempty"`
 	ExpertNormTopK bool `json:"expertNormTopK,omitempty"`
+	// Gemma 3: embeddings scaled by √Dim; an RMSNorm after attention
+	// (post_attention_norm) and after the MLP (post_ffw_norm) too; GELU
+	// instead of SiLU in the gated MLP; queries scaled by QueryScale before
+	// attention (instead of 1/√HeadDim inside it); and every SWAPattern-th
+	// layer global, the others attending to the last SlidingWindow
+	// positions with RoPE base RopeBaseSWA (and no scaling).
+	EmbedScale    bool    `json:"embedScale,omitempty"`
+	PostNorms     bool    `json:"postNorms,omitempty"`
+	GELU          bool    `json:"gelu,omitempty"`
+	QueryScale    float64 `json:"queryScale,omitempty"`
+	SlidingWindow int     `json:"slidingWindow,omitempty"`
+	SWAPattern    int     `json:"swaPattern,omitempty"`
+	RopeBaseSWA   float64 `json:"ropeBaseSwa,omitempty"`
 	// FileType is the file's quantization: llama.cpp's name for its
 	// general.file_type (e.g. "Q4_K_M"), else the type holding the most
 	// weights (e.g. "Q8_0").
@@ -97,6 +111,12 @@ type Config struct {
 	// both 0 for a whole model.
 	ShardFirst int `json:"shardFirst,omitempty"`
 	ShardLast  int `json:"shardLast,omitempty"`
+}
+
+// IsSWA reports whether block il attends to a sliding window (Gemma 3:
+// all but every SWAPattern-th block, llama.cpp's rule).
+func (c Config) IsSWA(il int) bool {
+	return c.SlidingWindow > 0 && (c.SWAPattern == 0 || il%c.SWAPattern < c.SWAPattern-1)
 }
 
 // Blocks is the range of blocks the file holds: [ShardFirst, ShardLast),
@@ -158,7 +178,7 @@ func readHyperparams(f *gguf.File) (Config, error) {
 		RopeBase:   f.Float(k("rope.freq_base"), 10000),
 		Eps:        f.Float(k("attention.layer_norm_rms_epsilon"), 1e-5),
 		RopeNeoX:   arch != "llama",
-		QKNorm:     arch == "qwen3" || arch == "qwen3moe",
+		QKNorm:     arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3",
 	}
 	var err error
 	if c.RopeScale, err = ropeScale(f, arch); err != nil {
@@ -167,6 +187,11 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	c.KVHeads = int(f.Uint(k("attention.head_count_kv"), uint64(c.Heads)))
 	if arch == "qwen3moe" {
 		if err := readExperts(&c, f); err != nil {
+			return Config{}, err
+		}
+	}
+	if arch == "gemma3" {
+		if err := readGemma3(&c, f); err != nil {
 			return Config{}, err
 		}
 	}
@@ -195,6 +220,13 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	}
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
 		c.Vocab = len(tokens)
+	}
+	if arch == "gemma3" {
+		// In float32, as llama.cpp computes it: ggml_scale takes a float.
+		c.QueryScale = float64(1 / float32(math.Sqrt(float64(c.HeadDim))))
+		if c.Layers == 62 {
+			c.QueryScale = float64(1 / float32(math.Sqrt(float64(c.Dim/c.Heads))))
+		}
 	}
 	return c, nil
 }
@@ -229,6 +261,35 @@ func ropeScale(f *gguf.File, arch string) (float64, error) {
 		return 0, fmt.Errorf("%s model: %s.rope.scaling.factor = %v, want > 0", arch, arch, s)
 	}
 	return float64(s), nil
+}
+
+// readGemma3 reads Gemma 3's conventions as llama.cpp does
+// (src/models/gemma3.cpp): a sliding window when the key is set, every
+// 6th layer global unless the pattern says otherwise, RoPE base 10000 on
+// the window layers, queries scaled by 1/√HeadDim (1/√(Dim/Heads) for the
+// 62-layer 27B). A final logit soft cap is refused: llama.cpp's Gemma 3
+// files have none.
+func readGemma3(c *Config, f *gguf.File) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	c.EmbedScale, c.PostNorms, c.GELU, c.RopeNeoX = true, true, true, true
+	c.Eps = f.Float(k("attention.layer_norm_rms_epsilon"), 1e-6)
+	c.SlidingWindow = int(f.Uint(k("attention.sliding_window"), 0))
+	c.SWAPattern = 6
+	if v, ok := f.Get(k("attention.sliding_window_pattern")); ok {
+		n, isUint := v.(uint32)
+		if !isUint || n == 0 || n > 1024 {
+			return fmt.Errorf("%s model: %s = %v: want a layer count 1..1024 (per-layer arrays are not supported)", c.Arch, k("attention.sliding_window_pattern"), v)
+		}
+		c.SWAPattern = int(n)
+	}
+	if c.SlidingWindow < 0 || c.SlidingWindow > 1<<20 {
+		return fmt.Errorf("%s model: %s = %d", c.Arch, k("attention.sliding_window"), c.SlidingWindow)
+	}
+	c.RopeBaseSWA = f.Float(k("rope.freq_base_swa"), 10000)
+	if v := f.Float(k("final_logit_softcapping"), 0); v != 0 {
+		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("final_logit_softcapping"), v)
+	}
+	return nil
 }
 
 // readExperts reads a mixture-of-experts block's shape. As in llama.cpp
@@ -339,6 +400,9 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 	}
 	if c.QKNorm {
 		want["attn_q_norm.weight"], want["attn_k_norm.weight"] = []uint64{hd}, []uint64{hd}
+	}
+	if c.PostNorms {
+		want["post_attention_norm.weight"], want["post_ffw_norm.weight"] = []uint64{dim}, []uint64{dim}
 	}
 	if c.QKVBias {
 		want["attn_q.bias"], want["attn_k.bias"], want["attn_v.bias"] = []uint64{q}, []uint64{kv}, []uint64{kv}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -22,13 +23,18 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			qwen3 := fam == "qwen3" || fam == "qwen3moe"
+			qkNorm := fam == "qwen3" || fam == "qwen3moe" || fam == "gemma3"
 			wantHD := 16
-			if qwen3 {
+			if qkNorm {
 				wantHD = 32 // twice dim/heads, as Qwen3's 128 against 1024/16
 			}
-			if c.HeadDim != wantHD || c.QKNorm != qwen3 || c.RopeFreqs != (fam == "llama3") || c.RopeNeoX != strings.HasPrefix(fam, "qwen") {
+			if c.HeadDim != wantHD || c.QKNorm != qkNorm || c.RopeFreqs != (fam == "llama3") || c.RopeNeoX != (c.Arch != "llama") {
 				t.Errorf("config %+v", c)
+			}
+			gemma := fam == "gemma3"
+			if c.EmbedScale != gemma || c.PostNorms != gemma || c.GELU != gemma || c.TiedOutput != gemma ||
+				gemma && (c.SlidingWindow != 64 || c.SWAPattern != 6 || c.RopeBaseSWA != 10000 || c.QueryScale != float64(1/float32(math.Sqrt(32))) || c.Eps != float64(float32(1e-6))) {
+				t.Errorf("gemma3 fields: %+v", c)
 			}
 			if fam == "qwen3moe" {
 				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || !c.ExpertNormTopK {
@@ -60,8 +66,8 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ApplyFamily(Presets["tiny"], "gemma3"); err == nil || !strings.Contains(err.Error(), "qwen3moe") {
-		t.Errorf("ApplyFamily(gemma3) = %v, want a refusal listing the families", err)
+	if _, err := ApplyFamily(Presets["tiny"], "phi3"); err == nil || !strings.Contains(err.Error(), "qwen3moe") {
+		t.Errorf("ApplyFamily(phi3) = %v, want a refusal listing the families", err)
 	}
 }
 
@@ -134,7 +140,9 @@ func TestFamilyRefusals(t *testing.T) {
 		{"qwen3moe", "qwen3moe.expert_used_count", uint32(9), []string{"qwen3moe.expert_used_count", "1..qwen3moe.expert_count (8)"}},
 		{"qwen3moe", "qwen3moe.expert_count", uint32(0), []string{"qwen3moe.expert_count"}},
 		{"qwen3moe", "qwen3moe.expert_shared_count", uint32(1), []string{"qwen3moe.expert_shared_count", "shared experts"}},
-		{"qwen3moe", "qwen3moe.expert_feed_forward_length", uint32(32), []string{"blk.0.ffn_", "want [64 32 8]"}},
+		{"qwen3moe", "qwen3moe.expert_feed_forward_length", uint32(32), []string{"blk.0.ffn_", "_exps.weight is ["}},
+		{"gemma3", "gemma3.final_logit_softcapping", float32(30), []string{"gemma3.final_logit_softcapping", "not supported"}},
+		{"gemma3", "gemma3.attention.sliding_window_pattern", []bool{true, false}, []string{"gemma3.attention.sliding_window_pattern", "arrays are not supported"}},
 	} {
 		_, err := FromGGUF(setKV(gen(c.fam), c.key, c.v))
 		for _, w := range c.want {

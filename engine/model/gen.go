@@ -28,6 +28,9 @@ type GenOptions struct {
 	// RopeFreqs writes Llama 3.1's rope_freqs.weight (factor 8, low and
 	// high frequency factors 1 and 4, original context 8192); llama only.
 	RopeFreqs bool
+	// SlidingWindow > 0 (gemma3 only) makes 5 of every 6 layers attend to
+	// the last SlidingWindow positions.
+	SlidingWindow int
 	// Experts > 0 makes every MLP a mixture of Experts experts of
 	// ExpertFFDim, ExpertsUsed per token (qwen3moe, which needs them).
 	Experts, ExpertsUsed, ExpertFFDim int
@@ -52,8 +55,10 @@ var Presets = map[string]GenOptions{
 // family's conventions. llama3 is llama with Llama 3.x's RoPE (base
 // 500000 and rope_freqs); qwen3 doubles the head size against dim/heads
 // as the Qwen3 models do; qwen3moe adds a mixture of experts whose active
-// weights are a small part of the total, as in Qwen3-30B-A3B.
-var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe"}
+// weights are a small part of the total, as in Qwen3-30B-A3B; gemma3 has
+// Gemma 3's tied embeddings, post-norms, GELU and a sliding window of
+// 1/8 of the context (at most 512, as Gemma 3's) on 5 of every 6 layers.
+var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3"}
 
 // ApplyFamily shapes o (a preset, or any shape) as family: it sets the
 // architecture and the family's fields that o leaves unset.
@@ -66,6 +71,17 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 		if o.RopeBase == 0 {
 			o.RopeBase = 500000
 		}
+	case "gemma3":
+		o.Arch = family
+		if o.RopeBase == 0 {
+			o.RopeBase = 1e6
+		}
+		if o.HeadDim == 0 && o.Heads > 0 {
+			o.HeadDim = 2 * o.Dim / o.Heads
+		}
+		if o.SlidingWindow == 0 {
+			o.SlidingWindow = min(512, max(o.ContextLen, 16)/8)
+		}
 	case "qwen3", "qwen3moe":
 		o.Arch = family
 		if o.RopeBase == 0 {
@@ -73,7 +89,8 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 		}
 		if family == "qwen3moe" && o.Experts == 0 {
 			// Attention halved at 1b size, so that the experts are
-			// most of the weights and a token reads ~1/6 of them.
+			// most of the weights and a token reads about a quarter of them
+			// (Qwen3-30B-A3B: a tenth).
 			switch {
 			case o.Dim < 256:
 				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 8, 2, 64
@@ -156,8 +173,10 @@ func (o *GenOptions) fill() error {
 		return fmt.Errorf("rope_freqs (Llama 3.x RoPE scaling) is for llama, not %s", o.Arch)
 	case o.HeadDim < 2 || o.HeadDim%2 != 0 || o.HeadDim > 1024:
 		return fmt.Errorf("head dim %d: want an even size up to 1024", o.HeadDim)
-	case o.HeadDim != o.Dim/max(o.Heads, 1) && o.Arch != "qwen3" && o.Arch != "qwen3moe":
-		return fmt.Errorf("head dim %d: only qwen3 and qwen3moe set it apart from dim/heads", o.HeadDim)
+	case o.HeadDim != o.Dim/max(o.Heads, 1) && o.Arch != "qwen3" && o.Arch != "qwen3moe" && o.Arch != "gemma3":
+		return fmt.Errorf("head dim %d: only qwen3, qwen3moe and gemma3 set it apart from dim/heads", o.HeadDim)
+	case o.SlidingWindow != 0 && (o.Arch != "gemma3" || o.SlidingWindow < 2 || o.SlidingWindow > o.ContextLen):
+		return fmt.Errorf("sliding window %d: for gemma3 only, 2..context length", o.SlidingWindow)
 	}
 	if _, ok := genTypes[o.Type]; !ok {
 		return fmt.Errorf("type %q: want F32, F16, BF16, Q8_0 or Q4_0", o.Type)
@@ -259,6 +278,18 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		{Key: "tokenizer.ggml.add_eos_token", Value: false},
 		{Key: "tokenizer.chat_template", Value: ChatMLTemplate},
 	}
+	if o.SlidingWindow > 0 {
+		kvs = append(kvs, gguf.KV{Key: a + ".attention.sliding_window", Value: uint32(o.SlidingWindow)},
+			gguf.KV{Key: a + ".rope.freq_base_swa", Value: float32(10000)})
+	}
+	if a == "gemma3" {
+		// Gemma's norms are RMSNorm with ε 1e-6.
+		for i := range kvs {
+			if kvs[i].Key == a+".attention.layer_norm_rms_epsilon" {
+				kvs[i].Value = float32(1e-6)
+			}
+		}
+	}
 	if o.Experts > 0 {
 		kvs = append(kvs, gguf.KV{Key: a + ".expert_count", Value: uint32(o.Experts)},
 			gguf.KV{Key: a + ".expert_used_count", Value: uint32(o.ExpertsUsed)},
@@ -334,7 +365,11 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
 		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
 	}
-	add("token_embd.weight", wt, 1, false, dim, uint64(o.Vocab))
+	embStd := 1.0
+	if o.Arch == "gemma3" { // scaled by √dim in the graph, and the output head
+		embStd = 1 / math.Sqrt(float64(dim))
+	}
+	add("token_embd.weight", wt, embStd, false, dim, uint64(o.Vocab))
 	if o.RopeFreqs {
 		ts = append(ts, gguf.WriteTensor{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{uint64(hd / 2)},
 			Data: floatsData(llama3RopeFactors(o.RopeBase, hd))})
@@ -350,11 +385,15 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 			add(p+"attn_k.bias", gguf.F32, 0.02, false, kv)
 			add(p+"attn_v.bias", gguf.F32, 0.02, false, kv)
 		}
-		if o.Arch == "qwen3" || o.Arch == "qwen3moe" {
+		if o.Arch == "qwen3" || o.Arch == "qwen3moe" || o.Arch == "gemma3" {
 			add(p+"attn_q_norm.weight", gguf.F32, 0.1, true, uint64(hd))
 			add(p+"attn_k_norm.weight", gguf.F32, 0.1, true, uint64(hd))
 		}
 		add(p+"attn_output.weight", wt, 1/math.Sqrt(float64(q)), false, q, dim)
+		if o.Arch == "gemma3" {
+			add(p+"post_attention_norm.weight", gguf.F32, 0.1, true, dim)
+			add(p+"post_ffw_norm.weight", gguf.F32, 0.1, true, dim)
+		}
 		add(p+"ffn_norm.weight", gguf.F32, 0.1, true, dim)
 		if o.Experts > 0 {
 			// The router stays F32, as llama-quantize keeps it. Its
@@ -370,7 +409,9 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 		add(p+"ffn_down.weight", wt, 1/math.Sqrt(float64(ff)), false, ff, dim)
 	}
 	add("output_norm.weight", gguf.F32, 0.1, true, dim)
-	add("output.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, uint64(o.Vocab))
+	if o.Arch != "gemma3" { // Gemma ties the output to the embeddings
+		add("output.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, uint64(o.Vocab))
+	}
 	return ts
 }
 

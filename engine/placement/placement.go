@@ -28,10 +28,15 @@ type Layout struct {
 	Block       []uint64
 	Embed, Head uint64
 	Tied        bool
-	// KVPerLayer is one layer's KV cache at the context length (f16).
-	KVPerLayer uint64
+	// KV is each layer's KV cache (f16): the context length for a global
+	// layer, the window and one batch for a sliding-window one (Gemma 3).
+	KV         []uint64
 	ContextLen int
 }
+
+// swaBatch is the batch a sliding-window cache holds beyond its window
+// (backend.Options' default BatchSize).
+const swaBatch = 512
 
 // LayoutOf reads a model's layout for a context of ctxLen tokens (0: the
 // model's).
@@ -39,8 +44,14 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen int) Layout {
 	if ctxLen <= 0 || ctxLen > cfg.ContextLen {
 		ctxLen = cfg.ContextLen
 	}
-	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), Tied: cfg.TiedOutput, ContextLen: ctxLen,
-		KVPerLayer: uint64(ctxLen) * 2 * uint64(cfg.KVHeads*cfg.HeadDim) * 2}
+	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), KV: make([]uint64, cfg.Layers), Tied: cfg.TiedOutput, ContextLen: ctxLen}
+	for i := range l.KV {
+		tokens := ctxLen
+		if cfg.IsSWA(i) {
+			tokens = min(ctxLen, cfg.SlidingWindow+swaBatch)
+		}
+		l.KV[i] = uint64(tokens) * 2 * uint64(cfg.KVHeads*cfg.HeadDim) * 2
+	}
 	for _, t := range f.Tensors {
 		switch {
 		case t.Name == "token_embd.weight":
@@ -61,7 +72,7 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen int) Layout {
 func (l Layout) Need(first, last int) uint64 {
 	need := uint64(Overhead)
 	for i := first; i < last; i++ {
-		need += l.Block[i] + l.KVPerLayer
+		need += l.Block[i] + l.KV[i]
 	}
 	if first == 0 {
 		need += l.Embed

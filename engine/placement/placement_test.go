@@ -2,12 +2,19 @@ package placement
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 func layout(layers int) Layout {
-	l := Layout{Layers: layers, Block: make([]uint64, layers), Embed: 100 << 20, Head: 100 << 20, KVPerLayer: 8 << 20, ContextLen: 2048}
+	l := Layout{Layers: layers, Block: make([]uint64, layers), KV: make([]uint64, layers), Embed: 100 << 20, Head: 100 << 20, ContextLen: 2048}
+	for i := range l.KV {
+		l.KV[i] = 8 << 20
+	}
 	for i := range l.Block {
 		l.Block[i] = 50 << 20
 	}
@@ -83,5 +90,38 @@ func TestRanges(t *testing.T) {
 	}
 	if _, err := Split(l, make([]Node, 5)); err == nil {
 		t.Error("5 nodes for 4 layers accepted")
+	}
+}
+
+// A sliding-window layer's cache holds its window and a batch, a global
+// layer's the whole context: Gemma 3's 5 of 6 layers need a fraction.
+func TestLayoutSlidingWindowKV(t *testing.T) {
+	o, err := model.ApplyFamily(model.Presets["small"], "gemma3") // window 256 of 2048
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Layers = 6
+	path := filepath.Join(t.TempDir(), "g.gguf")
+	if err := model.Generate(path, o); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := LayoutOf(f, cfg, 0)
+	perToken := uint64(2 * cfg.KVHeads * cfg.HeadDim * 2)
+	for i, kv := range l.KV {
+		want := 2048 * perToken
+		if i != 5 { // layers 0-4 slide over 256 positions; 5 is global
+			want = (256 + swaBatch) * perToken
+		}
+		if kv != want {
+			t.Errorf("layer %d: KV %d bytes, want %d", i, kv, want)
+		}
 	}
 }

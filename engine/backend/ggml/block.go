@@ -23,6 +23,9 @@ func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
 	if cfg.QKNorm {
 		l.qNorm, l.kNorm = must(p+"attn_q_norm.weight"), must(p+"attn_k_norm.weight")
 	}
+	if cfg.PostNorms {
+		l.attnPostNorm, l.ffnPostNorm = must(p+"post_attention_norm.weight"), must(p+"post_ffw_norm.weight")
+	}
 	if cfg.RopeFreqs {
 		// ollama's backend loads the model's one rope_freqs.weight as a
 		// copy per block, named like the block's tensors.
@@ -37,12 +40,13 @@ func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
 	return l
 }
 
-// block is one transformer block: attention and a SwiGLU MLP (or a
-// mixture of SwiGLU experts), each with RMSNorm before and a residual
-// around. It follows llama.cpp's graphs op for op (src/models/llama.cpp,
-// qwen2.cpp, qwen3.cpp, qwen3moe.cpp), so that the two agree to the last
+// block is transformer block il: attention and a gated MLP (SwiGLU, or
+// GELU for Gemma 3, or a mixture of SwiGLU experts), each with RMSNorm
+// before (and after, for Gemma 3) and a residual around. It follows
+// llama.cpp's graphs op for op (src/models/llama.cpp, qwen2.cpp,
+// qwen3.cpp, qwen3moe.cpp, gemma3.cpp), so that the two agree to the last
 // bits where their kernels do.
-func (r *Rank) block(c ml.Context, l *layer, x, positions ml.Tensor, n int) ml.Tensor {
+func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n int) ml.Tensor {
 	cfg := &r.cfg
 	eps := float32(cfg.Eps)
 	h := x.RMSNorm(c, l.attnNorm, eps)
@@ -63,17 +67,36 @@ func (r *Rank) block(c ml.Context, l *layer, x, positions ml.Tensor, n int) ml.T
 	if l.ropeFreqs != nil {
 		ropeOpts = append(ropeOpts, rope.WithFactors(l.ropeFreqs))
 	}
-	q = nn.RoPE(c, q, positions, cfg.HeadDim, float32(cfg.RopeBase), float32(1/cfg.RopeScale), ropeOpts...)
-	k = nn.RoPE(c, k, positions, cfg.HeadDim, float32(cfg.RopeBase), float32(1/cfg.RopeScale), ropeOpts...)
-	a := nn.Attention(c, q, k, v, 1/math.Sqrt(float64(cfg.HeadDim)), r.cache)
-	a = a.Reshape(c, cfg.HeadDim*cfg.Heads, n)
-	x = l.o.Mulmat(c, a).Add(c, x)
-	h = x.RMSNorm(c, l.ffnNorm, eps)
-	if l.router != nil {
-		return r.experts(c, l, h, n).Add(c, x)
+	base, scale := float32(cfg.RopeBase), float32(1/cfg.RopeScale)
+	if cfg.IsSWA(il) {
+		base, scale = float32(cfg.RopeBaseSWA), 1
 	}
-	h = l.gate.Mulmat(c, h).SILU(c, l.up.Mulmat(c, h))
-	return l.down.Mulmat(c, h).Add(c, x)
+	q = nn.RoPE(c, q, positions, cfg.HeadDim, base, scale, ropeOpts...)
+	k = nn.RoPE(c, k, positions, cfg.HeadDim, base, scale, ropeOpts...)
+	kqScale := 1 / math.Sqrt(float64(cfg.HeadDim))
+	if cfg.QueryScale != 0 {
+		q, kqScale = q.Scale(c, cfg.QueryScale), 1
+	}
+	a := nn.Attention(c, q, k, v, kqScale, r.cache)
+	a = a.Reshape(c, cfg.HeadDim*cfg.Heads, n)
+	a = l.o.Mulmat(c, a)
+	if l.attnPostNorm != nil {
+		a = a.RMSNorm(c, l.attnPostNorm, eps)
+	}
+	x = a.Add(c, x)
+	h = x.RMSNorm(c, l.ffnNorm, eps)
+	switch {
+	case l.router != nil:
+		h = r.experts(c, l, h, n)
+	case cfg.GELU:
+		h = l.down.Mulmat(c, l.gate.Mulmat(c, h).GELU(c, l.up.Mulmat(c, h)))
+	default:
+		h = l.down.Mulmat(c, l.gate.Mulmat(c, h).SILU(c, l.up.Mulmat(c, h)))
+	}
+	if l.ffnPostNorm != nil {
+		h = h.RMSNorm(c, l.ffnPostNorm, eps)
+	}
+	return h.Add(c, x)
 }
 
 // minExpertWeightSum keeps the renormalisation of the chosen experts'

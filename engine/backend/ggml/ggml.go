@@ -26,6 +26,7 @@ type layer struct {
 	attnNorm, q, k, v, qb, kb, vb, o   ml.Tensor
 	qNorm, kNorm                       ml.Tensor
 	ropeFreqs                          ml.Tensor // Llama 3.x's RoPE frequency divisors
+	attnPostNorm, ffnPostNorm          ml.Tensor // Gemma 3
 	ffnNorm, gate, up, down            ml.Tensor
 	router, gateExps, upExps, downExps ml.Tensor
 }
@@ -35,7 +36,10 @@ type Rank struct {
 	cfg   model.Config
 	opts  backend.Options
 	b     ml.Backend
-	cache *kvcache.Causal
+	cache kvcache.Cache
+	// swa is cache when some blocks attend to a sliding window: one
+	// cache for those blocks (type swaLayer), one for the global ones.
+	swa *kvcache.WrapperCache
 
 	tokEmb, outNorm, out ml.Tensor
 	layers               []layer // indexed from opts.FirstLayer
@@ -123,6 +127,12 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		kvType = ml.DTypeF32
 	}
 	r.cache = kvcache.NewCausalCache(r.shift)
+	if cfg.SlidingWindow > 0 {
+		// ollama's window keeps positions p-w..p (w+1 of them); llama.cpp's
+		// and Gemma's keep the last SlidingWindow, p-SlidingWindow+1..p.
+		r.swa = kvcache.NewWrapperCache(kvcache.NewSWACache(int32(cfg.SlidingWindow-1), r.shift), kvcache.NewCausalCache(r.shift))
+		r.cache = r.swa
+	}
 	r.cache.Init(b, kvType, 1, opts.ContextLen, opts.BatchSize)
 	return r, nil
 }
@@ -137,6 +147,12 @@ func newBackend(path string, threads int, fa ml.FlashAttentionType) (b ml.Backen
 	}()
 	return ml.NewBackend(path, ml.BackendParams{AllocMemory: true, NumThreads: threads, FlashAttention: fa})
 }
+
+// The layer types of the sliding-window cache: the order of its caches.
+const (
+	swaLayer = iota
+	globalLayer
+)
 
 // shift would re-rotate cached keys after a context shift; Orrery refuses
 // prompts longer than the context instead, so it is never needed.
@@ -240,6 +256,9 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	var h ml.Tensor
 	if first {
 		h = r.tokEmb.Rows(c, c.Input().FromInts(in.Tokens, n))
+		if r.cfg.EmbedScale {
+			h = h.Scale(c, float64(float32(math.Sqrt(float64(r.cfg.Dim)))))
+		}
 	} else {
 		h = c.Input().FromFloats(in.Hidden, r.cfg.Dim, n)
 	}
@@ -247,8 +266,16 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 		return res, fmt.Errorf("kv cache: %w", err)
 	}
 	for i := range r.layers {
-		r.cache.SetLayer(r.opts.FirstLayer + i)
-		h = r.block(c, &r.layers[i], h, positions, n)
+		il := r.opts.FirstLayer + i
+		r.cache.SetLayer(il)
+		if r.swa != nil {
+			typ := globalLayer
+			if r.cfg.IsSWA(il) {
+				typ = swaLayer
+			}
+			r.swa.SetLayerType(typ)
+		}
+		h = r.block(c, il, &r.layers[i], h, positions, n)
 	}
 	if !last {
 		c.Forward(h).Compute(h)

@@ -1,6 +1,6 @@
 // Package reference is a pure-Go float64 forward pass of the
 // architectures the engine supports (llama with Llama 3.x rope_freqs,
-// qwen2, qwen3, qwen3moe), written from the math rather than from ggml, for
+// qwen2, qwen3, qwen3moe, gemma3), written from the math rather than from ggml, for
 // tests to check the ggml path against. It is slow and keeps everything in
 // memory: small models only.
 package reference
@@ -111,7 +111,12 @@ func rope(x []float64, pos int, base, scale float64, neox bool, factors []float6
 func (m *Model) Step(token int32, pos int) []float64 {
 	c := m.Cfg
 	x := append([]float64(nil), m.w["token_embd.weight"][int(token)*c.Dim:(int(token)+1)*c.Dim]...)
-	hd, group := c.HeadDim, c.Heads/c.KVHeads
+	if c.EmbedScale {
+		for i := range x {
+			x[i] *= math.Sqrt(float64(c.Dim))
+		}
+	}
+	hd := c.HeadDim
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		h := rmsnorm(x, m.w[p+"attn_norm.weight"], c.Eps)
@@ -128,55 +133,44 @@ func (m *Model) Step(token int32, pos int) []float64 {
 			}
 		}
 		factors := m.w["rope_freqs.weight"]
+		base, scale := c.RopeBase, c.RopeScale
+		if c.IsSWA(l) {
+			base, scale = c.RopeBaseSWA, 1
+		}
 		for hh := 0; hh < c.Heads; hh++ {
 			if c.QKNorm {
 				copy(q[hh*hd:], rmsnorm(q[hh*hd:(hh+1)*hd], m.w[p+"attn_q_norm.weight"], c.Eps))
 			}
-			rope(q[hh*hd:(hh+1)*hd], pos, c.RopeBase, c.RopeScale, c.RopeNeoX, factors)
+			rope(q[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors)
 		}
 		for hh := 0; hh < c.KVHeads; hh++ {
 			if c.QKNorm {
 				copy(k[hh*hd:], rmsnorm(k[hh*hd:(hh+1)*hd], m.w[p+"attn_k_norm.weight"], c.Eps))
 			}
-			rope(k[hh*hd:(hh+1)*hd], pos, c.RopeBase, c.RopeScale, c.RopeNeoX, factors)
+			rope(k[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors)
 		}
 		m.kcache[l] = append(m.kcache[l], k)
 		m.vcache[l] = append(m.vcache[l], v)
-		att := make([]float64, c.Heads*hd)
-		for hh := 0; hh < c.Heads; hh++ {
-			kv := hh / group
-			qh := q[hh*hd : (hh+1)*hd]
-			scores := make([]float64, len(m.kcache[l]))
-			mx := math.Inf(-1)
-			for t, kt := range m.kcache[l] {
-				var s float64
-				for i := 0; i < hd; i++ {
-					s += qh[i] * kt[kv*hd+i]
-				}
-				scores[t] = s / math.Sqrt(float64(hd))
-				mx = max(mx, scores[t])
-			}
-			var sum float64
-			for t := range scores {
-				scores[t] = math.Exp(scores[t] - mx)
-				sum += scores[t]
-			}
-			for t, vt := range m.vcache[l] {
-				for i := 0; i < hd; i++ {
-					att[hh*hd+i] += scores[t] / sum * vt[kv*hd+i]
-				}
-			}
-		}
+		att := m.attend(l, q, pos)
 		o := matvec(m.w[p+"attn_output.weight"], att, c.Dim)
+		if c.PostNorms {
+			o = rmsnorm(o, m.w[p+"post_attention_norm.weight"], c.Eps)
+		}
 		for i := range x {
 			x[i] += o[i]
 		}
 		h = rmsnorm(x, m.w[p+"ffn_norm.weight"], c.Eps)
 		var d []float64
-		if c.Experts > 0 {
+		switch {
+		case c.Experts > 0:
 			d = m.experts(p, h)
-		} else {
+		case c.GELU:
+			d = geglu(m.w[p+"ffn_gate.weight"], m.w[p+"ffn_up.weight"], m.w[p+"ffn_down.weight"], h, c.FFDim)
+		default:
 			d = swiglu(m.w[p+"ffn_gate.weight"], m.w[p+"ffn_up.weight"], m.w[p+"ffn_down.weight"], h, c.FFDim)
+		}
+		if c.PostNorms {
+			d = rmsnorm(d, m.w[p+"post_ffw_norm.weight"], c.Eps)
 		}
 		for i := range x {
 			x[i] += d[i]
@@ -190,12 +184,70 @@ func (m *Model) Step(token int32, pos int) []float64 {
 	return matvec(out, h, c.Vocab)
 }
 
+// attend is layer l's attention of the query heads q at position pos over
+// the cached keys and values (the last SlidingWindow of them on a
+// sliding-window layer).
+func (m *Model) attend(l int, q []float64, pos int) []float64 {
+	c := m.Cfg
+	hd, group := c.HeadDim, c.Heads/c.KVHeads
+	kqScale := 1 / math.Sqrt(float64(hd))
+	if c.QueryScale != 0 {
+		kqScale = c.QueryScale
+	}
+	// A sliding-window layer sees the last SlidingWindow positions.
+	from := 0
+	if c.IsSWA(l) {
+		from = max(0, pos+1-c.SlidingWindow)
+	}
+	att := make([]float64, c.Heads*hd)
+	for hh := 0; hh < c.Heads; hh++ {
+		kv := hh / group
+		qh := q[hh*hd : (hh+1)*hd]
+		scores := make([]float64, len(m.kcache[l]))
+		mx := math.Inf(-1)
+		for t, kt := range m.kcache[l] {
+			if t < from {
+				scores[t] = math.Inf(-1)
+				continue
+			}
+			var s float64
+			for i := 0; i < hd; i++ {
+				s += qh[i] * kt[kv*hd+i]
+			}
+			scores[t] = s * kqScale
+			mx = max(mx, scores[t])
+		}
+		var sum float64
+		for t := range scores {
+			scores[t] = math.Exp(scores[t] - mx)
+			sum += scores[t]
+		}
+		for t, vt := range m.vcache[l] {
+			for i := 0; i < hd; i++ {
+				att[hh*hd+i] += scores[t] / sum * vt[kv*hd+i]
+			}
+		}
+	}
+	return att
+}
+
 // swiglu is down · (silu(gate · h) ⊙ (up · h)), with ff rows in gate and up.
 func swiglu(gate, up, down, h []float64, ff int) []float64 {
 	g := matvec(gate, h, ff)
 	u := matvec(up, h, ff)
 	for i := range g {
 		g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+	}
+	return matvec(down, g, len(h))
+}
+
+// geglu is down · (gelu(gate · h) ⊙ (up · h)), GELU in its tanh form as
+// ggml and Gemma compute it.
+func geglu(gate, up, down, h []float64, ff int) []float64 {
+	g := matvec(gate, h, ff)
+	u := matvec(up, h, ff)
+	for i, x := range g {
+		g[i] = 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x))) * u[i]
 	}
 	return matvec(down, g, len(h))
 }

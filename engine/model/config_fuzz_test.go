@@ -1,0 +1,55 @@
+package model
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+)
+
+// FuzzFromGGUF feeds FromGGUF every family's real metadata with fuzzed
+// values in the keys a family reads: it must not panic, and whatever it
+// accepts must be a shape a forward pass can run.
+func FuzzFromGGUF(f *testing.F) {
+	files := map[string]*gguf.File{}
+	dir := f.TempDir()
+	for _, fam := range Families {
+		o, err := ApplyFamily(Presets["tiny"], fam)
+		if err != nil {
+			f.Fatal(err)
+		}
+		o.Layers = 2
+		path := filepath.Join(dir, fam+".gguf")
+		if err := Generate(path, o); err != nil {
+			f.Fatal(err)
+		}
+		if files[fam], err = gguf.ReadFile(path); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Add(uint8(4), uint32(8), uint32(2), uint32(64), uint32(32), "linear", float32(1), uint32(32))
+	f.Add(uint8(3), uint32(0), uint32(0), uint32(0), uint32(7), "yarn", float32(4), uint32(16))
+	f.Add(uint8(0), uint32(1), uint32(1), uint32(1), uint32(0), "none", float32(-1), uint32(0))
+	f.Fuzz(func(t *testing.T, famIdx uint8, experts, used, eff, keyLen uint32, scaling string, factor float32, rotDims uint32) {
+		fam := Families[int(famIdx)%len(Families)]
+		src := files[fam]
+		arch := src.String("general.architecture", "")
+		g := &gguf.File{KV: append([]gguf.KV(nil), src.KV...), Tensors: src.Tensors}
+		for _, kv := range []gguf.KV{
+			{Key: arch + ".expert_count", Value: experts}, {Key: arch + ".expert_used_count", Value: used},
+			{Key: arch + ".expert_feed_forward_length", Value: eff}, {Key: arch + ".attention.key_length", Value: keyLen},
+			{Key: arch + ".rope.scaling.type", Value: scaling}, {Key: arch + ".rope.scaling.factor", Value: factor},
+			{Key: arch + ".rope.dimension_count", Value: rotDims},
+		} {
+			g = setKV(g, kv.Key, kv.Value)
+		}
+		c, err := FromGGUF(g)
+		if err != nil {
+			return
+		}
+		if c.Layers < 1 || c.HeadDim < 2 || c.HeadDim%2 != 0 || c.Heads%c.KVHeads != 0 || !(c.RopeScale > 0) ||
+			c.Experts < 0 || c.ExpertsUsed > c.Experts || (c.Experts > 0) != (c.ExpertFFDim > 0) || c.Vocab < 1 {
+			t.Fatalf("%s accepted an impossible shape: %+v", fam, c)
+		}
+	})
+}
