@@ -33,8 +33,8 @@ rope_freqs, base 500000), qwen2, qwen3 (q/k norms, head size 2 × dim/heads),
 qwen3moe (qwen3 with a mixture of experts: 8/2, 32/4 or 64/4 experts at the
 tiny, small and 1b sizes, the 1b one 1.9 G weights of which 24 % are read
 per token), gemma3 (tied embeddings, post-norms, GELU, a sliding window of
-1/8 of the context on 5 of every 6 layers). llama.cpp loads every file
-gen-model writes.
+1/8 of the context on 5 of every 6 layers), phi3 (fused QKV and gate-up).
+llama.cpp loads every file gen-model writes.
 
 Flags:
 `

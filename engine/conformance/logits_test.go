@@ -112,6 +112,7 @@ var families = []struct {
 	{"qwen3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
 	{"qwen3moe", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
 	{"gemma3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
+	{"phi3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
 }
 
 // TestLogitsMatchLlamaCpp feeds the same 64 token ids to Orrery (ggml,

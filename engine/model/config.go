@@ -17,9 +17,10 @@ import (
 // Supported lists the architectures the runner implements: llama (Llama
 // 1–3.x, Mistral and Ministral as llama.cpp converts them), qwen2, qwen3
 // (per-head q/k RMSNorm), qwen3moe (qwen3 attention, a routed mixture of
-// experts in every block) and gemma3 (scaled embeddings, norms after
-// attention and MLP too, GELU, sliding-window layers between global ones).
-var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3"}
+// experts in every block), gemma3 (scaled embeddings, norms after
+// attention and MLP too, GELU, sliding-window layers between global ones)
+// and phi3 (fused QKV and gate-up projections).
+var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"}
 
 // ErrUnsupported is wrapped by the error for any other architecture.
 var ErrUnsupported = errors.New("unsupported architecture")
@@ -99,6 +100,11 @@ type Config struct {
 	SlidingWindow int     `json:"slidingWindow,omitempty"`
 	SWAPattern    int     `json:"swaPattern,omitempty"`
 	RopeBaseSWA   float64 `json:"ropeBaseSwa,omitempty"`
+	// Phi-3: one attn_qkv matrix instead of q, k and v (FusedQKV), and one
+	// ffn_up of 2·FFDim rows, gate then up, instead of ffn_gate and ffn_up
+	// (FusedGateUp).
+	FusedQKV    bool `json:"fusedQkv,omitempty"`
+	FusedGateUp bool `json:"fusedGateUp,omitempty"`
 	// FileType is the file's quantization: llama.cpp's name for its
 	// general.file_type (e.g. "Q4_K_M"), else the type holding the most
 	// weights (e.g. "Q8_0").
@@ -195,6 +201,11 @@ func readHyperparams(f *gguf.File) (Config, error) {
 			return Config{}, err
 		}
 	}
+	if arch == "phi3" {
+		// As llama.cpp: Phi-3's sliding window is ignored (its converted
+		// files state it wrongly), queries are pre-scaled.
+		c.FusedGateUp = true
+	}
 	if c.Layers <= 0 || c.Dim <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.FFDim <= 0 {
 		return Config{}, fmt.Errorf("%s model: block_count %d, embedding_length %d, feed_forward_length %d, head_count %d, head_count_kv %d: all must be > 0",
 			arch, c.Layers, c.Dim, c.FFDim, c.Heads, c.KVHeads)
@@ -220,6 +231,9 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	}
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
 		c.Vocab = len(tokens)
+	}
+	if arch == "phi3" {
+		c.QueryScale = float64(1 / float32(math.Sqrt(float64(c.HeadDim))))
 	}
 	if arch == "gemma3" {
 		// In float32, as llama.cpp computes it: ggml_scale takes a float.
@@ -373,6 +387,15 @@ func checkEmbeddings(c *Config, f *gguf.File, first, last int) error {
 // have, by name suffix.
 func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error) {
 	_, c.QKVBias = f.Tensor(fmt.Sprintf("blk.%d.attn_q.bias", first))
+	_, c.FusedQKV = f.Tensor(fmt.Sprintf("blk.%d.attn_qkv.weight", first))
+	if c.FusedQKV && c.Arch != "phi3" {
+		return nil, fmt.Errorf("%s model with blk.%d.attn_qkv.weight: a fused QKV is supported for phi3 only", c.Arch, first)
+	}
+	for _, name := range []string{"rope_factors_long.weight", "rope_factors_short.weight"} {
+		if _, ok := f.Tensor(name); ok {
+			return nil, fmt.Errorf("%s model with %s: LongRoPE (Phi-3's 128k variants) is not supported yet", c.Arch, name)
+		}
+	}
 	if rf, ok := f.Tensor("rope_freqs.weight"); ok {
 		if c.Arch != "llama" {
 			return nil, fmt.Errorf("%s model with rope_freqs.weight: RoPE frequency factors are supported for llama only", c.Arch)
@@ -389,7 +412,16 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 		"attn_q.weight": {dim, q}, "attn_k.weight": {dim, kv}, "attn_v.weight": {dim, kv},
 		"attn_output.weight": {q, dim},
 	}
-	if c.Experts > 0 {
+	if c.FusedQKV {
+		delete(want, "attn_q.weight")
+		delete(want, "attn_k.weight")
+		delete(want, "attn_v.weight")
+		want["attn_qkv.weight"] = []uint64{dim, q + 2*kv}
+	}
+	if c.FusedGateUp {
+		ff := uint64(c.FFDim)
+		want["ffn_up.weight"], want["ffn_down.weight"] = []uint64{dim, 2 * ff}, []uint64{ff, dim}
+	} else if c.Experts > 0 {
 		e, eff := uint64(c.Experts), uint64(c.ExpertFFDim)
 		want["ffn_gate_inp.weight"] = []uint64{dim, e}
 		want["ffn_gate_exps.weight"], want["ffn_up_exps.weight"] = []uint64{dim, eff, e}, []uint64{dim, eff, e}

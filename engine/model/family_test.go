@@ -36,6 +36,9 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 				gemma && (c.SlidingWindow != 64 || c.SWAPattern != 6 || c.RopeBaseSWA != 10000 || c.QueryScale != float64(1/float32(math.Sqrt(32))) || c.Eps != float64(float32(1e-6))) {
 				t.Errorf("gemma3 fields: %+v", c)
 			}
+			if c.FusedQKV != (fam == "phi3") || c.FusedGateUp != (fam == "phi3") {
+				t.Errorf("fused: %+v", c)
+			}
 			if fam == "qwen3moe" {
 				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || !c.ExpertNormTopK {
 					t.Errorf("experts: %+v", c)
@@ -66,8 +69,8 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ApplyFamily(Presets["tiny"], "phi3"); err == nil || !strings.Contains(err.Error(), "qwen3moe") {
-		t.Errorf("ApplyFamily(phi3) = %v, want a refusal listing the families", err)
+	if _, err := ApplyFamily(Presets["tiny"], "gpt-oss"); err == nil || !strings.Contains(err.Error(), "qwen3moe") {
+		t.Errorf("ApplyFamily(gpt-oss) = %v, want a refusal listing the families", err)
 	}
 }
 
@@ -141,6 +144,7 @@ func TestFamilyRefusals(t *testing.T) {
 		{"qwen3moe", "qwen3moe.expert_count", uint32(0), []string{"qwen3moe.expert_count"}},
 		{"qwen3moe", "qwen3moe.expert_shared_count", uint32(1), []string{"qwen3moe.expert_shared_count", "shared experts"}},
 		{"qwen3moe", "qwen3moe.expert_feed_forward_length", uint32(32), []string{"blk.0.ffn_", "_exps.weight is ["}},
+		{"phi3", "phi3.rope.scaling.type", "longrope", []string{"phi3.rope.scaling.type", "not supported yet"}},
 		{"gemma3", "gemma3.final_logit_softcapping", float32(30), []string{"gemma3.final_logit_softcapping", "not supported"}},
 		{"gemma3", "gemma3.attention.sliding_window_pattern", []bool{true, false}, []string{"gemma3.attention.sliding_window_pattern", "arrays are not supported"}},
 	} {
@@ -175,6 +179,12 @@ func TestFamilyRefusals(t *testing.T) {
 	f.Tensors = append(f.Tensors, gguf.TensorInfo{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{16}})
 	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "supported for llama only") {
 		t.Errorf("qwen3 with rope_freqs: %v", err)
+	}
+	// Phi-3's 128k variants (LongRoPE factors) are refused by tensor name.
+	f = gen("phi3")
+	f = &gguf.File{KV: f.KV, Tensors: append(slices.Clone(f.Tensors), gguf.TensorInfo{Name: "rope_factors_long.weight", Type: gguf.F32, Dims: []uint64{8}})}
+	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "rope_factors_long.weight: LongRoPE") {
+		t.Errorf("phi3 with rope_factors_long: %v", err)
 	}
 	// A qwen3 block without its q norm is refused by name.
 	f = gen("qwen3")

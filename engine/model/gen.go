@@ -57,14 +57,15 @@ var Presets = map[string]GenOptions{
 // as the Qwen3 models do; qwen3moe adds a mixture of experts whose active
 // weights are a small part of the total, as in Qwen3-30B-A3B; gemma3 has
 // Gemma 3's tied embeddings, post-norms, GELU and a sliding window of
-// 1/8 of the context (at most 512, as Gemma 3's) on 5 of every 6 layers.
-var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3"}
+// 1/8 of the context (at most 512, as Gemma 3's) on 5 of every 6 layers;
+// phi3 fuses q, k and v into one matrix and gate and up into another.
+var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"}
 
 // ApplyFamily shapes o (a preset, or any shape) as family: it sets the
 // architecture and the family's fields that o leaves unset.
 func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 	switch family {
-	case "llama", "qwen2":
+	case "llama", "qwen2", "phi3":
 		o.Arch = family
 	case "llama3":
 		o.Arch, o.RopeFreqs = "llama", true
@@ -249,6 +250,15 @@ func GenSize(o GenOptions) (uint64, error) {
 func genMetadata(o GenOptions) ([]gguf.KV, error) {
 	a := o.Arch
 	tokens, scores, types := genVocab(o.Vocab)
+	if a == "phi3" {
+		// Phi-3's own control tokens, which llama.cpp looks up by name in
+		// any model called phi3; in the last two ids, so that every other
+		// id is the same as in the other families.
+		for i, t := range []string{"<|endoftext|>", "<|end|>"} {
+			k := len(tokens) - 2 + i
+			tokens[k], scores[k], types[k] = t, 0, 3
+		}
+	}
 	name := fmt.Sprintf("orrery-gen-%s-%dL-%dd-%s", a, o.Layers, o.Dim, o.Type)
 	kvs := []gguf.KV{
 		{Key: "general.architecture", Value: a},
@@ -377,9 +387,13 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 	for i := 0; i < o.Layers; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
 		add(p+"attn_norm.weight", gguf.F32, 0.1, true, dim)
-		add(p+"attn_q.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, q)
-		add(p+"attn_k.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
-		add(p+"attn_v.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
+		if o.Arch == "phi3" {
+			add(p+"attn_qkv.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, q+2*kv)
+		} else {
+			add(p+"attn_q.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, q)
+			add(p+"attn_k.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
+			add(p+"attn_v.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
+		}
 		if o.Arch == "qwen2" {
 			add(p+"attn_q.bias", gguf.F32, 0.02, false, q)
 			add(p+"attn_k.bias", gguf.F32, 0.02, false, kv)
@@ -404,8 +418,12 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 			add(p+"ffn_down_exps.weight", wt, 1/math.Sqrt(float64(eff)), false, eff, dim, e)
 			continue
 		}
-		add(p+"ffn_gate.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
-		add(p+"ffn_up.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
+		if o.Arch == "phi3" { // gate and up in one matrix, gate first
+			add(p+"ffn_up.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, 2*ff)
+		} else {
+			add(p+"ffn_gate.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
+			add(p+"ffn_up.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
+		}
 		add(p+"ffn_down.weight", wt, 1/math.Sqrt(float64(ff)), false, ff, dim)
 	}
 	add("output_norm.weight", gguf.F32, 0.1, true, dim)

@@ -13,9 +13,11 @@ import (
 // loadLayer gets block p's weights (p is "blk.N.") through must, which
 // records a missing tensor.
 func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
-	l := layer{
-		attnNorm: must(p + "attn_norm.weight"), q: must(p + "attn_q.weight"), k: must(p + "attn_k.weight"),
-		v: must(p + "attn_v.weight"), o: must(p + "attn_output.weight"), ffnNorm: must(p + "ffn_norm.weight"),
+	l := layer{attnNorm: must(p + "attn_norm.weight"), o: must(p + "attn_output.weight"), ffnNorm: must(p + "ffn_norm.weight")}
+	if cfg.FusedQKV {
+		l.qkv = must(p + "attn_qkv.weight")
+	} else {
+		l.q, l.k, l.v = must(p+"attn_q.weight"), must(p+"attn_k.weight"), must(p+"attn_v.weight")
 	}
 	if cfg.QKVBias {
 		l.qb, l.kb, l.vb = must(p+"attn_q.bias"), must(p+"attn_k.bias"), must(p+"attn_v.bias")
@@ -31,7 +33,9 @@ func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
 		// copy per block, named like the block's tensors.
 		l.ropeFreqs = must(p + "rope_freqs.weight")
 	}
-	if cfg.Experts > 0 {
+	if cfg.FusedGateUp {
+		l.up, l.down = must(p+"ffn_up.weight"), must(p+"ffn_down.weight")
+	} else if cfg.Experts > 0 {
 		l.router = must(p + "ffn_gate_inp.weight")
 		l.gateExps, l.upExps, l.downExps = must(p+"ffn_gate_exps.weight"), must(p+"ffn_up_exps.weight"), must(p+"ffn_down_exps.weight")
 	} else {
@@ -44,19 +48,13 @@ func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
 // GELU for Gemma 3, or a mixture of SwiGLU experts), each with RMSNorm
 // before (and after, for Gemma 3) and a residual around. It follows
 // llama.cpp's graphs op for op (src/models/llama.cpp, qwen2.cpp,
-// qwen3.cpp, qwen3moe.cpp, gemma3.cpp), so that the two agree to the last
+// qwen3.cpp, qwen3moe.cpp, gemma3.cpp, phi3.cpp), so that the two agree to the last
 // bits where their kernels do.
 func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n int) ml.Tensor {
 	cfg := &r.cfg
 	eps := float32(cfg.Eps)
 	h := x.RMSNorm(c, l.attnNorm, eps)
-	q, k, v := l.q.Mulmat(c, h), l.k.Mulmat(c, h), l.v.Mulmat(c, h)
-	if l.qb != nil {
-		q, k, v = q.Add(c, l.qb), k.Add(c, l.kb), v.Add(c, l.vb)
-	}
-	q = q.Reshape(c, cfg.HeadDim, cfg.Heads, n)
-	k = k.Reshape(c, cfg.HeadDim, cfg.KVHeads, n)
-	v = v.Reshape(c, cfg.HeadDim, cfg.KVHeads, n)
+	q, k, v := r.qkv(c, l, h, n)
 	if l.qNorm != nil {
 		q, k = q.RMSNorm(c, l.qNorm, eps), k.RMSNorm(c, l.kNorm, eps)
 	}
@@ -90,6 +88,13 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n i
 		h = r.experts(c, l, h, n)
 	case cfg.GELU:
 		h = l.down.Mulmat(c, l.gate.Mulmat(c, h).GELU(c, l.up.Mulmat(c, h)))
+	case cfg.FusedGateUp:
+		// ffn_up holds the gate's rows, then the up projection's.
+		gu := l.up.Mulmat(c, h)
+		ff := cfg.FFDim
+		g := gu.View(c, 0, ff, gu.Stride(1), n)
+		u := gu.View(c, ff*gu.Stride(0), ff, gu.Stride(1), n)
+		h = l.down.Mulmat(c, g.SILU(c, u))
 	default:
 		h = l.down.Mulmat(c, l.gate.Mulmat(c, h).SILU(c, l.up.Mulmat(c, h)))
 	}
@@ -97,6 +102,28 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n i
 		h = h.RMSNorm(c, l.ffnPostNorm, eps)
 	}
 	return h.Add(c, x)
+}
+
+// qkv projects h [dim, n] to the heads of q, k and v, through one fused
+// matrix (Phi-3; views of its rows, as llama.cpp's build_qkv) or three.
+func (r *Rank) qkv(c ml.Context, l *layer, h ml.Tensor, n int) (q, k, v ml.Tensor) {
+	cfg := &r.cfg
+	hd := cfg.HeadDim
+	if l.qkv != nil {
+		all := l.qkv.Mulmat(c, h) // [q | k | v, n]
+		es, row := all.Stride(0), all.Stride(1)
+		qd, kvd := cfg.Heads*hd, cfg.KVHeads*hd
+		q = all.View(c, 0, hd, hd*es, cfg.Heads, row, n)
+		k = all.View(c, qd*es, hd, hd*es, cfg.KVHeads, row, n)
+		// The cache reshapes what it stores, which a view cannot be.
+		v = all.View(c, (qd+kvd)*es, hd, hd*es, cfg.KVHeads, row, n).Contiguous(c)
+		return q, k, v
+	}
+	q, k, v = l.q.Mulmat(c, h), l.k.Mulmat(c, h), l.v.Mulmat(c, h)
+	if l.qb != nil {
+		q, k, v = q.Add(c, l.qb), k.Add(c, l.kb), v.Add(c, l.vb)
+	}
+	return q.Reshape(c, hd, cfg.Heads, n), k.Reshape(c, hd, cfg.KVHeads, n), v.Reshape(c, hd, cfg.KVHeads, n)
 }
 
 // minExpertWeightSum keeps the renormalisation of the chosen experts'

@@ -24,6 +24,7 @@ import (
 // instead of gate/up/down in a mixture of experts).
 type layer struct {
 	attnNorm, q, k, v, qb, kb, vb, o   ml.Tensor
+	qkv                                ml.Tensor // Phi-3: q, k and v in one
 	qNorm, kNorm                       ml.Tensor
 	ropeFreqs                          ml.Tensor // Llama 3.x's RoPE frequency divisors
 	attnPostNorm, ffnPostNorm          ml.Tensor // Gemma 3
@@ -192,7 +193,7 @@ func (r *Rank) repack(f *gguf.File) error {
 		for _, w := range []struct {
 			s string
 			t ml.Tensor
-		}{{"attn_q", l.q}, {"attn_k", l.k}, {"attn_v", l.v}, {"attn_output", l.o}, {"ffn_gate", l.gate}, {"ffn_up", l.up}, {"ffn_down", l.down},
+		}{{"attn_q", l.q}, {"attn_k", l.k}, {"attn_v", l.v}, {"attn_qkv", l.qkv}, {"attn_output", l.o}, {"ffn_gate", l.gate}, {"ffn_up", l.up}, {"ffn_down", l.down},
 			{"ffn_gate_exps", l.gateExps}, {"ffn_up_exps", l.upExps}, {"ffn_down_exps", l.downExps}} {
 			if w.t != nil {
 				ws = append(ws, weight{p + w.s + ".weight", w.t})

@@ -1,6 +1,6 @@
 // Package reference is a pure-Go float64 forward pass of the
 // architectures the engine supports (llama with Llama 3.x rope_freqs,
-// qwen2, qwen3, qwen3moe, gemma3), written from the math rather than from ggml, for
+// qwen2, qwen3, qwen3moe, gemma3, phi3), written from the math rather than from ggml, for
 // tests to check the ggml path against. It is slow and keeps everything in
 // memory: small models only.
 package reference
@@ -120,9 +120,15 @@ func (m *Model) Step(token int32, pos int) []float64 {
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		h := rmsnorm(x, m.w[p+"attn_norm.weight"], c.Eps)
-		q := matvec(m.w[p+"attn_q.weight"], h, c.Heads*hd)
-		k := matvec(m.w[p+"attn_k.weight"], h, c.KVHeads*hd)
-		v := matvec(m.w[p+"attn_v.weight"], h, c.KVHeads*hd)
+		var q, k, v []float64
+		if c.FusedQKV {
+			all := matvec(m.w[p+"attn_qkv.weight"], h, (c.Heads+2*c.KVHeads)*hd)
+			q, k, v = all[:c.Heads*hd], all[c.Heads*hd:(c.Heads+c.KVHeads)*hd], all[(c.Heads+c.KVHeads)*hd:]
+		} else {
+			q = matvec(m.w[p+"attn_q.weight"], h, c.Heads*hd)
+			k = matvec(m.w[p+"attn_k.weight"], h, c.KVHeads*hd)
+			v = matvec(m.w[p+"attn_v.weight"], h, c.KVHeads*hd)
+		}
 		if c.QKVBias {
 			for i := range q {
 				q[i] += m.w[p+"attn_q.bias"][i]
@@ -164,6 +170,10 @@ func (m *Model) Step(token int32, pos int) []float64 {
 		switch {
 		case c.Experts > 0:
 			d = m.experts(p, h)
+		case c.FusedGateUp: // ffn_up is the gate's rows, then up's
+			n := c.FFDim * c.Dim
+			up := m.w[p+"ffn_up.weight"]
+			d = swiglu(up[:n], up[n:], m.w[p+"ffn_down.weight"], h, c.FFDim)
 		case c.GELU:
 			d = geglu(m.w[p+"ffn_gate.weight"], m.w[p+"ffn_up.weight"], m.w[p+"ffn_down.weight"], h, c.FFDim)
 		default:
