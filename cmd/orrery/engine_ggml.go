@@ -15,3 +15,7 @@ import (
 func loadRank(ctx context.Context, path string, opts backend.Options, progress func(float32)) (backend.Rank, error) {
 	return ggml.Load(ctx, path, opts, progress)
 }
+
+// engineBuildWarning says when ggml was compiled for less than this CPU
+// can do (see ggml.BuildWarning); "" when all is well.
+func engineBuildWarning() string { return ggml.BuildWarning() }

@@ -12,3 +12,5 @@ import (
 func loadRank(context.Context, string, backend.Options, func(float32)) (backend.Rank, error) {
 	return nil, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend")
 }
+
+func engineBuildWarning() string { return "" }

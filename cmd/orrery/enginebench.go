@@ -60,6 +60,9 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *vsLlama {
 		o.LlamaBench = *llamaBench
 	}
+	if w := engineBuildWarning(); w != "" {
+		fmt.Fprintf(stderr, "orrery engine-bench: warning: %s\n", w)
+	}
 	rep, err := bench.Engine(ctx, o, loadRank, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)

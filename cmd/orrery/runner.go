@@ -78,6 +78,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		fmt.Fprintf(stderr, "orrery runner: --rank %d of --ranks %d\n", *rank, *ranks)
 		return 2
 	}
+	if w := engineBuildWarning(); w != "" {
+		log.Warn(w)
+	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks}
 	if *ranks > 1 {

@@ -15,7 +15,8 @@ import (
 )
 
 // Supported lists the architectures the runner implements: llama (Llama
-// 1–3.x, Mistral and Ministral as llama.cpp converts them), qwen2, qwen3
+// 1–3.x, and Mistral 7B-style models, which llama.cpp converts as llama;
+// its mistral3 architecture is not supported), qwen2, qwen3
 // (per-head q/k RMSNorm), qwen3moe (qwen3 attention, a routed mixture of
 // experts in every block), gemma3 (scaled embeddings, norms after
 // attention and MLP too, GELU, sliding-window layers between global ones)
