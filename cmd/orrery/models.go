@@ -57,6 +57,7 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	vocab := fs.Int("vocab", 0, "vocabulary size")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens")
 	typ := fs.String("type", "", "weight type: F32, F16, BF16, Q8_0 or Q4_0")
+	yarn := fs.Float64("yarn", 0, "YaRN RoPE scaling factor (> 1), from an original context of --ctx (not for gemma3, phi3 or llama3)")
 	seed := fs.Uint64("seed", 0, "random seed")
 	dataDir := fs.String("data-dir", agent.DefaultConfig().DataDir, "agent data directory; the model goes to <data-dir>/models unless -o")
 	name := fs.String("name", "", "model id (file name without .gguf; default orrery-<preset>)")
@@ -86,6 +87,7 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "orrery gen-model: --arch: %v\n", err)
 		return 2
 	}
+	o.YaRN = *yarn
 	if *typ != "" {
 		o.Type = strings.ToUpper(*typ)
 	}

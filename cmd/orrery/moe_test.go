@@ -96,4 +96,18 @@ func TestGenModelArch(t *testing.T) {
 			t.Errorf("--arch %s wrote %+v (%v)", fam, cfg, err)
 		}
 	}
+	// --yarn writes YaRN scaling where the family has it.
+	if code, _, errs := runCLI("gen-model", "--preset", "tiny", "--arch", "qwen3", "--yarn", "4", "-o", path); code != 0 {
+		t.Fatalf("--yarn 4: exit %d, %s", code, errs)
+	}
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := model.FromGGUF(f); err != nil || !cfg.YaRN || cfg.RopeScale != 4 || cfg.YaRNOrigCtx != 512 {
+		t.Errorf("--yarn 4 wrote %+v (%v)", cfg, err)
+	}
+	if code, _, errs := runCLI("gen-model", "--preset", "tiny", "--arch", "gemma3", "--yarn", "4", "-o", path); code != 2 || !strings.Contains(errs, "YaRN factor 4") {
+		t.Errorf("--arch gemma3 --yarn 4: exit %d, %s", code, errs)
+	}
 }

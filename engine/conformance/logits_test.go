@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -105,15 +106,25 @@ type row struct {
 // Q8_0, Q4_K_M, Q6_K), plus F32 and Q4_0 (an exact type that repacks).
 var families = []struct {
 	family string
-	types  []string // nil: all variants
+	types  []string                // nil: all variants
+	tweak  func(*model.GenOptions) // changes to the family's shape, if any
+	name   string                  // the row's name, when tweaked
 }{
-	{"llama", nil}, {"qwen2", nil},
-	{"llama3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
-	{"qwen3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
-	{"qwen3moe", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
-	{"gemma3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
-	{"phi3", []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}},
+	{family: "llama"}, {family: "qwen2"},
+	{family: "llama3", types: shipped},
+	{family: "qwen3", types: shipped},
+	{family: "qwen3moe", types: shipped},
+	{family: "gemma3", types: shipped},
+	{family: "phi3", types: shipped},
+	// Qwen3's long-context GGUFs: YaRN ×4 over an original 32768, as
+	// Qwen3's model cards give it.
+	{family: "qwen3", types: []string{"F32", "Q8_0", "Q4_K_M"}, name: "qwen3+yarn",
+		tweak: func(o *model.GenOptions) { o.YaRN, o.YaRNOrigCtx = 4, 32768 }},
 }
+
+// shipped are the types the newer families' GGUFs ship in, plus F32 and
+// Q4_0 (an exact type that repacks).
+var shipped = []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}
 
 // TestLogitsMatchLlamaCpp feeds the same 64 token ids to Orrery (ggml,
 // through engine/backend/ggml: on one rank, and over three ranks each
@@ -127,21 +138,25 @@ func TestLogitsMatchLlamaCpp(t *testing.T) {
 	ids := promptIDs(shape.Vocab)
 	var rows []row
 	for _, fam := range families {
-		t.Run(fam.family, func(t *testing.T) {
-			rows = append(rows, conformFamily(t, dir, fam.family, fam.types, ids)...)
+		name := cmp.Or(fam.name, fam.family)
+		t.Run(name, func(t *testing.T) {
+			rows = append(rows, conformFamily(t, dir, fam.family, name, fam.types, fam.tweak, ids)...)
 		})
 	}
 	t.Log("\n" + table(rows))
 }
 
 // conformFamily runs one family's rows.
-func conformFamily(t *testing.T, dir, family string, types []string, ids []int32) []row {
+func conformFamily(t *testing.T, dir, family, name string, types []string, tweak func(*model.GenOptions), ids []int32) []row {
 	work := t.TempDir()
 	o, err := model.ApplyFamily(shape, family)
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := filepath.Join(work, family+"-F32.gguf")
+	if tweak != nil {
+		tweak(&o)
+	}
+	base := filepath.Join(work, name+"-F32.gguf")
 	o.Type = "F32"
 	if err := model.Generate(base, o); err != nil {
 		t.Fatal(err)
@@ -151,7 +166,7 @@ func conformFamily(t *testing.T, dir, family string, types []string, ids []int32
 		if types != nil && !slices.Contains(types, v.typ) {
 			continue
 		}
-		path := filepath.Join(work, family+"-"+v.typ+".gguf")
+		path := filepath.Join(work, name+"-"+v.typ+".gguf")
 		switch {
 		case v.typ == "F32":
 			path = base
@@ -169,7 +184,7 @@ func conformFamily(t *testing.T, dir, family string, types []string, ids []int32
 			for _, ranks := range []int{1, 3} {
 				got := runOrrery(t, path, ranks, ids, st)
 				r := compare(ref, got)
-				r.setting, r.arch, r.typ, r.ranks = st.name, family, v.typ, ranks
+				r.setting, r.arch, r.typ, r.ranks = st.name, name, v.typ, ranks
 				r.exactOrrery, r.exactLlama = distance(exact, got), distance(exact, ref)
 				rows = append(rows, r)
 				if o.Experts > 0 {

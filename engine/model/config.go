@@ -101,6 +101,15 @@ type Config struct {
 	SlidingWindow int     `json:"slidingWindow,omitempty"`
 	SWAPattern    int     `json:"swaPattern,omitempty"`
 	RopeBaseSWA   float64 `json:"ropeBaseSwa,omitempty"`
+	// YaRN RoPE scaling (rope.scaling.type yarn, factor RopeScale):
+	// ggml's rope with extrapolation factor 1, the original context
+	// YaRNOrigCtx, betas YaRNBetaFast and YaRNBetaSlow, and attention
+	// factor YaRNAttnFactor (see readYaRN).
+	YaRN           bool    `json:"yarn,omitempty"`
+	YaRNOrigCtx    int     `json:"yarnOrigCtx,omitempty"`
+	YaRNBetaFast   float64 `json:"yarnBetaFast,omitempty"`
+	YaRNBetaSlow   float64 `json:"yarnBetaSlow,omitempty"`
+	YaRNAttnFactor float64 `json:"yarnAttnFactor,omitempty"`
 	// Phi-3: one attn_qkv matrix instead of q, k and v (FusedQKV), and one
 	// ffn_up of 2·FFDim rows, gate then up, instead of ffn_gate and ffn_up
 	// (FusedGateUp).
@@ -191,6 +200,9 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	if c.RopeScale, err = ropeScale(f, arch); err != nil {
 		return Config{}, err
 	}
+	if err := readYaRN(&c, f); err != nil {
+		return Config{}, err
+	}
 	c.KVHeads = int(f.Uint(k("attention.head_count_kv"), uint64(c.Heads)))
 	if arch == "qwen3moe" {
 		if err := readExperts(&c, f); err != nil {
@@ -257,10 +269,14 @@ func ropeScale(f *gguf.File, arch string) (float64, error) {
 	case "none":
 		return 1, nil
 	case "linear":
-	case "yarn", "longrope":
-		return 0, fmt.Errorf("%s model: %s = %q is not supported yet (supported: none, linear, and Llama 3's rope_freqs)", arch, key, typ)
+	case "yarn":
+		if arch == "gemma3" || arch == "phi3" {
+			return 0, fmt.Errorf("%s model: %s = %q is not supported for %s yet", arch, key, typ, arch)
+		}
+	case "longrope":
+		return 0, fmt.Errorf("%s model: %s = %q is not supported yet (supported: none, linear, yarn, and Llama 3's rope_freqs)", arch, key, typ)
 	default:
-		return 0, fmt.Errorf("%s model: %s = %q is not a RoPE scaling type (supported: none, linear)", arch, key, typ)
+		return 0, fmt.Errorf("%s model: %s = %q is not a RoPE scaling type (supported: none, linear, yarn)", arch, key, typ)
 	}
 	v, ok := f.Get(arch + ".rope.scaling.factor")
 	if !ok {
@@ -276,6 +292,38 @@ func ropeScale(f *gguf.File, arch string) (float64, error) {
 		return 0, fmt.Errorf("%s model: %s.rope.scaling.factor = %v, want > 0", arch, arch, s)
 	}
 	return float64(s), nil
+}
+
+// readYaRN reads YaRN's parameters when the scaling type is yarn, and
+// derives the attention factor llama.cpp passes to ggml_rope_ext
+// (llama-context.cpp): the magnitude 1 + 0.1·ln(factor) times
+// rope.scaling.attn_factor, divided by the same 1 + 0.1·ln(factor) that
+// ggml's rope multiplies in itself, all in float32 as there. A
+// yarn_log_multiplier (DeepSeek's) is refused: no supported family has it.
+func readYaRN(c *Config, f *gguf.File) error {
+	k := func(s string) string { return c.Arch + ".rope.scaling." + s }
+	if f.String(k("type"), "linear") != "yarn" {
+		return nil
+	}
+	if v := f.Float(k("yarn_log_multiplier"), 0); v != 0 {
+		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("yarn_log_multiplier"), v)
+	}
+	c.YaRN = true
+	c.YaRNOrigCtx = int(f.Uint(k("original_context_length"), uint64(c.ContextLen)))
+	if c.YaRNOrigCtx <= 0 || c.YaRNOrigCtx > 1<<24 {
+		return fmt.Errorf("%s model: %s = %d", c.Arch, k("original_context_length"), c.YaRNOrigCtx)
+	}
+	c.YaRNBetaFast, c.YaRNBetaSlow = f.Float(k("yarn_beta_fast"), 32), f.Float(k("yarn_beta_slow"), 1)
+	factor := float32(c.RopeScale)
+	attn := float32(1)
+	if factor > 1 {
+		ln := float32(math.Log(float64(factor)))
+		// Conversions keep Go from fusing these into FMAs, which C does not.
+		m := float32(0.1*ln) + 1
+		attn = m * (1 / m)
+	}
+	c.YaRNAttnFactor = float64(attn * float32(f.Float(k("attn_factor"), 1)))
+	return nil
 }
 
 // readGemma3 reads Gemma 3's conventions as llama.cpp does

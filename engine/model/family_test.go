@@ -134,7 +134,8 @@ func TestFamilyRefusals(t *testing.T) {
 		v        any
 		want     []string
 	}{
-		{"llama", "llama.rope.scaling.type", "yarn", []string{"llama.rope.scaling.type", `"yarn"`, "not supported"}},
+		{"llama", "llama.rope.scaling.type", "longrope", []string{"llama.rope.scaling.type", `"longrope"`, "not supported yet"}},
+		{"gemma3", "gemma3.rope.scaling.type", "yarn", []string{"gemma3.rope.scaling.type", "not supported for gemma3 yet"}},
 		{"qwen3", "qwen3.rope.scaling.type", "wavy", []string{"qwen3.rope.scaling.type", `"wavy"`, "not a RoPE scaling type"}},
 		{"llama", "llama.rope.scaling.factor", float32(-2), []string{"llama.rope.scaling.factor", "want > 0"}},
 		{"qwen3", "qwen3.attention.value_length", uint32(16), []string{"qwen3.attention.value_length"}},
@@ -163,6 +164,19 @@ func TestFamilyRefusals(t *testing.T) {
 	}
 	if c, err := FromGGUF(setKV(f, "llama.rope.scaling.type", "none")); err != nil || c.RopeScale != 1 {
 		t.Errorf("none: scale %v, %v", c.RopeScale, err)
+	}
+	// YaRN: llama.cpp's parameters, the attention factor computed in
+	// float32 (1 for factor 4: ggml's own magnitude is cancelled); a
+	// DeepSeek-style log multiplier is refused.
+	f = setKV(setKV(setKV(gen("qwen3"), "qwen3.rope.scaling.type", "yarn"), "qwen3.rope.scaling.factor", float32(4)),
+		"qwen3.rope.scaling.original_context_length", uint32(32768))
+	if c, err := FromGGUF(f); err != nil || !c.YaRN || c.YaRNOrigCtx != 32768 || c.RopeScale != 4 || c.YaRNBetaFast != 32 ||
+		c.YaRNBetaSlow != 1 || math.Abs(c.YaRNAttnFactor-1) > 1e-7 {
+		t.Errorf("yarn ×4: %+v, %v", c, err)
+	}
+	if _, err := FromGGUF(setKV(f, "qwen3.rope.scaling.yarn_log_multiplier", float32(0.1))); err == nil ||
+		!strings.Contains(err.Error(), "qwen3.rope.scaling.yarn_log_multiplier") {
+		t.Errorf("yarn log multiplier: %v", err)
 	}
 	// rope_freqs outside llama, or of the wrong size, is refused.
 	f = gen("llama3")

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -28,6 +29,11 @@ type GenOptions struct {
 	// RopeFreqs writes Llama 3.1's rope_freqs.weight (factor 8, low and
 	// high frequency factors 1 and 4, original context 8192); llama only.
 	RopeFreqs bool
+	// YaRN > 1 writes YaRN RoPE scaling by that factor, from an original
+	// context of YaRNOrigCtx (0: the context length), as Qwen3's
+	// long-context GGUFs state it (not for gemma3 or phi3).
+	YaRN        float64
+	YaRNOrigCtx int
 	// SlidingWindow > 0 (gemma3 only) makes 5 of every 6 layers attend to
 	// the last SlidingWindow positions.
 	SlidingWindow int
@@ -176,6 +182,8 @@ func (o *GenOptions) fill() error {
 		return fmt.Errorf("head dim %d: want an even size up to 1024", o.HeadDim)
 	case o.HeadDim != o.Dim/max(o.Heads, 1) && o.Arch != "qwen3" && o.Arch != "qwen3moe" && o.Arch != "gemma3":
 		return fmt.Errorf("head dim %d: only qwen3, qwen3moe and gemma3 set it apart from dim/heads", o.HeadDim)
+	case o.YaRN != 0 && (o.YaRN <= 1 || o.YaRN > 1024 || o.Arch == "gemma3" || o.Arch == "phi3" || o.RopeFreqs):
+		return fmt.Errorf("YaRN factor %v: want 1..1024, and not for gemma3, phi3 or with rope_freqs", o.YaRN)
 	case o.SlidingWindow != 0 && (o.Arch != "gemma3" || o.SlidingWindow < 2 || o.SlidingWindow > o.ContextLen):
 		return fmt.Errorf("sliding window %d: for gemma3 only, 2..context length", o.SlidingWindow)
 	}
@@ -287,6 +295,11 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		{Key: "tokenizer.ggml.add_bos_token", Value: true},
 		{Key: "tokenizer.ggml.add_eos_token", Value: false},
 		{Key: "tokenizer.chat_template", Value: ChatMLTemplate},
+	}
+	if o.YaRN != 0 {
+		kvs = append(kvs, gguf.KV{Key: a + ".rope.scaling.type", Value: "yarn"},
+			gguf.KV{Key: a + ".rope.scaling.factor", Value: float32(o.YaRN)},
+			gguf.KV{Key: a + ".rope.scaling.original_context_length", Value: uint32(cmp.Or(o.YaRNOrigCtx, o.ContextLen))})
 	}
 	if o.SlidingWindow > 0 {
 		kvs = append(kvs, gguf.KV{Key: a + ".attention.sliding_window", Value: uint32(o.SlidingWindow)},

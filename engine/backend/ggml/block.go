@@ -65,6 +65,11 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n i
 	if l.ropeFreqs != nil {
 		ropeOpts = append(ropeOpts, rope.WithFactors(l.ropeFreqs))
 	}
+	if cfg.YaRN {
+		ropeOpts = append(ropeOpts, rope.WithOriginalContextLength(cfg.YaRNOrigCtx), rope.WithExtrapolationFactor(1),
+			rope.WithAttentionFactor(float32(cfg.YaRNAttnFactor)), rope.WithBetaFast(float32(cfg.YaRNBetaFast)),
+			rope.WithBetaSlow(float32(cfg.YaRNBetaSlow)))
+	}
 	base, scale := float32(cfg.RopeBase), float32(1/cfg.RopeScale)
 	if cfg.IsSWA(il) {
 		base, scale = float32(cfg.RopeBaseSWA), 1

@@ -88,15 +88,29 @@ func rmsnorm(x, w []float64, eps float64) []float64 {
 
 // rope rotates one head at position pos: adjacent pairs (llama) or the two
 // halves (NeoX, qwen2), by pos · base^(-2i/d) / scale / factors[i] (no
-// factors: 1).
-func rope(x []float64, pos int, base, scale float64, neox bool, factors []float64) {
+// factors: 1); with YaRN, ggml's blend of that and the unscaled angle
+// (ggml-cpu's rope_yarn), and the magnitude attn·(1 + 0.1·ln scale).
+func rope(x []float64, pos int, base, scale float64, neox bool, factors []float64, y *yarn) {
 	d := len(x)
-	for i := 0; i < d/2; i++ {
-		theta := float64(pos) / scale * math.Pow(base, -2*float64(i)/float64(d))
-		if factors != nil {
-			theta /= factors[i]
+	var lo, hi float64
+	if y != nil {
+		corr := func(beta float64) float64 {
+			return float64(d) * math.Log(float64(y.origCtx)/(beta*2*math.Pi)) / (2 * math.Log(base))
 		}
-		c, s := math.Cos(theta), math.Sin(theta)
+		lo, hi = max(0, math.Floor(corr(y.betaFast))), min(float64(d-1), math.Ceil(corr(y.betaSlow)))
+	}
+	for i := 0; i < d/2; i++ {
+		extrap := float64(pos) * math.Pow(base, -2*float64(i)/float64(d))
+		if factors != nil {
+			extrap /= factors[i]
+		}
+		theta, mag := extrap/scale, 1.0
+		if y != nil {
+			ramp := 1 - min(1, max(0, (float64(i)-lo)/max(0.001, hi-lo)))
+			theta = theta*(1-ramp) + extrap*ramp
+			mag = y.attn * (1 + 0.1*math.Log(scale))
+		}
+		c, s := math.Cos(theta)*mag, math.Sin(theta)*mag
 		a, b := 2*i, 2*i+1
 		if neox {
 			a, b = i, i+d/2
@@ -104,6 +118,13 @@ func rope(x []float64, pos int, base, scale float64, neox bool, factors []float6
 		x0, x1 := x[a], x[b]
 		x[a], x[b] = x0*c-x1*s, x0*s+x1*c
 	}
+}
+
+// yarn is YaRN's parameters (model.Config's), nil when not scaled so.
+type yarn struct {
+	origCtx            int
+	betaFast, betaSlow float64
+	attn               float64
 }
 
 // Step runs one token at position pos (positions must follow on from the
@@ -139,6 +160,10 @@ func (m *Model) Step(token int32, pos int) []float64 {
 			}
 		}
 		factors := m.w["rope_freqs.weight"]
+		var y *yarn
+		if c.YaRN {
+			y = &yarn{origCtx: c.YaRNOrigCtx, betaFast: c.YaRNBetaFast, betaSlow: c.YaRNBetaSlow, attn: c.YaRNAttnFactor}
+		}
 		base, scale := c.RopeBase, c.RopeScale
 		if c.IsSWA(l) {
 			base, scale = c.RopeBaseSWA, 1
@@ -147,13 +172,13 @@ func (m *Model) Step(token int32, pos int) []float64 {
 			if c.QKNorm {
 				copy(q[hh*hd:], rmsnorm(q[hh*hd:(hh+1)*hd], m.w[p+"attn_q_norm.weight"], c.Eps))
 			}
-			rope(q[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors)
+			rope(q[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
 		}
 		for hh := 0; hh < c.KVHeads; hh++ {
 			if c.QKNorm {
 				copy(k[hh*hd:], rmsnorm(k[hh*hd:(hh+1)*hd], m.w[p+"attn_k_norm.weight"], c.Eps))
 			}
-			rope(k[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors)
+			rope(k[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
 		}
 		m.kcache[l] = append(m.kcache[l], k)
 		m.vcache[l] = append(m.vcache[l], v)
