@@ -11,6 +11,10 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
+// DefaultBatchSize is the most tokens one Forward takes when Options do
+// not say.
+const DefaultBatchSize = 512
+
 // Options say what a rank loads and how it runs.
 type Options struct {
 	// Threads for the CPU path (0: the backend's default).
@@ -56,7 +60,7 @@ func (o *Options) Resolve(c model.Config) error {
 		o.ContextLen = c.ContextLen
 	}
 	if o.BatchSize <= 0 {
-		o.BatchSize = 512
+		o.BatchSize = DefaultBatchSize
 	}
 	o.BatchSize = min(o.BatchSize, o.ContextLen)
 	switch o.KVType {

@@ -245,15 +245,15 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
 		c.Vocab = len(tokens)
 	}
-	if arch == "phi3" {
-		c.QueryScale = float64(1 / float32(math.Sqrt(float64(c.HeadDim))))
-	}
-	if arch == "gemma3" {
-		// In float32, as llama.cpp computes it: ggml_scale takes a float.
-		c.QueryScale = float64(1 / float32(math.Sqrt(float64(c.HeadDim))))
-		if c.Layers == 62 {
-			c.QueryScale = float64(1 / float32(math.Sqrt(float64(c.Dim/c.Heads))))
+	if arch == "gemma3" || arch == "phi3" {
+		// Queries are scaled before attention, by 1/√HeadDim (Gemma 3's
+		// 62-layer 27B: 1/√(Dim/Heads)), in float32 as llama.cpp computes
+		// it: ggml_scale takes a float.
+		d := c.HeadDim
+		if arch == "gemma3" && c.Layers == 62 {
+			d = c.Dim / c.Heads
 		}
+		c.QueryScale = float64(1 / float32(math.Sqrt(float64(d))))
 	}
 	return c, nil
 }
@@ -334,7 +334,7 @@ func readYaRN(c *Config, f *gguf.File) error {
 // files have none.
 func readGemma3(c *Config, f *gguf.File) error {
 	k := func(s string) string { return c.Arch + "." + s }
-	c.EmbedScale, c.PostNorms, c.GELU, c.RopeNeoX = true, true, true, true
+	c.EmbedScale, c.PostNorms, c.GELU = true, true, true
 	c.Eps = f.Float(k("attention.layer_norm_rms_epsilon"), 1e-6)
 	c.SlidingWindow = int(f.Uint(k("attention.sliding_window"), 0))
 	c.SWAPattern = 6

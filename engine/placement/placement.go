@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
@@ -34,10 +35,6 @@ type Layout struct {
 	ContextLen int
 }
 
-// swaBatch is the batch a sliding-window cache holds beyond its window
-// (backend.Options' default BatchSize).
-const swaBatch = 512
-
 // LayoutOf reads a model's layout for a context of ctxLen tokens (0: the
 // model's).
 func LayoutOf(f *gguf.File, cfg model.Config, ctxLen int) Layout {
@@ -48,7 +45,8 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen int) Layout {
 	for i := range l.KV {
 		tokens := ctxLen
 		if cfg.IsSWA(i) {
-			tokens = min(ctxLen, cfg.SlidingWindow+swaBatch)
+			// The window and one batch beyond it, as the cache holds.
+			tokens = min(ctxLen, cfg.SlidingWindow+backend.DefaultBatchSize)
 		}
 		l.KV[i] = uint64(tokens) * 2 * uint64(cfg.KVHeads*cfg.HeadDim) * 2
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
@@ -118,7 +119,7 @@ func TestLayoutSlidingWindowKV(t *testing.T) {
 	for i, kv := range l.KV {
 		want := 2048 * perToken
 		if i != 5 { // layers 0-4 slide over 256 positions; 5 is global
-			want = (256 + swaBatch) * perToken
+			want = (256 + backend.DefaultBatchSize) * perToken
 		}
 		if kv != want {
 			t.Errorf("layer %d: KV %d bytes, want %d", i, kv, want)
