@@ -33,7 +33,10 @@ rope_freqs, base 500000), qwen2, qwen3 (q/k norms, head size 2 × dim/heads),
 qwen3moe (qwen3 with a mixture of experts: 8/2, 32/4 or 64/4 experts at the
 tiny, small and 1b sizes, the 1b one 1.9 G weights of which 24 % are read
 per token), gemma3 (tied embeddings, post-norms, GELU, a sliding window of
-1/8 of the context on 5 of every 6 layers), phi3 (fused QKV and gate-up).
+1/8 of the context on 5 of every 6 layers), phi3 (fused QKV and gate-up),
+gpt-oss (attention sinks, biases, YaRN ×32, a sliding window of 1/8 of the
+context, at most 128, on every other layer, and 8/2, 16/4 or 32/4 experts
+with OpenAI's clamped SwiGLU; ship it with --type MXFP4).
 llama.cpp loads every file gen-model writes.
 
 Flags:
@@ -56,8 +59,8 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	kvHeads := fs.Int("kv-heads", 0, "key/value heads (grouped-query attention)")
 	vocab := fs.Int("vocab", 0, "vocabulary size")
 	ctxLen := fs.Int("ctx", 0, "context length in tokens")
-	typ := fs.String("type", "", "weight type: F32, F16, BF16, Q8_0 or Q4_0")
-	yarn := fs.Float64("yarn", 0, "YaRN RoPE scaling factor (> 1), from an original context of --ctx (not for gemma3, phi3 or llama3)")
+	typ := fs.String("type", "", "weight type: F32, F16, BF16, Q8_0 or Q4_0; MXFP4 for a mixture of experts (experts MXFP4, other matrices Q8_0)")
+	yarn := fs.Float64("yarn", 0, "YaRN RoPE scaling factor (> 1), from an original context of --ctx (not for gemma3, phi3 or llama3; gpt-oss has 32 over 4096 unless set)")
 	seed := fs.Uint64("seed", 0, "random seed")
 	dataDir := fs.String("data-dir", agent.DefaultConfig().DataDir, "agent data directory; the model goes to <data-dir>/models unless -o")
 	name := fs.String("name", "", "model id (file name without .gguf; default orrery-<preset>)")
@@ -82,12 +85,12 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	set(&o.KVHeads, *kvHeads)
 	set(&o.Vocab, *vocab)
 	set(&o.ContextLen, *ctxLen)
+	o.YaRN = *yarn // before the family, which may set its own
 	o, err := model.ApplyFamily(o, *arch)
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery gen-model: --arch: %v\n", err)
 		return 2
 	}
-	o.YaRN = *yarn
 	if *typ != "" {
 		o.Type = strings.ToUpper(*typ)
 	}

@@ -64,7 +64,16 @@ var variants = []variant{
 	{"Q4_1", true, 0, true, 0.3, false}, {"Q5_0", true, 0, false, 0.3, false}, {"Q5_1", true, 0, false, 0.3, false},
 	{"Q2_K", true, 0, false, 1, false}, {"Q3_K_M", true, 0, false, 0.5, false},
 	{"IQ4_NL", true, 0, false, 0.3, true}, {"IQ4_XS", true, 0, false, 0.3, false},
+	// gpt-oss's: experts in MXFP4, the other matrices Q8_0; written by
+	// gen-model, and by llama-quantize as MXFP4_MOE (see mxfp4).
+	{"MXFP4", false, 0.97, true, 0.3, false}, {"MXFP4_MOE", true, 0.97, true, 0.3, false},
 }
+
+// mxfp4 reports a type of MXFP4 experts: for mixture-of-experts models
+// only, and one that llama.cpp's newer ggml repacks on x86 while the
+// pinned one does not, so that under repacking the two engines' kernels
+// differ (see docs/conformance.md).
+func mxfp4(typ string) bool { return strings.HasPrefix(typ, "MXFP4") }
 
 // canRepack: this machine is one where Orrery repacks (see
 // engine/backend/ggml/repack.go).
@@ -116,6 +125,7 @@ var families = []struct {
 	{family: "qwen3moe", types: shipped},
 	{family: "gemma3", types: shipped},
 	{family: "phi3", types: shipped},
+	{family: "gpt-oss", types: []string{"F32", "BF16", "Q8_0", "MXFP4", "MXFP4_MOE"}},
 	// Qwen3's long-context GGUFs: YaRN ×4 over an original 32768, as
 	// Qwen3's model cards give it.
 	{family: "qwen3", types: []string{"F32", "Q8_0", "Q4_K_M"}, name: "qwen3+yarn",
@@ -163,7 +173,7 @@ func conformFamily(t *testing.T, dir, family, name string, types []string, tweak
 	}
 	var rows []row
 	for _, v := range variants {
-		if types != nil && !slices.Contains(types, v.typ) {
+		if types != nil && !slices.Contains(types, v.typ) || types == nil && mxfp4(v.typ) {
 			continue
 		}
 		path := filepath.Join(work, name+"-"+v.typ+".gguf")
@@ -198,7 +208,7 @@ func conformFamily(t *testing.T, dir, family, name string, types []string, tweak
 	return rows
 }
 
-// moeVariant loosens a variant's bounds for a mixture of experts, where
+// checkMoE loosens a variant's bounds for a mixture of experts, where
 // the top-k choice of experts is discrete: a difference of rounding that
 // flips one choice at a near-tie moves that position's logits by 0.1–0.5
 // of a std (measured: 0.09 for F32 with the f16 flash attention of
@@ -207,9 +217,19 @@ func conformFamily(t *testing.T, dir, family, name string, types []string, tweak
 // away and top-1 agreement near chance. So every MoE row is held to ≤ 0.75
 // of a std and ≥ 85 % top-1, and the exact types, whose kernels match,
 // still to identical logits under matched settings.
+//
+// Some models' routing is more fragile: gpt-oss's random weights (biased
+// experts, a softmax over the 4 chosen of 16) move 1–3 std from rounding
+// alone, llama.cpp's own logits as far from exact float64 math on the
+// same weights as from Orrery's. Where llama.cpp is that far from exact,
+// the bound is 1.5 × its distance: the two engines may differ by what
+// rounding does to llama.cpp itself.
 func checkMoE(t *testing.T, v variant, st setting, r row) {
 	t.Helper()
 	v.bound = max(v.bound, 0.75)
+	if !math.IsNaN(r.exactLlama) {
+		v.bound = max(v.bound, 1.5*r.exactLlama)
+	}
 	check(t, v, st, r)
 	if r.top1 < 0.85 {
 		t.Errorf("%s %s-%s on %d rank(s): top-1 agreement %.1f %% under 85 %%", st.name, r.arch, r.typ, r.ranks, 100*r.top1)
@@ -226,7 +246,8 @@ func checkMoE(t *testing.T, v variant, st setting, r row) {
 func check(t *testing.T, v variant, st setting, r row) {
 	t.Helper()
 	what := fmt.Sprintf("%s %s-%s on %d rank(s)", st.name, r.arch, r.typ, r.ranks)
-	if v.exact && st.flashAttn == "off" && (r.maxDelta > 1e-4 || r.top1 < 1 || r.diverge >= 0) {
+	exact := v.exact && st.flashAttn == "off" && !(st.repack && mxfp4(v.typ))
+	if exact && (r.maxDelta > 1e-4 || r.top1 < 1 || r.diverge >= 0) {
 		t.Errorf("%s: max |Δ|/std %.2g, top-1 %.1f %%, divergence at %d; want the same logits (≤ 1e-4) as llama.cpp", what, r.maxDelta, 100*r.top1, r.diverge)
 	}
 	if r.maxDelta > v.bound {

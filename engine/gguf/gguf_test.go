@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -215,5 +216,83 @@ func TestQ4_0(t *testing.T) {
 	}
 	if _, err := AppendQ4_0(nil, src[:33]); err == nil {
 		t.Error("33 values quantized")
+	}
+}
+
+func TestMXFP4(t *testing.T) {
+	// Block 0 holds values E2M1 represents exactly at scale 2^-3; block 1
+	// random values, each within half the widest step (4 codes) of a code.
+	src := make([]float32, 64)
+	exact := []float32{0, 0.5, 1, 1.5, 2, 3, 4, 6}
+	for i := range 32 {
+		src[i] = exact[i%8] / 8
+		if i%3 == 0 {
+			src[i] = -src[i]
+		}
+	}
+	for i := 32; i < 64; i++ {
+		src[i] = float32(math.Sin(float64(i)*1.3)) * 0.05
+	}
+	b, err := AppendMXFP4(nil, src)
+	if err != nil || len(b) != 2*17 {
+		t.Fatalf("AppendMXFP4: %d bytes, %v", len(b), err)
+	}
+	if b[0] != 127-3 { // amax 6/8: floor(log2 0.75) - 2 + 127
+		t.Errorf("block 0 exponent %d, want %d", b[0], 127-3)
+	}
+	back, err := Dequantize(MXFP4, b, len(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 32 {
+		if back[i] != float64(src[i]) {
+			t.Errorf("value %d: %g came back as %g", i, src[i], back[i])
+		}
+	}
+	d := float64(e8m0Half(b[17]))
+	for i := 32; i < 64; i++ {
+		if e := math.Abs(back[i] - float64(src[i])); e > 2*d {
+			t.Errorf("value %d: %g came back as %g (scale %g)", i, src[i], back[i], d)
+		}
+	}
+	if e8m0Half(0) != float32(math.Ldexp(1, -128)) || e8m0Half(1) != float32(math.Ldexp(1, -127)) || e8m0Half(200) != float32(math.Ldexp(1, 72)) {
+		t.Error("E8M0 half scale wrong at 0, 1 or 200")
+	}
+	if _, err := AppendMXFP4(nil, src[:33]); err == nil {
+		t.Error("33 values quantized")
+	}
+	if _, err := Dequantize(MXFP4, b[:20], 64); err == nil {
+		t.Error("20 bytes dequantized as 64 MXFP4 values")
+	}
+}
+
+// mxfp4Index, which searches code 0 and x's sign half, picks what ggml's
+// 16-way search does, ties included.
+func TestMXFP4Index(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, e := range []byte{1, 100, 124, 127, 130} {
+		d := e8m0Half(e)
+		var cand [16]float32
+		for i, v := range mxfp4Values {
+			cand[i] = float32(v) * d
+		}
+		xs := []float32{0, float32(math.Copysign(0, -1))}
+		for _, c := range cand { // the codes, the midpoints, and beyond
+			xs = append(xs, c, c+d/2, c-d/2, c*1.5)
+		}
+		for range 2000 {
+			xs = append(xs, float32(rng.NormFloat64())*8*d)
+		}
+		for _, x := range xs {
+			want, be := 0, float32(math.Abs(float64(cand[0]-x)))
+			for i := 1; i < 16; i++ {
+				if err := float32(math.Abs(float64(cand[i] - x))); err < be {
+					want, be = i, err
+				}
+			}
+			if got := mxfp4Index(&cand, x); int(got) != want {
+				t.Fatalf("scale %g, x %g: code %d, want %d", d, x, got, want)
+			}
+		}
 	}
 }

@@ -143,6 +143,76 @@ func AppendQ4_0(dst []byte, src []float32) ([]byte, error) {
 	return dst, nil
 }
 
+// mxfp4Values are MXFP4's 4-bit E2M1 values, doubled (ggml's
+// kvalues_mxfp4): the scale is stored halved to match.
+var mxfp4Values = [16]int8{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+
+// MXFP4 blocks: an E8M0 exponent and 32 4-bit values, the first 16 in the
+// low nibbles.
+const mxfp4Bytes = 17
+
+// e8m0Half is half of the E8M0 scale 2^(e-127), ggml's
+// GGML_E8M0_TO_FP32_HALF.
+func e8m0Half(e byte) float32 {
+	if e < 2 { // subnormal: 2^(-128) or 2^(-127)
+		return math.Float32frombits(0x00200000 << e)
+	}
+	return math.Float32frombits(uint32(e-1) << 23)
+}
+
+// AppendMXFP4 appends src (a multiple of 32 values) quantized to MXFP4 as
+// ggml's reference quantizer does: per block the exponent
+// floor(log2(amax)) − 2 (so that the largest value maps near ±6), and each
+// value the nearest of the 16 codes (the first on a tie).
+func AppendMXFP4(dst []byte, src []float32) ([]byte, error) {
+	if len(src)%q8Block != 0 {
+		return dst, fmt.Errorf("MXFP4: %d values are not whole blocks of %d", len(src), q8Block)
+	}
+	for b := 0; b < len(src); b += q8Block {
+		blk := src[b : b+q8Block]
+		var amax float32
+		for _, v := range blk {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		var e byte
+		if amax > 0 {
+			// As C's (uint8_t)(floorf(log2f(amax)) - 2 + 127), the log
+			// rounded to float32 first (just under a power of two it
+			// rounds up to it); out of range exponents wrap, which
+			// weights never reach.
+			e = byte(int(math.Floor(float64(float32(math.Log2(float64(amax)))))) - 2 + 127)
+		}
+		d := e8m0Half(e)
+		var cand [16]float32
+		for i, v := range mxfp4Values {
+			cand[i] = float32(v) * d
+		}
+		dst = append(dst, e)
+		for j := range 16 {
+			dst = append(dst, mxfp4Index(&cand, blk[j])|mxfp4Index(&cand, blk[j+16])<<4)
+		}
+	}
+	return dst, nil
+}
+
+// mxfp4Index is ggml's best_index_mxfp4: the code whose value (cand, the
+// codes times the scale) is nearest x, the first on a tie. Only code 0 and
+// x's own sign half can win: a code of the other sign is further than 0.
+func mxfp4Index(cand *[16]float32, x float32) byte {
+	abs := func(f float32) float32 { return math.Float32frombits(math.Float32bits(f) &^ (1 << 31)) }
+	first, last := 1, 8 // 1..7: positive codes
+	if x < 0 {
+		first, last = 9, 16 // 9..15: negative codes (8 is −0, never better than 0)
+	}
+	bi, be := 0, abs(cand[0]-x)
+	for i := first; i < last; i++ {
+		if err := abs(cand[i] - x); err < be {
+			bi, be = i, err
+		}
+	}
+	return byte(bi)
+}
+
 // Dequantize converts n values of tensor data of type t to float64.
 func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 	out := make([]float64, n)
@@ -179,6 +249,18 @@ func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 				out[b*q8Block+i] = d * float64(int8(blk[2+i]))
 			}
 		}
+	case MXFP4:
+		if n%q8Block != 0 || len(data) < n/q8Block*mxfp4Bytes {
+			return nil, fmt.Errorf("MXFP4: %d bytes for %d values", len(data), n)
+		}
+		for b := 0; b < n/q8Block; b++ {
+			blk := data[b*mxfp4Bytes:]
+			d := float64(e8m0Half(blk[0]))
+			for j := range 16 {
+				out[b*q8Block+j] = d * float64(mxfp4Values[blk[1+j]&0xf])
+				out[b*q8Block+j+16] = d * float64(mxfp4Values[blk[1+j]>>4])
+			}
+		}
 	case Q4_0, Q4_K, Q5_K, Q6_K:
 		ti := tensorTypes[t]
 		if uint64(n)%ti.blockElems != 0 || uint64(len(data)) < uint64(n)/ti.blockElems*ti.blockBytes {
@@ -199,7 +281,7 @@ func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 			}
 		}
 	default:
-		return nil, fmt.Errorf("dequantize %s: only F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are supported here", t)
+		return nil, fmt.Errorf("dequantize %s: only F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and MXFP4 are supported here", t)
 	}
 	return out, nil
 }

@@ -15,7 +15,7 @@ func ActiveBytes(f *gguf.File, c Config) uint64 {
 	var n uint64
 	for _, t := range f.Tensors {
 		switch {
-		case c.Experts > 0 && strings.HasSuffix(t.Name, "_exps.weight"):
+		case c.Experts > 0 && (strings.HasSuffix(t.Name, "_exps.weight") || strings.HasSuffix(t.Name, "_exps.bias")):
 			n += t.Size * uint64(c.ExpertsUsed) / uint64(c.Experts)
 		case t.Name == "token_embd.weight" && !c.TiedOutput && len(t.Dims) == 2 && t.Dims[1] > 0:
 			n += t.Size / t.Dims[1]

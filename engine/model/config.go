@@ -20,18 +20,21 @@ import (
 // (per-head q/k RMSNorm), qwen3moe (qwen3 attention, a routed mixture of
 // experts in every block), gemma3 (scaled embeddings, norms after
 // attention and MLP too, GELU, sliding-window layers between global ones)
-// and phi3 (fused QKV and gate-up projections).
-var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"}
+// phi3 (fused QKV and gate-up projections) and gpt-oss (attention sinks,
+// biases, sliding-window layers alternating with global ones, and a
+// mixture of experts with its own clamped SwiGLU, shipped in MXFP4).
+var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss"}
 
 // ErrUnsupported is wrapped by the error for any other architecture.
 var ErrUnsupported = errors.New("unsupported architecture")
 
 // SupportedTypes are the tensor types a model may hold: those ggml's CPU
-// and Metal backends both compute (MXFP4 comes with gpt-oss). A tensor of
+// and Metal backends both compute. A tensor of
 // any other type makes the model refused at load, naming both.
 var SupportedTypes = []gguf.TensorType{
 	gguf.F32, gguf.F16, gguf.BF16, gguf.Q4_0, gguf.Q4_1, gguf.Q5_0, gguf.Q5_1, gguf.Q8_0,
 	gguf.Q2_K, gguf.Q3_K, gguf.Q4_K, gguf.Q5_K, gguf.Q6_K, gguf.IQ4_NL, gguf.IQ4_XS,
+	gguf.MXFP4,
 }
 
 // fileTypeNames are llama.cpp's names for general.file_type (LLAMA_FTYPE
@@ -110,6 +113,21 @@ type Config struct {
 	YaRNBetaFast   float64 `json:"yarnBetaFast,omitempty"`
 	YaRNBetaSlow   float64 `json:"yarnBetaSlow,omitempty"`
 	YaRNAttnFactor float64 `json:"yarnAttnFactor,omitempty"`
+	// RopeScaleSWA is the RoPE scale of the sliding-window layers: 1 for
+	// Gemma 3, RopeScale for gpt-oss.
+	RopeScaleSWA float64 `json:"ropeScaleSwa,omitempty"`
+	// gpt-oss: a learned per-head logit (attn_sinks) in every attention
+	// softmax, which takes probability but contributes no value; a bias
+	// on the attention output, on the router and on every expert; the
+	// softmax taken over the chosen experts' router logits only
+	// (ExpertSoftmaxTopK); OpenAI's SwiGLU, gate·σ(1.702·gate)·(up+1) with
+	// the gate clamped to ≤ 7 and up to ±7 (OAISwiGLU); and the MLP's
+	// norm named post_attention_norm.
+	AttnSinks         bool `json:"attnSinks,omitempty"`
+	OutBias           bool `json:"outBias,omitempty"`
+	ExpertBiases      bool `json:"expertBiases,omitempty"`
+	ExpertSoftmaxTopK bool `json:"expertSoftmaxTopK,omitempty"`
+	OAISwiGLU         bool `json:"oaiSwiglu,omitempty"`
 	// Phi-3: one attn_qkv matrix instead of q, k and v (FusedQKV), and one
 	// ffn_up of 2·FFDim rows, gate then up, instead of ffn_gate and ffn_up
 	// (FusedGateUp).
@@ -133,6 +151,15 @@ type Config struct {
 // all but every SWAPattern-th block, llama.cpp's rule).
 func (c Config) IsSWA(il int) bool {
 	return c.SlidingWindow > 0 && (c.SWAPattern == 0 || il%c.SWAPattern < c.SWAPattern-1)
+}
+
+// FFNNorm is the name of a block's norm before the MLP, without the
+// "blk.N." prefix: post_attention_norm.weight in gpt-oss's files.
+func (c Config) FFNNorm() string {
+	if c.Arch == "gpt-oss" {
+		return "post_attention_norm.weight"
+	}
+	return "ffn_norm.weight"
 }
 
 // Blocks is the range of blocks the file holds: [ShardFirst, ShardLast),
@@ -206,6 +233,11 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	c.KVHeads = int(f.Uint(k("attention.head_count_kv"), uint64(c.Heads)))
 	if arch == "qwen3moe" {
 		if err := readExperts(&c, f); err != nil {
+			return Config{}, err
+		}
+	}
+	if arch == "gpt-oss" {
+		if err := readGPTOSS(&c, f); err != nil {
 			return Config{}, err
 		}
 	}
@@ -336,8 +368,30 @@ func readGemma3(c *Config, f *gguf.File) error {
 	k := func(s string) string { return c.Arch + "." + s }
 	c.EmbedScale, c.PostNorms, c.GELU = true, true, true
 	c.Eps = f.Float(k("attention.layer_norm_rms_epsilon"), 1e-6)
+	if err := readSWA(c, f, 6, false); err != nil {
+		return err
+	}
+	c.RopeBaseSWA, c.RopeScaleSWA = f.Float(k("rope.freq_base_swa"), 10000), 1
+	if v := f.Float(k("final_logit_softcapping"), 0); v != 0 {
+		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("final_logit_softcapping"), v)
+	}
+	return nil
+}
+
+// readSWA reads the sliding window and which layers use it: all but every
+// pattern-th (the default when the file does not say). required: llama.cpp
+// refuses the file without a window.
+func readSWA(c *Config, f *gguf.File, pattern int, required bool) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	w, ok := f.Get(k("attention.sliding_window"))
+	if !ok && required {
+		return fmt.Errorf("%s model: no %s", c.Arch, k("attention.sliding_window"))
+	}
 	c.SlidingWindow = int(f.Uint(k("attention.sliding_window"), 0))
-	c.SWAPattern = 6
+	if c.SlidingWindow < 0 || c.SlidingWindow > 1<<20 || ok && required && c.SlidingWindow == 0 {
+		return fmt.Errorf("%s model: %s = %v", c.Arch, k("attention.sliding_window"), w)
+	}
+	c.SWAPattern = pattern
 	if v, ok := f.Get(k("attention.sliding_window_pattern")); ok {
 		n, isUint := v.(uint32)
 		if !isUint || n == 0 || n > 1024 {
@@ -345,12 +399,28 @@ func readGemma3(c *Config, f *gguf.File) error {
 		}
 		c.SWAPattern = int(n)
 	}
-	if c.SlidingWindow < 0 || c.SlidingWindow > 1<<20 {
-		return fmt.Errorf("%s model: %s = %d", c.Arch, k("attention.sliding_window"), c.SlidingWindow)
+	return nil
+}
+
+// readGPTOSS reads gpt-oss's conventions as llama.cpp does
+// (src/models/openai-moe.cpp): a mixture of experts weighted by a softmax
+// over the chosen ones only, a sliding window on every other layer (the
+// even ones) with the global layers' RoPE base and scale unless
+// rope.freq_base_swa says otherwise. An expert weight scale other than 1
+// is refused: gpt-oss has none.
+func readGPTOSS(c *Config, f *gguf.File) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	if err := readExperts(c, f); err != nil {
+		return err
 	}
-	c.RopeBaseSWA = f.Float(k("rope.freq_base_swa"), 10000)
-	if v := f.Float(k("final_logit_softcapping"), 0); v != 0 {
-		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("final_logit_softcapping"), v)
+	c.ExpertNormTopK = false
+	c.ExpertSoftmaxTopK, c.OAISwiGLU, c.AttnSinks, c.OutBias, c.ExpertBiases = true, true, true, true, true
+	if err := readSWA(c, f, 2, true); err != nil {
+		return err
+	}
+	c.RopeBaseSWA, c.RopeScaleSWA = f.Float(k("rope.freq_base_swa"), c.RopeBase), c.RopeScale
+	if v := f.Float(k("expert_weights_scale"), 0); v != 0 && v != 1 {
+		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("expert_weights_scale"), v)
 	}
 	return nil
 }
@@ -457,7 +527,7 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 	dim, hd := uint64(c.Dim), uint64(c.HeadDim)
 	q, kv := uint64(c.Heads)*hd, uint64(c.KVHeads)*hd
 	want := map[string][]uint64{
-		"attn_norm.weight": {dim}, "ffn_norm.weight": {dim},
+		"attn_norm.weight": {dim}, c.FFNNorm(): {dim},
 		"attn_q.weight": {dim, q}, "attn_k.weight": {dim, kv}, "attn_v.weight": {dim, kv},
 		"attn_output.weight": {q, dim},
 	}
@@ -478,6 +548,17 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 	} else {
 		ff := uint64(c.FFDim)
 		want["ffn_gate.weight"], want["ffn_up.weight"], want["ffn_down.weight"] = []uint64{dim, ff}, []uint64{dim, ff}, []uint64{ff, dim}
+	}
+	if c.AttnSinks {
+		want["attn_sinks.weight"] = []uint64{uint64(c.Heads)}
+	}
+	if c.OutBias {
+		want["attn_output.bias"] = []uint64{dim}
+	}
+	if c.ExpertBiases {
+		e, eff := uint64(c.Experts), uint64(c.ExpertFFDim)
+		want["ffn_gate_inp.bias"] = []uint64{e}
+		want["ffn_gate_exps.bias"], want["ffn_up_exps.bias"], want["ffn_down_exps.bias"] = []uint64{eff, e}, []uint64{eff, e}, []uint64{dim, e}
 	}
 	if c.QKNorm {
 		want["attn_q_norm.weight"], want["attn_k_norm.weight"] = []uint64{hd}, []uint64{hd}

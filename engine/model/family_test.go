@@ -39,8 +39,17 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			if c.FusedQKV != (fam == "phi3") || c.FusedGateUp != (fam == "phi3") {
 				t.Errorf("fused: %+v", c)
 			}
-			if fam == "qwen3moe" {
-				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || !c.ExpertNormTopK {
+			// gpt-oss: every other layer (the even ones) on a window of
+			// 512/8 with the global layers' RoPE, YaRN ×32 over 4096,
+			// sinks, biases, OpenAI's SwiGLU.
+			if oss := fam == "gpt-oss"; c.AttnSinks != oss || c.OutBias != oss || c.ExpertBiases != oss || c.OAISwiGLU != oss || c.QKVBias != (oss || fam == "qwen2") ||
+				oss && (c.SlidingWindow != 64 || c.SWAPattern != 2 || !c.IsSWA(0) || c.IsSWA(1) || !c.IsSWA(2) || c.RopeBaseSWA != 150000 ||
+					c.RopeScaleSWA != 32 || !c.YaRN || c.YaRNOrigCtx != 4096 || c.FFNNorm() != "post_attention_norm.weight") {
+				t.Errorf("gpt-oss fields: %+v", c)
+			}
+			oss := fam == "gpt-oss"
+			if fam == "qwen3moe" || oss {
+				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || c.ExpertNormTopK != !oss || c.ExpertSoftmaxTopK != oss {
 					t.Errorf("experts: %+v", c)
 				}
 				if !strings.Contains(c.String(), "2 of 8 experts of ff 64") {
@@ -69,21 +78,28 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ApplyFamily(Presets["tiny"], "gpt-oss"); err == nil || !strings.Contains(err.Error(), "qwen3moe") {
-		t.Errorf("ApplyFamily(gpt-oss) = %v, want a refusal listing the families", err)
+	if _, err := ApplyFamily(Presets["tiny"], "deepseek2"); err == nil || !strings.Contains(err.Error(), "gpt-oss") {
+		t.Errorf("ApplyFamily(deepseek2) = %v, want a refusal listing the families", err)
 	}
 }
 
-// The 1b-class MoE preset reads a small part of its weights per token, as
-// the real mixture-of-experts models do.
+// The 1b-class MoE presets read a small part of their weights per token,
+// as the real mixture-of-experts models do.
 func TestMoEPresetActiveShare(t *testing.T) {
-	o, err := ApplyFamily(Presets["1b"], "qwen3moe")
-	if err != nil {
-		t.Fatal(err)
+	for _, fam := range []string{"qwen3moe", "gpt-oss"} {
+		o, err := ApplyFamily(Presets["1b"], fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.fill(); err != nil {
+			t.Fatal(err)
+		}
+		checkActiveShare(t, fam, o)
 	}
-	if err := o.fill(); err != nil {
-		t.Fatal(err)
-	}
+}
+
+func checkActiveShare(t *testing.T, fam string, o GenOptions) {
+	t.Helper()
 	var total, active uint64
 	for _, ts := range genTensors(o) {
 		n := uint64(1)
@@ -101,7 +117,7 @@ func TestMoEPresetActiveShare(t *testing.T) {
 		}
 	}
 	if share := float64(active) / float64(total); total < 1.5e9 || share > 0.25 {
-		t.Errorf("qwen3moe 1b: %d weights, %.0f %% active; want ≥ 1.5 G and ≤ 25 %%", total, 100*share)
+		t.Errorf("%s 1b: %d weights, %.0f %% active; want ≥ 1.5 G and ≤ 25 %%", fam, total, 100*share)
 	}
 }
 
@@ -148,6 +164,9 @@ func TestFamilyRefusals(t *testing.T) {
 		{"phi3", "phi3.rope.scaling.type", "longrope", []string{"phi3.rope.scaling.type", "not supported yet"}},
 		{"gemma3", "gemma3.final_logit_softcapping", float32(30), []string{"gemma3.final_logit_softcapping", "not supported"}},
 		{"gemma3", "gemma3.attention.sliding_window_pattern", []bool{true, false}, []string{"gemma3.attention.sliding_window_pattern", "arrays are not supported"}},
+		{"gpt-oss", "gpt-oss.attention.sliding_window", uint32(0), []string{"gpt-oss.attention.sliding_window = 0"}},
+		{"gpt-oss", "gpt-oss.expert_weights_scale", float32(2.5), []string{"gpt-oss.expert_weights_scale", "not supported"}},
+		{"gpt-oss", "gpt-oss.expert_used_count", uint32(0), []string{"gpt-oss.expert_used_count"}},
 	} {
 		_, err := FromGGUF(setKV(gen(c.fam), c.key, c.v))
 		for _, w := range c.want {
@@ -200,6 +219,17 @@ func TestFamilyRefusals(t *testing.T) {
 	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "rope_factors_long.weight: LongRoPE") {
 		t.Errorf("phi3 with rope_factors_long: %v", err)
 	}
+	// gpt-oss without a window, or without a block's sinks, is refused.
+	f = gen("gpt-oss")
+	f = &gguf.File{KV: slices.DeleteFunc(slices.Clone(f.KV), func(kv gguf.KV) bool { return kv.Key == "gpt-oss.attention.sliding_window" }), Tensors: f.Tensors}
+	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "no gpt-oss.attention.sliding_window") {
+		t.Errorf("gpt-oss without a window: %v", err)
+	}
+	f = gen("gpt-oss")
+	f.Tensors = slices.DeleteFunc(f.Tensors, func(t gguf.TensorInfo) bool { return t.Name == "blk.1.attn_sinks.weight" })
+	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "no blk.1.attn_sinks.weight tensor") {
+		t.Errorf("gpt-oss without sinks: %v", err)
+	}
 	// A qwen3 block without its q norm is refused by name.
 	f = gen("qwen3")
 	f.Tensors = slices.DeleteFunc(f.Tensors, func(t gguf.TensorInfo) bool { return t.Name == "blk.2.attn_q_norm.weight" })
@@ -210,7 +240,7 @@ func TestFamilyRefusals(t *testing.T) {
 
 // ActiveBytes counts the chosen experts' share and one embedding row.
 func TestActiveBytes(t *testing.T) {
-	for _, fam := range []string{"llama", "qwen3moe"} {
+	for _, fam := range []string{"llama", "qwen3moe", "gpt-oss"} {
 		o, _ := ApplyFamily(Presets["tiny"], fam)
 		_, f := genTiny(t, o)
 		c, err := FromGGUF(f)

@@ -34,15 +34,19 @@ type GenOptions struct {
 	// long-context GGUFs state it (not for gemma3 or phi3).
 	YaRN        float64
 	YaRNOrigCtx int
-	// SlidingWindow > 0 (gemma3 only) makes 5 of every 6 layers attend to
-	// the last SlidingWindow positions.
+	// SlidingWindow > 0 makes layers attend to the last SlidingWindow
+	// positions: 5 of every 6 for gemma3, every other one for gpt-oss
+	// (which needs it).
 	SlidingWindow int
 	// Experts > 0 makes every MLP a mixture of Experts experts of
-	// ExpertFFDim, ExpertsUsed per token (qwen3moe, which needs them).
+	// ExpertFFDim, ExpertsUsed per token (qwen3moe and gpt-oss, which
+	// need them).
 	Experts, ExpertsUsed, ExpertFFDim int
-	// Type is the weight type: F32, F16, BF16, Q8_0 or Q4_0 (norms are
-	// always F32). Other types come from llama-quantize on a generated
-	// file.
+	// Type is the weight type: F32, F16, BF16, Q8_0 or Q4_0 (norms,
+	// biases and routers are always F32); or, for a mixture of experts,
+	// MXFP4: the experts in MXFP4 and the other matrices in Q8_0, as
+	// llama.cpp's MXFP4_MOE and gpt-oss's published GGUFs. Other types
+	// come from llama-quantize on a generated file.
 	Type string
 	Seed uint64
 }
@@ -64,8 +68,12 @@ var Presets = map[string]GenOptions{
 // weights are a small part of the total, as in Qwen3-30B-A3B; gemma3 has
 // Gemma 3's tied embeddings, post-norms, GELU and a sliding window of
 // 1/8 of the context (at most 512, as Gemma 3's) on 5 of every 6 layers;
-// phi3 fuses q, k and v into one matrix and gate and up into another.
-var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3"}
+// phi3 fuses q, k and v into one matrix and gate and up into another;
+// gpt-oss has gpt-oss-20b's conventions (RoPE base 150000 with YaRN ×32
+// over 4096, attention sinks, biases, a sliding window of 1/8 of the
+// context, at most 128, on every other layer) and a mixture of experts
+// whose active weights are a small part of the total.
+var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss"}
 
 // ApplyFamily shapes o (a preset, or any shape) as family: it sets the
 // architecture and the family's fields that o leaves unset.
@@ -110,6 +118,29 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 		}
 		if o.HeadDim == 0 && o.Heads > 0 {
 			o.HeadDim = 2 * o.Dim / o.Heads
+		}
+	case "gpt-oss":
+		o.Arch = family
+		if o.RopeBase == 0 {
+			o.RopeBase = 150000
+		}
+		if o.YaRN == 0 {
+			o.YaRN, o.YaRNOrigCtx = 32, 4096
+		}
+		if o.SlidingWindow == 0 {
+			o.SlidingWindow = min(128, max(o.ContextLen, 16)/8)
+		}
+		if o.Experts == 0 {
+			// A token reads an eighth of the experts at 1b size
+			// (gpt-oss-20b: 4 of 32).
+			switch {
+			case o.Dim < 256:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 8, 2, 64
+			case o.Dim < 1024:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 16, 4, 256
+			default:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 32, 4, 512
+			}
 		}
 	default:
 		return o, fmt.Errorf("arch %q: want one of %v", family, Families)
@@ -168,14 +199,16 @@ func (o *GenOptions) fill() error {
 	case o.ContextLen < 16 || o.ContextLen > 1<<20:
 		return fmt.Errorf("context length %d: want 16..%d", o.ContextLen, 1<<20)
 	}
-	moe := o.Arch == "qwen3moe"
+	moe := o.Arch == "qwen3moe" || o.Arch == "gpt-oss"
 	switch {
 	case moe && (o.Experts < 1 || o.Experts > 1024 || o.ExpertsUsed < 1 || o.ExpertsUsed > o.Experts):
 		return fmt.Errorf("%d experts, %d used: want 1..1024 experts and 1..experts used", o.Experts, o.ExpertsUsed)
 	case moe && (o.ExpertFFDim < 32 || o.ExpertFFDim%32 != 0):
 		return fmt.Errorf("expert ff dim %d: want a multiple of 32", o.ExpertFFDim)
 	case !moe && o.Experts != 0:
-		return fmt.Errorf("experts are for qwen3moe, not %s", o.Arch)
+		return fmt.Errorf("experts are for qwen3moe and gpt-oss, not %s", o.Arch)
+	case !moe && o.Type == "MXFP4":
+		return fmt.Errorf("type MXFP4 is for the experts of qwen3moe and gpt-oss, not %s", o.Arch)
 	case o.RopeFreqs && o.Arch != "llama":
 		return fmt.Errorf("rope_freqs (Llama 3.x RoPE scaling) is for llama, not %s", o.Arch)
 	case o.HeadDim < 2 || o.HeadDim%2 != 0 || o.HeadDim > 1024:
@@ -184,19 +217,21 @@ func (o *GenOptions) fill() error {
 		return fmt.Errorf("head dim %d: only qwen3, qwen3moe and gemma3 set it apart from dim/heads", o.HeadDim)
 	case o.YaRN != 0 && (o.YaRN <= 1 || o.YaRN > 1024 || o.Arch == "gemma3" || o.Arch == "phi3" || o.RopeFreqs):
 		return fmt.Errorf("YaRN factor %v: want 1..1024, and not for gemma3, phi3 or with rope_freqs", o.YaRN)
-	case o.SlidingWindow != 0 && (o.Arch != "gemma3" || o.SlidingWindow < 2 || o.SlidingWindow > o.ContextLen):
-		return fmt.Errorf("sliding window %d: for gemma3 only, 2..context length", o.SlidingWindow)
+	case o.SlidingWindow != 0 && (o.Arch != "gemma3" && o.Arch != "gpt-oss" || o.SlidingWindow < 2 || o.SlidingWindow > o.ContextLen):
+		return fmt.Errorf("sliding window %d: for gemma3 and gpt-oss only, 2..context length", o.SlidingWindow)
+	case o.Arch == "gpt-oss" && o.SlidingWindow == 0:
+		return fmt.Errorf("gpt-oss needs a sliding window")
 	}
 	if _, ok := genTypes[o.Type]; !ok {
-		return fmt.Errorf("type %q: want F32, F16, BF16, Q8_0 or Q4_0", o.Type)
+		return fmt.Errorf("type %q: want F32, F16, BF16, Q8_0, Q4_0 or MXFP4", o.Type)
 	}
 	return nil
 }
 
-var genTypes = map[string]gguf.TensorType{"F32": gguf.F32, "F16": gguf.F16, "BF16": gguf.BF16, "Q8_0": gguf.Q8_0, "Q4_0": gguf.Q4_0}
+var genTypes = map[string]gguf.TensorType{"F32": gguf.F32, "F16": gguf.F16, "BF16": gguf.BF16, "Q8_0": gguf.Q8_0, "Q4_0": gguf.Q4_0, "MXFP4": gguf.MXFP4}
 
 // fileTypes are general.file_type values (llama.cpp's LLAMA_FTYPE).
-var fileTypes = map[string]uint32{"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32}
+var fileTypes = map[string]uint32{"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32, "MXFP4": 38}
 
 // Generate writes a random-weight model of shape o to path, atomically.
 // The same options always give the same bytes. Its output is gibberish:
@@ -302,8 +337,10 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 			gguf.KV{Key: a + ".rope.scaling.original_context_length", Value: uint32(cmp.Or(o.YaRNOrigCtx, o.ContextLen))})
 	}
 	if o.SlidingWindow > 0 {
-		kvs = append(kvs, gguf.KV{Key: a + ".attention.sliding_window", Value: uint32(o.SlidingWindow)},
-			gguf.KV{Key: a + ".rope.freq_base_swa", Value: float32(10000)})
+		kvs = append(kvs, gguf.KV{Key: a + ".attention.sliding_window", Value: uint32(o.SlidingWindow)})
+	}
+	if a == "gemma3" && o.SlidingWindow > 0 {
+		kvs = append(kvs, gguf.KV{Key: a + ".rope.freq_base_swa", Value: float32(10000)})
 	}
 	if a == "gemma3" {
 		// Gemma's norms are RMSNorm with ε 1e-6.
@@ -379,8 +416,12 @@ func genVocab(n int) (tokens []string, scores []float32, types []int32) {
 // genTensors lists the tensors in file order; each fills itself from a
 // generator seeded by the model seed and the tensor's name.
 func genTensors(o GenOptions) []gguf.WriteTensor {
-	wt := genTypes[o.Type]
+	wt, et := genTypes[o.Type], genTypes[o.Type] // matrices, experts
+	if o.Type == "MXFP4" {
+		wt = gguf.Q8_0
+	}
 	hd := o.HeadDim
+	oss := o.Arch == "gpt-oss"
 	q, kv := uint64(o.Heads*hd), uint64(o.KVHeads*hd)
 	dim, ff := uint64(o.Dim), uint64(o.FFDim)
 	e, eff := uint64(o.Experts), uint64(o.ExpertFFDim)
@@ -407,7 +448,7 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 			add(p+"attn_k.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
 			add(p+"attn_v.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
 		}
-		if o.Arch == "qwen2" {
+		if o.Arch == "qwen2" || oss {
 			add(p+"attn_q.bias", gguf.F32, 0.02, false, q)
 			add(p+"attn_k.bias", gguf.F32, 0.02, false, kv)
 			add(p+"attn_v.bias", gguf.F32, 0.02, false, kv)
@@ -417,18 +458,38 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 			add(p+"attn_k_norm.weight", gguf.F32, 0.1, true, uint64(hd))
 		}
 		add(p+"attn_output.weight", wt, 1/math.Sqrt(float64(q)), false, q, dim)
+		if oss {
+			// Sink logits of the order of the attention scores, so that
+			// each takes a visible share.
+			add(p+"attn_output.bias", gguf.F32, 0.02, false, dim)
+			add(p+"attn_sinks.weight", gguf.F32, 1, false, uint64(o.Heads))
+		}
 		if o.Arch == "gemma3" {
 			add(p+"post_attention_norm.weight", gguf.F32, 0.1, true, dim)
 			add(p+"post_ffw_norm.weight", gguf.F32, 0.1, true, dim)
 		}
-		add(p+"ffn_norm.weight", gguf.F32, 0.1, true, dim)
+		if oss {
+			add(p+"post_attention_norm.weight", gguf.F32, 0.1, true, dim)
+		} else {
+			add(p+"ffn_norm.weight", gguf.F32, 0.1, true, dim)
+		}
 		if o.Experts > 0 {
 			// The router stays F32, as llama-quantize keeps it. Its
 			// larger spread gives distinct expert choices.
 			add(p+"ffn_gate_inp.weight", gguf.F32, 4/math.Sqrt(float64(dim)), false, dim, e)
-			add(p+"ffn_gate_exps.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, eff, e)
-			add(p+"ffn_up_exps.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, eff, e)
-			add(p+"ffn_down_exps.weight", wt, 1/math.Sqrt(float64(eff)), false, eff, dim, e)
+			if oss {
+				add(p+"ffn_gate_inp.bias", gguf.F32, 0.1, false, e)
+			}
+			add(p+"ffn_gate_exps.weight", et, 1/math.Sqrt(float64(dim)), false, dim, eff, e)
+			add(p+"ffn_up_exps.weight", et, 1/math.Sqrt(float64(dim)), false, dim, eff, e)
+			add(p+"ffn_down_exps.weight", et, 1/math.Sqrt(float64(eff)), false, eff, dim, e)
+			if oss {
+				// Spread so that some activations (about 1 in 20000) pass the
+				// SwiGLU's clamp at 7.
+				add(p+"ffn_gate_exps.bias", gguf.F32, 1.5, false, eff, e)
+				add(p+"ffn_up_exps.bias", gguf.F32, 1.5, false, eff, e)
+				add(p+"ffn_down_exps.bias", gguf.F32, 0.02, false, dim, e)
+			}
 			continue
 		}
 		if o.Arch == "phi3" { // gate and up in one matrix, gate first
@@ -490,6 +551,11 @@ func genData(seed uint64, name string, t gguf.TensorType, std float64, norm bool
 			case gguf.Q4_0:
 				var err error
 				if buf, err = gguf.AppendQ4_0(buf, vals); err != nil {
+					return err
+				}
+			case gguf.MXFP4:
+				var err error
+				if buf, err = gguf.AppendMXFP4(buf, vals); err != nil {
 					return err
 				}
 			default:

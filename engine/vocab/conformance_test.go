@@ -130,8 +130,32 @@ func errNote(err error) string {
 	return ""
 }
 
+// withPre writes a copy of llama.cpp's vocabulary from (e.g. "llama-bpe")
+// with the pre-tokenizer pre, as ggml-vocab-<pre>.gguf in a temporary
+// directory: the pre-tokenizers that no vocabulary in llama.cpp's models/
+// uses (gpt-4o: gpt-oss's) are then tested against llama.cpp's.
+func withPre(t *testing.T, dir, from, pre string) string {
+	t.Helper()
+	f, err := gguf.ReadFile(filepath.Join(dir, "llama.cpp/models/ggml-vocab-"+from+".gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs := slices.Clone(f.KV)
+	for i := range kvs {
+		if kvs[i].Key == "tokenizer.ggml.pre" {
+			kvs[i].Value = pre
+		}
+	}
+	path := filepath.Join(t.TempDir(), "ggml-vocab-"+pre+".gguf")
+	if err := gguf.WriteFile(path, kvs, nil); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestMatchesLlamaCpp runs every vocabulary Orrery loads (those without
-// test vectors too) over one corpus, every test input of every vocabulary,
+// test vectors too, and llama-bpe's tokens under gpt-oss's gpt-4o
+// pre-tokenizer) over one corpus, every test input of every vocabulary,
 // chat-template text with special tokens, invalid UTF-8 and 100 seeded
 // random strings, with BOS added and special tokens parsed, as a prompt is
 // tokenized, and compares ids and detokenized text with llama.cpp's.
@@ -145,7 +169,9 @@ func TestMatchesLlamaCpp(t *testing.T) {
 			corpus = append(corpus, in...)
 		}
 	}
+	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"))
 	corpus = append(corpus,
+		"HelloWorld's camelCase XMLHttpRequest iPhone ALLCAPS'LL Ünïcödé façadeÉtude",
 		"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
 		"<s>[INST] hi [/INST] there</s><s>[INST] again [/INST]",
 		"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",

@@ -217,6 +217,12 @@ func (v *Vocab) setPre(pre string) error {
 	case "qwen35":
 		v.cleanSpaces = false
 		exprs = []string{contractions + `|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
+	case "gpt-4o", "llama4", "kanana2", "talkie":
+		// o200k (gpt-oss, Llama 4): camel-case words split before each
+		// capitalised part; llama.cpp's form of the tokenizer.json regex,
+		// which spells the Unicode classes out with lookaheads.
+		v.cleanSpaces = false
+		exprs = []string{`[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+` + contractions + `?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*` + contractions + `?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
 	case "gemma4":
 		// SentencePiece-style BPE: spaces become ▁, merges run over
 		// whole lines, byte fallback is <0xNN>.
@@ -225,7 +231,7 @@ func (v *Vocab) setPre(pre string) error {
 	case "default":
 		exprs = []string{`[\p{P}\$\+<=>\^~\|]+`, gpt2, `\p{N}+`, `[0-9][0-9][0-9]`}
 	default:
-		return fmt.Errorf("%q is not supported; supported: llama-bpe (Llama 3), qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, gpt-2, mpt, olmo, gemma4, default and their aliases", pre)
+		return fmt.Errorf("%q is not supported; supported: llama-bpe (Llama 3), gpt-4o (gpt-oss, Llama 4), qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, gpt-2, mpt, olmo, gemma4, default and their aliases", pre)
 	}
 	for _, e := range exprs {
 		re, err := regexp2.Compile(e, regexp2.None)

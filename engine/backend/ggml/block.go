@@ -13,7 +13,7 @@ import (
 // loadLayer gets block p's weights (p is "blk.N.") through must, which
 // records a missing tensor.
 func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
-	l := layer{attnNorm: must(p + "attn_norm.weight"), o: must(p + "attn_output.weight"), ffnNorm: must(p + "ffn_norm.weight")}
+	l := layer{attnNorm: must(p + "attn_norm.weight"), o: must(p + "attn_output.weight"), ffnNorm: must(p + cfg.FFNNorm())}
 	if cfg.FusedQKV {
 		l.qkv = must(p + "attn_qkv.weight")
 	} else {
@@ -24,6 +24,16 @@ func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
 	}
 	if cfg.QKNorm {
 		l.qNorm, l.kNorm = must(p+"attn_q_norm.weight"), must(p+"attn_k_norm.weight")
+	}
+	if cfg.AttnSinks {
+		l.sinks = must(p + "attn_sinks.weight")
+	}
+	if cfg.OutBias {
+		l.ob = must(p + "attn_output.bias")
+	}
+	if cfg.ExpertBiases {
+		l.routerB = must(p + "ffn_gate_inp.bias")
+		l.gateExpsB, l.upExpsB, l.downExpsB = must(p+"ffn_gate_exps.bias"), must(p+"ffn_up_exps.bias"), must(p+"ffn_down_exps.bias")
 	}
 	if cfg.PostNorms {
 		l.attnPostNorm, l.ffnPostNorm = must(p+"post_attention_norm.weight"), must(p+"post_ffw_norm.weight")
@@ -48,7 +58,7 @@ func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
 // GELU for Gemma 3, or a mixture of SwiGLU experts), each with RMSNorm
 // before (and after, for Gemma 3) and a residual around. It follows
 // llama.cpp's graphs op for op (src/models/llama.cpp, qwen2.cpp,
-// qwen3.cpp, qwen3moe.cpp, gemma3.cpp, phi3.cpp), so that the two agree to the last
+// qwen3.cpp, qwen3moe.cpp, gemma3.cpp, phi3.cpp, openai-moe.cpp), so that the two agree to the last
 // bits where their kernels do.
 func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n int) ml.Tensor {
 	cfg := &r.cfg
@@ -72,7 +82,7 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n i
 	}
 	base, scale := float32(cfg.RopeBase), float32(1/cfg.RopeScale)
 	if cfg.IsSWA(il) {
-		base, scale = float32(cfg.RopeBaseSWA), 1
+		base, scale = float32(cfg.RopeBaseSWA), float32(1/cfg.RopeScaleSWA)
 	}
 	q = nn.RoPE(c, q, positions, cfg.HeadDim, base, scale, ropeOpts...)
 	k = nn.RoPE(c, k, positions, cfg.HeadDim, base, scale, ropeOpts...)
@@ -80,9 +90,13 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n i
 	if cfg.QueryScale != 0 {
 		q, kqScale = q.Scale(c, cfg.QueryScale), 1
 	}
-	a := nn.Attention(c, q, k, v, kqScale, r.cache)
+	// Without sinks (nil) this is plain attention.
+	a := nn.AttentionWithSinks(c, q, k, v, l.sinks, kqScale, r.cache)
 	a = a.Reshape(c, cfg.HeadDim*cfg.Heads, n)
 	a = l.o.Mulmat(c, a)
+	if l.ob != nil {
+		a = a.Add(c, l.ob)
+	}
 	if l.attnPostNorm != nil {
 		a = a.RMSNorm(c, l.attnPostNorm, eps)
 	}
@@ -135,25 +149,54 @@ func (r *Rank) qkv(c ml.Context, l *layer, h ml.Tensor, n int) (q, k, v ml.Tenso
 // weights from dividing by zero: the smallest normal f16, as llama.cpp.
 const minExpertWeightSum = 6.103515625e-5
 
+// OpenAI's SwiGLU constants (gpt-oss), as llama.cpp's build_moe_ffn.
+const (
+	oaiAlpha = 1.702
+	oaiLimit = 7
+)
+
 // experts is a mixture-of-experts MLP for n tokens h [dim, n]: the
-// router's softmax picks each token's top ExpertsUsed experts, whose
-// SwiGLU outputs are summed, weighted by their (renormalised)
-// probabilities. Only the chosen experts' weights are read (mul_mat_id),
-// so a token costs the active bytes, not the total.
+// router picks each token's top ExpertsUsed experts, whose SwiGLU outputs
+// are summed, weighted by their probabilities: the softmax over all
+// experts (renormalised over the chosen when ExpertNormTopK), or over the
+// chosen ones' logits (gpt-oss). Only the chosen experts' weights are read
+// (mul_mat_id), so a token costs the active bytes, not the total.
 func (r *Rank) experts(c ml.Context, l *layer, h ml.Tensor, n int) ml.Tensor {
 	cfg := &r.cfg
 	used := cfg.ExpertsUsed
-	probs := l.router.Mulmat(c, h).Softmax(c)                // [experts, n]
+	probs := l.router.Mulmat(c, h) // [experts, n]
+	if l.routerB != nil {
+		probs = probs.Add(c, l.routerB)
+	}
+	if !cfg.ExpertSoftmaxTopK {
+		probs = probs.Softmax(c)
+	}
 	chosen := probs.TopK(c, used)                            // [used, n] expert ids
 	w := probs.Reshape(c, 1, cfg.Experts, n).Rows(c, chosen) // [1, used, n]
+	if cfg.ExpertSoftmaxTopK {
+		w = w.Reshape(c, used, n).Softmax(c).Reshape(c, 1, used, n)
+	}
 	if cfg.ExpertNormTopK {
 		w = w.Reshape(c, used, n)
 		sum := w.SumRows(c).Clamp(c, minExpertWeightSum, float32(math.Inf(1)))
 		w = w.Div(c, sum).Reshape(c, 1, used, n)
 	}
 	h = h.Reshape(c, cfg.Dim, 1, n)
-	g := l.gateExps.MulmatID(c, h, chosen).SILU(c, l.upExps.MulmatID(c, h, chosen)) // [ff, used, n]
-	e := l.downExps.MulmatID(c, g, chosen).Mul(c, w)                                // [dim, used, n]
+	up, gate := l.upExps.MulmatID(c, h, chosen), l.gateExps.MulmatID(c, h, chosen) // [ff, used, n]
+	if l.upExpsB != nil {
+		up, gate = up.AddID(c, l.upExpsB, chosen), gate.AddID(c, l.gateExpsB, chosen)
+	}
+	var g ml.Tensor
+	if cfg.OAISwiGLU {
+		g = gate.SILUAlphaLimit(c, up, oaiAlpha, oaiLimit)
+	} else {
+		g = gate.SILU(c, up)
+	}
+	e := l.downExps.MulmatID(c, g, chosen) // [dim, used, n]
+	if l.downExpsB != nil {
+		e = e.AddID(c, l.downExpsB, chosen)
+	}
+	e = e.Mul(c, w)
 	out := e.View(c, 0, cfg.Dim, e.Stride(2), n)
 	for i := 1; i < used; i++ {
 		out = out.Add(c, e.View(c, i*e.Stride(1), cfg.Dim, e.Stride(2), n))

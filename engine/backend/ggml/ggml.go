@@ -30,6 +30,9 @@ type layer struct {
 	attnPostNorm, ffnPostNorm          ml.Tensor // Gemma 3
 	ffnNorm, gate, up, down            ml.Tensor
 	router, gateExps, upExps, downExps ml.Tensor
+	// gpt-oss: attention sinks, the output's bias, the experts' biases.
+	sinks, ob                              ml.Tensor
+	routerB, gateExpsB, upExpsB, downExpsB ml.Tensor
 }
 
 // Rank is a loaded range of blocks on ggml.

@@ -1,6 +1,6 @@
 // Package reference is a pure-Go float64 forward pass of the
 // architectures the engine supports (llama with Llama 3.x rope_freqs,
-// qwen2, qwen3, qwen3moe, gemma3, phi3), written from the math rather than from ggml, for
+// qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss), written from the math rather than from ggml, for
 // tests to check the ggml path against. It is slow and keeps everything in
 // memory: small models only.
 package reference
@@ -25,7 +25,7 @@ type Model struct {
 }
 
 // Load reads every tensor of the file at path (F32, F16, BF16, Q8_0,
-// Q4_0, Q4_K, Q5_K or Q6_K).
+// Q4_0, Q4_K, Q5_K, Q6_K or MXFP4).
 func Load(path string) (*Model, error) {
 	f, err := gguf.ReadFile(path)
 	if err != nil {
@@ -166,7 +166,7 @@ func (m *Model) Step(token int32, pos int) []float64 {
 		}
 		base, scale := c.RopeBase, c.RopeScale
 		if c.IsSWA(l) {
-			base, scale = c.RopeBaseSWA, 1
+			base, scale = c.RopeBaseSWA, c.RopeScaleSWA
 		}
 		for hh := 0; hh < c.Heads; hh++ {
 			if c.QKNorm {
@@ -184,13 +184,18 @@ func (m *Model) Step(token int32, pos int) []float64 {
 		m.vcache[l] = append(m.vcache[l], v)
 		att := m.attend(l, q, pos)
 		o := matvec(m.w[p+"attn_output.weight"], att, c.Dim)
+		if c.OutBias {
+			for i := range o {
+				o[i] += m.w[p+"attn_output.bias"][i]
+			}
+		}
 		if c.PostNorms {
 			o = rmsnorm(o, m.w[p+"post_attention_norm.weight"], c.Eps)
 		}
 		for i := range x {
 			x[i] += o[i]
 		}
-		h = rmsnorm(x, m.w[p+"ffn_norm.weight"], c.Eps)
+		h = rmsnorm(x, m.w[p+c.FFNNorm()], c.Eps)
 		var d []float64
 		switch {
 		case c.Experts > 0:
@@ -221,7 +226,8 @@ func (m *Model) Step(token int32, pos int) []float64 {
 
 // attend is layer l's attention of the query heads q at position pos over
 // the cached keys and values (the last SlidingWindow of them on a
-// sliding-window layer).
+// sliding-window layer). With attention sinks, each head's softmax also
+// spans its sink logit, which takes probability but adds no value.
 func (m *Model) attend(l int, q []float64, pos int) []float64 {
 	c := m.Cfg
 	hd, group := c.HeadDim, c.Heads/c.KVHeads
@@ -252,10 +258,18 @@ func (m *Model) attend(l int, q []float64, pos int) []float64 {
 			scores[t] = s * kqScale
 			mx = max(mx, scores[t])
 		}
+		var sink float64
+		if c.AttnSinks {
+			sink = m.w[fmt.Sprintf("blk.%d.attn_sinks.weight", l)][hh]
+			mx = max(mx, sink)
+		}
 		var sum float64
 		for t := range scores {
 			scores[t] = math.Exp(scores[t] - mx)
 			sum += scores[t]
+		}
+		if c.AttnSinks {
+			sum += math.Exp(sink - mx)
 		}
 		for t, vt := range m.vcache[l] {
 			for i := 0; i < hd; i++ {
@@ -287,45 +301,90 @@ func geglu(gate, up, down, h []float64, ff int) []float64 {
 	return matvec(down, g, len(h))
 }
 
-// experts is a mixture-of-experts MLP: the router's softmax over the
-// experts, the top ExpertsUsed (ties to the lower id), their weights
-// renormalised to sum 1 when ExpertNormTopK, each expert a SwiGLU.
-func (m *Model) experts(p string, h []float64) []float64 {
-	c := m.Cfg
-	logits := matvec(m.w[p+"ffn_gate_inp.weight"], h, c.Experts)
+// softmax is exp(x - max) / Σ, in place.
+func softmax(x []float64) {
 	mx := math.Inf(-1)
-	for _, v := range logits {
+	for _, v := range x {
 		mx = max(mx, v)
 	}
-	probs := make([]float64, len(logits))
 	var sum float64
-	for i, v := range logits {
-		probs[i] = math.Exp(v - mx)
-		sum += probs[i]
+	for i, v := range x {
+		x[i] = math.Exp(v - mx)
+		sum += x[i]
+	}
+	for i := range x {
+		x[i] /= sum
+	}
+}
+
+// experts is a mixture-of-experts MLP: the router's top ExpertsUsed
+// experts (ties to the lower id) by its softmax over all experts, their
+// weights renormalised to sum 1 when ExpertNormTopK; or (gpt-oss) by its
+// logits plus bias, weighted by the softmax over the chosen ones. Each
+// expert is a SwiGLU, OpenAI's clamped one with biases for gpt-oss.
+func (m *Model) experts(p string, h []float64) []float64 {
+	c := m.Cfg
+	probs := matvec(m.w[p+"ffn_gate_inp.weight"], h, c.Experts)
+	if c.ExpertBiases {
+		for i := range probs {
+			probs[i] += m.w[p+"ffn_gate_inp.bias"][i]
+		}
+	}
+	if !c.ExpertSoftmaxTopK {
+		softmax(probs)
 	}
 	ids := make([]int, len(probs))
 	for i := range probs {
-		probs[i] /= sum
 		ids[i] = i
 	}
 	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(probs[b], probs[a]) })
 	chosen := ids[:c.ExpertsUsed]
+	ws := make([]float64, len(chosen))
 	var wsum float64
-	for _, e := range chosen {
+	for i, e := range chosen {
+		ws[i] = probs[e]
 		wsum += probs[e]
+	}
+	if c.ExpertSoftmaxTopK {
+		softmax(ws)
 	}
 	out := make([]float64, c.Dim)
 	n := c.ExpertFFDim * c.Dim // one expert's gate, up or down matrix
-	for _, e := range chosen {
-		w := probs[e]
+	for i, e := range chosen {
+		w := ws[i]
 		if c.ExpertNormTopK {
 			w /= wsum
 		}
-		d := swiglu(m.w[p+"ffn_gate_exps.weight"][e*n:(e+1)*n], m.w[p+"ffn_up_exps.weight"][e*n:(e+1)*n],
-			m.w[p+"ffn_down_exps.weight"][e*n:(e+1)*n], h, c.ExpertFFDim)
+		gate, up, down := m.w[p+"ffn_gate_exps.weight"][e*n:(e+1)*n], m.w[p+"ffn_up_exps.weight"][e*n:(e+1)*n], m.w[p+"ffn_down_exps.weight"][e*n:(e+1)*n]
+		var d []float64
+		if c.OAISwiGLU {
+			d = m.oaiExpert(p, e, gate, up, down, h)
+		} else {
+			d = swiglu(gate, up, down, h, c.ExpertFFDim)
+		}
 		for i := range out {
 			out[i] += w * d[i]
 		}
 	}
 	return out
+}
+
+// oaiExpert is gpt-oss's expert e: down · (g·σ(1.702·g) ⊙ (u + 1)) + its
+// bias, where g = min(gate · h + bias, 7) and u = clamp(up · h + bias, ±7).
+func (m *Model) oaiExpert(p string, e int, gate, up, down, h []float64) []float64 {
+	const alpha, limit = 1.702, 7
+	ff, dim := m.Cfg.ExpertFFDim, m.Cfg.Dim
+	g, u := matvec(gate, h, ff), matvec(up, h, ff)
+	gb, ub := m.w[p+"ffn_gate_exps.bias"][e*ff:], m.w[p+"ffn_up_exps.bias"][e*ff:]
+	for i := range g {
+		x := min(g[i]+gb[i], limit)
+		y := min(max(u[i]+ub[i], -limit), limit)
+		g[i] = x / (1 + math.Exp(-alpha*x)) * (y + 1)
+	}
+	d := matvec(down, g, dim)
+	db := m.w[p+"ffn_down_exps.bias"][e*dim:]
+	for i := range d {
+		d[i] += db[i]
+	}
+	return d
 }
