@@ -36,7 +36,8 @@ per token), gemma3 (tied embeddings, post-norms, GELU, a sliding window of
 1/8 of the context on 5 of every 6 layers), phi3 (fused QKV and gate-up),
 gpt-oss (attention sinks, biases, YaRN ×32, a sliding window of 1/8 of the
 context, at most 128, on every other layer, and 8/2, 16/4 or 32/4 experts
-with OpenAI's clamped SwiGLU; ship it with --type MXFP4).
+with OpenAI's clamped SwiGLU; ship it with --type MXFP4), mistral3
+(Ministral 3: YaRN ×16 over a 16th of the context, attention temperature).
 llama.cpp loads every file gen-model writes.
 
 Flags:

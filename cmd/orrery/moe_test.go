@@ -75,7 +75,7 @@ func moeOverThree(t *testing.T, bin string, a, b *agentProc, ids []string, dirC 
 func TestGenModelArch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.gguf")
 	code, out, errs := runCLI("gen-model", "--preset", "tiny", "--arch", "deepseek2", "-o", path)
-	if code != 2 || out != "" || !strings.Contains(errs, `arch "deepseek2": want one of [llama llama3 qwen2 qwen3 qwen3moe gemma3 phi3 gpt-oss]`) {
+	if code != 2 || out != "" || !strings.Contains(errs, `arch "deepseek2": want one of [llama llama3 qwen2 qwen3 qwen3moe gemma3 phi3 gpt-oss mistral3]`) {
 		t.Errorf("--arch deepseek2: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	for _, fam := range model.Families {

@@ -124,6 +124,7 @@ var families = []struct {
 	{family: "qwen3", types: shipped},
 	{family: "qwen3moe", types: shipped},
 	{family: "gemma3", types: shipped},
+	{family: "mistral3", types: shipped},
 	{family: "phi3", types: shipped},
 	{family: "gpt-oss", types: []string{"F32", "BF16", "Q8_0", "MXFP4", "MXFP4_MOE"}},
 	// Qwen3's long-context GGUFs: YaRN ×4 over an original 32768, as

@@ -15,15 +15,16 @@ import (
 )
 
 // Supported lists the architectures the runner implements: llama (Llama
-// 1–3.x, and Mistral 7B-style models, which llama.cpp converts as llama;
-// its mistral3 architecture is not supported), qwen2, qwen3
+// 1–3.x, and Mistral 7B-style models, which llama.cpp converts as llama),
+// mistral3 (Ministral 3: llama with YaRN and a per-position attention
+// temperature), qwen2, qwen3
 // (per-head q/k RMSNorm), qwen3moe (qwen3 attention, a routed mixture of
 // experts in every block), gemma3 (scaled embeddings, norms after
 // attention and MLP too, GELU, sliding-window layers between global ones)
 // phi3 (fused QKV and gate-up projections) and gpt-oss (attention sinks,
 // biases, sliding-window layers alternating with global ones, and a
 // mixture of experts with its own clamped SwiGLU, shipped in MXFP4).
-var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss"}
+var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3"}
 
 // ErrUnsupported is wrapped by the error for any other architecture.
 var ErrUnsupported = errors.New("unsupported architecture")
@@ -128,6 +129,11 @@ type Config struct {
 	ExpertBiases      bool `json:"expertBiases,omitempty"`
 	ExpertSoftmaxTopK bool `json:"expertSoftmaxTopK,omitempty"`
 	OAISwiGLU         bool `json:"oaiSwiglu,omitempty"`
+	// AttnTempScale ≠ 0 (Ministral 3, as Llama 4): queries are scaled,
+	// after RoPE, by 1 + AttnTempScale·ln(⌊pos / AttnTempFloor⌋ + 1), so
+	// that attention stays sharp at long contexts.
+	AttnTempScale float64 `json:"attnTempScale,omitempty"`
+	AttnTempFloor int     `json:"attnTempFloor,omitempty"`
 	// Phi-3: one attn_qkv matrix instead of q, k and v (FusedQKV), and one
 	// ffn_up of 2·FFDim rows, gate then up, instead of ffn_gate and ffn_up
 	// (FusedGateUp).
@@ -220,7 +226,7 @@ func readHyperparams(f *gguf.File) (Config, error) {
 		ContextLen: int(f.Uint(k("context_length"), 2048)),
 		RopeBase:   f.Float(k("rope.freq_base"), 10000),
 		Eps:        f.Float(k("attention.layer_norm_rms_epsilon"), 1e-5),
-		RopeNeoX:   arch != "llama",
+		RopeNeoX:   arch != "llama" && arch != "mistral3",
 		QKNorm:     arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3",
 	}
 	var err error
@@ -229,6 +235,11 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	}
 	if err := readYaRN(&c, f); err != nil {
 		return Config{}, err
+	}
+	if arch == "mistral3" {
+		if err := readMistral3(&c, f); err != nil {
+			return Config{}, err
+		}
 	}
 	c.KVHeads = int(f.Uint(k("attention.head_count_kv"), uint64(c.Heads)))
 	if arch == "qwen3moe" {
@@ -328,17 +339,20 @@ func ropeScale(f *gguf.File, arch string) (float64, error) {
 
 // readYaRN reads YaRN's parameters when the scaling type is yarn, and
 // derives the attention factor llama.cpp passes to ggml_rope_ext
-// (llama-context.cpp): the magnitude 1 + 0.1·ln(factor) times
+// (llama-context.cpp): the magnitude 1 + 0.1·ln(factor) (over
+// 1 + 0.1·L·ln(factor) with mistral3's yarn_log_multiplier L) times
 // rope.scaling.attn_factor, divided by the same 1 + 0.1·ln(factor) that
 // ggml's rope multiplies in itself, all in float32 as there. A
-// yarn_log_multiplier (DeepSeek's) is refused: no supported family has it.
+// yarn_log_multiplier elsewhere (DeepSeek's) is refused: llama.cpp reads
+// it for mistral3 only among the supported architectures.
 func readYaRN(c *Config, f *gguf.File) error {
 	k := func(s string) string { return c.Arch + ".rope.scaling." + s }
 	if f.String(k("type"), "linear") != "yarn" {
 		return nil
 	}
-	if v := f.Float(k("yarn_log_multiplier"), 0); v != 0 {
-		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("yarn_log_multiplier"), v)
+	logMul := float32(f.Float(k("yarn_log_multiplier"), 0))
+	if logMul != 0 && c.Arch != "mistral3" {
+		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("yarn_log_multiplier"), logMul)
 	}
 	c.YaRN = true
 	c.YaRNOrigCtx = int(f.Uint(k("original_context_length"), uint64(c.ContextLen)))
@@ -352,10 +366,43 @@ func readYaRN(c *Config, f *gguf.File) error {
 		ln := float32(math.Log(float64(factor)))
 		// Conversions keep Go from fusing these into FMAs, which C does not.
 		m := float32(0.1*ln) + 1
-		attn = m * (1 / m)
+		if logMul != 0 {
+			attn = m / (float32(float32(0.1*logMul)*ln) + 1)
+		} else {
+			attn = m
+		}
+		attn *= 1 / m
 	}
 	c.YaRNAttnFactor = float64(attn * float32(f.Float(k("attn_factor"), 1)))
 	return nil
+}
+
+// readMistral3 reads Ministral 3's attention temperature as llama.cpp does
+// (src/models/mistral3.cpp): its floor is the original context length. A
+// mixture of experts is refused: no Ministral 3 has one.
+func readMistral3(c *Config, f *gguf.File) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	if n := f.Uint(k("expert_count"), 0); n != 0 {
+		return fmt.Errorf("%s model: %s = %d: a mistral3 mixture of experts is not supported", c.Arch, k("expert_count"), n)
+	}
+	c.AttnTempScale = float64(float32(f.Float(k("attention.temperature_scale"), 0)))
+	if c.AttnTempScale == 0 {
+		return nil
+	}
+	c.AttnTempFloor = int(f.Uint(k("rope.scaling.original_context_length"), uint64(c.ContextLen)))
+	if c.AttnTempFloor <= 0 || c.AttnTempFloor > 1<<24 || math.IsNaN(c.AttnTempScale) || math.IsInf(c.AttnTempScale, 0) {
+		return fmt.Errorf("%s model: %s = %v with an original context of %d", c.Arch, k("attention.temperature_scale"), c.AttnTempScale, c.AttnTempFloor)
+	}
+	return nil
+}
+
+// AttnTemp is the query scale at position pos (AttnTempScale ≠ 0),
+// computed as llama.cpp's llm_graph_input_attn_temp: the quotient and
+// floor in float32, the log in double, the result rounded to float32.
+func (c Config) AttnTemp(pos int32) float32 {
+	q := float32(math.Floor(float64(float32(pos) / float32(c.AttnTempFloor))))
+	p := float64(math.Log(float64(q)+1) * float64(float32(c.AttnTempScale))) // rounded: no FMA
+	return float32(p + 1)
 }
 
 // readGemma3 reads Gemma 3's conventions as llama.cpp does
@@ -516,13 +563,23 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 		}
 	}
 	if rf, ok := f.Tensor("rope_freqs.weight"); ok {
-		if c.Arch != "llama" {
-			return nil, fmt.Errorf("%s model with rope_freqs.weight: RoPE frequency factors are supported for llama only", c.Arch)
+		if c.Arch != "llama" && c.Arch != "mistral3" {
+			return nil, fmt.Errorf("%s model with rope_freqs.weight: RoPE frequency factors are supported for llama and mistral3 only", c.Arch)
 		}
 		if !slices.Equal(rf.Dims, []uint64{uint64(c.HeadDim / 2)}) || rf.Type != gguf.F32 {
 			return nil, fmt.Errorf("rope_freqs.weight is %s %v, want F32 [%d]", rf.Type, rf.Dims, c.HeadDim/2)
 		}
 		c.RopeFreqs = true
+	}
+	if c.Arch == "mistral3" {
+		// Biases llama.cpp takes optionally: the output's is computed,
+		// the MLP's refused (no Ministral 3 has them).
+		_, c.OutBias = f.Tensor(fmt.Sprintf("blk.%d.attn_output.bias", first))
+		for _, name := range []string{"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"} {
+			if _, ok := f.Tensor(fmt.Sprintf("blk.%d.%s", first, name)); ok {
+				return nil, fmt.Errorf("%s model with blk.%d.%s: MLP biases are not supported", c.Arch, first, name)
+			}
+		}
 	}
 	dim, hd := uint64(c.Dim), uint64(c.HeadDim)
 	q, kv := uint64(c.Heads)*hd, uint64(c.KVHeads)*hd

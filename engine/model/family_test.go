@@ -28,7 +28,7 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			if qkNorm {
 				wantHD = 32 // twice dim/heads, as Qwen3's 128 against 1024/16
 			}
-			if c.HeadDim != wantHD || c.QKNorm != qkNorm || c.RopeFreqs != (fam == "llama3") || c.RopeNeoX != (c.Arch != "llama") {
+			if c.HeadDim != wantHD || c.QKNorm != qkNorm || c.RopeFreqs != (fam == "llama3") || c.RopeNeoX != (c.Arch != "llama" && c.Arch != "mistral3") {
 				t.Errorf("config %+v", c)
 			}
 			gemma := fam == "gemma3"
@@ -38,6 +38,16 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			}
 			if c.FusedQKV != (fam == "phi3") || c.FusedGateUp != (fam == "phi3") {
 				t.Errorf("fused: %+v", c)
+			}
+			// mistral3: YaRN ×16 over 512/16 with log multiplier 1, whose
+			// attention factor is 1/(1 + 0.1·ln 16); the temperature's
+			// floor is that original context.
+			m3 := fam == "mistral3"
+			ln16 := float32(math.Log(16))
+			if m3 && (!c.YaRN || c.RopeScale != 16 || c.YaRNOrigCtx != 32 || c.YaRNAttnFactor != float64(1/(float32(0.1*ln16)+1)) ||
+				c.AttnTempScale != float64(float32(0.1)) || c.AttnTempFloor != 32 || c.AttnTemp(31) != 1 ||
+				c.AttnTemp(32) != float32(1+0.1*math.Log(2)) || c.AttnTemp(100) != float32(1+0.1*math.Log(4))) || !m3 && c.AttnTempScale != 0 {
+				t.Errorf("mistral3 fields: %+v; temperature at 31, 32, 100: %v %v %v", c, c.AttnTemp(31), c.AttnTemp(32), c.AttnTemp(100))
 			}
 			// gpt-oss: every other layer (the even ones) on a window of
 			// 512/8 with the global layers' RoPE, YaRN ×32 over 4096,
@@ -164,6 +174,8 @@ func TestFamilyRefusals(t *testing.T) {
 		{"phi3", "phi3.rope.scaling.type", "longrope", []string{"phi3.rope.scaling.type", "not supported yet"}},
 		{"gemma3", "gemma3.final_logit_softcapping", float32(30), []string{"gemma3.final_logit_softcapping", "not supported"}},
 		{"gemma3", "gemma3.attention.sliding_window_pattern", []bool{true, false}, []string{"gemma3.attention.sliding_window_pattern", "arrays are not supported"}},
+		{"mistral3", "mistral3.expert_count", uint32(8), []string{"mistral3.expert_count", "mixture of experts is not supported"}},
+		{"mistral3", "mistral3.attention.temperature_scale", float32(math.Inf(1)), []string{"mistral3.attention.temperature_scale"}},
 		{"gpt-oss", "gpt-oss.attention.sliding_window", uint32(0), []string{"gpt-oss.attention.sliding_window = 0"}},
 		{"gpt-oss", "gpt-oss.expert_weights_scale", float32(2.5), []string{"gpt-oss.expert_weights_scale", "not supported"}},
 		{"gpt-oss", "gpt-oss.expert_used_count", uint32(0), []string{"gpt-oss.expert_used_count"}},
@@ -210,7 +222,7 @@ func TestFamilyRefusals(t *testing.T) {
 	}
 	f = gen("qwen3")
 	f.Tensors = append(f.Tensors, gguf.TensorInfo{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{16}})
-	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "supported for llama only") {
+	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "supported for llama and mistral3 only") {
 		t.Errorf("qwen3 with rope_freqs: %v", err)
 	}
 	// Phi-3's 128k variants (LongRoPE factors) are refused by tensor name.
@@ -218,6 +230,12 @@ func TestFamilyRefusals(t *testing.T) {
 	f = &gguf.File{KV: f.KV, Tensors: append(slices.Clone(f.Tensors), gguf.TensorInfo{Name: "rope_factors_long.weight", Type: gguf.F32, Dims: []uint64{8}})}
 	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "rope_factors_long.weight: LongRoPE") {
 		t.Errorf("phi3 with rope_factors_long: %v", err)
+	}
+	// A mistral3 MLP with biases is refused by name.
+	f = gen("mistral3")
+	f.Tensors = append(f.Tensors, gguf.TensorInfo{Name: "blk.0.ffn_up.bias", Type: gguf.F32, Dims: []uint64{192}})
+	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "blk.0.ffn_up.bias: MLP biases") {
+		t.Errorf("mistral3 with an MLP bias: %v", err)
 	}
 	// gpt-oss without a window, or without a block's sinks, is refused.
 	f = gen("gpt-oss")

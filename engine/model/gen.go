@@ -63,7 +63,9 @@ var Presets = map[string]GenOptions{
 
 // Families are gen-model's --arch values: a GGUF architecture with its
 // family's conventions. llama3 is llama with Llama 3.x's RoPE (base
-// 500000 and rope_freqs); qwen3 doubles the head size against dim/heads
+// 500000 and rope_freqs); mistral3 has Ministral 3's (base 1e6, YaRN ×16
+// over a 16th of the context with a log multiplier of 1) and its attention
+// temperature 0.1; qwen3 doubles the head size against dim/heads
 // as the Qwen3 models do; qwen3moe adds a mixture of experts whose active
 // weights are a small part of the total, as in Qwen3-30B-A3B; gemma3 has
 // Gemma 3's tied embeddings, post-norms, GELU and a sliding window of
@@ -73,7 +75,7 @@ var Presets = map[string]GenOptions{
 // over 4096, attention sinks, biases, a sliding window of 1/8 of the
 // context, at most 128, on every other layer) and a mixture of experts
 // whose active weights are a small part of the total.
-var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss"}
+var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3"}
 
 // ApplyFamily shapes o (a preset, or any shape) as family: it sets the
 // architecture and the family's fields that o leaves unset.
@@ -118,6 +120,14 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 		}
 		if o.HeadDim == 0 && o.Heads > 0 {
 			o.HeadDim = 2 * o.Dim / o.Heads
+		}
+	case "mistral3":
+		o.Arch = family
+		if o.RopeBase == 0 {
+			o.RopeBase = 1e6
+		}
+		if o.YaRN == 0 {
+			o.YaRN, o.YaRNOrigCtx = 16, max(16, o.ContextLen/16)
 		}
 	case "gpt-oss":
 		o.Arch = family
@@ -335,6 +345,16 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		kvs = append(kvs, gguf.KV{Key: a + ".rope.scaling.type", Value: "yarn"},
 			gguf.KV{Key: a + ".rope.scaling.factor", Value: float32(o.YaRN)},
 			gguf.KV{Key: a + ".rope.scaling.original_context_length", Value: uint32(cmp.Or(o.YaRNOrigCtx, o.ContextLen))})
+	}
+	if a == "mistral3" {
+		// Ministral 3's: the temperature's floor is the original
+		// context (the context, without YaRN).
+		kvs = append(kvs, gguf.KV{Key: a + ".attention.temperature_scale", Value: float32(0.1)})
+		if o.YaRN != 0 {
+			kvs = append(kvs, gguf.KV{Key: a + ".rope.scaling.yarn_log_multiplier", Value: float32(1)},
+				gguf.KV{Key: a + ".rope.scaling.yarn_beta_fast", Value: float32(32)},
+				gguf.KV{Key: a + ".rope.scaling.yarn_beta_slow", Value: float32(1)})
+		}
 	}
 	if o.SlidingWindow > 0 {
 		kvs = append(kvs, gguf.KV{Key: a + ".attention.sliding_window", Value: uint32(o.SlidingWindow)})

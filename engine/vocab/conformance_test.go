@@ -133,7 +133,7 @@ func errNote(err error) string {
 // withPre writes a copy of llama.cpp's vocabulary from (e.g. "llama-bpe")
 // with the pre-tokenizer pre, as ggml-vocab-<pre>.gguf in a temporary
 // directory: the pre-tokenizers that no vocabulary in llama.cpp's models/
-// uses (gpt-4o: gpt-oss's) are then tested against llama.cpp's.
+// uses (gpt-4o: gpt-oss's; tekken: Mistral's) are then tested against llama.cpp's.
 func withPre(t *testing.T, dir, from, pre string) string {
 	t.Helper()
 	f, err := gguf.ReadFile(filepath.Join(dir, "llama.cpp/models/ggml-vocab-"+from+".gguf"))
@@ -154,8 +154,8 @@ func withPre(t *testing.T, dir, from, pre string) string {
 }
 
 // TestMatchesLlamaCpp runs every vocabulary Orrery loads (those without
-// test vectors too, and llama-bpe's tokens under gpt-oss's gpt-4o
-// pre-tokenizer) over one corpus, every test input of every vocabulary,
+// test vectors too, and llama-bpe's tokens under gpt-oss's gpt-4o and
+// Mistral's tekken pre-tokenizers) over one corpus, every test input of every vocabulary,
 // chat-template text with special tokens, invalid UTF-8 and 100 seeded
 // random strings, with BOS added and special tokens parsed, as a prompt is
 // tokenized, and compares ids and detokenized text with llama.cpp's.
@@ -169,7 +169,7 @@ func TestMatchesLlamaCpp(t *testing.T) {
 			corpus = append(corpus, in...)
 		}
 	}
-	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"))
+	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"), withPre(t, dir, "llama-bpe", "tekken"))
 	corpus = append(corpus,
 		"HelloWorld's camelCase XMLHttpRequest iPhone ALLCAPS'LL Ünïcödé façadeÉtude",
 		"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",

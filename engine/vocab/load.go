@@ -223,6 +223,11 @@ func (v *Vocab) setPre(pre string) error {
 		// which spells the Unicode classes out with lookaheads.
 		v.cleanSpaces = false
 		exprs = []string{`[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+` + contractions + `?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*` + contractions + `?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
+	case "tekken":
+		// Mistral's Tekken (Ministral 3, Mistral Nemo/Small): the o200k
+		// split without contractions, one digit at a time.
+		v.cleanSpaces, v.ignoreMerges = false, true
+		exprs = []string{`[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
 	case "gemma4":
 		// SentencePiece-style BPE: spaces become ▁, merges run over
 		// whole lines, byte fallback is <0xNN>.
@@ -231,7 +236,7 @@ func (v *Vocab) setPre(pre string) error {
 	case "default":
 		exprs = []string{`[\p{P}\$\+<=>\^~\|]+`, gpt2, `\p{N}+`, `[0-9][0-9][0-9]`}
 	default:
-		return fmt.Errorf("%q is not supported; supported: llama-bpe (Llama 3), gpt-4o (gpt-oss, Llama 4), qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, gpt-2, mpt, olmo, gemma4, default and their aliases", pre)
+		return fmt.Errorf("%q is not supported; supported: llama-bpe (Llama 3), gpt-4o (gpt-oss, Llama 4), tekken (Mistral), qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, gpt-2, mpt, olmo, gemma4, default and their aliases", pre)
 	}
 	for _, e := range exprs {
 		re, err := regexp2.Compile(e, regexp2.None)
@@ -275,7 +280,7 @@ func (v *Vocab) readSpecialIDs(f *gguf.File, model string) error {
 		}
 	}
 	switch v.pre {
-	case "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2":
+	case "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "tekken":
 		v.addBOS = true
 	}
 	v.addBOS = f.Bool("tokenizer.ggml.add_bos_token", v.addBOS)

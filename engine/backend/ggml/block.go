@@ -60,7 +60,8 @@ func loadLayer(cfg model.Config, p string, must func(string) ml.Tensor) layer {
 // llama.cpp's graphs op for op (src/models/llama.cpp, qwen2.cpp,
 // qwen3.cpp, qwen3moe.cpp, gemma3.cpp, phi3.cpp, openai-moe.cpp), so that the two agree to the last
 // bits where their kernels do.
-func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n int) ml.Tensor {
+func (r *Rank) block(c ml.Context, il int, l *layer, x ml.Tensor, in *inputs) ml.Tensor {
+	n := in.n
 	cfg := &r.cfg
 	eps := float32(cfg.Eps)
 	h := x.RMSNorm(c, l.attnNorm, eps)
@@ -84,8 +85,11 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n i
 	if cfg.IsSWA(il) {
 		base, scale = float32(cfg.RopeBaseSWA), float32(1/cfg.RopeScaleSWA)
 	}
-	q = nn.RoPE(c, q, positions, cfg.HeadDim, base, scale, ropeOpts...)
-	k = nn.RoPE(c, k, positions, cfg.HeadDim, base, scale, ropeOpts...)
+	q = nn.RoPE(c, q, in.positions, cfg.HeadDim, base, scale, ropeOpts...)
+	k = nn.RoPE(c, k, in.positions, cfg.HeadDim, base, scale, ropeOpts...)
+	if in.attnTemp != nil {
+		q = q.Mul(c, in.attnTemp)
+	}
 	kqScale := 1 / math.Sqrt(float64(cfg.HeadDim))
 	if cfg.QueryScale != 0 {
 		q, kqScale = q.Scale(c, cfg.QueryScale), 1
@@ -121,6 +125,14 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x, positions ml.Tensor, n i
 		h = h.RMSNorm(c, l.ffnPostNorm, eps)
 	}
 	return h.Add(c, x)
+}
+
+// inputs are a batch's graph inputs every block reads.
+type inputs struct {
+	positions ml.Tensor
+	// attnTemp [1, 1, n] is each position's query scale (mistral3), or nil.
+	attnTemp ml.Tensor
+	n        int
 }
 
 // qkv projects h [dim, n] to the heads of q, k and v, through one fused

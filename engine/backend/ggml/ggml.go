@@ -256,7 +256,14 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	}()
 	c := r.b.NewContext()
 	defer c.Close()
-	positions := c.Input().FromInts(in.Positions, n)
+	ins := inputs{positions: c.Input().FromInts(in.Positions, n), n: n}
+	if r.cfg.AttnTempScale != 0 {
+		scales := make([]float32, n)
+		for i, p := range in.Positions {
+			scales[i] = r.cfg.AttnTemp(p)
+		}
+		ins.attnTemp = c.Input().FromFloats(scales, 1, 1, n)
+	}
 	var h ml.Tensor
 	if first {
 		h = r.tokEmb.Rows(c, c.Input().FromInts(in.Tokens, n))
@@ -279,7 +286,7 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 			}
 			r.swa.SetLayerType(typ)
 		}
-		h = r.block(c, il, &r.layers[i], h, positions, n)
+		h = r.block(c, il, &r.layers[i], h, &ins)
 	}
 	if !last {
 		c.Forward(h).Compute(h)

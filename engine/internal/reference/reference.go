@@ -1,6 +1,6 @@
 // Package reference is a pure-Go float64 forward pass of the
 // architectures the engine supports (llama with Llama 3.x rope_freqs,
-// qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss), written from the math rather than from ggml, for
+// mistral3, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss), written from the math rather than from ggml, for
 // tests to check the ggml path against. It is slow and keeps everything in
 // memory: small models only.
 package reference
@@ -173,6 +173,14 @@ func (m *Model) Step(token int32, pos int) []float64 {
 				copy(q[hh*hd:], rmsnorm(q[hh*hd:(hh+1)*hd], m.w[p+"attn_q_norm.weight"], c.Eps))
 			}
 			rope(q[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
+			if c.AttnTempScale != 0 {
+				// Ministral 3's temperature: the scale as llama.cpp
+				// feeds it to ggml, a float32 per position.
+				t := float64(c.AttnTemp(int32(pos)))
+				for i := hh * hd; i < (hh+1)*hd; i++ {
+					q[i] *= t
+				}
+			}
 		}
 		for hh := 0; hh < c.KVHeads; hh++ {
 			if c.QKNorm {
