@@ -122,7 +122,7 @@ var families = []struct {
 	{family: "llama"}, {family: "qwen2"},
 	{family: "llama3", types: shipped},
 	{family: "qwen3", types: shipped},
-	{family: "qwen3moe", types: shipped},
+	{family: "qwen3moe", types: append(slices.Clone(shipped), "MXFP4")},
 	{family: "gemma3", types: shipped},
 	{family: "mistral3", types: shipped},
 	{family: "phi3", types: shipped},
