@@ -37,7 +37,10 @@ per token), gemma3 (tied embeddings, post-norms, GELU, a sliding window of
 gpt-oss (attention sinks, biases, YaRN ×32, a sliding window of 1/8 of the
 context, at most 128, on every other layer, and 8/2, 16/4 or 32/4 experts
 with OpenAI's clamped SwiGLU; ship it with --type MXFP4), mistral3
-(Ministral 3: YaRN ×16 over a 16th of the context, attention temperature).
+(Ministral 3: YaRN ×16 over a 16th of the context, attention temperature),
+deepseek2 (DeepSeek V3 / Kimi K2: multi-head latent attention, YaRN ×40, a
+dense first block, then 8/2, 16/4 or 64/4 routed experts by sigmoid in 4
+groups, and a shared expert).
 llama.cpp loads every file gen-model writes.
 
 Flags:

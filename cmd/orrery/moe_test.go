@@ -74,9 +74,9 @@ func moeOverThree(t *testing.T, bin string, a, b *agentProc, ids []string, dirC 
 // gen-model --arch takes every family and refuses others, listing them.
 func TestGenModelArch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.gguf")
-	code, out, errs := runCLI("gen-model", "--preset", "tiny", "--arch", "deepseek2", "-o", path)
-	if code != 2 || out != "" || !strings.Contains(errs, `arch "deepseek2": want one of [llama llama3 qwen2 qwen3 qwen3moe gemma3 phi3 gpt-oss mistral3]`) {
-		t.Errorf("--arch deepseek2: exit %d, stdout %q, stderr %q", code, out, errs)
+	code, out, errs := runCLI("gen-model", "--preset", "tiny", "--arch", "mamba", "-o", path)
+	if code != 2 || out != "" || !strings.Contains(errs, `arch "mamba": want one of [llama llama3 qwen2 qwen3 qwen3moe gemma3 phi3 gpt-oss mistral3 deepseek2]`) {
+		t.Errorf("--arch mamba: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	for _, fam := range model.Families {
 		code, out, errs := runCLI("gen-model", "--preset", "tiny", "--arch", fam, "-o", path)
@@ -92,7 +92,7 @@ func TestGenModelArch(t *testing.T) {
 		if want == "" {
 			want = fam
 		}
-		if err != nil || cfg.Arch != want || cfg.RopeFreqs != (fam == "llama3") || (cfg.Experts > 0) != (fam == "qwen3moe" || fam == "gpt-oss") {
+		if err != nil || cfg.Arch != want || cfg.RopeFreqs != (fam == "llama3") || (cfg.Experts > 0) != (fam == "qwen3moe" || fam == "gpt-oss" || fam == "deepseek2") {
 			t.Errorf("--arch %s wrote %+v (%v)", fam, cfg, err)
 		}
 	}

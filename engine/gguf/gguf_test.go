@@ -296,3 +296,23 @@ func TestMXFP4Index(t *testing.T) {
 		}
 	}
 }
+
+// Q5_0 is read as ggml's dequantize_row_q5_0: the fifth bit of value j
+// is bit j of qh (bit j+16 for value j+16), values offset by 16.
+func TestQ5_0(t *testing.T) {
+	b := make([]byte, 22)
+	binary.LittleEndian.PutUint16(b, Float32ToF16(0.5))
+	binary.LittleEndian.PutUint32(b[2:], 1|1<<17) // value 0's and value 17's high bits
+	b[6] = 0x3f                                    // value 0: 15 (+16), value 16: 3
+	b[7] = 0x20                                    // value 1: 0, value 17: 2 (+16)
+	y, err := Dequantize(Q5_0, b, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]float64{0: 7.5, 16: -6.5, 1: -8, 17: 1, 5: -8}
+	for i, w := range want {
+		if y[i] != w {
+			t.Errorf("value %d = %g, want %g", i, y[i], w)
+		}
+	}
+}

@@ -261,7 +261,7 @@ func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 				out[b*q8Block+j+16] = d * float64(mxfp4Values[blk[1+j]>>4])
 			}
 		}
-	case Q4_0, Q4_K, Q5_K, Q6_K:
+	case Q4_0, Q5_0, Q4_K, Q5_K, Q6_K:
 		ti := tensorTypes[t]
 		if uint64(n)%ti.blockElems != 0 || uint64(len(data)) < uint64(n)/ti.blockElems*ti.blockBytes {
 			return nil, fmt.Errorf("%s: %d bytes for %d values", t, len(data), n)
@@ -272,6 +272,8 @@ func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 			switch t {
 			case Q4_0:
 				dequantQ4_0(blk, y)
+			case Q5_0:
+				dequantQ5_0(blk, y)
 			case Q4_K:
 				dequantQ4K(blk, y)
 			case Q5_K:
@@ -281,7 +283,7 @@ func Dequantize(t TensorType, data []byte, n int) ([]float64, error) {
 			}
 		}
 	default:
-		return nil, fmt.Errorf("dequantize %s: only F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and MXFP4 are supported here", t)
+		return nil, fmt.Errorf("dequantize %s: only F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K and MXFP4 are supported here", t)
 	}
 	return out, nil
 }
@@ -298,6 +300,20 @@ func dequantQ4_0(b []byte, y []float64) {
 	for j := range 16 {
 		y[j] = float64(int(qs[j]&0xf)-8) * d
 		y[j+16] = float64(int(qs[j]>>4)-8) * d
+	}
+}
+
+// dequantQ5_0: a scale and 32 5-bit values offset by 16, their high bits
+// gathered in a 32-bit word.
+func dequantQ5_0(b []byte, y []float64) {
+	d := f16At(b)
+	qh := binary.LittleEndian.Uint32(b[2:6])
+	qs := b[6:22]
+	for j := range 16 {
+		h0 := byte(qh>>j<<4) & 0x10
+		h1 := byte(qh>>(j+12)) & 0x10
+		y[j] = float64(int(qs[j]&0xf|h0)-16) * d
+		y[j+16] = float64(int(qs[j]>>4|h1)-16) * d
 	}
 }
 

@@ -21,10 +21,12 @@ import (
 // (per-head q/k RMSNorm), qwen3moe (qwen3 attention, a routed mixture of
 // experts in every block), gemma3 (scaled embeddings, norms after
 // attention and MLP too, GELU, sliding-window layers between global ones)
-// phi3 (fused QKV and gate-up projections) and gpt-oss (attention sinks,
+// phi3 (fused QKV and gate-up projections), gpt-oss (attention sinks,
 // biases, sliding-window layers alternating with global ones, and a
-// mixture of experts with its own clamped SwiGLU, shipped in MXFP4).
-var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3"}
+// mixture of experts with its own clamped SwiGLU, shipped in MXFP4) and
+// deepseek2 (DeepSeek V2/V3, Kimi K2: multi-head latent attention and a
+// mixture of routed and shared experts).
+var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3", "deepseek2"}
 
 // ErrUnsupported is wrapped by the error for any other architecture.
 var ErrUnsupported = errors.New("unsupported architecture")
@@ -134,6 +136,37 @@ type Config struct {
 	// that attention stays sharp at long contexts.
 	AttnTempScale float64 `json:"attnTempScale,omitempty"`
 	AttnTempFloor int     `json:"attnTempFloor,omitempty"`
+	// deepseek2's multi-head latent attention (MLA), as llama.cpp runs it
+	// with the absorption optimisation: queries through a rank-QLoraRank
+	// projection (0: one attn_q); keys and values through one latent of
+	// KVLoraRank per token, which the cache holds with the RopeDim rotary
+	// key part as one kv head (HeadDim = KVLoraRank + RopeDim, ValueDim =
+	// KVLoraRank); per head, attn_k_b folds the queries' non-rotary
+	// KeyDimMLA − RopeDim part into the latent, attn_v_b expands the
+	// attended latent to ValueDimMLA. KQScale replaces 1/√HeadDim in the
+	// softmax.
+	MLA         bool    `json:"mla,omitempty"`
+	QLoraRank   int     `json:"qLoraRank,omitempty"`
+	KVLoraRank  int     `json:"kvLoraRank,omitempty"`
+	RopeDim     int     `json:"ropeDim,omitempty"`
+	KeyDimMLA   int     `json:"keyDimMla,omitempty"`
+	ValueDimMLA int     `json:"valueDimMla,omitempty"`
+	ValueDim    int     `json:"valueDim,omitempty"`
+	KQScale     float64 `json:"kqScale,omitempty"`
+	// deepseek2's experts: the first LeadDense blocks have a dense MLP;
+	// the others SharedExperts × ExpertFFDim of shared SwiGLU beside the
+	// routed experts, which are scored by a sigmoid (ExpertSigmoid) or
+	// softmax, chosen with a per-expert bias added (ExpertProbsBias,
+	// exp_probs_b) among the best ExpertGroupsUsed of ExpertGroups groups
+	// (each group scored by its best two), and weighted by their scores
+	// (renormalised when ExpertNormTopK) times ExpertWeightsScale.
+	LeadDense          int     `json:"leadDense,omitempty"`
+	SharedExperts      int     `json:"sharedExperts,omitempty"`
+	ExpertSigmoid      bool    `json:"expertSigmoid,omitempty"`
+	ExpertProbsBias    bool    `json:"expertProbsBias,omitempty"`
+	ExpertWeightsScale float64 `json:"expertWeightsScale,omitempty"`
+	ExpertGroups       int     `json:"expertGroups,omitempty"`
+	ExpertGroupsUsed   int     `json:"expertGroupsUsed,omitempty"`
 	// Phi-3: one attn_qkv matrix instead of q, k and v (FusedQKV), and one
 	// ffn_up of 2·FFDim rows, gate then up, instead of ffn_gate and ffn_up
 	// (FusedGateUp).
@@ -158,6 +191,15 @@ type Config struct {
 func (c Config) IsSWA(il int) bool {
 	return c.SlidingWindow > 0 && (c.SWAPattern == 0 || il%c.SWAPattern < c.SWAPattern-1)
 }
+
+// KVWidth is the values a block's KV cache holds per token: keys and
+// values of every kv head.
+func (c Config) KVWidth() int {
+	return c.KVHeads * (c.HeadDim + cmp.Or(c.ValueDim, c.HeadDim))
+}
+
+// IsMoE reports whether block il's MLP is a mixture of experts.
+func (c Config) IsMoE(il int) bool { return c.Experts > 0 && il >= c.LeadDense }
 
 // FFNNorm is the name of a block's norm before the MLP, without the
 // "blk.N." prefix: post_attention_norm.weight in gpt-oss's files.
@@ -198,7 +240,7 @@ func FromGGUF(f *gguf.File) (Config, error) {
 	if err := tallyTypes(&c, f); err != nil {
 		return Config{}, err
 	}
-	if err := checkBlocks(f, first, last, want); err != nil {
+	if err := checkBlocks(c, f, first, last, want); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -226,7 +268,7 @@ func readHyperparams(f *gguf.File) (Config, error) {
 		ContextLen: int(f.Uint(k("context_length"), 2048)),
 		RopeBase:   f.Float(k("rope.freq_base"), 10000),
 		Eps:        f.Float(k("attention.layer_norm_rms_epsilon"), 1e-5),
-		RopeNeoX:   arch != "llama" && arch != "mistral3",
+		RopeNeoX:   arch != "llama" && arch != "mistral3" && arch != "deepseek2",
 		QKNorm:     arch == "qwen3" || arch == "qwen3moe" || arch == "gemma3",
 	}
 	var err error
@@ -243,7 +285,7 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	}
 	c.KVHeads = int(f.Uint(k("attention.head_count_kv"), uint64(c.Heads)))
 	if arch == "qwen3moe" {
-		if err := readExperts(&c, f); err != nil {
+		if err := readExperts(&c, f, false); err != nil {
 			return Config{}, err
 		}
 	}
@@ -279,10 +321,13 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	if ok && (c.HeadDim <= 0 || c.HeadDim%2 != 0 || c.HeadDim > 1024) {
 		return Config{}, fmt.Errorf("%s model: %s = %v, want an even size up to 1024", arch, k("attention.key_length"), hd)
 	}
-	if vl := f.Uint(k("attention.value_length"), uint64(c.HeadDim)); int(vl) != c.HeadDim {
+	if arch == "deepseek2" {
+		if err := readDeepSeek2(&c, f); err != nil {
+			return Config{}, err
+		}
+	} else if vl := f.Uint(k("attention.value_length"), uint64(c.HeadDim)); int(vl) != c.HeadDim {
 		return Config{}, fmt.Errorf("%s model: %s = %d differs from the key length %d, which Orrery does not support", arch, k("attention.value_length"), vl, c.HeadDim)
-	}
-	if rd := f.Uint(k("rope.dimension_count"), uint64(c.HeadDim)); int(rd) != c.HeadDim {
+	} else if rd := f.Uint(k("rope.dimension_count"), uint64(c.HeadDim)); int(rd) != c.HeadDim {
 		return Config{}, fmt.Errorf("%s model: %s = %d: partial rotary embeddings (%d of %d dims) are not supported", arch, k("rope.dimension_count"), rd, rd, c.HeadDim)
 	}
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
@@ -299,394 +344,6 @@ func readHyperparams(f *gguf.File) (Config, error) {
 		c.QueryScale = float64(1 / float32(math.Sqrt(float64(d))))
 	}
 	return c, nil
-}
-
-// ropeScale reads the RoPE scaling as llama.cpp does: the type defaults
-// to linear, whose factor divides the positions; "none" ignores the
-// factor. YaRN and LongRoPE change more than the frequencies and are
-// refused, as is any type llama.cpp does not know.
-func ropeScale(f *gguf.File, arch string) (float64, error) {
-	key := arch + ".rope.scaling.type"
-	typ := f.String(key, "linear")
-	switch typ {
-	case "none":
-		return 1, nil
-	case "linear":
-	case "yarn":
-		if arch == "gemma3" || arch == "phi3" {
-			return 0, fmt.Errorf("%s model: %s = %q is not supported for %s yet", arch, key, typ, arch)
-		}
-	case "longrope":
-		return 0, fmt.Errorf("%s model: %s = %q is not supported yet (supported: none, linear, yarn, and Llama 3's rope_freqs)", arch, key, typ)
-	default:
-		return 0, fmt.Errorf("%s model: %s = %q is not a RoPE scaling type (supported: none, linear, yarn)", arch, key, typ)
-	}
-	v, ok := f.Get(arch + ".rope.scaling.factor")
-	if !ok {
-		return 1, nil
-	}
-	s, ok := v.(float32)
-	switch {
-	case !ok:
-		return 0, fmt.Errorf("%s model: %s.rope.scaling.factor is %T, want a float32", arch, arch, v)
-	case s == 0:
-		return 1, nil // llama.cpp reads 0 as unset
-	case !(s > 0) || math.IsInf(float64(s), 0):
-		return 0, fmt.Errorf("%s model: %s.rope.scaling.factor = %v, want > 0", arch, arch, s)
-	}
-	return float64(s), nil
-}
-
-// readYaRN reads YaRN's parameters when the scaling type is yarn, and
-// derives the attention factor llama.cpp passes to ggml_rope_ext
-// (llama-context.cpp): the magnitude 1 + 0.1·ln(factor) (over
-// 1 + 0.1·L·ln(factor) with mistral3's yarn_log_multiplier L) times
-// rope.scaling.attn_factor, divided by the same 1 + 0.1·ln(factor) that
-// ggml's rope multiplies in itself, all in float32 as there. A
-// yarn_log_multiplier elsewhere (DeepSeek's) is refused: llama.cpp reads
-// it for mistral3 only among the supported architectures.
-func readYaRN(c *Config, f *gguf.File) error {
-	k := func(s string) string { return c.Arch + ".rope.scaling." + s }
-	if f.String(k("type"), "linear") != "yarn" {
-		return nil
-	}
-	logMul := float32(f.Float(k("yarn_log_multiplier"), 0))
-	if logMul != 0 && c.Arch != "mistral3" {
-		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("yarn_log_multiplier"), logMul)
-	}
-	c.YaRN = true
-	c.YaRNOrigCtx = int(f.Uint(k("original_context_length"), uint64(c.ContextLen)))
-	if c.YaRNOrigCtx <= 0 || c.YaRNOrigCtx > 1<<24 {
-		return fmt.Errorf("%s model: %s = %d", c.Arch, k("original_context_length"), c.YaRNOrigCtx)
-	}
-	c.YaRNBetaFast, c.YaRNBetaSlow = f.Float(k("yarn_beta_fast"), 32), f.Float(k("yarn_beta_slow"), 1)
-	factor := float32(c.RopeScale)
-	attn := float32(1)
-	if factor > 1 {
-		ln := float32(math.Log(float64(factor)))
-		// Conversions keep Go from fusing these into FMAs, which C does not.
-		m := float32(0.1*ln) + 1
-		if logMul != 0 {
-			attn = m / (float32(float32(0.1*logMul)*ln) + 1)
-		} else {
-			attn = m
-		}
-		attn *= 1 / m
-	}
-	c.YaRNAttnFactor = float64(attn * float32(f.Float(k("attn_factor"), 1)))
-	return nil
-}
-
-// readMistral3 reads Ministral 3's attention temperature as llama.cpp does
-// (src/models/mistral3.cpp): its floor is the original context length. A
-// mixture of experts is refused: no Ministral 3 has one.
-func readMistral3(c *Config, f *gguf.File) error {
-	k := func(s string) string { return c.Arch + "." + s }
-	if n := f.Uint(k("expert_count"), 0); n != 0 {
-		return fmt.Errorf("%s model: %s = %d: a mistral3 mixture of experts is not supported", c.Arch, k("expert_count"), n)
-	}
-	c.AttnTempScale = float64(float32(f.Float(k("attention.temperature_scale"), 0)))
-	if c.AttnTempScale == 0 {
-		return nil
-	}
-	c.AttnTempFloor = int(f.Uint(k("rope.scaling.original_context_length"), uint64(c.ContextLen)))
-	if c.AttnTempFloor <= 0 || c.AttnTempFloor > 1<<24 || math.IsNaN(c.AttnTempScale) || math.IsInf(c.AttnTempScale, 0) {
-		return fmt.Errorf("%s model: %s = %v with an original context of %d", c.Arch, k("attention.temperature_scale"), c.AttnTempScale, c.AttnTempFloor)
-	}
-	return nil
-}
-
-// AttnTemp is the query scale at position pos (AttnTempScale ≠ 0),
-// computed as llama.cpp's llm_graph_input_attn_temp: the quotient and
-// floor in float32, the log in double, the result rounded to float32.
-func (c Config) AttnTemp(pos int32) float32 {
-	q := float32(math.Floor(float64(float32(pos) / float32(c.AttnTempFloor))))
-	p := float64(math.Log(float64(q)+1) * float64(float32(c.AttnTempScale))) // rounded: no FMA
-	return float32(p + 1)
-}
-
-// readGemma3 reads Gemma 3's conventions as llama.cpp does
-// (src/models/gemma3.cpp): a sliding window when the key is set, every
-// 6th layer global unless the pattern says otherwise, RoPE base 10000 on
-// the window layers, queries scaled by 1/√HeadDim (1/√(Dim/Heads) for the
-// 62-layer 27B). A final logit soft cap is refused: llama.cpp's Gemma 3
-// files have none.
-func readGemma3(c *Config, f *gguf.File) error {
-	k := func(s string) string { return c.Arch + "." + s }
-	c.EmbedScale, c.PostNorms, c.GELU = true, true, true
-	c.Eps = f.Float(k("attention.layer_norm_rms_epsilon"), 1e-6)
-	if err := readSWA(c, f, 6, false); err != nil {
-		return err
-	}
-	c.RopeBaseSWA, c.RopeScaleSWA = f.Float(k("rope.freq_base_swa"), 10000), 1
-	if v := f.Float(k("final_logit_softcapping"), 0); v != 0 {
-		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("final_logit_softcapping"), v)
-	}
-	return nil
-}
-
-// readSWA reads the sliding window and which layers use it: all but every
-// pattern-th (the default when the file does not say). required: llama.cpp
-// refuses the file without a window.
-func readSWA(c *Config, f *gguf.File, pattern int, required bool) error {
-	k := func(s string) string { return c.Arch + "." + s }
-	w, ok := f.Get(k("attention.sliding_window"))
-	if !ok && required {
-		return fmt.Errorf("%s model: no %s", c.Arch, k("attention.sliding_window"))
-	}
-	c.SlidingWindow = int(f.Uint(k("attention.sliding_window"), 0))
-	if c.SlidingWindow < 0 || c.SlidingWindow > 1<<20 || ok && required && c.SlidingWindow == 0 {
-		return fmt.Errorf("%s model: %s = %v", c.Arch, k("attention.sliding_window"), w)
-	}
-	c.SWAPattern = pattern
-	if v, ok := f.Get(k("attention.sliding_window_pattern")); ok {
-		n, isUint := v.(uint32)
-		if !isUint || n == 0 || n > 1024 {
-			return fmt.Errorf("%s model: %s = %v: want a layer count 1..1024 (per-layer arrays are not supported)", c.Arch, k("attention.sliding_window_pattern"), v)
-		}
-		c.SWAPattern = int(n)
-	}
-	return nil
-}
-
-// readGPTOSS reads gpt-oss's conventions as llama.cpp does
-// (src/models/openai-moe.cpp): a mixture of experts weighted by a softmax
-// over the chosen ones only, a sliding window on every other layer (the
-// even ones) with the global layers' RoPE base and scale unless
-// rope.freq_base_swa says otherwise. An expert weight scale other than 1
-// is refused: gpt-oss has none.
-func readGPTOSS(c *Config, f *gguf.File) error {
-	k := func(s string) string { return c.Arch + "." + s }
-	if err := readExperts(c, f); err != nil {
-		return err
-	}
-	c.ExpertNormTopK = false
-	c.ExpertSoftmaxTopK, c.OAISwiGLU, c.AttnSinks, c.OutBias, c.ExpertBiases = true, true, true, true, true
-	if err := readSWA(c, f, 2, true); err != nil {
-		return err
-	}
-	c.RopeBaseSWA, c.RopeScaleSWA = f.Float(k("rope.freq_base_swa"), c.RopeBase), c.RopeScale
-	if v := f.Float(k("expert_weights_scale"), 0); v != 0 && v != 1 {
-		return fmt.Errorf("%s model: %s = %v is not supported", c.Arch, k("expert_weights_scale"), v)
-	}
-	return nil
-}
-
-// readExperts reads a mixture-of-experts block's shape. As in llama.cpp
-// the expert size defaults to feed_forward_length / expert_used_count,
-// and qwen3moe always renormalises the chosen experts' weights.
-func readExperts(c *Config, f *gguf.File) error {
-	k := func(s string) string { return c.Arch + "." + s }
-	c.Experts = int(f.Uint(k("expert_count"), 0))
-	c.ExpertsUsed = int(f.Uint(k("expert_used_count"), 0))
-	if c.Experts <= 0 || c.Experts > 1024 {
-		return fmt.Errorf("%s model: %s = %d, want 1..1024", c.Arch, k("expert_count"), c.Experts)
-	}
-	if c.ExpertsUsed <= 0 || c.ExpertsUsed > c.Experts {
-		return fmt.Errorf("%s model: %s = %d, want 1..%s (%d)", c.Arch, k("expert_used_count"), c.ExpertsUsed, k("expert_count"), c.Experts)
-	}
-	c.ExpertFFDim = int(f.Uint(k("expert_feed_forward_length"), uint64(c.FFDim/c.ExpertsUsed)))
-	if c.ExpertFFDim <= 0 {
-		return fmt.Errorf("%s model: %s = %d, want > 0", c.Arch, k("expert_feed_forward_length"), c.ExpertFFDim)
-	}
-	if c.FFDim == 0 {
-		c.FFDim = c.ExpertFFDim * c.ExpertsUsed
-	}
-	if n := f.Uint(k("expert_shared_count"), 0); n != 0 {
-		return fmt.Errorf("%s model: %s = %d: shared experts are not supported for %s", c.Arch, k("expert_shared_count"), n, c.Arch)
-	}
-	c.ExpertNormTopK = true
-	return nil
-}
-
-// readShard reads which blocks [first, last) the file holds, and whether the
-// output projection is tied to the embeddings.
-func readShard(c *Config, f *gguf.File) (first, last int, err error) {
-	first, last = 0, c.Layers
-	if _, ok := f.Get(KeyShardLast); ok {
-		first, last = int(f.Uint(KeyShardFirst, 0)), int(f.Uint(KeyShardLast, 0))
-		if first < 0 || last > c.Layers || first >= last {
-			return 0, 0, fmt.Errorf("shard of blocks [%d, %d) of a %d-layer model", first, last, c.Layers)
-		}
-		c.ShardFirst, c.ShardLast = first, last
-		c.TiedOutput = f.Bool(KeyShardTied, false)
-	} else {
-		_, hasOut := f.Tensor("output.weight")
-		c.TiedOutput = !hasOut
-	}
-	return first, last, nil
-}
-
-// checkEmbeddings checks the token embeddings (needed by the first shard, and
-// by the last when the output is tied) and the output norm (needed by the
-// last), and takes the vocabulary size from the embeddings if the tokenizer
-// did not give it.
-func checkEmbeddings(c *Config, f *gguf.File, first, last int) error {
-	needEmb := first == 0 || last == c.Layers && c.TiedOutput
-	emb, ok := f.Tensor("token_embd.weight")
-	switch {
-	case !ok && needEmb:
-		return errors.New("no token_embd.weight tensor")
-	case ok:
-		if len(emb.Dims) != 2 || int(emb.Dims[0]) != c.Dim {
-			return fmt.Errorf("token_embd.weight is %v, want [%d, vocab]", emb.Dims, c.Dim)
-		}
-		if c.Vocab == 0 {
-			c.Vocab = int(emb.Dims[1])
-		}
-		if int(emb.Dims[1]) != c.Vocab {
-			return fmt.Errorf("token_embd.weight has %d rows, the tokenizer %d tokens", emb.Dims[1], c.Vocab)
-		}
-	case c.Vocab == 0:
-		return errors.New("no tokenizer.ggml.tokens and no token_embd.weight: vocabulary size unknown")
-	}
-	if last == c.Layers {
-		if _, ok := f.Tensor("output_norm.weight"); !ok {
-			return errors.New("no output_norm.weight tensor")
-		}
-	}
-	return nil
-}
-
-// blockShapes notes whether the blocks have q/k/v biases and the model
-// RoPE frequency factors, and returns the shape each block's tensors must
-// have, by name suffix.
-func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error) {
-	_, c.QKVBias = f.Tensor(fmt.Sprintf("blk.%d.attn_q.bias", first))
-	_, c.FusedQKV = f.Tensor(fmt.Sprintf("blk.%d.attn_qkv.weight", first))
-	if c.FusedQKV && c.Arch != "phi3" {
-		return nil, fmt.Errorf("%s model with blk.%d.attn_qkv.weight: a fused QKV is supported for phi3 only", c.Arch, first)
-	}
-	for _, name := range []string{"rope_factors_long.weight", "rope_factors_short.weight"} {
-		if _, ok := f.Tensor(name); ok {
-			return nil, fmt.Errorf("%s model with %s: LongRoPE (Phi-3's 128k variants) is not supported yet", c.Arch, name)
-		}
-	}
-	if rf, ok := f.Tensor("rope_freqs.weight"); ok {
-		if c.Arch != "llama" && c.Arch != "mistral3" {
-			return nil, fmt.Errorf("%s model with rope_freqs.weight: RoPE frequency factors are supported for llama and mistral3 only", c.Arch)
-		}
-		if !slices.Equal(rf.Dims, []uint64{uint64(c.HeadDim / 2)}) || rf.Type != gguf.F32 {
-			return nil, fmt.Errorf("rope_freqs.weight is %s %v, want F32 [%d]", rf.Type, rf.Dims, c.HeadDim/2)
-		}
-		c.RopeFreqs = true
-	}
-	if c.Arch == "mistral3" {
-		// Biases llama.cpp takes optionally: the output's is computed,
-		// the MLP's refused (no Ministral 3 has them).
-		_, c.OutBias = f.Tensor(fmt.Sprintf("blk.%d.attn_output.bias", first))
-		for _, name := range []string{"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"} {
-			if _, ok := f.Tensor(fmt.Sprintf("blk.%d.%s", first, name)); ok {
-				return nil, fmt.Errorf("%s model with blk.%d.%s: MLP biases are not supported", c.Arch, first, name)
-			}
-		}
-	}
-	dim, hd := uint64(c.Dim), uint64(c.HeadDim)
-	q, kv := uint64(c.Heads)*hd, uint64(c.KVHeads)*hd
-	want := map[string][]uint64{
-		"attn_norm.weight": {dim}, c.FFNNorm(): {dim},
-		"attn_q.weight": {dim, q}, "attn_k.weight": {dim, kv}, "attn_v.weight": {dim, kv},
-		"attn_output.weight": {q, dim},
-	}
-	if c.FusedQKV {
-		delete(want, "attn_q.weight")
-		delete(want, "attn_k.weight")
-		delete(want, "attn_v.weight")
-		want["attn_qkv.weight"] = []uint64{dim, q + 2*kv}
-	}
-	if c.FusedGateUp {
-		ff := uint64(c.FFDim)
-		want["ffn_up.weight"], want["ffn_down.weight"] = []uint64{dim, 2 * ff}, []uint64{ff, dim}
-	} else if c.Experts > 0 {
-		e, eff := uint64(c.Experts), uint64(c.ExpertFFDim)
-		want["ffn_gate_inp.weight"] = []uint64{dim, e}
-		want["ffn_gate_exps.weight"], want["ffn_up_exps.weight"] = []uint64{dim, eff, e}, []uint64{dim, eff, e}
-		want["ffn_down_exps.weight"] = []uint64{eff, dim, e}
-	} else {
-		ff := uint64(c.FFDim)
-		want["ffn_gate.weight"], want["ffn_up.weight"], want["ffn_down.weight"] = []uint64{dim, ff}, []uint64{dim, ff}, []uint64{ff, dim}
-	}
-	if c.AttnSinks {
-		want["attn_sinks.weight"] = []uint64{uint64(c.Heads)}
-	}
-	if c.OutBias {
-		want["attn_output.bias"] = []uint64{dim}
-	}
-	if c.ExpertBiases {
-		e, eff := uint64(c.Experts), uint64(c.ExpertFFDim)
-		want["ffn_gate_inp.bias"] = []uint64{e}
-		want["ffn_gate_exps.bias"], want["ffn_up_exps.bias"], want["ffn_down_exps.bias"] = []uint64{eff, e}, []uint64{eff, e}, []uint64{dim, e}
-	}
-	if c.QKNorm {
-		want["attn_q_norm.weight"], want["attn_k_norm.weight"] = []uint64{hd}, []uint64{hd}
-	}
-	if c.PostNorms {
-		want["post_attention_norm.weight"], want["post_ffw_norm.weight"] = []uint64{dim}, []uint64{dim}
-	}
-	if c.QKVBias {
-		want["attn_q.bias"], want["attn_k.bias"], want["attn_v.bias"] = []uint64{q}, []uint64{kv}, []uint64{kv}
-	}
-	return want, nil
-}
-
-// tallyTypes checks that every tensor has a type Orrery runs and counts the
-// parameters, the type mix and the file type.
-func tallyTypes(c *Config, f *gguf.File) error {
-	counts := map[gguf.TensorType]uint64{}
-	shares := map[gguf.TensorType]*TypeShare{}
-	for _, t := range f.Tensors {
-		if !slices.Contains(SupportedTypes, t.Type) {
-			names := make([]string, len(SupportedTypes))
-			for i, st := range SupportedTypes {
-				names[i] = st.String()
-			}
-			return fmt.Errorf("tensor %s has type %s, which Orrery does not run; supported: %s", t.Name, t.Type, strings.Join(names, ", "))
-		}
-		c.Params += t.Elements()
-		counts[t.Type] += t.Elements()
-		if shares[t.Type] == nil {
-			shares[t.Type] = &TypeShare{Type: t.Type.String()}
-		}
-		shares[t.Type].Tensors++
-		shares[t.Type].Bytes += t.Size
-	}
-	var best uint64
-	for t, n := range counts {
-		if n > best || n == best && t.String() < c.FileType {
-			best, c.FileType = n, t.String()
-		}
-	}
-	for _, sh := range shares {
-		c.Types = append(c.Types, *sh)
-	}
-	slices.SortFunc(c.Types, func(a, b TypeShare) int {
-		if a.Bytes != b.Bytes {
-			return cmp.Compare(b.Bytes, a.Bytes)
-		}
-		return strings.Compare(a.Type, b.Type)
-	})
-	if name := fileTypeNames[f.Uint("general.file_type", 1<<63)]; name != "" {
-		c.FileType = name
-	}
-	return nil
-}
-
-// checkBlocks checks that every block (of the shard) is there with the right
-// shapes.
-func checkBlocks(f *gguf.File, first, last int, want map[string][]uint64) error {
-	for i := first; i < last; i++ {
-		for suffix, dims := range want {
-			name := fmt.Sprintf("blk.%d.%s", i, suffix)
-			t, ok := f.Tensor(name)
-			if !ok {
-				return fmt.Errorf("no %s tensor", name)
-			}
-			if !slices.Equal(t.Dims, dims) {
-				return fmt.Errorf("%s is %v, want %v", name, t.Dims, dims)
-			}
-		}
-	}
-	return nil
 }
 
 // TypeMix is a type mix as text, by share of the weights' bytes:

@@ -25,10 +25,14 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			}
 			qkNorm := fam == "qwen3" || fam == "qwen3moe" || fam == "gemma3"
 			wantHD := 16
-			if qkNorm {
+			switch {
+			case qkNorm:
 				wantHD = 32 // twice dim/heads, as Qwen3's 128 against 1024/16
+			case fam == "deepseek2":
+				wantHD = 64 + 16 // the cache's key: latent and rotary part
 			}
-			if c.HeadDim != wantHD || c.QKNorm != qkNorm || c.RopeFreqs != (fam == "llama3") || c.RopeNeoX != (c.Arch != "llama" && c.Arch != "mistral3") {
+			norm := c.Arch == "llama" || c.Arch == "mistral3" || c.Arch == "deepseek2"
+			if c.HeadDim != wantHD || c.QKNorm != qkNorm || c.RopeFreqs != (fam == "llama3") || c.RopeNeoX == norm {
 				t.Errorf("config %+v", c)
 			}
 			gemma := fam == "gemma3"
@@ -57,9 +61,10 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 					c.RopeScaleSWA != 32 || !c.YaRN || c.YaRNOrigCtx != 4096 || c.FFNNorm() != "post_attention_norm.weight") {
 				t.Errorf("gpt-oss fields: %+v", c)
 			}
+			checkDeepSeek2(t, c, fam == "deepseek2")
 			oss := fam == "gpt-oss"
-			if fam == "qwen3moe" || oss {
-				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || c.ExpertNormTopK != !oss || c.ExpertSoftmaxTopK != oss {
+			if fam == "qwen3moe" || oss || fam == "deepseek2" {
+				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || c.ExpertNormTopK != !oss || c.ExpertSoftmaxTopK != oss || c.ExpertSigmoid != (fam == "deepseek2") {
 					t.Errorf("experts: %+v", c)
 				}
 				if !strings.Contains(c.String(), "2 of 8 experts of ff 64") {
@@ -83,13 +88,40 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, hasFreqs := sf.Tensor("rope_freqs.weight")
-			if hasFreqs != (fam == "llama3") || sc.RopeFreqs != c.RopeFreqs || sc.Experts != c.Experts || sc.HeadDim != c.HeadDim {
+			if hasFreqs != (fam == "llama3") || sc.RopeFreqs != c.RopeFreqs || sc.Experts != c.Experts || sc.HeadDim != c.HeadDim || sc.KQScale != c.KQScale {
 				t.Errorf("shard: rope_freqs %v, config %+v", hasFreqs, sc)
 			}
 		})
 	}
-	if _, err := ApplyFamily(Presets["tiny"], "deepseek2"); err == nil || !strings.Contains(err.Error(), "gpt-oss") {
-		t.Errorf("ApplyFamily(deepseek2) = %v, want a refusal listing the families", err)
+	if _, err := ApplyFamily(Presets["tiny"], "mamba"); err == nil || !strings.Contains(err.Error(), "deepseek2") {
+		t.Errorf("ApplyFamily(mamba) = %v, want a refusal listing the families", err)
+	}
+}
+
+// checkDeepSeek2 holds a generated deepseek2's MLA and expert fields (the
+// tiny preset: heads of 16, so latent 64, rotary 16, non-rotary 32,
+// values 16, q rank 32) to what mlaDims and deepseekMetadata write, and
+// others to none of them.
+func checkDeepSeek2(t *testing.T, c Config, ds bool) {
+	t.Helper()
+	if !ds {
+		if c.MLA || c.KQScale != 0 || c.SharedExperts != 0 || c.LeadDense != 0 || c.ExpertGroups != 0 || c.ValueDim != 0 {
+			t.Errorf("deepseek2 fields outside deepseek2: %+v", c)
+		}
+		return
+	}
+	// YaRN ×40: attention factor 1/(1 + 0.1·ln 40), undone in the scale,
+	// whose log multiplier (stored as 0.1) squares the magnitude back in.
+	ln := float32(math.Log(40))
+	m := float32(0.1*ln) + 1
+	af := 1 / m
+	ms := af * m * m
+	wantKQ := float64(ms * ms / float32(math.Sqrt(48)))
+	if !c.MLA || c.QLoraRank != 32 || c.KVLoraRank != 64 || c.RopeDim != 16 || c.KeyDimMLA != 48 || c.ValueDimMLA != 16 ||
+		c.ValueDim != 64 || c.KVHeads != 1 || c.KVWidth() != 80+64 || c.LeadDense != 1 || c.IsMoE(0) || !c.IsMoE(1) ||
+		c.SharedExperts != 1 || !c.ExpertProbsBias || c.ExpertWeightsScale != 2.5 || c.ExpertGroups != 4 || c.ExpertGroupsUsed != 2 ||
+		!c.ExpertNormTopK || !c.YaRN || c.RopeScale != 40 || c.YaRNAttnFactor != float64(af) || c.KQScale != wantKQ {
+		t.Errorf("deepseek2 fields: %+v (kq scale want %v)", c, wantKQ)
 	}
 }
 
@@ -176,6 +208,12 @@ func TestFamilyRefusals(t *testing.T) {
 		{"gemma3", "gemma3.attention.sliding_window_pattern", []bool{true, false}, []string{"gemma3.attention.sliding_window_pattern", "arrays are not supported"}},
 		{"mistral3", "mistral3.expert_count", uint32(8), []string{"mistral3.expert_count", "mixture of experts is not supported"}},
 		{"mistral3", "mistral3.attention.temperature_scale", float32(math.Inf(1)), []string{"mistral3.attention.temperature_scale"}},
+		{"deepseek2", "deepseek2.attention.head_count_kv", uint32(4), []string{"deepseek2.attention.head_count_kv = 4", "one latent kv head"}},
+		{"deepseek2", "deepseek2.attention.key_length_mla", uint32(0), []string{"attn_kv_b", "convert it again"}},
+		{"deepseek2", "deepseek2.attention.key_length", uint32(96), []string{"deepseek2.attention.key_length = 96", "kv_lora_rank + rope.dimension_count = 80"}},
+		{"deepseek2", "deepseek2.expert_gating_func", uint32(3), []string{"deepseek2.expert_gating_func = 3"}},
+		{"deepseek2", "deepseek2.expert_group_count", uint32(3), []string{"deepseek2.expert_group_count = 3"}},
+		{"deepseek2", "deepseek2.attention.temperature_scale", float32(0.1), []string{"deepseek2.attention.temperature_scale", "not supported yet"}},
 		{"gpt-oss", "gpt-oss.attention.sliding_window", uint32(0), []string{"gpt-oss.attention.sliding_window = 0"}},
 		{"gpt-oss", "gpt-oss.expert_weights_scale", float32(2.5), []string{"gpt-oss.expert_weights_scale", "not supported"}},
 		{"gpt-oss", "gpt-oss.expert_used_count", uint32(0), []string{"gpt-oss.expert_used_count"}},

@@ -2,12 +2,8 @@ package model
 
 import (
 	"cmp"
-	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"math"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -75,7 +71,10 @@ var Presets = map[string]GenOptions{
 // over 4096, attention sinks, biases, a sliding window of 1/8 of the
 // context, at most 128, on every other layer) and a mixture of experts
 // whose active weights are a small part of the total.
-var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3"}
+// deepseek2 has DeepSeek V3's conventions at the preset's size (see
+// mlaDims; YaRN ×40 with its log multiplier, one leading dense block, one
+// shared expert, sigmoid routing with a selection bias among groups).
+var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3", "deepseek2"}
 
 // ApplyFamily shapes o (a preset, or any shape) as family: it sets the
 // architecture and the family's fields that o leaves unset.
@@ -128,6 +127,23 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 		}
 		if o.YaRN == 0 {
 			o.YaRN, o.YaRNOrigCtx = 16, max(16, o.ContextLen/16)
+		}
+	case "deepseek2":
+		o.Arch = family
+		if o.YaRN == 0 {
+			o.YaRN, o.YaRNOrigCtx = 40, max(16, o.ContextLen/40)
+		}
+		if o.Experts == 0 {
+			// Routed experts in groups of 2–8, half the groups usable
+			// (DeepSeek V3: 256 in 8 groups, 4 used, 8 chosen).
+			switch {
+			case o.Dim < 256:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 8, 2, 64
+			case o.Dim < 1024:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 16, 4, 256
+			default:
+				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 64, 4, 256
+			}
 		}
 	case "gpt-oss":
 		o.Arch = family
@@ -209,16 +225,18 @@ func (o *GenOptions) fill() error {
 	case o.ContextLen < 16 || o.ContextLen > 1<<20:
 		return fmt.Errorf("context length %d: want 16..%d", o.ContextLen, 1<<20)
 	}
-	moe := o.Arch == "qwen3moe" || o.Arch == "gpt-oss"
+	moe := o.Arch == "qwen3moe" || o.Arch == "gpt-oss" || o.Arch == "deepseek2"
 	switch {
 	case moe && (o.Experts < 1 || o.Experts > 1024 || o.ExpertsUsed < 1 || o.ExpertsUsed > o.Experts):
 		return fmt.Errorf("%d experts, %d used: want 1..1024 experts and 1..experts used", o.Experts, o.ExpertsUsed)
 	case moe && (o.ExpertFFDim < 32 || o.ExpertFFDim%32 != 0):
 		return fmt.Errorf("expert ff dim %d: want a multiple of 32", o.ExpertFFDim)
 	case !moe && o.Experts != 0:
-		return fmt.Errorf("experts are for qwen3moe and gpt-oss, not %s", o.Arch)
+		return fmt.Errorf("experts are for qwen3moe, gpt-oss and deepseek2, not %s", o.Arch)
 	case !moe && o.Type == "MXFP4":
-		return fmt.Errorf("type MXFP4 is for the experts of qwen3moe and gpt-oss, not %s", o.Arch)
+		return fmt.Errorf("type MXFP4 is for the experts of qwen3moe, gpt-oss and deepseek2, not %s", o.Arch)
+	case o.Arch == "deepseek2" && (o.Heads%2 != 0 || o.Experts%4 != 0):
+		return fmt.Errorf("deepseek2: %d heads and %d experts: want both even, the experts in 4 groups", o.Heads, o.Experts)
 	case o.RopeFreqs && o.Arch != "llama":
 		return fmt.Errorf("rope_freqs (Llama 3.x RoPE scaling) is for llama, not %s", o.Arch)
 	case o.HeadDim < 2 || o.HeadDim%2 != 0 || o.HeadDim > 1024:
@@ -370,6 +388,9 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 			}
 		}
 	}
+	if a == "deepseek2" {
+		kvs = deepseekMetadata(o, kvs)
+	}
 	if o.Experts > 0 {
 		kvs = append(kvs, gguf.KV{Key: a + ".expert_count", Value: uint32(o.Experts)},
 			gguf.KV{Key: a + ".expert_used_count", Value: uint32(o.ExpertsUsed)},
@@ -433,192 +454,44 @@ func genVocab(n int) (tokens []string, scores []float32, types []int32) {
 	return tokens, scores, types
 }
 
-// genTensors lists the tensors in file order; each fills itself from a
-// generator seeded by the model seed and the tensor's name.
-func genTensors(o GenOptions) []gguf.WriteTensor {
-	wt, et := genTypes[o.Type], genTypes[o.Type] // matrices, experts
-	if o.Type == "MXFP4" {
-		wt = gguf.Q8_0
-	}
-	hd := o.HeadDim
-	oss := o.Arch == "gpt-oss"
-	q, kv := uint64(o.Heads*hd), uint64(o.KVHeads*hd)
-	dim, ff := uint64(o.Dim), uint64(o.FFDim)
-	e, eff := uint64(o.Experts), uint64(o.ExpertFFDim)
-	var ts []gguf.WriteTensor
-	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
-		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
-	}
-	embStd := 1.0
-	if o.Arch == "gemma3" { // scaled by √dim in the graph, and the output head
-		embStd = 1 / math.Sqrt(float64(dim))
-	}
-	add("token_embd.weight", wt, embStd, false, dim, uint64(o.Vocab))
-	if o.RopeFreqs {
-		ts = append(ts, gguf.WriteTensor{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{uint64(hd / 2)},
-			Data: floatsData(llama3RopeFactors(o.RopeBase, hd))})
-	}
-	for i := 0; i < o.Layers; i++ {
-		p := fmt.Sprintf("blk.%d.", i)
-		add(p+"attn_norm.weight", gguf.F32, 0.1, true, dim)
-		if o.Arch == "phi3" {
-			add(p+"attn_qkv.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, q+2*kv)
-		} else {
-			add(p+"attn_q.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, q)
-			add(p+"attn_k.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
-			add(p+"attn_v.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, kv)
-		}
-		if o.Arch == "qwen2" || oss {
-			add(p+"attn_q.bias", gguf.F32, 0.02, false, q)
-			add(p+"attn_k.bias", gguf.F32, 0.02, false, kv)
-			add(p+"attn_v.bias", gguf.F32, 0.02, false, kv)
-		}
-		if o.Arch == "qwen3" || o.Arch == "qwen3moe" || o.Arch == "gemma3" {
-			add(p+"attn_q_norm.weight", gguf.F32, 0.1, true, uint64(hd))
-			add(p+"attn_k_norm.weight", gguf.F32, 0.1, true, uint64(hd))
-		}
-		add(p+"attn_output.weight", wt, 1/math.Sqrt(float64(q)), false, q, dim)
-		if oss {
-			// Sink logits of the order of the attention scores, so that
-			// each takes a visible share.
-			add(p+"attn_output.bias", gguf.F32, 0.02, false, dim)
-			add(p+"attn_sinks.weight", gguf.F32, 1, false, uint64(o.Heads))
-		}
-		if o.Arch == "gemma3" {
-			add(p+"post_attention_norm.weight", gguf.F32, 0.1, true, dim)
-			add(p+"post_ffw_norm.weight", gguf.F32, 0.1, true, dim)
-		}
-		if oss {
-			add(p+"post_attention_norm.weight", gguf.F32, 0.1, true, dim)
-		} else {
-			add(p+"ffn_norm.weight", gguf.F32, 0.1, true, dim)
-		}
-		if o.Experts > 0 {
-			// The router stays F32, as llama-quantize keeps it. Its
-			// larger spread gives distinct expert choices.
-			add(p+"ffn_gate_inp.weight", gguf.F32, 4/math.Sqrt(float64(dim)), false, dim, e)
-			if oss {
-				add(p+"ffn_gate_inp.bias", gguf.F32, 0.1, false, e)
-			}
-			add(p+"ffn_gate_exps.weight", et, 1/math.Sqrt(float64(dim)), false, dim, eff, e)
-			add(p+"ffn_up_exps.weight", et, 1/math.Sqrt(float64(dim)), false, dim, eff, e)
-			add(p+"ffn_down_exps.weight", et, 1/math.Sqrt(float64(eff)), false, eff, dim, e)
-			if oss {
-				// Spread so that some activations (about 1 in 20000) pass the
-				// SwiGLU's clamp at 7.
-				add(p+"ffn_gate_exps.bias", gguf.F32, 1.5, false, eff, e)
-				add(p+"ffn_up_exps.bias", gguf.F32, 1.5, false, eff, e)
-				add(p+"ffn_down_exps.bias", gguf.F32, 0.02, false, dim, e)
-			}
-			continue
-		}
-		if o.Arch == "phi3" { // gate and up in one matrix, gate first
-			add(p+"ffn_up.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, 2*ff)
-		} else {
-			add(p+"ffn_gate.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
-			add(p+"ffn_up.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, ff)
-		}
-		add(p+"ffn_down.weight", wt, 1/math.Sqrt(float64(ff)), false, ff, dim)
-	}
-	add("output_norm.weight", gguf.F32, 0.1, true, dim)
-	if o.Arch != "gemma3" { // Gemma ties the output to the embeddings
-		add("output.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, uint64(o.Vocab))
-	}
-	return ts
+// mlaDims are a generated deepseek2's attention sizes, from the head size
+// h = Dim/Heads, in DeepSeek V3's proportions (its h 128): q rank Dim/2,
+// latent 4h, rotary h/2 and non-rotary h key parts, values h; at least 32
+// and 16 where a row must hold whole quantization blocks.
+func mlaDims(o GenOptions) (qLora, kvLora, nope, rope, v int) {
+	h := o.Dim / o.Heads
+	return o.Dim / 2, 4 * h, max(h, 32), max(h/2, 16), h
 }
 
-// genData writes normal(0, std) values (1 + normal for norm weights) of
-// type t, a row of dims[0] at a time.
-func genData(seed uint64, name string, t gguf.TensorType, std float64, norm bool, dims []uint64) func(io.Writer) error {
-	return func(w io.Writer) error {
-		h := fnv.New64a()
-		h.Write([]byte(name))
-		rng := rand.New(rand.NewPCG(seed, h.Sum64()))
-		row := int(dims[0])
-		rows := 1
-		for _, d := range dims[1:] {
-			rows *= int(d)
-		}
-		vals := make([]float32, row)
-		var buf []byte
-		for r := 0; r < rows; r++ {
-			for i := range vals {
-				v := rng.NormFloat64() * std
-				if norm {
-					v += 1
-				}
-				vals[i] = float32(v)
-			}
-			buf = buf[:0]
-			switch t {
-			case gguf.F32:
-				for _, v := range vals {
-					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-				}
-			case gguf.F16:
-				for _, v := range vals {
-					buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToF16(v))
-				}
-			case gguf.BF16:
-				for _, v := range vals {
-					buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToBF16(v))
-				}
-			case gguf.Q8_0:
-				var err error
-				if buf, err = gguf.AppendQ8_0(buf, vals); err != nil {
-					return err
-				}
-			case gguf.Q4_0:
-				var err error
-				if buf, err = gguf.AppendQ4_0(buf, vals); err != nil {
-					return err
-				}
-			case gguf.MXFP4:
-				var err error
-				if buf, err = gguf.AppendMXFP4(buf, vals); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("cannot generate %s", t)
-			}
-			if _, err := w.Write(buf); err != nil {
-				return err
-			}
-		}
-		return nil
+// deepseekMetadata replaces kvs' attention keys with deepseek2's MLA ones
+// (one latent kv head) and adds its experts' conventions.
+func deepseekMetadata(o GenOptions, kvs []gguf.KV) []gguf.KV {
+	a := o.Arch
+	qLora, kvLora, nope, rope, v := mlaDims(o)
+	set := map[string]any{
+		a + ".attention.head_count_kv": uint32(1), a + ".attention.key_length": uint32(kvLora + rope),
+		a + ".attention.value_length": uint32(kvLora), a + ".rope.dimension_count": uint32(rope),
+		a + ".attention.layer_norm_rms_epsilon": float32(1e-6),
 	}
-}
-
-// llama3RopeFactors are Llama 3.1's RoPE frequency divisors for head size
-// hd, as llama.cpp's converter writes them into rope_freqs.weight: 1 for
-// short wavelengths, 8 for long ones, a smooth blend between.
-func llama3RopeFactors(base float64, hd int) []float32 {
-	const factor, low, high, oldCtx = 8.0, 1.0, 4.0, 8192.0
-	out := make([]float32, hd/2)
-	for i := range out {
-		freq := 1 / math.Pow(base, float64(2*i)/float64(hd))
-		wavelen := 2 * math.Pi / freq
-		switch {
-		case wavelen < oldCtx/high:
-			out[i] = 1
-		case wavelen > oldCtx/low:
-			out[i] = factor
-		default:
-			smooth := (oldCtx/wavelen - low) / (high - low)
-			out[i] = float32(1 / ((1-smooth)/factor + smooth))
+	for i := range kvs {
+		if v, ok := set[kvs[i].Key]; ok {
+			kvs[i].Value = v
 		}
 	}
-	return out
-}
-
-// floatsData writes vs as F32.
-func floatsData(vs []float32) func(io.Writer) error {
-	return func(w io.Writer) error {
-		buf := make([]byte, 0, 4*len(vs))
-		for _, v := range vs {
-			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-		}
-		_, err := w.Write(buf)
-		return err
+	kvs = append(kvs, gguf.KV{Key: a + ".attention.q_lora_rank", Value: uint32(qLora)},
+		gguf.KV{Key: a + ".attention.kv_lora_rank", Value: uint32(kvLora)},
+		gguf.KV{Key: a + ".attention.key_length_mla", Value: uint32(nope + rope)},
+		gguf.KV{Key: a + ".attention.value_length_mla", Value: uint32(v)},
+		gguf.KV{Key: a + ".leading_dense_block_count", Value: uint32(1)},
+		gguf.KV{Key: a + ".expert_shared_count", Value: uint32(1)},
+		gguf.KV{Key: a + ".expert_weights_scale", Value: float32(2.5)},
+		gguf.KV{Key: a + ".expert_weights_norm", Value: true},
+		gguf.KV{Key: a + ".expert_gating_func", Value: uint32(2)},
+		gguf.KV{Key: a + ".expert_group_count", Value: uint32(4)},
+		gguf.KV{Key: a + ".expert_group_used_count", Value: uint32(2)})
+	if o.YaRN != 0 {
+		// Its converter's convention: 0.1 × mscale_all_dim (1).
+		kvs = append(kvs, gguf.KV{Key: a + ".rope.scaling.yarn_log_multiplier", Value: float32(0.1)})
 	}
+	return kvs
 }

@@ -48,7 +48,8 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen int) Layout {
 			// The window and one batch beyond it, as the cache holds.
 			tokens = min(ctxLen, cfg.SlidingWindow+backend.DefaultBatchSize)
 		}
-		l.KV[i] = uint64(tokens) * 2 * uint64(cfg.KVHeads*cfg.HeadDim) * 2
+		// f16 keys and values (deepseek2's MLA: one latent, narrower values).
+		l.KV[i] = uint64(tokens) * uint64(cfg.KVWidth()) * 2
 	}
 	for _, t := range f.Tensors {
 		switch {

@@ -30,6 +30,10 @@ type layer struct {
 	attnPostNorm, ffnPostNorm          ml.Tensor // Gemma 3
 	ffnNorm, gate, up, down            ml.Tensor
 	router, gateExps, upExps, downExps ml.Tensor
+	// deepseek2: multi-head latent attention (qb2: attn_q_b), shared
+	// experts and the experts' selection bias.
+	qa, qaNorm, qb2, kvA, kvANorm, kB, vB ml.Tensor
+	gateSh, upSh, downSh, probsB          ml.Tensor
 	// gpt-oss: attention sinks, the output's bias, the experts' biases.
 	sinks, ob                              ml.Tensor
 	routerB, gateExpsB, upExpsB, downExpsB ml.Tensor
@@ -114,7 +118,7 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		}
 	}
 	for i := opts.FirstLayer; i < opts.LastLayer; i++ {
-		r.layers = append(r.layers, loadLayer(cfg, fmt.Sprintf("blk.%d.", i), must))
+		r.layers = append(r.layers, loadLayer(cfg, i, fmt.Sprintf("blk.%d.", i), must))
 	}
 	if err := errors.Join(errs...); err != nil {
 		b.Close()
@@ -197,7 +201,11 @@ func (r *Rank) repack(f *gguf.File) error {
 			s string
 			t ml.Tensor
 		}{{"attn_q", l.q}, {"attn_k", l.k}, {"attn_v", l.v}, {"attn_qkv", l.qkv}, {"attn_output", l.o}, {"ffn_gate", l.gate}, {"ffn_up", l.up}, {"ffn_down", l.down},
-			{"ffn_gate_exps", l.gateExps}, {"ffn_up_exps", l.upExps}, {"ffn_down_exps", l.downExps}} {
+			{"ffn_gate_exps", l.gateExps}, {"ffn_up_exps", l.upExps}, {"ffn_down_exps", l.downExps},
+			// deepseek2's 2D matrices; ggml repacks no 3D matmul weight
+			// (attn_k_b, attn_v_b), as llama.cpp's supports_op says.
+			{"attn_q_a", l.qa}, {"attn_q_b", l.qb2}, {"attn_kv_a_mqa", l.kvA},
+			{"ffn_gate_shexp", l.gateSh}, {"ffn_up_shexp", l.upSh}, {"ffn_down_shexp", l.downSh}} {
 			if w.t != nil {
 				ws = append(ws, weight{p + w.s + ".weight", w.t})
 			}

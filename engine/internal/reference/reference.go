@@ -1,6 +1,6 @@
 // Package reference is a pure-Go float64 forward pass of the
 // architectures the engine supports (llama with Llama 3.x rope_freqs,
-// mistral3, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss), written from the math rather than from ggml, for
+// mistral3, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss, deepseek2), written from the math rather than from ggml, for
 // tests to check the ggml path against. It is slow and keeps everything in
 // memory: small models only.
 package reference
@@ -137,60 +137,15 @@ func (m *Model) Step(token int32, pos int) []float64 {
 			x[i] *= math.Sqrt(float64(c.Dim))
 		}
 	}
-	hd := c.HeadDim
 	for l := 0; l < c.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		h := rmsnorm(x, m.w[p+"attn_norm.weight"], c.Eps)
-		var q, k, v []float64
-		if c.FusedQKV {
-			all := matvec(m.w[p+"attn_qkv.weight"], h, (c.Heads+2*c.KVHeads)*hd)
-			q, k, v = all[:c.Heads*hd], all[c.Heads*hd:(c.Heads+c.KVHeads)*hd], all[(c.Heads+c.KVHeads)*hd:]
+		var att []float64
+		if c.MLA {
+			att = m.mla(l, p, h, pos)
 		} else {
-			q = matvec(m.w[p+"attn_q.weight"], h, c.Heads*hd)
-			k = matvec(m.w[p+"attn_k.weight"], h, c.KVHeads*hd)
-			v = matvec(m.w[p+"attn_v.weight"], h, c.KVHeads*hd)
+			att = m.attention(l, p, h, pos)
 		}
-		if c.QKVBias {
-			for i := range q {
-				q[i] += m.w[p+"attn_q.bias"][i]
-			}
-			for i := range k {
-				k[i] += m.w[p+"attn_k.bias"][i]
-				v[i] += m.w[p+"attn_v.bias"][i]
-			}
-		}
-		factors := m.w["rope_freqs.weight"]
-		var y *yarn
-		if c.YaRN {
-			y = &yarn{origCtx: c.YaRNOrigCtx, betaFast: c.YaRNBetaFast, betaSlow: c.YaRNBetaSlow, attn: c.YaRNAttnFactor}
-		}
-		base, scale := c.RopeBase, c.RopeScale
-		if c.IsSWA(l) {
-			base, scale = c.RopeBaseSWA, c.RopeScaleSWA
-		}
-		for hh := 0; hh < c.Heads; hh++ {
-			if c.QKNorm {
-				copy(q[hh*hd:], rmsnorm(q[hh*hd:(hh+1)*hd], m.w[p+"attn_q_norm.weight"], c.Eps))
-			}
-			rope(q[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
-			if c.AttnTempScale != 0 {
-				// Ministral 3's temperature: the scale as llama.cpp
-				// feeds it to ggml, a float32 per position.
-				t := float64(c.AttnTemp(int32(pos)))
-				for i := hh * hd; i < (hh+1)*hd; i++ {
-					q[i] *= t
-				}
-			}
-		}
-		for hh := 0; hh < c.KVHeads; hh++ {
-			if c.QKNorm {
-				copy(k[hh*hd:], rmsnorm(k[hh*hd:(hh+1)*hd], m.w[p+"attn_k_norm.weight"], c.Eps))
-			}
-			rope(k[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
-		}
-		m.kcache[l] = append(m.kcache[l], k)
-		m.vcache[l] = append(m.vcache[l], v)
-		att := m.attend(l, q, pos)
 		o := matvec(m.w[p+"attn_output.weight"], att, c.Dim)
 		if c.OutBias {
 			for i := range o {
@@ -203,20 +158,7 @@ func (m *Model) Step(token int32, pos int) []float64 {
 		for i := range x {
 			x[i] += o[i]
 		}
-		h = rmsnorm(x, m.w[p+c.FFNNorm()], c.Eps)
-		var d []float64
-		switch {
-		case c.Experts > 0:
-			d = m.experts(p, h)
-		case c.FusedGateUp: // ffn_up is the gate's rows, then up's
-			n := c.FFDim * c.Dim
-			up := m.w[p+"ffn_up.weight"]
-			d = swiglu(up[:n], up[n:], m.w[p+"ffn_down.weight"], h, c.FFDim)
-		case c.GELU:
-			d = geglu(m.w[p+"ffn_gate.weight"], m.w[p+"ffn_up.weight"], m.w[p+"ffn_down.weight"], h, c.FFDim)
-		default:
-			d = swiglu(m.w[p+"ffn_gate.weight"], m.w[p+"ffn_up.weight"], m.w[p+"ffn_down.weight"], h, c.FFDim)
-		}
+		d := m.mlp(l, p, rmsnorm(x, m.w[p+c.FFNNorm()], c.Eps))
 		if c.PostNorms {
 			d = rmsnorm(d, m.w[p+"post_ffw_norm.weight"], c.Eps)
 		}
@@ -230,6 +172,143 @@ func (m *Model) Step(token int32, pos int) []float64 {
 		out = m.w["token_embd.weight"]
 	}
 	return matvec(out, h, c.Vocab)
+}
+
+// ropeOf is layer l's RoPE: base, scale, frequency factors and YaRN.
+func (m *Model) ropeOf(l int) (base, scale float64, factors []float64, y *yarn) {
+	c := m.Cfg
+	if c.YaRN {
+		y = &yarn{origCtx: c.YaRNOrigCtx, betaFast: c.YaRNBetaFast, betaSlow: c.YaRNBetaSlow, attn: c.YaRNAttnFactor}
+	}
+	base, scale = c.RopeBase, c.RopeScale
+	if c.IsSWA(l) {
+		base, scale = c.RopeBaseSWA, c.RopeScaleSWA
+	}
+	return base, scale, m.w["rope_freqs.weight"], y
+}
+
+// attention is layer l's (grouped-query) attention of the normalised h at
+// position pos, before the output projection.
+func (m *Model) attention(l int, p string, h []float64, pos int) []float64 {
+	c := m.Cfg
+	hd := c.HeadDim
+	var q, k, v []float64
+	if c.FusedQKV {
+		all := matvec(m.w[p+"attn_qkv.weight"], h, (c.Heads+2*c.KVHeads)*hd)
+		q, k, v = all[:c.Heads*hd], all[c.Heads*hd:(c.Heads+c.KVHeads)*hd], all[(c.Heads+c.KVHeads)*hd:]
+	} else {
+		q = matvec(m.w[p+"attn_q.weight"], h, c.Heads*hd)
+		k = matvec(m.w[p+"attn_k.weight"], h, c.KVHeads*hd)
+		v = matvec(m.w[p+"attn_v.weight"], h, c.KVHeads*hd)
+	}
+	if c.QKVBias {
+		for i := range q {
+			q[i] += m.w[p+"attn_q.bias"][i]
+		}
+		for i := range k {
+			k[i] += m.w[p+"attn_k.bias"][i]
+			v[i] += m.w[p+"attn_v.bias"][i]
+		}
+	}
+	base, scale, factors, y := m.ropeOf(l)
+	for hh := 0; hh < c.Heads; hh++ {
+		if c.QKNorm {
+			copy(q[hh*hd:], rmsnorm(q[hh*hd:(hh+1)*hd], m.w[p+"attn_q_norm.weight"], c.Eps))
+		}
+		rope(q[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
+		if c.AttnTempScale != 0 {
+			// Ministral 3's temperature: the scale as llama.cpp
+			// feeds it to ggml, a float32 per position.
+			t := float64(c.AttnTemp(int32(pos)))
+			for i := hh * hd; i < (hh+1)*hd; i++ {
+				q[i] *= t
+			}
+		}
+	}
+	for hh := 0; hh < c.KVHeads; hh++ {
+		if c.QKNorm {
+			copy(k[hh*hd:], rmsnorm(k[hh*hd:(hh+1)*hd], m.w[p+"attn_k_norm.weight"], c.Eps))
+		}
+		rope(k[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
+	}
+	m.kcache[l] = append(m.kcache[l], k)
+	m.vcache[l] = append(m.vcache[l], v)
+	return m.attend(l, q, pos)
+}
+
+// mla is deepseek2's multi-head latent attention at position pos, from
+// its definition: each head's query, its non-rotary part taken into the
+// latent space by attn_k_b, scores the cached latents (normalised) and
+// rotary keys; the attended latent goes out through attn_v_b.
+func (m *Model) mla(l int, p string, h []float64, pos int) []float64 {
+	c := m.Cfg
+	kvl, rd, kd, vd := c.KVLoraRank, c.RopeDim, c.KeyDimMLA, c.ValueDimMLA
+	nope := kd - rd
+	var q []float64
+	if c.QLoraRank > 0 {
+		qa := rmsnorm(matvec(m.w[p+"attn_q_a.weight"], h, c.QLoraRank), m.w[p+"attn_q_a_norm.weight"], c.Eps)
+		q = matvec(m.w[p+"attn_q_b.weight"], qa, c.Heads*kd)
+	} else {
+		q = matvec(m.w[p+"attn_q.weight"], h, c.Heads*kd)
+	}
+	base, scale, _, y := m.ropeOf(l)
+	kvpe := matvec(m.w[p+"attn_kv_a_mqa.weight"], h, kvl+rd)
+	key := rmsnorm(kvpe[:kvl], m.w[p+"attn_kv_a_norm.weight"], c.Eps)
+	kpe := slices.Clone(kvpe[kvl:])
+	rope(kpe, pos, base, scale, false, nil, y)
+	m.kcache[l] = append(m.kcache[l], append(key, kpe...))
+	kb, vb := m.w[p+"attn_k_b.weight"], m.w[p+"attn_v_b.weight"] // [nope, kvl, heads], [kvl, vd, heads]
+	out := make([]float64, c.Heads*vd)
+	for hh := range c.Heads {
+		qh := q[hh*kd : (hh+1)*kd]
+		qpe := slices.Clone(qh[nope:])
+		rope(qpe, pos, base, scale, false, nil, y)
+		qabs := matvec(kb[hh*kvl*nope:(hh+1)*kvl*nope], qh[:nope], kvl)
+		scores := make([]float64, len(m.kcache[l]))
+		for t, kt := range m.kcache[l] {
+			var s float64
+			for r := range kvl {
+				s += qabs[r] * kt[r]
+			}
+			for j := range rd {
+				s += qpe[j] * kt[kvl+j]
+			}
+			scores[t] = s * c.KQScale
+		}
+		softmax(scores)
+		lat := make([]float64, kvl)
+		for t, kt := range m.kcache[l] {
+			for r := range kvl {
+				lat[r] += scores[t] * kt[r]
+			}
+		}
+		copy(out[hh*vd:], matvec(vb[hh*vd*kvl:(hh+1)*vd*kvl], lat, vd))
+	}
+	return out
+}
+
+// mlp is layer l's MLP of the normalised h.
+func (m *Model) mlp(l int, p string, h []float64) []float64 {
+	c := m.Cfg
+	switch {
+	case c.IsMoE(l):
+		d := m.experts(p, h)
+		if c.SharedExperts > 0 { // deepseek2's, beside the routed ones
+			sh := swiglu(m.w[p+"ffn_gate_shexp.weight"], m.w[p+"ffn_up_shexp.weight"], m.w[p+"ffn_down_shexp.weight"], h, c.SharedExperts*c.ExpertFFDim)
+			for i := range d {
+				d[i] += sh[i]
+			}
+		}
+		return d
+	case c.FusedGateUp: // ffn_up is the gate's rows, then up's
+		n := c.FFDim * c.Dim
+		up := m.w[p+"ffn_up.weight"]
+		return swiglu(up[:n], up[n:], m.w[p+"ffn_down.weight"], h, c.FFDim)
+	case c.GELU:
+		return geglu(m.w[p+"ffn_gate.weight"], m.w[p+"ffn_up.weight"], m.w[p+"ffn_down.weight"], h, c.FFDim)
+	default:
+		return swiglu(m.w[p+"ffn_gate.weight"], m.w[p+"ffn_up.weight"], m.w[p+"ffn_down.weight"], h, c.FFDim)
+	}
 }
 
 // attend is layer l's attention of the query heads q at position pos over
@@ -328,8 +407,10 @@ func softmax(x []float64) {
 // experts is a mixture-of-experts MLP: the router's top ExpertsUsed
 // experts (ties to the lower id) by its softmax over all experts, their
 // weights renormalised to sum 1 when ExpertNormTopK; or (gpt-oss) by its
-// logits plus bias, weighted by the softmax over the chosen ones. Each
-// expert is a SwiGLU, OpenAI's clamped one with biases for gpt-oss.
+// logits plus bias, weighted by the softmax over the chosen ones; or
+// (deepseek2) by sigmoids plus a selection bias within the best groups,
+// weighted by the unbiased sigmoids, renormalised and scaled. Each expert
+// is a SwiGLU, OpenAI's clamped one with biases for gpt-oss.
 func (m *Model) experts(p string, h []float64) []float64 {
 	c := m.Cfg
 	probs := matvec(m.w[p+"ffn_gate_inp.weight"], h, c.Experts)
@@ -338,15 +419,24 @@ func (m *Model) experts(p string, h []float64) []float64 {
 			probs[i] += m.w[p+"ffn_gate_inp.bias"][i]
 		}
 	}
-	if !c.ExpertSoftmaxTopK {
+	switch {
+	case c.ExpertSigmoid:
+		for i, v := range probs {
+			probs[i] = 1 / (1 + math.Exp(-v))
+		}
+	case !c.ExpertSoftmaxTopK:
 		softmax(probs)
 	}
-	ids := make([]int, len(probs))
-	for i := range probs {
-		ids[i] = i
+	sel := slices.Clone(probs)
+	if c.ExpertProbsBias {
+		for i := range sel {
+			sel[i] += m.w[p+"exp_probs_b.bias"][i]
+		}
 	}
-	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(probs[b], probs[a]) })
-	chosen := ids[:c.ExpertsUsed]
+	if c.ExpertGroups > 1 {
+		limitGroups(sel, c.ExpertGroups, c.ExpertGroupsUsed)
+	}
+	chosen := topK(sel, c.ExpertsUsed)
 	ws := make([]float64, len(chosen))
 	var wsum float64
 	for i, e := range chosen {
@@ -356,13 +446,17 @@ func (m *Model) experts(p string, h []float64) []float64 {
 	if c.ExpertSoftmaxTopK {
 		softmax(ws)
 	}
+	for i := range ws {
+		if c.ExpertNormTopK {
+			ws[i] /= wsum
+		}
+		if s := c.ExpertWeightsScale; s != 0 {
+			ws[i] *= s
+		}
+	}
 	out := make([]float64, c.Dim)
 	n := c.ExpertFFDim * c.Dim // one expert's gate, up or down matrix
 	for i, e := range chosen {
-		w := ws[i]
-		if c.ExpertNormTopK {
-			w /= wsum
-		}
 		gate, up, down := m.w[p+"ffn_gate_exps.weight"][e*n:(e+1)*n], m.w[p+"ffn_up_exps.weight"][e*n:(e+1)*n], m.w[p+"ffn_down_exps.weight"][e*n:(e+1)*n]
 		var d []float64
 		if c.OAISwiGLU {
@@ -370,11 +464,41 @@ func (m *Model) experts(p string, h []float64) []float64 {
 		} else {
 			d = swiglu(gate, up, down, h, c.ExpertFFDim)
 		}
-		for i := range out {
-			out[i] += w * d[i]
+		for j := range out {
+			out[j] += ws[i] * d[j]
 		}
 	}
 	return out
+}
+
+// topK is the indices of x's k largest values, largest first (ties to the
+// lower index).
+func topK(x []float64, k int) []int {
+	ids := make([]int, len(x))
+	for i := range ids {
+		ids[i] = i
+	}
+	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(x[b], x[a]) })
+	return ids[:k]
+}
+
+// limitGroups sets to −∞ the scores of all but the used groups of
+// experts (of groups equal groups) whose two best scores sum highest.
+func limitGroups(sel []float64, groups, used int) {
+	per := len(sel) / groups
+	score := make([]float64, groups)
+	for g := range groups {
+		top := topK(sel[g*per:(g+1)*per], 2)
+		score[g] = sel[g*per+top[0]] + sel[g*per+top[1]]
+	}
+	keep := topK(score, used)
+	for g := range groups {
+		if !slices.Contains(keep, g) {
+			for i := g * per; i < (g+1)*per; i++ {
+				sel[i] = math.Inf(-1)
+			}
+		}
+	}
 }
 
 // oaiExpert is gpt-oss's expert e: down · (g·σ(1.702·g) ⊙ (u + 1)) + its
