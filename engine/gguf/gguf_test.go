@@ -303,8 +303,8 @@ func TestQ5_0(t *testing.T) {
 	b := make([]byte, 22)
 	binary.LittleEndian.PutUint16(b, Float32ToF16(0.5))
 	binary.LittleEndian.PutUint32(b[2:], 1|1<<17) // value 0's and value 17's high bits
-	b[6] = 0x3f                                    // value 0: 15 (+16), value 16: 3
-	b[7] = 0x20                                    // value 1: 0, value 17: 2 (+16)
+	b[6] = 0x3f                                   // value 0: 15 (+16), value 16: 3
+	b[7] = 0x20                                   // value 1: 0, value 17: 2 (+16)
 	y, err := Dequantize(Q5_0, b, 32)
 	if err != nil {
 		t.Fatal(err)

@@ -133,7 +133,7 @@ func errNote(err error) string {
 // withPre writes a copy of llama.cpp's vocabulary from (e.g. "llama-bpe")
 // with the pre-tokenizer pre, as ggml-vocab-<pre>.gguf in a temporary
 // directory: the pre-tokenizers that no vocabulary in llama.cpp's models/
-// uses (gpt-4o: gpt-oss's; tekken: Mistral's) are then tested against llama.cpp's.
+// uses (gpt-4o: gpt-oss's; tekken: Mistral's; deepseek-v3) are then tested against llama.cpp's.
 func withPre(t *testing.T, dir, from, pre string) string {
 	t.Helper()
 	f, err := gguf.ReadFile(filepath.Join(dir, "llama.cpp/models/ggml-vocab-"+from+".gguf"))
@@ -154,8 +154,8 @@ func withPre(t *testing.T, dir, from, pre string) string {
 }
 
 // TestMatchesLlamaCpp runs every vocabulary Orrery loads (those without
-// test vectors too, and llama-bpe's tokens under gpt-oss's gpt-4o and
-// Mistral's tekken pre-tokenizers) over one corpus, every test input of every vocabulary,
+// test vectors too, and llama-bpe's tokens under gpt-oss's gpt-4o,
+// Mistral's tekken and DeepSeek V3's pre-tokenizers) over one corpus, every test input of every vocabulary,
 // chat-template text with special tokens, invalid UTF-8 and 100 seeded
 // random strings, with BOS added and special tokens parsed, as a prompt is
 // tokenized, and compares ids and detokenized text with llama.cpp's.
@@ -169,9 +169,10 @@ func TestMatchesLlamaCpp(t *testing.T) {
 			corpus = append(corpus, in...)
 		}
 	}
-	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"), withPre(t, dir, "llama-bpe", "tekken"))
+	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"), withPre(t, dir, "llama-bpe", "tekken"), withPre(t, dir, "llama-bpe", "deepseek-v3"))
 	corpus = append(corpus,
 		"HelloWorld's camelCase XMLHttpRequest iPhone ALLCAPS'LL Ünïcödé façadeÉtude",
+		"12345 日本語のテキストとカタカナ 中文字符 (x+y)=z; \"quoted\"word -flag --long_opt a.b.c",
 		"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
 		"<s>[INST] hi [/INST] there</s><s>[INST] again [/INST]",
 		"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",

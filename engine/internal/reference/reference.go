@@ -1,8 +1,8 @@
-// Package reference is a pure-Go float64 forward pass of the
-// architectures the engine supports (llama with Llama 3.x rope_freqs,
-// mistral3, qwen2, qwen3, qwen3moe, gemma3, phi3, gpt-oss, deepseek2), written from the math rather than from ggml, for
-// tests to check the ggml path against. It is slow and keeps everything in
-// memory: small models only.
+// Package reference is a pure-Go float64 forward pass of the architectures
+// the engine supports (llama with Llama 3.x rope_freqs, mistral3, qwen2,
+// qwen3, qwen3moe, gemma3, phi3, gpt-oss, deepseek2), written from the math
+// rather than from ggml, for tests to check the ggml path against. It is
+// slow and keeps everything in memory: small models only.
 package reference
 
 import (
