@@ -89,6 +89,15 @@ const (
 	q8Bytes = 34
 )
 
+// absMax is the largest magnitude in blk.
+func absMax(blk []float32) float32 {
+	var m float32
+	for _, v := range blk {
+		m = max(m, float32(math.Abs(float64(v))))
+	}
+	return m
+}
+
 // AppendQ8_0 appends src (a multiple of 32 values) quantized to Q8_0, the
 // way ggml's reference quantizer does.
 func AppendQ8_0(dst []byte, src []float32) ([]byte, error) {
@@ -97,10 +106,7 @@ func AppendQ8_0(dst []byte, src []float32) ([]byte, error) {
 	}
 	for b := 0; b < len(src); b += q8Block {
 		blk := src[b : b+q8Block]
-		var amax float32
-		for _, v := range blk {
-			amax = max(amax, float32(math.Abs(float64(v))))
-		}
+		amax := absMax(blk)
 		d := amax / 127
 		id := float32(0)
 		if d != 0 {
@@ -170,10 +176,7 @@ func AppendMXFP4(dst []byte, src []float32) ([]byte, error) {
 	}
 	for b := 0; b < len(src); b += q8Block {
 		blk := src[b : b+q8Block]
-		var amax float32
-		for _, v := range blk {
-			amax = max(amax, float32(math.Abs(float64(v))))
-		}
+		amax := absMax(blk)
 		var e byte
 		if amax > 0 {
 			// As C's (uint8_t)(floorf(log2f(amax)) - 2 + 127), the log

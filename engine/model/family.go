@@ -56,6 +56,10 @@ func ropeScale(f *gguf.File, arch string) (float64, error) {
 func readYaRN(c *Config, f *gguf.File) error {
 	k := func(s string) string { return c.Arch + ".rope.scaling." + s }
 	if f.String(k("type"), "linear") != "yarn" {
+		// llama.cpp would scale the rotated q and k by it all the same.
+		if v := f.Float(k("attn_factor"), 1); v != 1 {
+			return fmt.Errorf("%s model: %s = %v without YaRN is not supported", c.Arch, k("attn_factor"), v)
+		}
 		return nil
 	}
 	logMul := float32(f.Float(k("yarn_log_multiplier"), 0))
@@ -76,7 +80,7 @@ func readYaRN(c *Config, f *gguf.File) error {
 		// Conversions keep Go from fusing these into FMAs, which C does not.
 		m := float32(0.1*ln) + 1
 		switch {
-		case c.Arch == "deepseek2":
+		case logMul != 0 && c.Arch == "deepseek2":
 			// Its converter stores 0.1 × mscale_all_dim, which llama.cpp
 			// takes back; mscale is then mscale_all_dim itself, so the
 			// quotient is exactly 1 (llama-context.cpp).

@@ -196,6 +196,7 @@ func TestFamilyRefusals(t *testing.T) {
 		{"gemma3", "gemma3.rope.scaling.type", "yarn", []string{"gemma3.rope.scaling.type", "not supported for gemma3 yet"}},
 		{"qwen3", "qwen3.rope.scaling.type", "wavy", []string{"qwen3.rope.scaling.type", `"wavy"`, "not a RoPE scaling type"}},
 		{"llama", "llama.rope.scaling.factor", float32(-2), []string{"llama.rope.scaling.factor", "want > 0"}},
+		{"llama", "llama.rope.scaling.attn_factor", float32(2), []string{"llama.rope.scaling.attn_factor = 2 without YaRN"}},
 		{"qwen3", "qwen3.attention.value_length", uint32(16), []string{"qwen3.attention.value_length"}},
 		{"qwen3", "qwen3.rope.dimension_count", uint32(16), []string{"qwen3.rope.dimension_count", "partial rotary"}},
 		{"qwen3", "qwen3.attention.key_length", uint32(7), []string{"qwen3.attention.key_length"}},
@@ -268,6 +269,15 @@ func TestFamilyRefusals(t *testing.T) {
 	f = &gguf.File{KV: f.KV, Tensors: append(slices.Clone(f.Tensors), gguf.TensorInfo{Name: "rope_factors_long.weight", Type: gguf.F32, Dims: []uint64{8}})}
 	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "rope_factors_long.weight: LongRoPE") {
 		t.Errorf("phi3 with rope_factors_long: %v", err)
+	}
+	// Without the log multiplier, deepseek2's YaRN factor is the usual one
+	// and the softmax scale takes YaRN's magnitude only.
+	f = gen("deepseek2")
+	f = &gguf.File{KV: slices.DeleteFunc(slices.Clone(f.KV), func(kv gguf.KV) bool { return kv.Key == "deepseek2.rope.scaling.yarn_log_multiplier" }), Tensors: f.Tensors}
+	m := float32(0.1*float32(math.Log(40))) + 1
+	af := m * (1 / m)
+	if c, err := FromGGUF(f); err != nil || c.YaRNAttnFactor != float64(af) || c.KQScale != float64(af*m*(af*m)/float32(math.Sqrt(48))) {
+		t.Errorf("deepseek2 without a log multiplier: attention factor %v, kq scale %v, %v", c.YaRNAttnFactor, c.KQScale, err)
 	}
 	// A mistral3 MLP with biases is refused by name.
 	f = gen("mistral3")

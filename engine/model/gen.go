@@ -107,13 +107,8 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 			// Attention halved at 1b size, so that the experts are
 			// most of the weights and a token reads about a quarter of them
 			// (Qwen3-30B-A3B: a tenth).
-			switch {
-			case o.Dim < 256:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 8, 2, 64
-			case o.Dim < 1024:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 32, 4, 256
-			default:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 64, 4, 256
+			expertsBySize(&o, [3]int{32, 4, 256}, [3]int{64, 4, 256})
+			if o.Dim >= 1024 {
 				o.Heads, o.KVHeads = max(o.Heads/2, 1), max(o.KVHeads/2, 1)
 			}
 		}
@@ -133,18 +128,9 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 		if o.YaRN == 0 {
 			o.YaRN, o.YaRNOrigCtx = 40, max(16, o.ContextLen/40)
 		}
-		if o.Experts == 0 {
-			// Routed experts in groups of 2–8, half the groups usable
-			// (DeepSeek V3: 256 in 8 groups, 4 used, 8 chosen).
-			switch {
-			case o.Dim < 256:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 8, 2, 64
-			case o.Dim < 1024:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 16, 4, 256
-			default:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 64, 4, 256
-			}
-		}
+		// Routed experts in groups of 2–16, half the groups usable
+		// (DeepSeek V3: 256 in 8 groups, 4 used, 8 chosen).
+		expertsBySize(&o, [3]int{16, 4, 256}, [3]int{64, 4, 256})
 	case "gpt-oss":
 		o.Arch = family
 		if o.RopeBase == 0 {
@@ -156,22 +142,29 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 		if o.SlidingWindow == 0 {
 			o.SlidingWindow = min(128, max(o.ContextLen, 16)/8)
 		}
-		if o.Experts == 0 {
-			// A token reads an eighth of the experts at 1b size
-			// (gpt-oss-20b: 4 of 32).
-			switch {
-			case o.Dim < 256:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 8, 2, 64
-			case o.Dim < 1024:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 16, 4, 256
-			default:
-				o.Experts, o.ExpertsUsed, o.ExpertFFDim = 32, 4, 512
-			}
-		}
+		// A token reads an eighth of the experts at 1b size
+		// (gpt-oss-20b: 4 of 32).
+		expertsBySize(&o, [3]int{16, 4, 256}, [3]int{32, 4, 512})
 	default:
 		return o, fmt.Errorf("arch %q: want one of %v", family, Families)
 	}
 	return o, nil
+}
+
+// expertsBySize sets o's experts (count, used, ff), unless it has some:
+// 8, 2, 64 at the tiny size (dim < 256), mid up to dim 1024, else large.
+func expertsBySize(o *GenOptions, mid, large [3]int) {
+	if o.Experts != 0 {
+		return
+	}
+	e := [3]int{8, 2, 64}
+	switch {
+	case o.Dim >= 1024:
+		e = large
+	case o.Dim >= 256:
+		e = mid
+	}
+	o.Experts, o.ExpertsUsed, o.ExpertFFDim = e[0], e[1], e[2]
 }
 
 // ChatMLTemplate is the chat template written into generated models.

@@ -87,27 +87,27 @@ func (r *Rank) mla(c ml.Context, il int, l *layer, h ml.Tensor, in *inputs) ml.T
 	cfg := &r.cfg
 	eps, n, heads := float32(cfg.Eps), in.n, cfg.Heads
 	var q ml.Tensor
-	if l.qa != nil {
-		q = l.qb2.Mulmat(c, l.qa.Mulmat(c, h).RMSNorm(c, l.qaNorm, eps))
+	if l.qDown != nil {
+		q = l.qUp.Mulmat(c, l.qDown.Mulmat(c, h).RMSNorm(c, l.qDownNorm, eps))
 	} else {
 		q = l.q.Mulmat(c, h)
 	}
 	q = q.Reshape(c, cfg.KeyDimMLA, heads, n)
-	kvpe := l.kvA.Mulmat(c, h) // [latent | rotary key, n]
+	kvpe := l.kvDown.Mulmat(c, h) // [latent | rotary key, n]
 	row := kvpe.Stride(1)
 	latent := kvpe.View(c, 0, cfg.KVLoraRank, row, n)
 	kpe := kvpe.View(c, cfg.KVLoraRank*kvpe.Stride(0), cfg.RopeDim, row, 1, row, n)
 	kpe = r.rope(c, il, l, kpe, cfg.RopeDim, in)
-	latent = latent.RMSNorm(c, l.kvANorm, eps)
+	latent = latent.RMSNorm(c, l.kvDownNorm, eps)
 	nope := cfg.KeyDimMLA - cfg.RopeDim
 	qNope := q.View(c, 0, nope, q.Stride(1), heads, q.Stride(2), n)
 	qPe := q.View(c, nope*q.Stride(0), cfg.RopeDim, q.Stride(1), heads, q.Stride(2), n)
 	qPe = r.rope(c, il, l, qPe, cfg.RopeDim, in)
 	// [nope, n, heads] through attn_k_b [nope, latent, heads]: [latent, heads, n].
-	qAbs := l.kB.Mulmat(c, qNope.Permute(c, 0, 2, 1, 3)).Permute(c, 0, 2, 1, 3)
+	qAbs := l.kAbsorb.Mulmat(c, qNope.Permute(c, 0, 2, 1, 3)).Permute(c, 0, 2, 1, 3)
 	query := qAbs.Concat(c, qPe, 0) // [latent + rotary, heads, n]
 	latent = latent.Reshape(c, cfg.KVLoraRank, 1, n)
 	key := latent.Concat(c, kpe, 0) // [latent + rotary, 1, n]
-	a := nn.AttentionWithVMLA(c, query, key, latent, nil, l.vB, cfg.KQScale, r.cache)
+	a := nn.AttentionWithVMLA(c, query, key, latent, nil, l.vUp, cfg.KQScale, r.cache)
 	return a.Reshape(c, cfg.ValueDimMLA*heads, n)
 }

@@ -13,12 +13,12 @@ func loadLayer(cfg model.Config, il int, p string, must func(string) ml.Tensor) 
 	switch {
 	case cfg.MLA:
 		if cfg.QLoraRank > 0 {
-			l.qa, l.qaNorm, l.qb2 = must(p+"attn_q_a.weight"), must(p+"attn_q_a_norm.weight"), must(p+"attn_q_b.weight")
+			l.qDown, l.qDownNorm, l.qUp = must(p+"attn_q_a.weight"), must(p+"attn_q_a_norm.weight"), must(p+"attn_q_b.weight")
 		} else {
 			l.q = must(p + "attn_q.weight")
 		}
-		l.kvA, l.kvANorm = must(p+"attn_kv_a_mqa.weight"), must(p+"attn_kv_a_norm.weight")
-		l.kB, l.vB = must(p+"attn_k_b.weight"), must(p+"attn_v_b.weight")
+		l.kvDown, l.kvDownNorm = must(p+"attn_kv_a_mqa.weight"), must(p+"attn_kv_a_norm.weight")
+		l.kAbsorb, l.vUp = must(p+"attn_k_b.weight"), must(p+"attn_v_b.weight")
 	case cfg.FusedQKV:
 		l.qkv = must(p + "attn_qkv.weight")
 	default:

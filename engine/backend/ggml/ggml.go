@@ -30,10 +30,11 @@ type layer struct {
 	attnPostNorm, ffnPostNorm          ml.Tensor // Gemma 3
 	ffnNorm, gate, up, down            ml.Tensor
 	router, gateExps, upExps, downExps ml.Tensor
-	// deepseek2: multi-head latent attention (qb2: attn_q_b), shared
+	// deepseek2: multi-head latent attention (attn_q_a and its norm,
+	// attn_q_b, attn_kv_a_mqa and its norm, attn_k_b, attn_v_b), shared
 	// experts and the experts' selection bias.
-	qa, qaNorm, qb2, kvA, kvANorm, kB, vB ml.Tensor
-	gateSh, upSh, downSh, probsB          ml.Tensor
+	qDown, qDownNorm, qUp, kvDown, kvDownNorm, kAbsorb, vUp ml.Tensor
+	gateSh, upSh, downSh, probsB                            ml.Tensor
 	// gpt-oss: attention sinks, the output's bias, the experts' biases.
 	sinks, ob                              ml.Tensor
 	routerB, gateExpsB, upExpsB, downExpsB ml.Tensor
@@ -204,7 +205,7 @@ func (r *Rank) repack(f *gguf.File) error {
 			{"ffn_gate_exps", l.gateExps}, {"ffn_up_exps", l.upExps}, {"ffn_down_exps", l.downExps},
 			// deepseek2's 2D matrices; ggml repacks no 3D matmul weight
 			// (attn_k_b, attn_v_b), as llama.cpp's supports_op says.
-			{"attn_q_a", l.qa}, {"attn_q_b", l.qb2}, {"attn_kv_a_mqa", l.kvA},
+			{"attn_q_a", l.qDown}, {"attn_q_b", l.qUp}, {"attn_kv_a_mqa", l.kvDown},
 			{"ffn_gate_shexp", l.gateSh}, {"ffn_up_shexp", l.upSh}, {"ffn_down_shexp", l.downSh}} {
 			if w.t != nil {
 				ws = append(ws, weight{p + w.s + ".weight", w.t})
