@@ -128,7 +128,7 @@ func checkDeepSeek2(t *testing.T, c Config, ds bool) {
 // The 1b-class MoE presets read a small part of their weights per token,
 // as the real mixture-of-experts models do.
 func TestMoEPresetActiveShare(t *testing.T) {
-	for _, fam := range []string{"qwen3moe", "gpt-oss"} {
+	for _, fam := range []string{"qwen3moe", "gpt-oss", "deepseek2"} {
 		o, err := ApplyFamily(Presets["1b"], fam)
 		if err != nil {
 			t.Fatal(err)
