@@ -126,3 +126,32 @@ func TestLayoutSlidingWindowKV(t *testing.T) {
 		}
 	}
 }
+
+// deepseek2's cache holds one latent and its rotary key per token (and the
+// latent again as values, in ollama's cache): 544 values where its 8 heads
+// of 96-wide keys and 64-wide values would take 1280.
+func TestLayoutLatentKV(t *testing.T) {
+	o, err := model.ApplyFamily(model.Presets["small"], "deepseek2") // heads of 64: latent 256, rotary 32
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Layers = 3
+	path := filepath.Join(t.TempDir(), "d.gguf")
+	if err := model.Generate(path, o); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := LayoutOf(f, cfg, 0)
+	for i, kv := range l.KV {
+		if want := uint64(2048 * (256 + 32 + 256) * 2); kv != want {
+			t.Errorf("layer %d: KV %d bytes, want %d", i, kv, want)
+		}
+	}
+}
