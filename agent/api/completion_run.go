@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -95,6 +96,9 @@ type eventStream struct {
 	w       http.ResponseWriter
 	flusher http.Flusher
 	started bool
+	// headers: the 200 went out (with the first event, or before it with
+	// comments while the instance loads).
+	headers bool
 	// first, when set, is sent right after the headers (chat's role chunk).
 	first func() error
 }
@@ -110,15 +114,61 @@ func (e *eventStream) begin() error {
 		return nil
 	}
 	e.started = true
+	e.writeHeaders()
+	if e.first != nil {
+		return e.first()
+	}
+	return nil
+}
+
+// writeHeaders sends the stream's 200 and headers once.
+func (e *eventStream) writeHeaders() {
+	if e.headers {
+		return
+	}
+	e.headers = true
 	h := e.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	e.w.WriteHeader(http.StatusOK)
-	if e.first != nil {
-		return e.first()
+}
+
+// comment writes an SSE comment line (": text"), which clients skip and
+// which keeps clients and proxies from timing a quiet stream out. It sends
+// the headers, not the first event.
+func (e *eventStream) comment(text string) error {
+	e.writeHeaders()
+	if _, err := fmt.Fprintf(e.w, ": %s\n\n", text); err != nil {
+		return err
 	}
+	e.flush()
 	return nil
+}
+
+// loadTick is how often a stream waiting for its instance to load hears
+// how far it got.
+const loadTick = time.Second
+
+// awaitLoad holds a streaming request while its instance loads, with a
+// comment every loadTick saying how far ("loading 5/16 layers").
+func (s *Server) awaitLoad(ctx context.Context, st *eventStream, instanceID string) error {
+	t := time.NewTicker(loadTick)
+	defer t.Stop()
+	for {
+		p, err := s.Inference.Progress(instanceID)
+		if err != nil || p.Ready {
+			return err
+		}
+		if err := st.comment(fmt.Sprintf("loading %d/%d layers", p.Loaded, p.Total)); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // send writes one event.
@@ -140,7 +190,7 @@ func (e *eventStream) flush() {
 // fail reports err: as a status before the stream began, else as an error
 // event (the OpenAI SDKs raise it) with no [DONE].
 func (e *eventStream) fail(err error) {
-	if !e.started {
+	if !e.headers {
 		inferenceError(e.w, err)
 		return
 	}

@@ -188,6 +188,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 	}
 
 	st := newEventStream(w)
+	if err := s.awaitLoad(r.Context(), st, c.instanceID); err != nil {
+		st.fail(err)
+		return
+	}
 	done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
 		if err := st.begin(); err != nil {
 			return err

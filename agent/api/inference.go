@@ -15,8 +15,13 @@ import (
 type Inference interface {
 	// Route picks the instance that serves model: its id and the node of
 	// its rank 0, which drives generation. It replaces a failed instance
-	// (placing anew), and wraps ErrModelNotRunning when there is none.
+	// (placing anew), places one when the model has none but a node has
+	// its file (load on demand: one placement however many requests
+	// ask), and wraps ErrModelNotFound when no node has it.
 	Route(ctx context.Context, model string) (instanceID, node string, err error)
+	// Progress is how far an instance's ranks have loaded; ErrLoadFailed
+	// names the rank that failed.
+	Progress(instanceID string) (LoadProgress, error)
 	// PickNode is the node that places model: this one if it has it,
 	// else one that does.
 	PickNode(model string) (string, error)
@@ -45,8 +50,16 @@ type Vocab interface {
 	VocabSize() int
 }
 
+// LoadProgress is how far an instance's ranks have loaded: their layers
+// loaded of their total, and whether every rank is ready.
+type LoadProgress struct {
+	Loaded, Total int
+	Ready         bool
+}
+
 // Errors an Inference returns, mapped to HTTP statuses by inferenceStatus.
 var (
+	ErrLoadFailed      = errors.New("loading failed")
 	ErrModelNotRunning = errors.New("model not running")
 	ErrModelNotFound   = errors.New("model not found")
 	ErrNoMemory        = errors.New("model does not fit")
@@ -66,6 +79,8 @@ func inferenceStatus(err error) (status int, typ, code string) {
 		return http.StatusNotFound, "invalid_request_error", "model_not_found"
 	case errors.Is(err, ErrNoMemory):
 		return http.StatusInsufficientStorage, "server_error", "insufficient_memory"
+	case errors.Is(err, ErrLoadFailed):
+		return http.StatusServiceUnavailable, "server_error", "load_failed"
 	case errors.Is(err, ErrConflict):
 		return http.StatusConflict, "invalid_request_error", "conflict"
 	case errors.Is(err, ErrNotHere):

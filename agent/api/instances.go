@@ -23,6 +23,9 @@ type PlaceRequest struct {
 	Nodes []string `json:"nodes,omitempty"`
 	// Ranks give every rank's node and layers [firstLayer, lastLayer).
 	Ranks []state.ShardRange `json:"ranks,omitempty"`
+	// IfNone refuses the placement (409) when the model has a live
+	// instance anywhere: how loading on demand places only once.
+	IfNone bool `json:"ifNone,omitempty"`
 }
 
 // PlaceResponse answers POST /instance.

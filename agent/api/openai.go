@@ -345,6 +345,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 		return st.send(c.answer("chat.completion.chunk", choice, extra))
 	}
 	st.first = func() error { return chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil) }
+	if err := s.awaitLoad(r.Context(), st, c.instanceID); err != nil {
+		st.fail(err)
+		return
+	}
 	done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
 		if err := st.begin(); err != nil {
 			return err

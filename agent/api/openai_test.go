@@ -28,6 +28,10 @@ type fakeInference struct {
 	peer      *http.Client
 	gotTrace  chan string
 	gotReq    chan runner.Request // when set, gets each completion's request
+	// loading: Progress reports the instance loading this many times
+	// (layer 1 of 4, then 2…), then loadErr or ready.
+	loading int
+	loadErr error
 }
 
 func (f *fakeInference) Route(ctx context.Context, model string) (string, string, error) {
@@ -37,6 +41,16 @@ func (f *fakeInference) Route(ctx context.Context, model string) (string, string
 	return "inst-1", f.node, nil
 }
 func (f *fakeInference) PickNode(string) (string, error) { return f.node, nil }
+func (f *fakeInference) Progress(string) (LoadProgress, error) {
+	if f.loading > 0 {
+		f.loading--
+		return LoadProgress{Loaded: 3 - f.loading, Total: 4}, nil
+	}
+	if f.loadErr != nil {
+		return LoadProgress{}, f.loadErr
+	}
+	return LoadProgress{Loaded: 4, Total: 4, Ready: true}, nil
+}
 func (f *fakeInference) Place(ctx context.Context, req PlaceRequest) (state.Instance, error) {
 	return state.Instance{InstanceID: "inst-1", ModelID: req.Model, NodeID: testNode, Ranks: []state.ShardRange{{NodeID: testNode}}}, nil
 }
@@ -188,6 +202,36 @@ func TestChatStream(t *testing.T) {
 	}
 	if last.Choices[0].FinishReason == nil || *last.Choices[0].FinishReason != "length" || last.Usage == nil || last.Usage.CompletionTokens != 2 {
 		t.Errorf("last chunk %s", data[3])
+	}
+}
+
+// A stream whose instance is still loading gets SSE comments saying how
+// far, then its events; a load that fails gets a 503 naming the rank, or
+// an error event once comments went out.
+func TestChatStreamWhileLoading(t *testing.T) {
+	srv := chatServer(t, &fakeInference{node: testNode, pieces: []string{"a"}, failAfter: -1, loading: 2})
+	resp := postChat(t, srv.URL, "application/json", hello+`,"stream":true}`)
+	body, _ := io.ReadAll(resp.Body)
+	s := string(body)
+	i1, i2, id := strings.Index(s, ": loading 2/4 layers\n\n"), strings.Index(s, ": loading 3/4 layers\n\n"), strings.Index(s, "data: ")
+	if resp.StatusCode != 200 || i1 != 0 || i2 < i1 || id < i2 || !strings.HasSuffix(s, "data: [DONE]\n\n") {
+		t.Fatalf("%d %q", resp.StatusCode, s)
+	}
+	failed := fmt.Errorf("%w: rank 1 of inst-1 on node n2: out of memory", ErrLoadFailed)
+	srv = chatServer(t, &fakeInference{node: testNode, loadErr: failed})
+	resp = postChat(t, srv.URL, "application/json", hello+`,"stream":true}`)
+	var e struct {
+		Error struct{ Message, Code string } `json:"error"`
+	}
+	json.NewDecoder(resp.Body).Decode(&e)
+	if resp.StatusCode != 503 || e.Error.Code != "load_failed" || !strings.Contains(e.Error.Message, "rank 1 of inst-1 on node n2") {
+		t.Errorf("load failed at once: %d %+v", resp.StatusCode, e)
+	}
+	srv = chatServer(t, &fakeInference{node: testNode, loading: 1, loadErr: failed})
+	resp = postChat(t, srv.URL, "application/json", hello+`,"stream":true}`)
+	data := sseData(t, resp.Body)
+	if resp.StatusCode != 200 || len(data) != 1 || !strings.Contains(data[0], `"code":"load_failed"`) {
+		t.Errorf("load failed while streaming: %d %q", resp.StatusCode, data)
 	}
 }
 

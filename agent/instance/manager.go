@@ -53,7 +53,8 @@ type Manager struct {
 	log    *slog.Logger
 	models *modelsSampler
 
-	placeMu  sync.Mutex // serialises replacing failed instances
+	placeMu  sync.Mutex // serialises placing on demand and replacing failed instances
+	createMu sync.Mutex // serialises Place's check for a conflict and its creation
 	failMu   sync.Mutex // guards failSeen
 	failSeen map[string]time.Time
 	vocabs   vocabCache // tokenizers for /tokenize

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
@@ -47,8 +49,8 @@ func oneNode(t *testing.T) (*Manager, *state.LocalSequencer) {
 func TestPlaceRouteDelete(t *testing.T) {
 	m, _ := oneNode(t)
 	ctx := context.Background()
-	if _, _, err := m.Route(ctx, "tiny"); !errors.Is(err, api.ErrModelNotRunning) || !strings.Contains(err.Error(), "running: none") {
-		t.Fatalf("Route before placing: %v, want ErrModelNotRunning naming what runs", err)
+	if _, _, err := m.Route(ctx, "nope"); !errors.Is(err, api.ErrModelNotFound) || !strings.Contains(err.Error(), "running: none") {
+		t.Fatalf("Route of a model no node has: %v, want ErrModelNotFound naming what runs", err)
 	}
 	in, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"})
 	if err != nil {
@@ -119,5 +121,89 @@ func TestPickPrefersReadyInstances(t *testing.T) {
 	}
 	if len(failed) != 1 || failed[0].InstanceID != "inst-c" {
 		t.Errorf("failed = %+v, want inst-c", failed)
+	}
+}
+
+// A model with no instance is placed by the requests that ask for it,
+// once however many ask at the same moment; Progress follows its ranks
+// and names a rank that failed.
+func TestLoadOnDemand(t *testing.T) {
+	m, seq := oneNode(t)
+	ctx := context.Background()
+	ids := make(chan string, 10)
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, node, err := m.Route(ctx, "tiny")
+			if err != nil || node != "n1" {
+				t.Errorf("Route = %s on %s, %v", id, node, err)
+			}
+			ids <- id
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	first := <-ids
+	for id := range ids {
+		if id != first {
+			t.Errorf("requests routed to %s and %s", first, id)
+		}
+	}
+	n := 0
+	for _, in := range m.cfg.Store.State().Instances {
+		if in.ModelID == "tiny" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d instances of tiny after 10 requests at once, want 1", n)
+	}
+	if _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", IfNone: true}); !errors.Is(err, api.ErrConflict) {
+		t.Errorf("Place IfNone with an instance running: %v, want ErrConflict", err)
+	}
+	runner := func(status string, loaded int, errText string) {
+		t.Helper()
+		if err := seq.Publish(state.RunnerStatusChanged{NodeID: "n1", Runner: state.Runner{RunnerID: supervisor.RunnerID(first, 0),
+			InstanceID: first, NodeID: "n1", Status: status, LayersLoaded: loaded, TotalLayers: 4, Error: errText}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, err := m.Progress(first); err != nil || p != (api.LoadProgress{Total: 4}) {
+		t.Errorf("Progress before the runner starts: %+v, %v", p, err)
+	}
+	runner(state.RunnerLoading, 2, "")
+	if p, err := m.Progress(first); err != nil || p != (api.LoadProgress{Loaded: 2, Total: 4}) {
+		t.Errorf("Progress while loading: %+v, %v", p, err)
+	}
+	runner(state.RunnerReady, 4, "")
+	if p, err := m.Progress(first); err != nil || p != (api.LoadProgress{Loaded: 4, Total: 4, Ready: true}) {
+		t.Errorf("Progress when ready: %+v, %v", p, err)
+	}
+	runner(state.RunnerFailed, 4, "out of memory")
+	if _, err := m.Progress(first); !errors.Is(err, api.ErrLoadFailed) || !strings.Contains(err.Error(), "rank 0 of "+first+" on node n1: out of memory") {
+		t.Errorf("Progress after the runner failed: %v", err)
+	}
+	if _, err := m.Progress("inst-gone"); !errors.Is(err, api.ErrModelNotRunning) {
+		t.Errorf("Progress of no instance: %v", err)
+	}
+}
+
+// A model that fits nowhere is not placed on demand: ErrNoMemory (507)
+// with the numbers.
+func TestLoadOnDemandNoFit(t *testing.T) {
+	m, seq := oneNode(t)
+	if err := seq.Publish(state.NodeMemoryMeasured{NodeID: "n1", Memory: state.NodeMemory{RAMTotal: state.Bytes(1 << 20),
+		RAMAvailable: state.Bytes(1 << 10), SampledAt: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := m.Route(context.Background(), "tiny")
+	if !errors.Is(err, api.ErrNoMemory) || !strings.Contains(err.Error(), "load tiny on demand: model does not fit: rank 0 on n1 needs 0.25 GiB") ||
+		!strings.Contains(err.Error(), "has 0.00 GiB available") {
+		t.Fatalf("Route of a model that fits nowhere: %v", err)
+	}
+	if len(m.cfg.Store.State().Instances) != 0 {
+		t.Error("an instance was placed")
 	}
 }

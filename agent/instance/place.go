@@ -204,9 +204,13 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instan
 			return state.Instance{}, placeErr(err)
 		}
 	}
+	// Checked and created (to the state) under one lock, so that two
+	// placements at once cannot both pass the check.
+	m.createMu.Lock()
+	defer m.createMu.Unlock()
 	st := m.cfg.Store.State()
 	for id, in := range st.Instances {
-		if in.ModelID == req.Model && in.Status != state.InstanceStatusFailed && sameNodes(in.Ranks, ranks) {
+		if in.ModelID == req.Model && in.Status != state.InstanceStatusFailed && (req.IfNone || sameNodes(in.Ranks, ranks)) {
 			return state.Instance{}, fmt.Errorf("%w: %s already runs on these nodes as instance %s", api.ErrConflict, req.Model, id)
 		}
 	}
@@ -229,7 +233,8 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instan
 
 func placeErr(err error) error {
 	if errors.Is(err, placement.ErrNoFit) {
-		return fmt.Errorf("%w: %v", api.ErrNoMemory, err)
+		// Both say "model does not fit": once is enough.
+		return fmt.Errorf("%w: %s", api.ErrNoMemory, strings.TrimPrefix(err.Error(), placement.ErrNoFit.Error()+": "))
 	}
 	return fmt.Errorf("%w: %v", runner.ErrBadRequest, err)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,23 +19,29 @@ import (
 
 // Route picks the live instance of model that serves a request and
 // returns it with the node of its rank 0 (which drives generation): one
-// with every rank Ready first, then one whose rank 0 is here. When only
-// failed instances are left it places a new one (and removes them).
+// with every rank Ready first, then one whose rank 0 is here. A model
+// with no instance that some node has on disk is placed (load on demand),
+// as POST /instance {"model"} would; when only failed instances are left
+// it places a new one (and removes them). One request places, the others
+// wait for it.
 func (m *Manager) Route(ctx context.Context, modelID string) (string, string, error) {
 	id, node, failed := m.pick(modelID)
 	if id != "" {
 		return id, node, nil
 	}
 	if len(failed) == 0 {
-		st := m.cfg.Store.State()
-		return "", "", fmt.Errorf("%w: %q has no instance; place one with POST /instance {\"model\": %q} (running: %s)",
-			api.ErrModelNotRunning, modelID, modelID, runningModels(st))
+		if _, err := m.PickNode(modelID); err != nil {
+			return "", "", fmt.Errorf("%w (running: %s)", err, runningModels(m.cfg.Store.State()))
+		}
 	}
-	// Replace the failed instance: one request does it, the others wait.
 	m.placeMu.Lock()
 	defer m.placeMu.Unlock()
-	if id, node, _ := m.pick(modelID); id != "" {
+	id, node, failed = m.pick(modelID)
+	if id != "" {
 		return id, node, nil
+	}
+	if len(failed) == 0 {
+		return m.placeOnDemand(ctx, modelID)
 	}
 	old := failed[0]
 	var nodes []string
@@ -60,6 +67,28 @@ func (m *Manager) Route(ctx context.Context, modelID string) (string, string, er
 		return "", "", err
 	}
 	return in.InstanceID, in.Ranks[0].NodeID, nil
+}
+
+// placeOnDemand places a model that has no instance, for Route. Another
+// node may be placing it at the same moment: its holder then refuses the
+// second placement (409), and this waits for the first to show.
+func (m *Manager) placeOnDemand(ctx context.Context, modelID string) (string, string, error) {
+	m.log.Info("placing on demand", "model", modelID)
+	in, err := m.placeAnywhere(ctx, api.PlaceRequest{Model: modelID, IfNone: true})
+	if err != nil && !errors.Is(err, api.ErrConflict) {
+		return "", "", fmt.Errorf("load %s on demand: %w", modelID, err)
+	}
+	var id, node string
+	err = m.waitState(ctx, func(s state.State) bool {
+		if in.InstanceID != "" {
+			_, ok := s.Instances[in.InstanceID]
+			id, node = in.InstanceID, in.Ranks[0].NodeID
+			return ok
+		}
+		id, node, _ = m.pick(modelID)
+		return id != ""
+	})
+	return id, node, err
 }
 
 // pick is Route's choice among live instances; failed lists the failed
@@ -118,7 +147,16 @@ func (m *Manager) placeAnywhere(ctx context.Context, req api.PlaceRequest) (stat
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusCreated {
-		return state.Instance{}, fmt.Errorf("place on %s: %s %s", holder, resp.Status, body)
+		err := fmt.Errorf("place on %s: %s %s", holder, resp.Status, body)
+		switch resp.StatusCode { // keep the holder's answer's status
+		case http.StatusConflict:
+			err = fmt.Errorf("%w: %v", api.ErrConflict, err)
+		case http.StatusInsufficientStorage:
+			err = fmt.Errorf("%w: %v", api.ErrNoMemory, err)
+		case http.StatusNotFound:
+			err = fmt.Errorf("%w: %v", api.ErrModelNotFound, err)
+		}
+		return state.Instance{}, err
 	}
 	var pr api.PlaceResponse
 	if err := json.Unmarshal(body, &pr); err != nil {
@@ -158,6 +196,33 @@ func runningModels(st state.State) string {
 	}
 	sort.Strings(ids)
 	return strings.Join(ids, ", ")
+}
+
+// Progress sums an instance's ranks' loading from the state; a failed
+// rank, or a failed or vanished instance, is an error naming it.
+func (m *Manager) Progress(instanceID string) (api.LoadProgress, error) {
+	st := m.cfg.Store.State()
+	in, ok := st.Instances[instanceID]
+	if !ok {
+		return api.LoadProgress{}, fmt.Errorf("%w: instance %s is gone", api.ErrModelNotRunning, instanceID)
+	}
+	p := api.LoadProgress{Ready: true}
+	for _, rk := range in.Ranks {
+		r, ok := st.Runners[supervisor.RunnerID(instanceID, rk.Rank)]
+		if ok && r.Status == state.RunnerFailed {
+			return p, fmt.Errorf("%w: rank %d of %s on node %s: %s", api.ErrLoadFailed, rk.Rank, instanceID, rk.NodeID, r.Error)
+		}
+		p.Loaded += r.LayersLoaded
+		p.Total += rk.LastLayer - rk.FirstLayer
+		p.Ready = p.Ready && ok && (r.Status == state.RunnerReady || r.Status == state.RunnerRunning)
+	}
+	if in.Status == state.InstanceStatusFailed {
+		return p, fmt.Errorf("%w: instance %s: %s", api.ErrLoadFailed, instanceID, in.Error)
+	}
+	if p.Ready {
+		p.Loaded = p.Total
+	}
+	return p, nil
 }
 
 // PickNode is this node if it has the model, else the first node (by id)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -108,6 +109,7 @@ func TestInferenceProcesses(t *testing.T) {
 	// "small" (8 layers, dim 512) decodes slowly enough on one thread to
 	// be killed mid-stream.
 	modelID := genModel(t, bin, dirA, "small-test", "--preset", "small")
+	demandID := genModel(t, bin, dirA, "demand-test", "--preset", "tiny")
 	a := startAgentEnv(t, bin, freeAddr(t), dirA, append(env, "HOME="+dirA), extra...)
 	b := startAgentEnv(t, bin, freeAddr(t), dirB, append(env, "HOME="+dirB), extra...)
 	ps := []*agentProc{a, b}
@@ -178,6 +180,7 @@ func TestInferenceProcesses(t *testing.T) {
 	// Tokenize, detokenize and legacy completions with logprobs, through
 	// B (which has no file: tokenize is forwarded to A).
 	checkBlackBox(t, bin, a, b, modelID)
+	loadOnDemand(t, a, b, demandID)
 
 	// A prompt longer than the context: 400 saying so.
 	long := strings.Repeat("the cluster model ", 1500)
@@ -303,4 +306,58 @@ func killMidStream(t *testing.T, p *agentProc, body string, pid int) string {
 		t.Fatalf("error event %q after %v, want one within 5 s", errEvent, took)
 	}
 	return resp.Header.Get("X-Orrery-Trace-Id")
+}
+
+// loadOnDemand: ten chats at once through B for a model on A that no
+// instance serves place it once; the streaming one hears ": loading"
+// comments before its tokens, all get the same greedy answer. The
+// instance is then deleted.
+func loadOnDemand(t *testing.T, a, b *agentProc, modelID string) {
+	t.Helper()
+	req := `{"model":"` + modelID + `","messages":[{"role":"user","content":"hello"}],"max_tokens":6,"temperature":0`
+	var wg sync.WaitGroup
+	answers := make([]string, 9)
+	var stream []byte
+	var streamCode int
+	wg.Add(10)
+	go func() {
+		defer wg.Done()
+		streamCode, stream, _ = b.post("/v1/chat/completions", req+`,"stream":true}`)
+	}()
+	for i := range answers {
+		go func() {
+			defer wg.Done()
+			code, _, ans := chat(t, b, req+"}")
+			if code != http.StatusOK || len(ans.Choices) != 1 {
+				t.Errorf("on-demand chat %d: %d %+v", i, code, ans.Error)
+				return
+			}
+			answers[i] = ans.Choices[0].Message.Content
+		}()
+	}
+	wg.Wait()
+	for _, s := range answers[1:] {
+		if s != answers[0] {
+			t.Errorf("greedy answers differ: %q", answers)
+			break
+		}
+	}
+	if streamCode != http.StatusOK || !strings.HasPrefix(string(stream), ": loading ") || !strings.Contains(string(stream), "data: [DONE]") {
+		t.Errorf("streaming on-demand chat: %d %q", streamCode, stream)
+	}
+	var instances map[string]struct {
+		InstanceID string `json:"instanceId"`
+		ModelID    string `json:"modelId"`
+	}
+	a.mustGet(t, "/state/instances", &instances)
+	var ids []string
+	for id, in := range instances {
+		if in.ModelID == modelID {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) != 1 {
+		t.Fatalf("instances of %s after 10 requests at once: %v, want one", modelID, ids)
+	}
+	deleteInstance(t, a, ids[0])
 }
