@@ -150,8 +150,9 @@ func (e *eventStream) comment(text string) error {
 // how far it got.
 const loadTick = time.Second
 
-// awaitLoad holds a streaming request while its instance loads, with a
-// comment every loadTick saying how far ("loading 5/16 layers").
+// awaitLoad holds a request while its instance loads; a stream (st not
+// nil) hears a comment every loadTick saying how far ("loading 5/16
+// layers"). A rank that fails to load ends it with ErrLoadFailed.
 func (s *Server) awaitLoad(ctx context.Context, st *eventStream, instanceID string) error {
 	t := time.NewTicker(loadTick)
 	defer t.Stop()
@@ -160,8 +161,10 @@ func (s *Server) awaitLoad(ctx context.Context, st *eventStream, instanceID stri
 		if err != nil || p.Ready {
 			return err
 		}
-		if err := st.comment(fmt.Sprintf("loading %d/%d layers", p.Loaded, p.Total)); err != nil {
-			return err
+		if st != nil {
+			if err := st.comment(fmt.Sprintf("loading %d/%d layers", p.Loaded, p.Total)); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():

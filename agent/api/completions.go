@@ -165,6 +165,10 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 	offset := 0
 
 	if !cr.Stream {
+		if err := s.awaitLoad(r.Context(), nil, c.instanceID); err != nil {
+			inferenceError(w, err)
+			return
+		}
 		var text strings.Builder
 		var lps *legacyLogprobs
 		if req.Logprobs {

@@ -309,6 +309,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	req := c.req
 
 	if !cr.Stream {
+		if err := s.awaitLoad(r.Context(), nil, c.instanceID); err != nil {
+			inferenceError(w, err)
+			return
+		}
 		var text strings.Builder
 		var lps []chatLogprob
 		done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {

@@ -228,6 +228,12 @@ func TestChatStreamWhileLoading(t *testing.T) {
 		t.Errorf("load failed at once: %d %+v", resp.StatusCode, e)
 	}
 	srv = chatServer(t, &fakeInference{node: testNode, loading: 1, loadErr: failed})
+	resp = postChat(t, srv.URL, "application/json", hello+`}`)
+	json.NewDecoder(resp.Body).Decode(&e)
+	if resp.StatusCode != 503 || e.Error.Code != "load_failed" {
+		t.Errorf("load failed, not streamed: %d %+v", resp.StatusCode, e)
+	}
+	srv = chatServer(t, &fakeInference{node: testNode, loading: 1, loadErr: failed})
 	resp = postChat(t, srv.URL, "application/json", hello+`,"stream":true}`)
 	data := sseData(t, resp.Body)
 	if resp.StatusCode != 200 || len(data) != 1 || !strings.Contains(data[0], `"code":"load_failed"`) {
