@@ -54,8 +54,9 @@ type Request struct {
 	// Piece, with the TopLogprobs (0..MaxTopLogprobs) most likely tokens.
 	Logprobs    bool `json:"logprobs,omitempty"`
 	TopLogprobs int  `json:"topLogprobs,omitempty"`
-	// MaxTokens caps the completion (0: DefaultMaxTokens, and never past
-	// the context).
+	// MaxTokens caps the completion (0: DefaultMaxTokens, cut at the
+	// context's end). A MaxTokens the context cannot hold after the
+	// prompt is refused (ErrPromptTooLong, both numbers).
 	MaxTokens int            `json:"maxTokens,omitempty"`
 	Stop      []string       `json:"stop,omitempty"`
 	Sample    sample.Options `json:"sample"`
@@ -160,12 +161,7 @@ func (g *Generator) Prepare(req *Request) ([]int32, error) {
 				return nil, fmt.Errorf("%w: prompt token %d is %d: want 0..%d", ErrBadRequest, i, id, n-1)
 			}
 		}
-		ids := req.PromptTokens
-		if ctxLen := g.M.Options().ContextLen; len(ids) >= ctxLen {
-			return nil, fmt.Errorf("%w: the prompt is %d tokens and the context holds %d (with room for at least one generated token)",
-				ErrPromptTooLong, len(ids), ctxLen)
-		}
-		return ids, nil
+		return g.fits(req, req.PromptTokens)
 	}
 	text := req.Prompt
 	if len(req.Messages) > 0 {
@@ -181,9 +177,20 @@ func (g *Generator) Prepare(req *Request) ([]int32, error) {
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadRequest)
 	}
-	if ctxLen := g.M.Options().ContextLen; len(ids) >= ctxLen {
+	return g.fits(req, ids)
+}
+
+// fits checks that the prompt ids and the completion req asks for fit the
+// context.
+func (g *Generator) fits(req *Request, ids []int32) ([]int32, error) {
+	ctxLen := g.M.Options().ContextLen
+	if len(ids) >= ctxLen {
 		return nil, fmt.Errorf("%w: the prompt is %d tokens and the context holds %d (with room for at least one generated token)",
 			ErrPromptTooLong, len(ids), ctxLen)
+	}
+	if len(ids)+req.MaxTokens > ctxLen {
+		return nil, fmt.Errorf("%w: max_tokens %d after a prompt of %d tokens needs %d positions and the context holds %d",
+			ErrPromptTooLong, req.MaxTokens, len(ids), len(ids)+req.MaxTokens, ctxLen)
 	}
 	return ids, nil
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -137,12 +138,20 @@ func TestGenerateStopsAndLimits(t *testing.T) {
 		t.Fatalf("max tokens: %+v %v", res, err)
 	}
 
-	// The context bounds the completion too.
+	// The context bounds the default completion; an explicit max_tokens
+	// it cannot hold is refused, naming the numbers.
 	g, s = newGen(nil)
 	s.ctxLen = len(prompt) + 3
-	_, _, res, err = run(t, g, Request{Prompt: "hello world", MaxTokens: 100}, nil)
+	_, _, res, err = run(t, g, Request{Prompt: "hello world"}, nil)
 	if err != nil || res.FinishReason != "length" || res.CompletionTokens != 3 {
 		t.Fatalf("context bound: %+v %v", res, err)
+	}
+	_, _, _, err = run(t, g, Request{Prompt: "hello world", MaxTokens: 100}, nil)
+	if want := fmt.Sprintf("max_tokens 100 after a prompt of %d tokens needs %d positions and the context holds %d", len(prompt), len(prompt)+100, len(prompt)+3); !errors.Is(err, ErrPromptTooLong) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("max_tokens past the context: %v, want %q", err, want)
+	}
+	if _, _, res, err = run(t, g, Request{Prompt: "hello world", MaxTokens: 3}, nil); err != nil || res.CompletionTokens != 3 {
+		t.Fatalf("max_tokens that just fits: %+v %v", res, err)
 	}
 
 	// A prompt that does not fit: ErrPromptTooLong, naming the numbers.
