@@ -43,6 +43,7 @@ func (m *Manager) Route(ctx context.Context, modelID string) (string, string, er
 	if len(failed) == 0 {
 		return m.placeOnDemand(ctx, modelID)
 	}
+	// Replace the failed instance.
 	old := failed[0]
 	var nodes []string
 	st := m.cfg.Store.State()
