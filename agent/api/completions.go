@@ -152,6 +152,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 	if !ok {
 		return
 	}
+	ctx, untrack := s.running.track(r.Context(), c.id)
+	defer untrack()
 	req := c.req
 	choice := func(text string, lp *legacyLogprobs, finish any) map[string]any {
 		ch := map[string]any{"index": 0, "text": text, "logprobs": nil, "finish_reason": finish}
@@ -165,8 +167,8 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 	offset := 0
 
 	if !cr.Stream {
-		if err := s.awaitLoad(r.Context(), nil, c.instanceID); err != nil {
-			inferenceError(w, err)
+		if err := s.awaitLoad(ctx, nil, c.instanceID); err != nil {
+			inferenceError(w, cancelled(ctx, c.id, err))
 			return
 		}
 		var text strings.Builder
@@ -174,7 +176,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 		if req.Logprobs {
 			lps = newLegacyLogprobs()
 		}
-		done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
+		done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
 			text.WriteString(p.Text)
 			if lps != nil && p.Logprobs != nil {
 				lps.add(p.Logprobs, offset)
@@ -183,7 +185,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 			return nil
 		})
 		if err != nil {
-			inferenceError(w, err)
+			inferenceError(w, cancelled(ctx, c.id, err))
 			return
 		}
 		writeJSON(w, http.StatusOK, c.answer("text_completion", choice(text.String(), lps, done.FinishReason),
@@ -192,11 +194,11 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 	}
 
 	st := newEventStream(w)
-	if err := s.awaitLoad(r.Context(), st, c.instanceID); err != nil {
-		st.fail(err)
+	if err := s.awaitLoad(ctx, st, c.instanceID); err != nil {
+		st.fail(cancelled(ctx, c.id, err))
 		return
 	}
-	done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
 		if err := st.begin(); err != nil {
 			return err
 		}
@@ -212,7 +214,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 		return st.send(c.answer("text_completion", choice(p.Text, lps, nil), nil))
 	})
 	if err != nil {
-		st.fail(err)
+		st.fail(cancelled(ctx, c.id, err))
 		return
 	}
 	st.begin()

@@ -79,6 +79,8 @@ func inferenceStatus(err error) (status int, typ, code string) {
 		return http.StatusNotFound, "invalid_request_error", "model_not_found"
 	case errors.Is(err, ErrNoMemory):
 		return http.StatusInsufficientStorage, "server_error", "insufficient_memory"
+	case errors.Is(err, ErrCancelled):
+		return 499, "invalid_request_error", "cancelled"
 	case errors.Is(err, ErrLoadFailed):
 		return http.StatusServiceUnavailable, "server_error", "load_failed"
 	case errors.Is(err, ErrConflict):

@@ -306,16 +306,18 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	if !ok {
 		return
 	}
+	ctx, untrack := s.running.track(r.Context(), c.id)
+	defer untrack()
 	req := c.req
 
 	if !cr.Stream {
-		if err := s.awaitLoad(r.Context(), nil, c.instanceID); err != nil {
-			inferenceError(w, err)
+		if err := s.awaitLoad(ctx, nil, c.instanceID); err != nil {
+			inferenceError(w, cancelled(ctx, c.id, err))
 			return
 		}
 		var text strings.Builder
 		var lps []chatLogprob
-		done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
+		done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
 			text.WriteString(p.Text)
 			if req.Logprobs && p.Logprobs != nil {
 				lps = append(lps, chatLogprobOf(p.Logprobs))
@@ -323,7 +325,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 			return nil
 		})
 		if err != nil {
-			inferenceError(w, err)
+			inferenceError(w, cancelled(ctx, c.id, err))
 			return
 		}
 		choice := map[string]any{"index": 0, "finish_reason": done.FinishReason,
@@ -349,11 +351,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 		return st.send(c.answer("chat.completion.chunk", choice, extra))
 	}
 	st.first = func() error { return chunk(map[string]any{"role": "assistant", "content": ""}, nil, nil) }
-	if err := s.awaitLoad(r.Context(), st, c.instanceID); err != nil {
-		st.fail(err)
+	if err := s.awaitLoad(ctx, st, c.instanceID); err != nil {
+		st.fail(cancelled(ctx, c.id, err))
 		return
 	}
-	done, err := s.Inference.Complete(r.Context(), c.instanceID, c.traceID, req, func(p runner.Piece) error {
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
 		if err := st.begin(); err != nil {
 			return err
 		}
@@ -366,7 +368,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 		return chunk(map[string]any{"content": p.Text}, nil, nil)
 	})
 	if err != nil {
-		st.fail(err)
+		st.fail(cancelled(ctx, c.id, err))
 		return
 	}
 	if err := st.begin(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ type fakeInference struct {
 	// (layer 1 of 4, then 2…), then loadErr or ready.
 	loading int
 	loadErr error
+	// hang: after its pieces, Complete waits for its context to end.
+	hang bool
 }
 
 func (f *fakeInference) Route(ctx context.Context, model string) (string, string, error) {
@@ -100,6 +103,10 @@ func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string
 	}
 	if f.failAfter == len(f.pieces) {
 		return nil, f.err
+	}
+	if f.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
 	return &runner.Done{Result: runner.Result{FinishReason: "length", PromptTokens: 7, CompletionTokens: len(f.pieces),
 		PrefillNs: 1e6, DecodeNs: 2e6, FirstTokenNs: 1e6}}, nil
@@ -238,6 +245,53 @@ func TestChatStreamWhileLoading(t *testing.T) {
 	data := sseData(t, resp.Body)
 	if resp.StatusCode != 200 || len(data) != 1 || !strings.Contains(data[0], `"code":"load_failed"`) {
 		t.Errorf("load failed while streaming: %d %q", resp.StatusCode, data)
+	}
+}
+
+// POST /v1/cancel/{id} stops a running completion: its stream ends with
+// an error event of code "cancelled"; an id that runs nowhere is 404, a
+// malformed one 400.
+func TestCancel(t *testing.T) {
+	srv := chatServer(t, &fakeInference{node: testNode, pieces: []string{"a"}, failAfter: -1, hang: true})
+	resp := postChat(t, srv.URL, "application/json", hello+`,"stream":true}`)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var first struct{ ID string }
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			json.Unmarshal([]byte(d), &first)
+			break
+		}
+	}
+	if !strings.HasPrefix(first.ID, "chatcmpl-") {
+		t.Fatalf("first chunk's id %q", first.ID)
+	}
+	cancel := func(id string) (int, string) {
+		r, err := http.Post(srv.URL+"/v1/cancel/"+id, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return r.StatusCode, string(b)
+	}
+	if code, body := cancel(first.ID); code != 200 || !strings.Contains(body, `"cancelled":true`) {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	var rest []string
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			rest = append(rest, d)
+		}
+	}
+	if len(rest) == 0 || !strings.Contains(rest[len(rest)-1], `"code":"cancelled"`) || slices.Contains(rest, "[DONE]") {
+		t.Errorf("the stream after cancel: %q", rest)
+	}
+	if code, _ := cancel(first.ID); code != 404 {
+		t.Errorf("cancelling a finished completion: %d, want 404", code)
+	}
+	if code, _ := cancel("chatcmpl-..%2F"); code != 400 {
+		t.Errorf("a malformed id: %d, want 400", code)
 	}
 }
 

@@ -61,6 +61,9 @@ type Server struct {
 	// AllowAnyHost turns off the Host check; set it only when the API is
 	// deliberately bound to a non-loopback address.
 	AllowAnyHost bool
+
+	// running are the completions this node runs, for POST /v1/cancel.
+	running running
 }
 
 // ClusterView is the node's view of the cluster.
@@ -120,6 +123,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/perfetto/{id}", onlyGET(s.perfettoPage))
 	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, false) }))
 	mux.Handle("/v1/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.completions(w, r, false) }))
+	mux.Handle("/v1/cancel/{id}", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.cancel(w, r, false) }))
 	mux.Handle("/tokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.tokenize(w, r, false) }))
 	mux.Handle("/detokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.detokenize(w, r, false) }))
 	mux.Handle("/v1/models", onlyGET(s.models))
@@ -150,6 +154,7 @@ func (s *Server) PeerHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, true) }))
 	mux.Handle("/v1/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.completions(w, r, true) }))
+	mux.Handle("/v1/cancel/{id}", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.cancel(w, r, true) }))
 	mux.Handle("/tokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.tokenize(w, r, true) }))
 	mux.Handle("/detokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.detokenize(w, r, true) }))
 	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, true) }))

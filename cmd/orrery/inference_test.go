@@ -181,6 +181,7 @@ func TestInferenceProcesses(t *testing.T) {
 	// B (which has no file: tokenize is forwarded to A).
 	checkBlackBox(t, bin, a, b, modelID)
 	loadOnDemand(t, a, b, demandID)
+	cancelMidStream(t, b, modelID)
 
 	// A prompt longer than the context: 400 saying so.
 	long := strings.Repeat("the cluster model ", 1500)
@@ -360,4 +361,41 @@ func loadOnDemand(t *testing.T, a, b *agentProc, modelID string) {
 		t.Fatalf("instances of %s after 10 requests at once: %v, want one", modelID, ids)
 	}
 	deleteInstance(t, a, ids[0])
+}
+
+// cancelMidStream: a long stream through B (it runs on A), cancelled with
+// POST /v1/cancel/{id} through B (which asks A) after its first chunk,
+// ends within 5 s with a "cancelled" error event, and the runner serves
+// the next request.
+func cancelMidStream(t *testing.T, b *agentProc, modelID string) {
+	t.Helper()
+	body := `{"model":"` + modelID + `","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":1900,"ignore_eos":true}`
+	resp, err := http.Post("http://"+b.addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	var first struct{ ID string }
+	for first.ID == "" && sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			json.Unmarshal([]byte(d), &first)
+		}
+	}
+	start := time.Now()
+	if code, out, err := b.post("/v1/cancel/"+first.ID, ""); code != http.StatusOK || !strings.Contains(string(out), `"cancelled":true`) {
+		t.Fatalf("POST /v1/cancel/%s: %d %s %v", first.ID, code, out, err)
+	}
+	last := ""
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			last = d
+		}
+	}
+	if took := time.Since(start); !strings.Contains(last, `"code":"cancelled"`) || took > 5*time.Second {
+		t.Errorf("the stream after cancel ended with %q after %v", last, took)
+	}
+	if code, _, ans := chat(t, b, `{"model":"`+modelID+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`); code != http.StatusOK {
+		t.Errorf("the next request after a cancel: %d %+v", code, ans.Error)
+	}
 }

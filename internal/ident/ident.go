@@ -25,6 +25,10 @@ type TraceID string
 // InstanceID names one placed model instance.
 type InstanceID string
 
+// CompletionID names one running completion (chatcmpl-…, cmpl-…), for
+// POST /v1/cancel/{id}.
+type CompletionID string
+
 // Valid reports whether id is a valid node id.
 func (id NodeID) Valid() error { return check("node id", string(id)) }
 
@@ -33,6 +37,9 @@ func (id TraceID) Valid() error { return check("trace id", string(id)) }
 
 // Valid reports whether id is a valid instance id.
 func (id InstanceID) Valid() error { return check("instance id", string(id)) }
+
+// Valid reports whether id is a valid completion id.
+func (id CompletionID) Valid() error { return check("completion id", string(id)) }
 
 // ValidNodeID, ValidTraceID and ValidInstanceID check plain strings, for the
 // many places that carry ids as strings in JSON structs.
