@@ -398,4 +398,17 @@ func cancelMidStream(t *testing.T, b *agentProc, modelID string) {
 	if code, _, ans := chat(t, b, `{"model":"`+modelID+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`); code != http.StatusOK {
 		t.Errorf("the next request after a cancel: %d %+v", code, ans.Error)
 	}
+	// A client that goes away after the first chunk cancels it too: the
+	// one-slot runner answers the next request within seconds, not after
+	// 1900 tokens.
+	resp2, err := http.Post("http://"+b.addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufio.NewReader(resp2.Body).ReadString('\n')
+	resp2.Body.Close()
+	start = time.Now()
+	if code, _, ans := chat(t, b, `{"model":"`+modelID+`","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`); code != http.StatusOK || time.Since(start) > 5*time.Second {
+		t.Errorf("the next request after a client went away: %d %+v after %v", code, ans.Error, time.Since(start))
+	}
 }
