@@ -190,8 +190,8 @@ func (e *eventStream) flush() {
 	}
 }
 
-// fail reports err: as a status before the stream began, else as an error
-// event (the OpenAI SDKs raise it) with no [DONE].
+// fail reports err: as a status before the headers went out, else as an
+// error event (the OpenAI SDKs raise it) with no [DONE].
 func (e *eventStream) fail(err error) {
 	if !e.headers {
 		inferenceError(e.w, err)
