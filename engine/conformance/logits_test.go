@@ -221,9 +221,9 @@ func conformFamily(t *testing.T, dir, family, name string, types []string, tweak
 // still to identical logits under matched settings.
 //
 // Some models' routing is more fragile: gpt-oss's random weights (biased
-// experts, a softmax over the 4 chosen of 16) move 1–3 std from rounding
-// alone, llama.cpp's own logits as far from exact float64 math on the
-// same weights as from Orrery's. Where llama.cpp is that far from exact,
+// experts, a softmax over the 4 chosen of 16) and deepseek2's move
+// 0.3–1.6 of a std from rounding alone, llama.cpp's own logits as far
+// from exact float64 math on the same weights as from Orrery's. Where llama.cpp is that far from exact,
 // the bound is 1.5 × its distance: the two engines may differ by what
 // rounding does to llama.cpp itself; and where it is more than 0.75 of a
 // std away (deepseek2's sigmoid routing by groups, its experts' weights
