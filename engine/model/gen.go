@@ -324,6 +324,17 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		}
 	}
 	name := fmt.Sprintf("orrery-gen-%s-%dL-%dd-%s", a, o.Layers, o.Dim, o.Type)
+	// The attention as the file states it: deepseek2's MLA caches one
+	// latent kv head (see mlaDims); Gemma and DeepSeek norm with ε 1e-6.
+	kvHeads, keyLen, valLen, ropeDim := o.KVHeads, o.HeadDim, o.HeadDim, o.HeadDim
+	if a == "deepseek2" {
+		_, kvLora, _, rope, _ := mlaDims(o)
+		kvHeads, keyLen, valLen, ropeDim = 1, kvLora+rope, kvLora, rope
+	}
+	eps := float32(1e-5)
+	if a == "gemma3" || a == "deepseek2" {
+		eps = 1e-6
+	}
 	kvs := []gguf.KV{
 		{Key: "general.architecture", Value: a},
 		{Key: "general.name", Value: name},
@@ -334,12 +345,12 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		{Key: a + ".block_count", Value: uint32(o.Layers)},
 		{Key: a + ".feed_forward_length", Value: uint32(o.FFDim)},
 		{Key: a + ".attention.head_count", Value: uint32(o.Heads)},
-		{Key: a + ".attention.head_count_kv", Value: uint32(o.KVHeads)},
-		{Key: a + ".attention.layer_norm_rms_epsilon", Value: float32(1e-5)},
+		{Key: a + ".attention.head_count_kv", Value: uint32(kvHeads)},
+		{Key: a + ".attention.layer_norm_rms_epsilon", Value: eps},
 		{Key: a + ".rope.freq_base", Value: float32(o.RopeBase)},
-		{Key: a + ".rope.dimension_count", Value: uint32(o.HeadDim)},
-		{Key: a + ".attention.key_length", Value: uint32(o.HeadDim)},
-		{Key: a + ".attention.value_length", Value: uint32(o.HeadDim)},
+		{Key: a + ".rope.dimension_count", Value: uint32(ropeDim)},
+		{Key: a + ".attention.key_length", Value: uint32(keyLen)},
+		{Key: a + ".attention.value_length", Value: uint32(valLen)},
 		{Key: a + ".vocab_size", Value: uint32(o.Vocab)},
 		{Key: "tokenizer.ggml.model", Value: "llama"},
 		{Key: "tokenizer.ggml.tokens", Value: tokens},
@@ -372,14 +383,6 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 	}
 	if a == "gemma3" && o.SlidingWindow > 0 {
 		kvs = append(kvs, gguf.KV{Key: a + ".rope.freq_base_swa", Value: float32(10000)})
-	}
-	if a == "gemma3" {
-		// Gemma's norms are RMSNorm with ε 1e-6.
-		for i := range kvs {
-			if kvs[i].Key == a+".attention.layer_norm_rms_epsilon" {
-				kvs[i].Value = float32(1e-6)
-			}
-		}
 	}
 	if a == "deepseek2" {
 		kvs = deepseekMetadata(o, kvs)
@@ -456,21 +459,11 @@ func mlaDims(o GenOptions) (qLora, kvLora, nope, rope, v int) {
 	return o.Dim / 2, 4 * h, max(h, 32), max(h/2, 16), h
 }
 
-// deepseekMetadata replaces kvs' attention keys with deepseek2's MLA ones
-// (one latent kv head) and adds its experts' conventions.
+// deepseekMetadata adds deepseek2's MLA sizes and its experts'
+// conventions to kvs.
 func deepseekMetadata(o GenOptions, kvs []gguf.KV) []gguf.KV {
 	a := o.Arch
 	qLora, kvLora, nope, rope, v := mlaDims(o)
-	set := map[string]any{
-		a + ".attention.head_count_kv": uint32(1), a + ".attention.key_length": uint32(kvLora + rope),
-		a + ".attention.value_length": uint32(kvLora), a + ".rope.dimension_count": uint32(rope),
-		a + ".attention.layer_norm_rms_epsilon": float32(1e-6),
-	}
-	for i := range kvs {
-		if v, ok := set[kvs[i].Key]; ok {
-			kvs[i].Value = v
-		}
-	}
 	kvs = append(kvs, gguf.KV{Key: a + ".attention.q_lora_rank", Value: uint32(qLora)},
 		gguf.KV{Key: a + ".attention.kv_lora_rank", Value: uint32(kvLora)},
 		gguf.KV{Key: a + ".attention.key_length_mla", Value: uint32(nope + rope)},

@@ -97,24 +97,7 @@ func TestRanges(t *testing.T) {
 // A sliding-window layer's cache holds its window and a batch, a global
 // layer's the whole context: Gemma 3's 5 of 6 layers need a fraction.
 func TestLayoutSlidingWindowKV(t *testing.T) {
-	o, err := model.ApplyFamily(model.Presets["small"], "gemma3") // window 256 of 2048
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Layers = 6
-	path := filepath.Join(t.TempDir(), "g.gguf")
-	if err := model.Generate(path, o); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := LayoutOf(f, cfg, 0)
+	cfg, l := familyLayout(t, "gemma3", 6) // window 256 of 2048
 	perToken := uint64(2 * cfg.KVHeads * cfg.HeadDim * 2)
 	for i, kv := range l.KV {
 		want := 2048 * perToken
@@ -131,12 +114,24 @@ func TestLayoutSlidingWindowKV(t *testing.T) {
 // latent again as values, in ollama's cache): 544 values where its 8 heads
 // of 96-wide keys and 64-wide values would take 1280.
 func TestLayoutLatentKV(t *testing.T) {
-	o, err := model.ApplyFamily(model.Presets["small"], "deepseek2") // heads of 64: latent 256, rotary 32
+	_, l := familyLayout(t, "deepseek2", 3) // heads of 64: latent 256, rotary 32
+	for i, kv := range l.KV {
+		if want := uint64(2048 * (256 + 32 + 256) * 2); kv != want {
+			t.Errorf("layer %d: KV %d bytes, want %d", i, kv, want)
+		}
+	}
+}
+
+// familyLayout is the layout of the small preset shaped as family, with
+// layers blocks.
+func familyLayout(t *testing.T, family string, layers int) (model.Config, Layout) {
+	t.Helper()
+	o, err := model.ApplyFamily(model.Presets["small"], family)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.Layers = 3
-	path := filepath.Join(t.TempDir(), "d.gguf")
+	o.Layers = layers
+	path := filepath.Join(t.TempDir(), family+".gguf")
 	if err := model.Generate(path, o); err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +143,5 @@ func TestLayoutLatentKV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := LayoutOf(f, cfg, 0)
-	for i, kv := range l.KV {
-		if want := uint64(2048 * (256 + 32 + 256) * 2); kv != want {
-			t.Errorf("layer %d: KV %d bytes, want %d", i, kv, want)
-		}
-	}
+	return cfg, LayoutOf(f, cfg, 0)
 }
