@@ -228,24 +228,26 @@ func conformFamily(t *testing.T, dir, family, name string, types []string, tweak
 // rounding does to llama.cpp itself; and where it is more than 0.75 of a
 // std away (deepseek2's sigmoid routing by groups, its experts' weights
 // scaled by 2.5), top-1 agreement need only be 50 % (chance is 1 in
-// 4096). The matched rows, identical for the exact types, carry the
-// graph's conformance.
+// 4096) and, in the defaults, greedy outputs may part anywhere. The
+// matched rows, identical for the exact types, carry the graph's
+// conformance.
 func checkMoE(t *testing.T, v variant, st setting, r row) {
 	t.Helper()
 	v.bound = max(v.bound, 0.75)
-	if st.flashAttn == "on" {
-		// Under kernels that differ, a flipped expert choice can make the
-		// greedy outputs part anywhere, not only at near-ties.
-		v.exact = false
-	}
 	if !math.IsNaN(r.exactLlama) {
 		v.bound = max(v.bound, 1.5*r.exactLlama)
 	}
-	check(t, v, st, r)
 	floor := 0.85
 	if r.exactLlama > 0.75 {
 		floor = 0.5
+		if st.flashAttn == "on" {
+			// Under kernels that differ, a flipped expert choice in so
+			// fragile a model can make the greedy outputs part
+			// anywhere, not only at near-ties.
+			v.exact = false
+		}
 	}
+	check(t, v, st, r)
 	if r.top1 < floor {
 		t.Errorf("%s %s-%s on %d rank(s): top-1 agreement %.1f %% under %.0f %%", st.name, r.arch, r.typ, r.ranks, 100*r.top1, 100*floor)
 	}
