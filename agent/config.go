@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/tracecollect"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -53,6 +54,10 @@ type Config struct {
 	// RunnerThreads and ContextLen are passed to runners (0: all CPUs,
 	// and the model's context length).
 	RunnerThreads, ContextLen int
+	// KeepAlive is how long an instance placed on demand stays loaded
+	// after its last request, unless the request says (Ollama's
+	// keep_alive; negative: until deleted).
+	KeepAlive api.KeepAlive
 	// ModelDirs are where models are looked for; nil means
 	// model.DefaultDirs (the data dir, Ollama, LM Studio, the HF cache).
 	ModelDirs *model.Dirs
@@ -73,6 +78,7 @@ func DefaultConfig() Config {
 		APIAddr:           "127.0.0.1:52416",
 		DataDir:           dir,
 		MemoryInterval:    500 * time.Millisecond,
+		KeepAlive:         api.KeepAlive{D: api.DefaultKeepAlive},
 		SystemInterval:    time.Second,
 		DiskInterval:      10 * time.Second,
 		NetworkInterval:   5 * time.Second,

@@ -18,6 +18,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) (finish func()) {
 		c.Peers = append(c.Peers, v)
 		return nil
 	})
+	fs.Var(&c.KeepAlive, "keep-alive", "how long a model loaded on demand stays loaded after its last request (5m, 1h, seconds; 0 unloads at once, -1 never); a request's keep_alive wins")
 	fs.BoolVar(&c.MDNS, "mdns", c.MDNS, "advertise and browse _orrery._tcp with mDNS")
 	loopback := fs.Bool("loopback", false, "find other agents on this machine without multicast (records in the loopback dir)")
 	fs.StringVar(&c.LoopbackDir, "loopback-dir", "", "directory for loopback discovery records (implies --loopback; default $TMPDIR/orrery-loopback-$UID)")

@@ -18,6 +18,7 @@ import (
 // completionBody is an OpenAI completion request body (chat or legacy).
 type completionBody interface {
 	modelID() string
+	keepAlive() *KeepAlive
 	toRunner() (runner.Request, error)
 }
 
@@ -31,11 +32,15 @@ type completionRun struct {
 	id         string // the response's id: idPrefix and the trace's unique part
 	created    int64
 	start      time.Time
+	// release ends the Hold on the instance: call it when the request
+	// ends.
+	release func()
 }
 
 // startCompletion reads an OpenAI completion request into body (what
 // names it in errors) and routes it: to another node, answering the
-// request (ok false), or to this one, with the trace and node headers set.
+// request (ok false), or to this one, with the trace and node headers set
+// and the instance held (the caller must call c.release).
 func (s *Server) startCompletion(w http.ResponseWriter, r *http.Request, forwarded bool, path, what, idPrefix string,
 	body completionBody) (c completionRun, ok bool) {
 	if s.Inference == nil {
@@ -60,7 +65,7 @@ func (s *Server) startCompletion(w http.ResponseWriter, r *http.Request, forward
 		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", err.Error())
 		return c, false
 	}
-	instanceID, node, err := s.Inference.Route(r.Context(), body.modelID())
+	instanceID, node, err := s.Inference.Route(r.Context(), body.modelID(), body.keepAlive())
 	if err != nil {
 		inferenceError(w, err)
 		return c, false
@@ -73,7 +78,12 @@ func (s *Server) startCompletion(w http.ResponseWriter, r *http.Request, forward
 		s.forward(w, r, node, path, raw)
 		return c, false
 	}
-	c = completionRun{req: req, model: body.modelID(), instanceID: instanceID, created: time.Now().Unix(), start: time.Now()}
+	release, err := s.Inference.Hold(instanceID, body.keepAlive())
+	if err != nil {
+		inferenceError(w, err)
+		return c, false
+	}
+	c = completionRun{req: req, model: body.modelID(), instanceID: instanceID, created: time.Now().Unix(), start: time.Now(), release: release}
 	unique := newTraceID()
 	if !strings.EqualFold(r.Header.Get(TraceHeader), "off") {
 		c.traceID = unique

@@ -17,9 +17,12 @@ import (
 // completionRequest is the part of OpenAI's legacy completion request
 // Orrery uses; other fields are accepted and ignored, as SDKs send many.
 type completionRequest struct {
-	Model       string          `json:"model"`
-	Prompt      json.RawMessage `json:"prompt"`
-	Stream      bool            `json:"stream"`
+	Model  string          `json:"model"`
+	Prompt json.RawMessage `json:"prompt"`
+	Stream bool            `json:"stream"`
+	// KeepAlive (Ollama's keep_alive) is how long the instance stays
+	// loaded after this request: "5m", seconds, 0 or -1 (pinned).
+	KeepAlive   *KeepAlive      `json:"keep_alive"`
 	MaxTokens   *int            `json:"max_tokens"`
 	Temperature *float64        `json:"temperature"`
 	TopP        *float64        `json:"top_p"`
@@ -36,6 +39,8 @@ type completionRequest struct {
 }
 
 func (c *completionRequest) modelID() string { return c.Model }
+
+func (c *completionRequest) keepAlive() *KeepAlive { return c.KeepAlive }
 
 // toRunner turns the request into the runner's terms.
 func (c *completionRequest) toRunner() (runner.Request, error) {
@@ -152,6 +157,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 	if !ok {
 		return
 	}
+	defer c.release()
 	ctx, untrack := s.running.track(r.Context(), c.id)
 	defer untrack()
 	req := c.req

@@ -17,8 +17,14 @@ type Inference interface {
 	// its rank 0, which drives generation. It replaces a failed instance
 	// (placing anew), places one when the model has none but a node has
 	// its file (load on demand: one placement however many requests
-	// ask), and wraps ErrModelNotFound when no node has it.
-	Route(ctx context.Context, model string) (instanceID, node string, err error)
+	// ask), and wraps ErrModelNotFound when no node has it. keepAlive
+	// (nil: the agent's default) is an on-demand placement's keep-alive.
+	Route(ctx context.Context, model string, keepAlive *KeepAlive) (instanceID, node string, err error)
+	// Hold marks a request running on an instance whose rank 0 is here,
+	// until release: a held instance is never unloaded as idle. Its
+	// keep-alive counts from the release; keepAlive (nil: the instance's
+	// own) becomes the instance's. ErrUnloading when its expiry came first.
+	Hold(instanceID string, keepAlive *KeepAlive) (release func(), err error)
 	// Progress is how far an instance's ranks have loaded; ErrLoadFailed
 	// names the rank that failed.
 	Progress(instanceID string) (LoadProgress, error)
@@ -65,6 +71,7 @@ var (
 	ErrNoMemory        = errors.New("model does not fit")
 	ErrConflict        = errors.New("conflict")
 	ErrNotHere         = errors.New("not on this node")
+	ErrUnloading       = errors.New("instance unloading")
 )
 
 // inferenceStatus maps an Inference error to an HTTP status and an
@@ -81,7 +88,7 @@ func inferenceStatus(err error) (status int, typ, code string) {
 		return http.StatusInsufficientStorage, "server_error", "insufficient_memory"
 	case errors.Is(err, ErrCancelled):
 		return 499, "invalid_request_error", "cancelled"
-	case errors.Is(err, ErrLoadFailed):
+	case errors.Is(err, ErrLoadFailed), errors.Is(err, ErrUnloading):
 		return http.StatusServiceUnavailable, "server_error", "load_failed"
 	case errors.Is(err, ErrConflict):
 		return http.StatusConflict, "invalid_request_error", "conflict"

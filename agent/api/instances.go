@@ -26,6 +26,10 @@ type PlaceRequest struct {
 	// IfNone refuses the placement (409) when the model has a live
 	// instance anywhere: how loading on demand places only once.
 	IfNone bool `json:"ifNone,omitempty"`
+	// KeepAlive unloads the instance once it has been idle that long
+	// ("5m", seconds; 0 after each request); nil or -1 pins it, as befits
+	// a placement asked for explicitly.
+	KeepAlive *KeepAlive `json:"keepAlive,omitempty"`
 }
 
 // PlaceResponse answers POST /instance.

@@ -38,9 +38,12 @@ const maxMessages = 1024
 // chatRequest is the part of OpenAI's chat completion request Orrery
 // uses; other fields are accepted and ignored, as SDKs send many.
 type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []chatMessage   `json:"messages"`
-	Stream              bool            `json:"stream"`
+	Model    string        `json:"model"`
+	Messages []chatMessage `json:"messages"`
+	Stream   bool          `json:"stream"`
+	// KeepAlive (Ollama's keep_alive) is how long the instance stays
+	// loaded after this request: "5m", seconds, 0 or -1 (pinned).
+	KeepAlive           *KeepAlive      `json:"keep_alive"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	Temperature         *float64        `json:"temperature"`
@@ -90,6 +93,8 @@ func (m chatMessage) text() (string, error) {
 // toRunner turns the request into the runner's terms, with OpenAI's
 // defaults (temperature 1, top_p 1) and a random seed when none is given.
 func (c *chatRequest) modelID() string { return c.Model }
+
+func (c *chatRequest) keepAlive() *KeepAlive { return c.KeepAlive }
 
 func (c *chatRequest) toRunner() (runner.Request, error) {
 	var req runner.Request
@@ -306,6 +311,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	if !ok {
 		return
 	}
+	defer c.release()
 	ctx, untrack := s.running.track(r.Context(), c.id)
 	defer untrack()
 	req := c.req
@@ -467,6 +473,19 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 		e.Orrery.Instances = append(e.Orrery.Instances, in.InstanceID)
 		if c := in.CreatedAt.Unix(); e.Created == 0 || c < e.Created {
 			e.Created = c
+		}
+		if in.Status == state.InstanceStatusFailed {
+			continue
+		}
+		e.Orrery.Pinned = e.Orrery.Pinned || in.Pinned
+		e.Orrery.Active += in.Active
+		if x := in.ExpiresAt; x != nil && (e.Orrery.ExpiresAt == nil || x.After(*e.Orrery.ExpiresAt)) {
+			e.Orrery.ExpiresAt = x
+		}
+	}
+	for _, e := range byID {
+		if e.Orrery.Pinned || e.Orrery.Active > 0 {
+			e.Orrery.ExpiresAt = nil
 		}
 	}
 	out := make([]ModelEntry, 0, len(byID))

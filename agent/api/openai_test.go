@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,13 +36,31 @@ type fakeInference struct {
 	loadErr error
 	// hang: after its pieces, Complete waits for its context to end.
 	hang bool
+	// held counts the Holds not released; gotKeepAlive, when set, gets
+	// the keep-alive each Route and Hold was given.
+	held         atomic.Int32
+	gotKeepAlive chan *KeepAlive
+	holdErr      error
 }
 
-func (f *fakeInference) Route(ctx context.Context, model string) (string, string, error) {
+func (f *fakeInference) Route(ctx context.Context, model string, keepAlive *KeepAlive) (string, string, error) {
 	if model == "missing" {
 		return "", "", ErrModelNotRunning
 	}
+	if f.gotKeepAlive != nil {
+		f.gotKeepAlive <- keepAlive
+	}
 	return "inst-1", f.node, nil
+}
+func (f *fakeInference) Hold(instanceID string, keepAlive *KeepAlive) (func(), error) {
+	if f.holdErr != nil {
+		return nil, f.holdErr
+	}
+	if f.gotKeepAlive != nil {
+		f.gotKeepAlive <- keepAlive
+	}
+	f.held.Add(1)
+	return func() { f.held.Add(-1) }, nil
 }
 func (f *fakeInference) PickNode(string) (string, error) { return f.node, nil }
 func (f *fakeInference) Progress(string) (LoadProgress, error) {
@@ -178,6 +197,51 @@ func TestChatCompletion(t *testing.T) {
 	resp = postChat(t, srv.URL, "application/json", hello+`}`, TraceHeader, "off")
 	if resp.Header.Get(TraceIDHeader) != "" || <-inf.gotTrace != "" {
 		t.Fatal("X-Orrery-Trace: off still traced")
+	}
+}
+
+// keep_alive reaches Route (an on-demand placement's) and Hold (the
+// instance's from then on); every request's Hold is released when it
+// ends, streamed or not, failed or not.
+func TestChatKeepAlive(t *testing.T) {
+	inf := &fakeInference{node: testNode, pieces: []string{"a"}, failAfter: -1, gotKeepAlive: make(chan *KeepAlive, 2)}
+	srv := chatServer(t, inf)
+	for _, c := range []struct {
+		body string
+		want time.Duration
+	}{{`,"keep_alive":"10m"}`, 10 * time.Minute}, {`,"keep_alive":-1,"stream":true}`, -1}, {`,"keep_alive":0}`, 0}} {
+		resp := postChat(t, srv.URL, "application/json", hello+c.body)
+		io.ReadAll(resp.Body)
+		route, hold := <-inf.gotKeepAlive, <-inf.gotKeepAlive
+		if resp.StatusCode != 200 || route == nil || hold == nil || route.D != c.want || hold.D != c.want {
+			t.Fatalf("%s: %d, route %v, hold %v", c.body, resp.StatusCode, route, hold)
+		}
+		if n := inf.held.Load(); n != 0 {
+			t.Fatalf("%s: %d holds left after the answer", c.body, n)
+		}
+	}
+	resp := postChat(t, srv.URL, "application/json", hello+`}`)
+	io.ReadAll(resp.Body)
+	if route, hold := <-inf.gotKeepAlive, <-inf.gotKeepAlive; route != nil || hold != nil {
+		t.Fatalf("no keep_alive, yet route %v hold %v", route, hold)
+	}
+	resp = postChat(t, srv.URL, "application/json", hello+`,"keep_alive":"soon"}`)
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 400 || !strings.Contains(string(body), "keep_alive") {
+		t.Fatalf("bad keep_alive: %d %s", resp.StatusCode, body)
+	}
+	inf.failAfter, inf.err = 0, errors.New("runner failed")
+	resp = postChat(t, srv.URL, "application/json", hello+`,"stream":true}`)
+	io.ReadAll(resp.Body)
+	<-inf.gotKeepAlive
+	<-inf.gotKeepAlive
+	if n := inf.held.Load(); n != 0 {
+		t.Fatalf("a failed request left %d holds", n)
+	}
+	// An instance being unloaded as the request comes: 503, retry.
+	srv = chatServer(t, &fakeInference{node: testNode, holdErr: fmt.Errorf("%w: inst-1 expired", ErrUnloading)})
+	resp = postChat(t, srv.URL, "application/json", hello+`}`)
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 503 || !strings.Contains(string(body), "expired") {
+		t.Fatalf("unloading: %d %s", resp.StatusCode, body)
 	}
 }
 
@@ -381,11 +445,13 @@ func TestChatForwarded(t *testing.T) {
 
 func TestModelsList(t *testing.T) {
 	st, seq := newStore(64)
+	expiry := time.Unix(400, 0).UTC()
 	publish(t, seq,
 		state.NodeModelsMeasured{NodeID: "n1", Models: state.NodeModels{Models: []state.ModelInfo{
 			{ID: "a", Arch: "llama", Layers: 4, Size: state.Bytes(10)}, {ID: "broken", Error: "bad"}}}},
 		state.NodeModelsMeasured{NodeID: "n2", Models: state.NodeModels{Models: []state.ModelInfo{{ID: "a"}}}},
-		state.InstanceCreated{NodeID: "n2", Instance: state.Instance{InstanceID: "inst-9", ModelID: "a", NodeID: "n2", CreatedAt: time.Unix(100, 0)}},
+		state.InstanceCreated{NodeID: "n2", Instance: state.Instance{InstanceID: "inst-9", ModelID: "a", NodeID: "n2", CreatedAt: time.Unix(100, 0),
+			KeepAliveMs: 300000, ExpiresAt: &expiry, Ranks: []state.ShardRange{{NodeID: "n2"}}}},
 	)
 	srv := serve(t, st)
 	resp, err := http.Get(srv.URL + "/v1/models")
@@ -402,8 +468,21 @@ func TestModelsList(t *testing.T) {
 		t.Fatalf("%+v", l)
 	}
 	m := l.Data[0]
-	if m.ID != "a" || m.Object != "model" || m.Created != 100 || !m.Orrery.Running || len(m.Orrery.Nodes) != 2 || m.Orrery.Instances[0] != "inst-9" {
+	if m.ID != "a" || m.Object != "model" || m.Created != 100 || !m.Orrery.Running || len(m.Orrery.Nodes) != 2 || m.Orrery.Instances[0] != "inst-9" ||
+		m.Orrery.ExpiresAt == nil || !m.Orrery.ExpiresAt.Equal(expiry) || m.Orrery.Pinned || m.Orrery.Active != 0 {
 		t.Fatalf("%+v", m)
+	}
+	// A request running: no expiry while it does.
+	publish(t, seq, state.InstanceUsed{NodeID: "n2", InstanceID: "inst-9", Active: 1})
+	resp, err = http.Get(srv.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	l.Data = nil
+	json.NewDecoder(resp.Body).Decode(&l)
+	if m := l.Data[0]; m.Orrery.ExpiresAt != nil || m.Orrery.Active != 1 {
+		t.Fatalf("busy: %+v", m)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/orrery-cluster/orrery/cluster"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/cluster"
 
 	"github.com/orrery-cluster/orrery/agent/state"
 )

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/tracestore"
@@ -99,6 +100,12 @@ type ModelInfo struct {
 	Layers       int           `json:"layers,omitempty"`
 	Quantization string        `json:"quantization,omitempty"`
 	Size         *state.Memory `json:"size,omitempty"`
+	// Keep-alive of the running instances: Pinned when one is kept until
+	// deleted; Active requests running; ExpiresAt, when the model is
+	// unloaded if no request comes (absent while pinned or busy).
+	Pinned    bool       `json:"pinned,omitempty"`
+	Active    int        `json:"active,omitempty"`
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 }
 
 // ClusterHash answers GET /cluster/hash/{idx}.

@@ -41,6 +41,10 @@ type Config struct {
 	// ContextLen is the runners' context length (0: each model's own);
 	// placement sizes the KV cache with it.
 	ContextLen int
+	// KeepAlive is how long an instance placed on demand stays loaded
+	// after its last request when the request does not say (nil:
+	// api.DefaultKeepAlive).
+	KeepAlive *api.KeepAlive
 	// ShipTrace ships rank 0's spans of a traced task to the master and
 	// announces the task with its ranks. It must not block.
 	ShipTrace func(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string)
@@ -58,6 +62,7 @@ type Manager struct {
 	failMu   sync.Mutex // guards failSeen
 	failSeen map[string]time.Time
 	vocabs   vocabCache // tokenizers for /tokenize
+	holds    holds      // requests running on instances whose rank 0 is here
 }
 
 var _ api.Inference = (*Manager)(nil)
@@ -84,6 +89,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		st := m.cfg.Store.State()
 		m.cfg.Runners.Reconcile(st)
 		m.watchFailures(st)
+		m.reap(ctx, st, time.Now())
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		log.Wait(wctx, next)
 		cancel()

@@ -49,7 +49,7 @@ func oneNode(t *testing.T) (*Manager, *state.LocalSequencer) {
 func TestPlaceRouteDelete(t *testing.T) {
 	m, _ := oneNode(t)
 	ctx := context.Background()
-	if _, _, err := m.Route(ctx, "nope"); !errors.Is(err, api.ErrModelNotFound) || !strings.Contains(err.Error(), "running: none") {
+	if _, _, err := m.Route(ctx, "nope", nil); !errors.Is(err, api.ErrModelNotFound) || !strings.Contains(err.Error(), "running: none") {
 		t.Fatalf("Route of a model no node has: %v, want ErrModelNotFound naming what runs", err)
 	}
 	in, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"})
@@ -66,7 +66,7 @@ func TestPlaceRouteDelete(t *testing.T) {
 	if _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"}); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("second Place: %v, want ErrConflict", err)
 	}
-	id, node, err := m.Route(ctx, "tiny")
+	id, node, err := m.Route(ctx, "tiny", nil)
 	if err != nil || id != in.InstanceID || node != "n1" {
 		t.Fatalf("Route = %s, %s, %v", id, node, err)
 	}
@@ -136,7 +136,7 @@ func TestLoadOnDemand(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id, node, err := m.Route(ctx, "tiny")
+			id, node, err := m.Route(ctx, "tiny", nil)
 			if err != nil || node != "n1" {
 				t.Errorf("Route = %s on %s, %v", id, node, err)
 			}
@@ -198,12 +198,89 @@ func TestLoadOnDemandNoFit(t *testing.T) {
 		RAMAvailable: state.Bytes(1 << 10), SampledAt: time.Now()}}); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := m.Route(context.Background(), "tiny")
+	_, _, err := m.Route(context.Background(), "tiny", nil)
 	if !errors.Is(err, api.ErrNoMemory) || !strings.Contains(err.Error(), "load tiny on demand: model does not fit: rank 0 on n1 needs 0.25 GiB") ||
 		!strings.Contains(err.Error(), "has 0.00 GiB available") {
 		t.Fatalf("Route of a model that fits nowhere: %v", err)
 	}
 	if len(m.cfg.Store.State().Instances) != 0 {
 		t.Error("an instance was placed")
+	}
+}
+
+// An on-demand instance is unloaded once idle past its keep-alive, never
+// while a request holds it; an explicit placement is pinned; a request's
+// keep_alive becomes the instance's.
+func TestKeepAlive(t *testing.T) {
+	m, seq := oneNode(t)
+	ctx := context.Background()
+	zero := api.KeepAlive{}
+	in, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", KeepAlive: &zero})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Pinned || in.ExpiresAt == nil || in.ExpiresAt.Sub(in.CreatedAt) != firstUseGrace {
+		t.Fatalf("on-demand placement %+v: want its first expiry a grace after creation", in)
+	}
+	ready := func(id string) {
+		t.Helper()
+		if err := seq.Publish(state.RunnerStatusChanged{NodeID: "n1", Runner: state.Runner{RunnerID: supervisor.RunnerID(id, 0),
+			InstanceID: id, NodeID: "n1", Status: state.RunnerReady}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready(in.InstanceID)
+	get := func() (state.Instance, bool) {
+		in, ok := m.cfg.Store.State().Instances[in.InstanceID]
+		return in, ok
+	}
+	release, err := m.Hold(in.InstanceID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := get(); got.Active != 1 || got.ExpiresAt != nil {
+		t.Fatalf("held: %+v", got)
+	}
+	later := time.Now().Add(time.Hour)
+	m.reap(ctx, m.cfg.Store.State(), later)
+	m.holds.mu.Lock()
+	reaping := m.holds.reaping[in.InstanceID]
+	m.holds.mu.Unlock()
+	if _, ok := get(); !ok || reaping {
+		t.Fatal("a held instance was unloaded")
+	}
+	release()
+	release() // a second call does nothing
+	got, _ := get()
+	if got.Active != 0 || got.ExpiresAt == nil || time.Since(*got.ExpiresAt) > time.Minute || got.ExpiresAt.After(time.Now()) {
+		t.Fatalf("released with keep-alive 0: %+v", got)
+	}
+	m.reap(ctx, m.cfg.Store.State(), time.Now())
+	if _, err := m.Hold(in.InstanceID, nil); !errors.Is(err, api.ErrUnloading) && !errors.Is(err, api.ErrModelNotRunning) {
+		t.Fatalf("Hold while unloading: %v", err)
+	}
+	if err := m.waitState(ctx, func(s state.State) bool { _, ok := s.Instances[in.InstanceID]; return !ok }); err != nil {
+		t.Fatalf("the idle instance was not unloaded: %v", err)
+	}
+
+	// Placed explicitly: pinned, whatever the clock says; a request that
+	// asks for 1m unpins it, and one that asks for -1 pins it again.
+	in, err = m.Place(ctx, api.PlaceRequest{Model: "tiny"})
+	if err != nil || !in.Pinned || in.ExpiresAt != nil {
+		t.Fatalf("explicit placement %+v %v: want pinned", in, err)
+	}
+	ready(in.InstanceID)
+	m.reap(ctx, m.cfg.Store.State(), later)
+	release, _ = m.Hold(in.InstanceID, &api.KeepAlive{D: time.Minute})
+	release()
+	if got, _ := get(); got.Pinned || got.KeepAliveMs != 60000 || got.ExpiresAt == nil || time.Until(*got.ExpiresAt) < 50*time.Second {
+		t.Fatalf("after keep_alive 1m: %+v", got)
+	}
+	release, _ = m.Hold(in.InstanceID, &api.KeepAlive{D: -1})
+	release()
+	m.reap(ctx, m.cfg.Store.State(), later)
+	time.Sleep(50 * time.Millisecond)
+	if got, ok := get(); !ok || !got.Pinned || got.ExpiresAt != nil {
+		t.Fatalf("after keep_alive -1: %+v %v", got, ok)
 	}
 }

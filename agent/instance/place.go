@@ -217,7 +217,12 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instan
 	var b [4]byte
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
-		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive}
+		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true}
+	if k := req.KeepAlive; k != nil && !k.Pinned() {
+		// Unloaded if its first request does not come (or comes and ends).
+		exp := in.CreatedAt.Add(k.D + firstUseGrace)
+		in.Pinned, in.KeepAliveMs, in.ExpiresAt = false, k.Ms(), &exp
+	}
 	for _, r := range ranks {
 		in.Ranks = append(in.Ranks, state.ShardRange{Rank: r.Rank, NodeID: r.NodeID, FirstLayer: r.FirstLayer, LastLayer: r.LastLayer})
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
@@ -24,7 +25,7 @@ import (
 // as POST /instance {"model"} would; when only failed instances are left
 // it places a new one (and removes them). One request places, the others
 // wait for it.
-func (m *Manager) Route(ctx context.Context, modelID string) (string, string, error) {
+func (m *Manager) Route(ctx context.Context, modelID string, keepAlive *api.KeepAlive) (string, string, error) {
 	id, node, failed := m.pick(modelID)
 	if id != "" {
 		return id, node, nil
@@ -41,7 +42,7 @@ func (m *Manager) Route(ctx context.Context, modelID string) (string, string, er
 		return id, node, nil
 	}
 	if len(failed) == 0 {
-		return m.placeOnDemand(ctx, modelID)
+		return m.placeOnDemand(ctx, modelID, m.keepAlive(keepAlive))
 	}
 	// Replace the failed instance.
 	old := failed[0]
@@ -52,7 +53,7 @@ func (m *Manager) Route(ctx context.Context, modelID string) (string, string, er
 			nodes = append(nodes, rk.NodeID)
 		}
 	}
-	req := api.PlaceRequest{Model: modelID}
+	req := api.PlaceRequest{Model: modelID, KeepAlive: keepAliveOf(old)}
 	if len(nodes) == len(old.Ranks) {
 		req.Nodes = nodes // the same nodes, split afresh
 	}
@@ -73,9 +74,9 @@ func (m *Manager) Route(ctx context.Context, modelID string) (string, string, er
 // placeOnDemand places a model that has no instance, for Route. Another
 // node may be placing it at the same moment: its holder then refuses the
 // second placement (409), and this waits for the first to show.
-func (m *Manager) placeOnDemand(ctx context.Context, modelID string) (string, string, error) {
-	m.log.Info("placing on demand", "model", modelID)
-	in, err := m.placeAnywhere(ctx, api.PlaceRequest{Model: modelID, IfNone: true})
+func (m *Manager) placeOnDemand(ctx context.Context, modelID string, keepAlive api.KeepAlive) (string, string, error) {
+	m.log.Info("placing on demand", "model", modelID, "keepAlive", keepAlive)
+	in, err := m.placeAnywhere(ctx, api.PlaceRequest{Model: modelID, IfNone: true, KeepAlive: &keepAlive})
 	if err != nil && !errors.Is(err, api.ErrConflict) {
 		return "", "", fmt.Errorf("load %s on demand: %w", modelID, err)
 	}
@@ -90,6 +91,26 @@ func (m *Manager) placeOnDemand(ctx context.Context, modelID string) (string, st
 		return id != ""
 	})
 	return id, node, err
+}
+
+// keepAliveOf is an instance's keep-alive as a placement asks for it (nil:
+// pinned).
+func keepAliveOf(in state.Instance) *api.KeepAlive {
+	if in.Pinned {
+		return nil
+	}
+	return &api.KeepAlive{D: time.Duration(in.KeepAliveMs) * time.Millisecond}
+}
+
+// keepAlive is a request's keep-alive, or the agent's default.
+func (m *Manager) keepAlive(k *api.KeepAlive) api.KeepAlive {
+	switch {
+	case k != nil:
+		return *k
+	case m.cfg.KeepAlive != nil:
+		return *m.cfg.KeepAlive
+	}
+	return api.KeepAlive{D: api.DefaultKeepAlive}
 }
 
 // pick is Route's choice among live instances; failed lists the failed

@@ -41,6 +41,19 @@ func Apply(s State, ev Event) State {
 			in.Status, in.Error = InstanceStatusFailed, e.Error
 			s.Instances = with(s.Instances, e.InstanceID, in)
 		}
+	case InstanceUsed:
+		// Only the node of rank 0 runs the instance's requests.
+		if in, ok := s.Instances[e.InstanceID]; ok && len(in.Ranks) > 0 && in.Ranks[0].NodeID == e.NodeID {
+			in.Active, in.ExpiresAt = max(e.Active, 0), e.ExpiresAt
+			if e.KeepAliveMs != nil {
+				in.Pinned = *e.KeepAliveMs < 0
+				in.KeepAliveMs = max(*e.KeepAliveMs, 0)
+			}
+			if in.Pinned {
+				in.ExpiresAt = nil
+			}
+			s.Instances = with(s.Instances, e.InstanceID, in)
+		}
 	case InstanceDeleted:
 		s.Instances = without(s.Instances, e.InstanceID)
 		s.Runners = withoutWhere(s.Runners, func(r Runner) bool { return r.InstanceID == e.InstanceID })

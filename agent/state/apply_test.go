@@ -27,8 +27,37 @@ func sampleEvents(node string) []Event {
 			Status: RunnerLoading, LayersLoaded: 3, TotalLayers: 8, Since: t0}},
 		InstanceDeleted{NodeID: node, InstanceID: "inst-" + node},
 		InstanceFailed{NodeID: node, InstanceID: "inst-" + node, Error: "rank 1 failed"},
+		InstanceUsed{NodeID: node, InstanceID: "inst-" + node, Active: 0, ExpiresAt: &t0},
 	}
 }
+
+func TestApplyInstanceUsed(t *testing.T) {
+	evs := sampleEvents("n1")
+	s := Apply(New(), evs[8])
+	t1 := time.Date(2026, 12, 4, 10, 5, 0, 0, time.UTC)
+	busy := Apply(s, InstanceUsed{NodeID: "n1", InstanceID: "inst-n1", Active: 2})
+	if in := busy.Instances["inst-n1"]; in.Active != 2 || in.ExpiresAt != nil || in.Pinned {
+		t.Fatalf("busy: %+v", in)
+	}
+	idle := Apply(busy, InstanceUsed{NodeID: "n1", InstanceID: "inst-n1", ExpiresAt: &t1, KeepAliveMs: ptr(int64(60000))})
+	if in := idle.Instances["inst-n1"]; in.Active != 0 || in.ExpiresAt == nil || !in.ExpiresAt.Equal(t1) || in.KeepAliveMs != 60000 {
+		t.Fatalf("idle: %+v", in)
+	}
+	pinned := Apply(idle, InstanceUsed{NodeID: "n1", InstanceID: "inst-n1", ExpiresAt: &t1, KeepAliveMs: ptr(int64(-1))})
+	if in := pinned.Instances["inst-n1"]; !in.Pinned || in.ExpiresAt != nil || in.KeepAliveMs != 0 {
+		t.Fatalf("pinned: %+v", in)
+	}
+	// Only rank 0's node runs the requests; another node's report is
+	// ignored, as is one for an instance that is gone.
+	if other := Apply(s, InstanceUsed{NodeID: "n2", InstanceID: "inst-n1", Active: 5}); other.Instances["inst-n1"].Active != 0 {
+		t.Fatal("a node other than rank 0's reported use")
+	}
+	if gone := Apply(New(), InstanceUsed{NodeID: "n1", InstanceID: "inst-n1", Active: 1}); len(gone.Instances) != 0 {
+		t.Fatal("use of a missing instance created it")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func TestApplyEveryEventType(t *testing.T) {
 	evs := sampleEvents("n1")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/orrery-cluster/orrery/internal/ident"
 )
@@ -106,6 +107,21 @@ type InstanceFailed struct {
 	Error      string `json:"error"`
 }
 
+// InstanceUsed reports the requests running on an instance, published by
+// its rank 0's node when one starts or ends: Active of them, and the
+// expiry that follows (nil: none, while busy or pinned). KeepAliveMs, when
+// set, is a request's keep_alive becoming the instance's (-1 pins it).
+type InstanceUsed struct {
+	NodeID      string     `json:"nodeId"`
+	InstanceID  string     `json:"instanceId"`
+	Active      int        `json:"active"`
+	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
+	KeepAliveMs *int64     `json:"keepAliveMs,omitempty"`
+}
+
+func (InstanceUsed) Type() string   { return "InstanceUsed" }
+func (e InstanceUsed) Node() string { return e.NodeID }
+
 func (InstanceFailed) Type() string   { return "InstanceFailed" }
 func (e InstanceFailed) Node() string { return e.NodeID }
 
@@ -139,6 +155,7 @@ var decoders = map[string]func([]byte) (Event, error){
 	"InstanceCreated":      decodeAs[InstanceCreated],
 	"InstanceDeleted":      decodeAs[InstanceDeleted],
 	"InstanceFailed":       decodeAs[InstanceFailed],
+	"InstanceUsed":         decodeAs[InstanceUsed],
 	"RunnerStatusChanged":  decodeAs[RunnerStatusChanged],
 }
 

@@ -249,6 +249,14 @@ type Instance struct {
 	// for its model places a new one.
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
+	// Keep-alive, like Ollama's: Pinned instances stay until deleted;
+	// the others are unloaded KeepAliveMs after their last request ends,
+	// at ExpiresAt (nil while a request runs). Active counts the requests
+	// running on it, as its rank 0's node reports them.
+	Pinned      bool       `json:"pinned,omitempty"`
+	KeepAliveMs int64      `json:"keepAliveMs,omitempty"`
+	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
+	Active      int        `json:"active,omitempty"`
 }
 
 // Instance statuses.

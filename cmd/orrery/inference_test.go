@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/cluster/auth"
 )
 
@@ -362,7 +363,56 @@ func loadOnDemand(t *testing.T, a, b *agentProc, modelID string) {
 	if len(ids) != 1 {
 		t.Fatalf("instances of %s after 10 requests at once: %v, want one", modelID, ids)
 	}
-	deleteInstance(t, a, ids[0])
+	keepAlive(t, a, b, modelID, ids[0])
+}
+
+// keepAlive: the on-demand instance has the default keep-alive's expiry
+// (5 minutes) in /v1/models, where the explicit one is pinned; a request
+// with keep_alive 0 unloads it right after: gone from the state, its
+// runner process ended.
+func keepAlive(t *testing.T, a, b *agentProc, modelID, instanceID string) {
+	t.Helper()
+	var models struct {
+		Data []struct {
+			ID     string
+			Orrery struct {
+				Running   bool
+				Pinned    bool
+				ExpiresAt *time.Time
+			}
+		}
+	}
+	b.mustGet(t, "/v1/models", &models)
+	pinned := 0
+	for _, m := range models.Data {
+		switch {
+		case m.ID == modelID:
+			if m.Orrery.Pinned || m.Orrery.ExpiresAt == nil || time.Until(*m.Orrery.ExpiresAt) < 4*time.Minute || time.Until(*m.Orrery.ExpiresAt) > 5*time.Minute {
+				t.Errorf("on-demand %s in /v1/models: %+v, want an expiry 5 minutes ahead", modelID, m.Orrery)
+			}
+		case m.Orrery.Running && m.Orrery.Pinned && m.Orrery.ExpiresAt == nil:
+			pinned++
+		}
+	}
+	if pinned != 1 {
+		t.Errorf("/v1/models: %d pinned models, want the one placed with POST /instance: %+v", pinned, models.Data)
+	}
+	var runners map[string]struct {
+		InstanceID string `json:"instanceId"`
+		Pid        int    `json:"pid"`
+	}
+	a.mustGet(t, "/state/runners", &runners)
+	pid := runners[supervisor.RunnerID(instanceID, 0)].Pid
+	start := time.Now()
+	req := `{"model":"` + modelID + `","messages":[{"role":"user","content":"bye"}],"max_tokens":2,"keep_alive":0}`
+	if code, _, ans := chat(t, b, req); code != http.StatusOK {
+		t.Fatalf("chat with keep_alive 0: %d %+v", code, ans.Error)
+	}
+	poll(t, a, 10*time.Second, "the instance unloaded after keep_alive 0", func() (bool, string) {
+		_, body, _ := a.get("/state/instances")
+		return !strings.Contains(string(body), instanceID) && (pid == 0 || syscall.Kill(pid, 0) != nil), string(body)
+	})
+	t.Logf("keep_alive 0: instance %s unloaded and runner pid %d gone %v after the request was sent", instanceID, pid, time.Since(start))
 }
 
 // cancelMidStream: a long stream through B (it runs on A), cancelled with

@@ -131,6 +131,8 @@ try {
   await page.waitForSelector('[data-testid=runner]');
   const runners = await page.$$eval('[data-testid=runner]', (els) => els.map((e) => e.textContent));
   check(runners.length === 3 && runners.every((t) => /Ready|Running/.test(t)), `the instance shows 3 runners, ready (${runners.length})`);
+  const keep = await page.$eval('[data-testid=keep-alive]', (e) => e.textContent);
+  check(keep === 'kept loaded until deleted', `the demo's instance, placed explicitly, is shown pinned (${keep})`);
   await page.waitForSelector('[data-testid=previews] tbody tr');
   check((await page.$$('[data-testid=previews] tbody tr')).length === 3, 'placement previews for 1, 2 and 3 nodes');
   await page.screenshot({ path: join(out, 'instances.png') });

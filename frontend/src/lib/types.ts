@@ -29,6 +29,8 @@ export interface Connection {
 export interface ShardRange { rank: number; nodeId: string; firstLayer: number; lastLayer: number }
 export interface Instance {
   instanceId: string; modelId: string; nodeId: string; ranks: ShardRange[]; createdAt: string; status: string; error?: string;
+  // Keep-alive: pinned ones stay until deleted; the others unload at expiresAt (absent while requests run).
+  pinned?: boolean; keepAliveMs?: number; expiresAt?: string; active?: number;
 }
 export interface Transfer { from: string; bytes: Bytes; total: Bytes; mbps: number | null; etaSeconds: number | null }
 export interface Runner {
