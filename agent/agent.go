@@ -215,7 +215,7 @@ func (a *Agent) wireServing(exe string) {
 		Publish: publish, Logger: a.log,
 		OnLoaded: func(in state.Instance, rank int, spans []trace.Span) { a.tracer.Loaded(in, rank, spans) }})
 	a.instances = instance.New(instance.Config{Self: id, Store: a.store, Publish: publish, Models: models,
-		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, KeepAlive: &cfg.KeepAlive, Logger: a.log,
+		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, KeepAlive: &cfg.KeepAlive, Parallel: cfg.Parallel, Logger: a.log,
 		ShipTrace: func(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string) {
 			a.tracer.ShipTask(task, kind, spans, ranks, errText)
 		}})

@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/tracecollect"
 	"github.com/orrery-cluster/orrery/cluster"
+	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
@@ -54,6 +55,10 @@ type Config struct {
 	// RunnerThreads and ContextLen are passed to runners (0: all CPUs,
 	// and the model's context length).
 	RunnerThreads, ContextLen int
+	// Parallel is how many requests an instance placed here serves at
+	// once: the runners' slots, sharing one KV cache of ContextLen
+	// positions.
+	Parallel int
 	// KeepAlive is how long an instance placed on demand stays loaded
 	// after its last request, unless the request says (Ollama's
 	// keep_alive; negative: until deleted).
@@ -65,6 +70,10 @@ type Config struct {
 	Version string
 	Logger  *slog.Logger
 }
+
+// DefaultParallel is how many requests an instance serves at once unless
+// --parallel says.
+const DefaultParallel = 4
 
 // DefaultConfig returns the defaults: API on 127.0.0.1:52416, data in
 // ~/.orrery, memory every 0.5 s, system every 1 s, disk every 10 s, network
@@ -79,6 +88,7 @@ func DefaultConfig() Config {
 		DataDir:           dir,
 		MemoryInterval:    500 * time.Millisecond,
 		KeepAlive:         api.KeepAlive{D: api.DefaultKeepAlive},
+		Parallel:          DefaultParallel,
 		SystemInterval:    time.Second,
 		DiskInterval:      10 * time.Second,
 		NetworkInterval:   5 * time.Second,
@@ -99,6 +109,9 @@ func (c Config) validate() error {
 		if d < 50*time.Millisecond || d > time.Hour {
 			return fmt.Errorf("%s %v: want 50ms..1h", name, d)
 		}
+	}
+	if c.Parallel < 0 || c.Parallel > backend.MaxParallel {
+		return fmt.Errorf("parallel %d: want 1..%d", c.Parallel, backend.MaxParallel)
 	}
 	if c.DataDir == "" {
 		return errors.New("data dir is empty")

@@ -283,8 +283,9 @@ type result struct {
 func request(ctx context.Context, c *client.Client, model, prompt string, tg int, timeout time.Duration) result {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	zero := 0.0
-	req := client.ChatRequest{Model: model, MaxTokens: tg, Temperature: &zero, IgnoreEOS: true,
+	zero, noCache := 0.0, false
+	// The same prompt every run: the prefix cache would serve it.
+	req := client.ChatRequest{Model: model, MaxTokens: tg, Temperature: &zero, IgnoreEOS: true, CachePrompt: &noCache,
 		Messages: []client.ChatMessage{{Role: "user", Content: prompt}}}
 	var res result
 	start := time.Now()

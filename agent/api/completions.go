@@ -36,6 +36,9 @@ type completionRequest struct {
 	Logprobs  *int `json:"logprobs"`
 	Echo      bool `json:"echo"`
 	IgnoreEOS bool `json:"ignore_eos"`
+	// CachePrompt false (llama.cpp server's cache_prompt) computes the
+	// whole prompt, reusing no cached prefix: for benchmarks.
+	CachePrompt *bool `json:"cache_prompt"`
 }
 
 func (c *completionRequest) modelID() string { return c.Model }
@@ -79,6 +82,7 @@ func (c *completionRequest) toRunner() (runner.Request, error) {
 	}
 	req.Echo = c.Echo
 	req.IgnoreEOS = c.IgnoreEOS
+	req.NoPromptCache = c.CachePrompt != nil && !*c.CachePrompt
 	if err := req.Validate(); err != nil {
 		return req, err
 	}

@@ -164,7 +164,7 @@ func TestCompletions(t *testing.T) {
 	resp.Body.Close()
 	got := <-inf.gotReq
 	if resp.StatusCode != 200 || a.Object != "text_completion" || !strings.HasPrefix(a.ID, "cmpl-") || len(a.Choices) != 1 ||
-		a.Choices[0].Text != "hello" || *a.Choices[0].FinishReason != "length" || *a.Usage != (usage{7, 3, 10}) ||
+		a.Choices[0].Text != "hello" || *a.Choices[0].FinishReason != "length" || *a.Usage != (usage{7, 3, 10, promptDetails{2}}) ||
 		a.Orrery.TraceID != resp.Header.Get(TraceIDHeader) || a.Orrery.TraceID == "" {
 		t.Fatalf("%d %+v", resp.StatusCode, a)
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,9 @@ type Metrics struct {
 	requests *prometheus.HistogramVec
 	prefill  prometheus.Histogram
 	decode   prometheus.Histogram
+	// prompt and cached count prompt tokens, and those of them found in
+	// a slot's cache (the prefix cache's hits).
+	prompt, cached atomic.Uint64
 }
 
 // NewMetrics registers the collectors over store and traces (nil: no
@@ -40,15 +44,29 @@ func NewMetrics(store *state.Store, traces TraceStore) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
 		}),
 	}
-	m.reg.MustRegister(m.requests, m.prefill, m.decode, stateCollector{store: store, traces: traces},
+	prompt := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "orrery_prompt_tokens_total",
+		Help: "Prompt tokens of the completions this node served."}, func() float64 { return float64(m.prompt.Load()) })
+	cached := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "orrery_prompt_cached_tokens_total",
+		Help: "Prompt tokens found in the prefix cache (not computed again)."}, func() float64 { return float64(m.cached.Load()) })
+	ratio := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orrery_prompt_cache_hit_ratio",
+		Help: "Cached prompt tokens over all prompt tokens this node served (0 before any)."}, func() float64 {
+		if p := m.prompt.Load(); p > 0 {
+			return float64(m.cached.Load()) / float64(p)
+		}
+		return 0
+	})
+	m.reg.MustRegister(m.requests, m.prefill, m.decode, prompt, cached, ratio, stateCollector{store: store, traces: traces},
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 
-// ObserveRequest records one served completion; speeds of 0 (no prompt,
-// no decode steps) are left out.
-func (m *Metrics) ObserveRequest(d time.Duration, prefillTokPerS, decodeTokPerS float64) {
+// ObserveRequest records one served completion: its prompt tokens and how
+// many of them were cached; speeds of 0 (no prompt, no decode steps) are
+// left out.
+func (m *Metrics) ObserveRequest(d time.Duration, prompt, cached int, prefillTokPerS, decodeTokPerS float64) {
 	m.requests.WithLabelValues().Observe(d.Seconds())
+	m.prompt.Add(uint64(max(prompt, 0)))
+	m.cached.Add(uint64(max(cached, 0)))
 	if prefillTokPerS > 0 {
 		m.prefill.Observe(prefillTokPerS)
 	}

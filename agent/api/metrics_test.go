@@ -51,6 +51,9 @@ func TestMetrics(t *testing.T) {
 		if m.Gauge != nil {
 			return m.Gauge.GetValue()
 		}
+		if m.Counter != nil {
+			return m.Counter.GetValue()
+		}
 		return float64(m.Histogram.GetSampleCount())
 	}
 	for name, want := range map[string]float64{
@@ -64,6 +67,9 @@ func TestMetrics(t *testing.T) {
 		"orrery_link_send_bytes_per_second":    3e6,
 		"orrery_request_duration_seconds":      1, // one request served
 		"orrery_decode_tokens_per_second":      1,
+		"orrery_prompt_tokens_total":           7, // the fake's prompt: 7 tokens, 2 of them cached
+		"orrery_prompt_cached_tokens_total":    2,
+		"orrery_prompt_cache_hit_ratio":        2.0 / 7,
 	} {
 		if got := one(name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)

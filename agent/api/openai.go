@@ -55,6 +55,9 @@ type chatRequest struct {
 	// IgnoreEOS (as in vLLM) generates past end-of-generation tokens, up
 	// to max_tokens: for benchmarks and tests that need a fixed length.
 	IgnoreEOS bool `json:"ignore_eos"`
+	// CachePrompt false (llama.cpp server's cache_prompt) computes the
+	// whole prompt, reusing no cached prefix: for benchmarks.
+	CachePrompt *bool `json:"cache_prompt"`
 	// Logprobs and TopLogprobs (0..runner.MaxTopLogprobs) ask for each
 	// generated token's logprob and the most likely alternatives.
 	Logprobs    bool `json:"logprobs"`
@@ -138,6 +141,7 @@ func (c *chatRequest) toRunner() (runner.Request, error) {
 		return req, err
 	}
 	req.IgnoreEOS = c.IgnoreEOS
+	req.NoPromptCache = c.CachePrompt != nil && !*c.CachePrompt
 	req.Logprobs = c.Logprobs
 	if c.TopLogprobs != nil {
 		if !c.Logprobs {
@@ -240,11 +244,16 @@ func newTraceID() string {
 	return fmt.Sprintf("chat-%d-%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
 }
 
-// usage is OpenAI's usage object.
+// usage is OpenAI's usage object, with the cached part of the prompt.
 type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // orreryExt is the "orrery" extension object next to usage: where the
@@ -257,8 +266,10 @@ type orreryExt struct {
 	DecodeTokPerS  float64 `json:"decodeTokPerSec"`
 	TimeToFirstMs  float64 `json:"timeToFirstTokenMs"`
 	QueueMs        float64 `json:"queueMs"`
-	DurationMs     float64 `json:"durationMs"`
-	FinishReason   string  `json:"finishReason"`
+	// CachedTokens of the prompt came from the prefix cache.
+	CachedTokens int     `json:"cachedTokens"`
+	DurationMs   float64 `json:"durationMs"`
+	FinishReason string  `json:"finishReason"`
 	// EnergyJ and AvgPowerW are the energy the request's nodes drew over
 	// its duration (system power, integrated) and its mean; null where a
 	// node's power is not known, never 0.
@@ -293,16 +304,17 @@ func (s *Server) runExt(traceID, instanceID string, start time.Time, d *runner.D
 		PrefillTokPerS: round3(d.PrefillTokPerSec()), DecodeTokPerS: round3(d.DecodeTokPerSec()),
 		TimeToFirstMs: round3(float64(d.FirstTokenNs) / 1e6), QueueMs: round3(float64(d.QueueNs) / 1e6),
 		DurationMs: round3(float64(end.Sub(start).Microseconds()) / 1e3), FinishReason: d.FinishReason,
-		DurationS: round3(end.Sub(start).Seconds())}
+		DurationS: round3(end.Sub(start).Seconds()), CachedTokens: d.CachedTokens}
 	e.EnergyJ, e.AvgPowerW = s.requestEnergy(instanceID, start, end)
 	if s.Metrics != nil {
-		s.Metrics.ObserveRequest(end.Sub(start), d.PrefillTokPerSec(), d.DecodeTokPerSec())
+		s.Metrics.ObserveRequest(end.Sub(start), d.PromptTokens, d.CachedTokens, d.PrefillTokPerSec(), d.DecodeTokPerSec())
 	}
 	return e
 }
 
 func usageOf(d *runner.Done) usage {
-	return usage{PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, TotalTokens: d.PromptTokens + d.CompletionTokens}
+	return usage{PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, TotalTokens: d.PromptTokens + d.CompletionTokens,
+		PromptTokensDetails: promptDetails{CachedTokens: d.CachedTokens}}
 }
 
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forwarded bool) {

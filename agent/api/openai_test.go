@@ -127,7 +127,7 @@ func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &runner.Done{Result: runner.Result{FinishReason: "length", PromptTokens: 7, CompletionTokens: len(f.pieces),
+	return &runner.Done{Result: runner.Result{FinishReason: "length", PromptTokens: 7, CachedTokens: 2, CompletionTokens: len(f.pieces),
 		PrefillNs: 1e6, DecodeNs: 2e6, FirstTokenNs: 1e6}}, nil
 }
 
@@ -189,7 +189,7 @@ func TestChatCompletion(t *testing.T) {
 	}
 	tid := resp.Header.Get(TraceIDHeader)
 	if a.Object != "chat.completion" || a.Choices[0].Message.Content != "hello" || a.Choices[0].Message.Role != "assistant" ||
-		a.Choices[0].FinishReason != "length" || a.Usage != (usage{7, 3, 10}) || a.Orrery.TraceID != tid || !strings.HasPrefix(tid, "chat-") ||
+		a.Choices[0].FinishReason != "length" || a.Usage != (usage{7, 3, 10, promptDetails{2}}) || a.Orrery.CachedTokens != 2 || a.Orrery.TraceID != tid || !strings.HasPrefix(tid, "chat-") ||
 		<-inf.gotTrace != tid || resp.Header.Get(NodeHeader) != testNode || a.Orrery.DecodeTokPerS != 1000 {
 		t.Fatalf("answer %+v, headers %v", a, resp.Header)
 	}

@@ -41,6 +41,9 @@ type Config struct {
 	// ContextLen is the runners' context length (0: each model's own);
 	// placement sizes the KV cache with it.
 	ContextLen int
+	// Parallel is how many requests the instances this node places serve
+	// at once (0: 1).
+	Parallel int
 	// KeepAlive is how long an instance placed on demand stays loaded
 	// after its last request when the request does not say (nil:
 	// api.DefaultKeepAlive).

@@ -217,7 +217,7 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instan
 	var b [4]byte
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
-		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true}
+		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1)}
 	if k := req.KeepAlive; k != nil && !k.Pinned() {
 		// Unloaded if its first request does not come (or comes and ends).
 		exp := in.CreatedAt.Add(k.D + firstUseGrace)

@@ -249,6 +249,9 @@ type Instance struct {
 	// for its model places a new one.
 	Status string `json:"status"`
 	Error  string `json:"error,omitempty"`
+	// Parallel is how many requests every rank serves at once (its KV
+	// cache's sequences); 0 reads as 1.
+	Parallel int `json:"parallel,omitempty"`
 	// Keep-alive, like Ollama's: Pinned instances stay until deleted;
 	// the others are unloaded KeepAliveMs after their last request ends,
 	// at ExpiresAt (nil while a request runs). Active counts the requests

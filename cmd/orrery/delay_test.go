@@ -103,10 +103,45 @@ func TestPipelineDelay(t *testing.T) {
 			results[delay] = best
 			t.Logf("delay %v each way: decode %.1f tok/s (best of 3 × 128 tokens); per token A→B %.0f bytes, B→A %.0f bytes (all links, prompt included)",
 				delay, best, ab/tokens, ba/tokens)
+			concurrentThroughput(t, a, delay)
 		})
 	}
 	if d0, d1 := results[0], results[time.Millisecond]; d0 > 0 && d1 > 0 {
 		t.Logf("1 ms each way: decode %.1f → %.1f tok/s; each token took %.2f ms longer (one round trip per token = 2 ms)",
 			d0, d1, 1000/d1-1000/d0)
+	}
+}
+
+// concurrentThroughput sends 1, 2 and 4 chats at once (the instance has 4
+// slots): through the pipeline their steps are in flight on both ranks at
+// once, so the link's round trips overlap. It logs the aggregate tok/s.
+func concurrentThroughput(t *testing.T, a *agentProc, delay time.Duration) {
+	t.Helper()
+	const n = 64
+	base := 0.0
+	for _, c := range []int{1, 2, 4} {
+		start := time.Now()
+		errs := make(chan error, c)
+		for i := range c {
+			go func() {
+				req := fmt.Sprintf(`{"model":"delay-test","messages":[{"role":"user","content":"hi %d"}],"max_tokens":%d,"temperature":0,"ignore_eos":true}`, i, n)
+				code, _, ans := chat(t, a, req)
+				if code != http.StatusOK || ans.Usage.CompletionTokens != n {
+					errs <- fmt.Errorf("chat %d of %d: %d %+v", i, c, code, ans.Error)
+					return
+				}
+				errs <- nil
+			}()
+		}
+		for range c {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		agg := float64(c*n) / time.Since(start).Seconds()
+		if c == 1 {
+			base = agg
+		}
+		t.Logf("delay %v each way, %d chats at once: %.1f tok/s aggregate (%.2f× one), %d tokens each, prefill included", delay, c, agg, agg/base, n)
 	}
 }

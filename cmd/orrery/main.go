@@ -33,6 +33,7 @@ Usage:
   orrery tokenize --model ID TEXT  print the token ids and pieces of TEXT (- for stdin) via a running agent
   orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
   orrery engine-bench [flags] time prefill and decode of a model on this machine, in process
+  orrery batch-bench [flags]  time requests served at once (continuous batching) and a cached second turn, in process
   orrery runner [flags]       the model runner child process (started by the agent)
   orrery key show             print this machine's cluster key (creating one if none)
   orrery key set KEY|-        use the cluster key from another machine
@@ -72,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runGenModel(args[1:], stdout, stderr)
 	case "engine-bench":
 		return runEngineBench(context.Background(), args[1:], stdout, stderr)
+	case "batch-bench":
+		return runBatchBench(context.Background(), args[1:], stdout, stderr)
 	case "runner":
 		return runRunner(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "key":
@@ -103,6 +106,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.TraceMergeTimeout, "trace-merge-timeout", cfg.TraceMergeTimeout, "how long the master waits for a traced task's ranks before saving a partial trace")
 	fs.IntVar(&cfg.RunnerThreads, "runner-threads", 0, "CPU threads per model runner (0: all)")
 	fs.IntVar(&cfg.ContextLen, "ctx", 0, "context length of model runners in tokens (0: each model's own)")
+	fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "requests each instance placed from this node serves at once (slots sharing one KV cache of --ctx positions; batched together)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code

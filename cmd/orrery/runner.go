@@ -43,6 +43,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	fs.IntVar(&opts.Threads, "threads", runtime.NumCPU(), "CPU threads for compute")
 	fs.IntVar(&opts.ContextLen, "ctx", 0, "context length in tokens (0: the model's)")
 	fs.IntVar(&opts.BatchSize, "batch", 512, "prompt tokens per forward pass")
+	fs.IntVar(&opts.Parallel, "parallel", 1, "requests served at once (slots sharing one KV cache of --ctx positions)")
 	fs.StringVar(&opts.KVType, "kv-type", "f16", "KV cache type: f16 or f32")
 	fs.BoolVar(&opts.NoFlashAttention, "no-flash-attn", false, "compute attention as separate ops instead of the fused flash-attention kernel")
 	fs.IntVar(&opts.FirstLayer, "first-layer", 0, "first block this rank holds")

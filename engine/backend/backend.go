@@ -6,6 +6,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -15,6 +16,9 @@ import (
 // not say.
 const DefaultBatchSize = 512
 
+// MaxParallel bounds Options.Parallel.
+const MaxParallel = 64
+
 // Options say what a rank loads and how it runs.
 type Options struct {
 	// Threads for the CPU path (0: the backend's default).
@@ -23,6 +27,10 @@ type Options struct {
 	ContextLen int
 	// BatchSize is the most tokens one Forward takes (default 512).
 	BatchSize int
+	// Parallel is how many sequences the KV cache holds at once (default
+	// 1): the runner's slots. They share one pool of ContextLen positions
+	// (each sequence up to all of it), so memory does not grow with it.
+	Parallel int
 	// FirstLayer and LastLayer are the blocks [FirstLayer, LastLayer) this
 	// rank holds; LastLayer 0 means all of them. The first rank embeds
 	// tokens; the last applies the output head.
@@ -63,6 +71,12 @@ func (o *Options) Resolve(c model.Config) error {
 		o.BatchSize = DefaultBatchSize
 	}
 	o.BatchSize = min(o.BatchSize, o.ContextLen)
+	if o.Parallel <= 0 {
+		o.Parallel = 1
+	}
+	if o.Parallel > MaxParallel {
+		return fmt.Errorf("%d parallel sequences, at most %d", o.Parallel, MaxParallel)
+	}
 	switch o.KVType {
 	case "":
 		o.KVType = "f16"
@@ -73,12 +87,24 @@ func (o *Options) Resolve(c model.Config) error {
 	return nil
 }
 
+// ErrCannotKeep is wrapped by Remove's error when a sliding-window cache
+// no longer holds what keeping the prefix needs: the sequence is then
+// forgotten whole.
+var ErrCannotKeep = errors.New("cannot keep the cached prefix")
+
 // Batch is one forward step's input: tokens (first rank) or hidden states
-// (dim × len(Positions), later ranks), at consecutive positions.
+// (dim × len(Positions), later ranks), each at its position in its
+// sequence.
 type Batch struct {
 	Tokens    []int32
 	Hidden    []float32
 	Positions []int32
+	// Seqs are the rows' sequences, 0..Parallel-1 (nil: all 0). Rows of
+	// one sequence attend to its cached positions and to each other.
+	Seqs []int
+	// Outputs are the rows whose logits the last rank returns, in order
+	// (nil: the last row's).
+	Outputs []int32
 	// AllLogits asks the last rank for every position's logits, not just
 	// the last one's (tests).
 	AllLogits bool
@@ -96,9 +122,13 @@ type Result struct {
 type Rank interface {
 	Config() model.Config
 	Options() Options
-	// Forward runs one batch; positions continue the cache (0 after Reset).
+	// Forward runs one batch; each sequence's positions continue its
+	// cache (0 after Reset or Remove(seq, 0)).
 	Forward(ctx context.Context, b Batch) (Result, error)
-	// Reset forgets the KV cache.
+	// Remove forgets sequence seq's cached positions from `from` on, and
+	// keeps the ones before (a prompt's cached prefix).
+	Remove(seq, from int) error
+	// Reset forgets every sequence's cache.
 	Reset() error
 	Close()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
@@ -37,7 +36,7 @@ type Forwarder interface {
 	Config() model.Config
 	Options() backend.Options
 	Forward(ctx context.Context, b backend.Batch) (backend.Result, error)
-	Reset() error
+	Remove(seq, from int) error
 }
 
 // Request is one completion: chat messages (rendered with the model's
@@ -63,6 +62,9 @@ type Request struct {
 	// IgnoreEOS keeps generating past end-of-generation tokens, so that
 	// a benchmark decodes exactly MaxTokens.
 	IgnoreEOS bool `json:"ignoreEos,omitempty"`
+	// NoPromptCache computes the whole prompt, reusing no cached prefix
+	// (benchmarks of prefill).
+	NoPromptCache bool `json:"noPromptCache,omitempty"`
 }
 
 // Validate checks the parameters that do not need the model.
@@ -118,6 +120,9 @@ type Result struct {
 	FinishReason     string `json:"finishReason"`
 	PromptTokens     int    `json:"promptTokens"`
 	CompletionTokens int    `json:"completionTokens"`
+	// CachedTokens of the prompt were found in the slot's cache (a
+	// prefix of an earlier request's) and not computed again.
+	CachedTokens int `json:"cachedTokens"`
 	// Durations in nanoseconds: prefill (prompt processing up to the
 	// first sampled token), decode (every later token), and time to the
 	// first token from the start of Generate (tokenizing included).
@@ -126,8 +131,9 @@ type Result struct {
 	FirstTokenNs int64 `json:"firstTokenNs"`
 }
 
-// PrefillTokPerSec and DecodeTokPerSec are the throughputs (0 if unknown).
-func (r Result) PrefillTokPerSec() float64 { return perSec(r.PromptTokens, r.PrefillNs) }
+// PrefillTokPerSec and DecodeTokPerSec are the throughputs (0 if unknown);
+// prefill counts the prompt tokens computed, not those found cached.
+func (r Result) PrefillTokPerSec() float64 { return perSec(r.PromptTokens-r.CachedTokens, r.PrefillNs) }
 
 // DecodeTokPerSec counts the tokens after the first, which prefill made.
 func (r Result) DecodeTokPerSec() float64 { return perSec(r.CompletionTokens-1, r.DecodeNs) }
@@ -139,12 +145,12 @@ func perSec(n int, ns int64) float64 {
 	return float64(n) / (float64(ns) / 1e9)
 }
 
-// Generator runs completions on one model. It is not safe for concurrent
-// use: the Server queues requests in front of it.
+// Generator prepares requests for one model, and runs one at a time
+// (Generate) for benchmarks and tests; a Server's Scheduler runs many.
 type Generator struct {
-	M   Model
+	M   Engine
 	Tok *model.Tokenizer
-	// TraceID is passed to Model.Begin (set per request by the Server).
+	// TraceID names the ranks' traces of Generate's request.
 	TraceID string
 }
 
@@ -195,104 +201,20 @@ func (g *Generator) fits(req *Request, ids []int32) ([]int32, error) {
 	return ids, nil
 }
 
-// Generate prefills prompt (from Prepare) in batches, then decodes token by
-// token through the KV cache, calling emit for every token. rec (may be
-// nil) gets a "prefill" span with "compute" children per batch and a
-// "sample" child, and a "decode" span per later token with the same
-// children, each carrying its token index. An error from emit stops
-// generation and is returned.
-func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, rec *trace.Recorder, emit func(Piece) error) (res Result, err error) {
-	start := time.Now()
-	res = Result{PromptTokens: len(prompt)}
-	opts := g.M.Options()
-	if err := g.M.Begin(ctx, req, g.TraceID); err != nil {
-		return res, err
-	}
-	defer func() { g.M.End(ctx, err) }()
-	maxTok := req.MaxTokens
-	if maxTok == 0 {
-		maxTok = DefaultMaxTokens
-	}
-	maxTok = min(maxTok, opts.ContextLen-len(prompt))
-	out := newOutput(req.Stop)
-	out.ignoreEOS = req.IgnoreEOS
-	if req.Echo {
-		text := req.Prompt
-		if len(req.PromptTokens) > 0 || len(req.Messages) > 0 {
-			// The prompt's text as a user reads it: special tokens (a
-			// leading BOS among them) left out, SentencePiece's space
-			// prefix removed.
-			text = validPrefix(g.Tok.Detokenize(g.Tok.StripBOS(prompt), false, false))
-		}
-		if err := emit(Piece{Index: -1, Token: -1, Text: text, Echo: true}); err != nil {
-			return res, err
-		}
-	}
-
-	// Prefill: the prompt in batches (which a pipeline overlaps); the
-	// last batch's logits give the first token.
-	pre := rec.Start("prefill", "prefill")
-	var id int32
-	var lp *Logprobs
-	for i := 0; i < len(prompt); i += opts.BatchSize {
-		j := min(i+opts.BatchSize, len(prompt))
-		last := j == len(prompt)
-		id, lp, err = g.M.Step(ctx, prompt[i:j], i, last, false, &pre, i)
-		if err != nil {
-			pre.End(trace.Args{})
-			return res, fmt.Errorf("prefill tokens [%d, %d): %w", i, j, err)
-		}
-	}
-	pre.End(trace.Args{}.WithToken(0))
-	res.PrefillNs = time.Since(start).Nanoseconds()
-	res.FirstTokenNs = res.PrefillNs
-	decodeStart := time.Now()
-	for n := 0; ; n++ {
-		res.CompletionTokens = n + 1
-		piece, done := out.add(g.Tok, id)
-		piece.Index, piece.Token = n, id
-		if lp != nil {
-			lp.Text = g.tokenText(lp.Token)
-			for k := range lp.Top {
-				lp.Top[k].Text = g.tokenText(lp.Top[k].Token)
-			}
-			piece.Logprobs = lp
-		}
-		if err := emit(piece); err != nil {
-			return res, err
-		}
-		if done {
-			res.FinishReason = "stop"
-			break
-		}
-		if n+1 >= maxTok {
-			res.FinishReason = "length"
-			break
-		}
-		d := rec.Start(fmt.Sprintf("token %d", n+1), "decode")
-		id, lp, err = g.M.Step(ctx, []int32{id}, len(prompt)+n, true, true, &d, n+1)
-		d.End(trace.Args{}.WithToken(n + 1))
-		if err != nil {
-			return res, fmt.Errorf("decode token %d: %w", n+1, err)
-		}
-	}
-	res.DecodeNs = time.Since(decodeStart).Nanoseconds()
-	if tail := out.flush(); tail != "" {
-		if err := emit(Piece{Index: res.CompletionTokens, Token: -1, Text: tail}); err != nil {
-			return res, err
-		}
-	}
-	return res, nil
-}
-
-// tokenText is one token's text as logprobs report it: its decoded bytes
-// (invalid UTF-8 becomes U+FFFD).
-func (g *Generator) tokenText(id int32) string {
-	s, err := g.Tok.Decode([]int32{id})
-	if err != nil {
-		return ""
-	}
-	return validPrefix(s)
+// Generate runs one request alone (prompt from Prepare), its cache
+// empty, calling emit for every piece. rec (may be nil) gets a "prefill"
+// span with "compute" children per batch and a "sample" child, and a
+// "decode" span per later token with the same children, each carrying its
+// token index. An error from emit stops generation and is returned.
+func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, rec *trace.Recorder, emit func(Piece) error) (Result, error) {
+	s := &Scheduler{E: g.M, Tok: g.Tok, NoPrefixCache: true}
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(rctx) }()
+	res, err := s.Submit(ctx, req, prompt, g.TraceID, rec).Wait(emit)
+	stop()
+	<-ran
+	return res, err
 }
 
 func positions(i, j int) []int32 {

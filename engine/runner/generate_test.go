@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -41,26 +42,47 @@ func tinyTokenizer(t *testing.T) *model.Tokenizer {
 // was given.
 type script struct {
 	vocab, ctxLen, batch int
+	parallel             int
 	prompt               int
 	next                 []int32
-	batches              [][]int32
-	failAt               int // position whose forward fails (0: never)
+	batches              [][]int32 // positions of each Forward
+	seqs                 [][]int   // sequences of each Forward
+	removed              [][2]int  // Remove calls: seq, from
+	failAt               int       // position whose forward fails (0: never)
+	block                chan struct{}
+	delay                time.Duration // per Forward
 }
 
 func (s *script) Config() model.Config { return model.Config{Vocab: s.vocab} }
 func (s *script) Options() backend.Options {
-	return backend.Options{ContextLen: s.ctxLen, BatchSize: s.batch}
+	return backend.Options{ContextLen: s.ctxLen, BatchSize: s.batch, Parallel: max(s.parallel, 1)}
 }
-func (s *script) Reset() error { s.batches = nil; return nil }
+func (s *script) Remove(seq, from int) error {
+	s.removed = append(s.removed, [2]int{seq, from})
+	return nil
+}
 func (s *script) Forward(ctx context.Context, b backend.Batch) (backend.Result, error) {
-	s.batches = append(s.batches, slices.Clone(b.Positions))
-	last := int(b.Positions[len(b.Positions)-1])
-	if s.failAt != 0 && last >= s.failAt {
-		return backend.Result{}, errors.New("boom")
+	if s.block != nil {
+		<-s.block
 	}
-	logits := make([]float32, s.vocab)
-	if i := last + 1 - s.prompt; i >= 0 && i < len(s.next) {
-		logits[s.next[i]] = 10
+	time.Sleep(s.delay)
+	s.batches = append(s.batches, slices.Clone(b.Positions))
+	s.seqs = append(s.seqs, slices.Clone(b.Seqs))
+	outs := b.Outputs
+	if outs == nil {
+		outs = []int32{int32(len(b.Positions) - 1)}
+	}
+	var logits []float32
+	for _, o := range outs {
+		pos := int(b.Positions[o])
+		if s.failAt != 0 && pos >= s.failAt {
+			return backend.Result{}, errors.New("boom")
+		}
+		row := make([]float32, s.vocab)
+		if i := pos + 1 - s.prompt; i >= 0 && i < len(s.next) {
+			row[s.next[i]] = 10
+		}
+		logits = append(logits, row...)
 	}
 	return backend.Result{Logits: logits}, nil
 }
@@ -173,7 +195,7 @@ func TestGenerateStopsAndLimits(t *testing.T) {
 	// A failing forward pass is an error naming the step.
 	g, s = newGen(words)
 	s.failAt = len(prompt) + 2
-	if _, _, _, err = run(t, g, Request{Prompt: "hello world"}, nil); err == nil || !strings.Contains(err.Error(), "decode token") {
+	if _, _, _, err = run(t, g, Request{Prompt: "hello world"}, nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("step at positions %d…%d", len(prompt)+2, len(prompt)+2)) {
 		t.Fatalf("failing forward: %v", err)
 	}
 }

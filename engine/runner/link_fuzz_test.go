@@ -26,11 +26,13 @@ func (c memConn) SetWriteDeadline(time.Time) error { return nil }
 // error, never a panic or an oversized allocation; an act frame that
 // parses marshals back to the same bytes.
 func FuzzLinkFrames(f *testing.F) {
-	act := actMsg{Req: 3, Seq: 2, Decode: true, Sample: true, Token: 7, Start: 9, N: 2, Hidden: []float32{1, -2, 3.5, 0}}
+	act := actMsg{Seq: 2, Groups: []actGroup{{Slot: 1, Decode: true, Sample: true, Token: 7, Start: 9, N: 1}, {Slot: 0, Start: 0, N: 1}},
+		Hidden: []float32{1, -2, 3.5, 0}}
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, act.marshal(nil)...), 2)
-	tok := tokenMsg{Req: 1, Seq: 4, Token: 42}
-	f.Add(append([]byte{frameToken, 16, 0, 0, 0}, tok.marshal(nil)...), 2)
-	tok.Logprobs = &Logprobs{TokenLogprob: TokenLogprob{Token: 42, Logprob: -1.5}, Top: []TokenLogprob{{Token: 42, Logprob: -1.5}, {Token: 7, Logprob: -2}}}
+	tok := tokenMsg{Seq: 4, Samples: []Sampled{{Slot: 0, Token: 42}}}
+	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
+	tok.Samples = append(tok.Samples, Sampled{Slot: 3, Token: 9, Logprobs: &Logprobs{TokenLogprob: TokenLogprob{Token: 9, Logprob: -1.5},
+		Top: []TokenLogprob{{Token: 9, Logprob: -1.5}, {Token: 7, Logprob: -2}}}})
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
 	h, _ := json.Marshal(linkHello{Instance: "i", From: 0, To: 1})
 	f.Add(append([]byte{frameHello, byte(len(h)), 0, 0, 0}, h...), 4)
@@ -64,8 +66,10 @@ func FuzzLinkFrames(f *testing.F) {
 			case frameToken:
 				var m tokenMsg
 				if m.unmarshal(p) == nil {
-					if m.Logprobs != nil && len(m.Logprobs.Top) > MaxTopLogprobs {
-						t.Fatalf("%d top logprobs passed the limit", len(m.Logprobs.Top))
+					for _, s := range m.Samples {
+						if s.Logprobs != nil && len(s.Logprobs.Top) > MaxTopLogprobs {
+							t.Fatalf("%d top logprobs passed the limit", len(s.Logprobs.Top))
+						}
 					}
 					if !bytes.Equal(m.marshal(nil), p) {
 						t.Fatalf("token round trip: %x → %x", p, m.marshal(nil))

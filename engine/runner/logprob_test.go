@@ -73,21 +73,40 @@ func TestGenerateTokensEchoLogprobs(t *testing.T) {
 }
 
 func TestTokenFrameLogprobs(t *testing.T) {
-	m := tokenMsg{Req: 2, Seq: 3, Token: 5, Logprobs: &Logprobs{TokenLogprob: TokenLogprob{Token: 5, Logprob: -0.25},
-		Top: []TokenLogprob{{Token: 5, Logprob: -0.25}, {Token: 9, Logprob: -3}}}}
+	lp := &Logprobs{TokenLogprob: TokenLogprob{Token: 5, Logprob: -0.25}, Top: []TokenLogprob{{Token: 5, Logprob: -0.25}, {Token: 9, Logprob: -3}}}
+	m := tokenMsg{Seq: 3, Samples: []Sampled{{Slot: 2, Token: 5, Logprobs: lp}, {Slot: 0, Token: 7}}}
 	b := m.marshal(nil)
 	var got tokenMsg
-	if err := got.unmarshal(b); err != nil || got.Token != 5 || got.Logprobs == nil || got.Logprobs.Logprob != -0.25 ||
-		!slices.Equal(got.Logprobs.Top, m.Logprobs.Top) {
+	if err := got.unmarshal(b); err != nil || got.Seq != 3 || len(got.Samples) != 2 || got.Samples[0].Slot != 2 || got.Samples[0].Token != 5 ||
+		got.Samples[0].Logprobs == nil || got.Samples[0].Logprobs.Logprob != -0.25 || !slices.Equal(got.Samples[0].Logprobs.Top, lp.Top) ||
+		got.Samples[1].Slot != 0 || got.Samples[1].Token != 7 || got.Samples[1].Logprobs != nil {
 		t.Fatalf("%+v %v", got, err)
 	}
-	plain := tokenMsg{Req: 2, Seq: 3, Token: 5}
-	if err := got.unmarshal(plain.marshal(nil)); err != nil || got.Logprobs != nil {
-		t.Fatalf("plain frame: %+v %v", got, err)
-	}
-	for _, bad := range [][]byte{b[:len(b)-1], b[:20], append(b, 0)} {
+	for _, bad := range [][]byte{b[:len(b)-1], b[:20], append(b, 0), b[:4]} {
 		if got.unmarshal(bad) == nil {
 			t.Errorf("frame of %d bytes parsed", len(bad))
+		}
+	}
+}
+
+func TestActFrame(t *testing.T) {
+	m := actMsg{Seq: 9, Groups: []actGroup{{Slot: 3, Decode: true, Sample: true, Token: 4, Start: 20, N: 1}, {Slot: 1, Start: 8, N: 2}},
+		Hidden: []float32{1, 2, 3, 4, 5, 6}}
+	b := m.marshal(nil)
+	var got actMsg
+	if err := got.unmarshal(b, 2); err != nil || got.Seq != 9 || !slices.Equal(got.Groups, m.Groups) || !slices.Equal(got.Hidden, m.Hidden) {
+		t.Fatalf("%+v %v", got, err)
+	}
+	dup := actMsg{Seq: 1, Groups: []actGroup{{Slot: 1, N: 1}, {Slot: 1, N: 1}}, Hidden: []float32{1, 2}}
+	empty := actMsg{Seq: 1, Groups: []actGroup{{Slot: 1, N: 0}}}
+	for name, bad := range map[string][]byte{"short": b[:len(b)-1], "long": append(slices.Clone(b), 0, 0, 0, 0),
+		"slot twice": dup.marshal(nil), "no rows": empty.marshal(nil), "dim": b} {
+		dim := 2
+		if name == "dim" {
+			dim = 3
+		}
+		if got.unmarshal(bad, dim) == nil {
+			t.Errorf("%s: parsed", name)
 		}
 	}
 }

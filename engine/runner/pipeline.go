@@ -10,36 +10,50 @@ import (
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
-// A pipeline of N ranks: rank 0 runs the generation loop (Pipeline, a
-// Model); ranks 1…N-1 serve their blocks in a loop (Stage.Serve). Rank r
+// A pipeline of N ranks: rank 0 runs the scheduler (Pipeline is its
+// Engine); ranks 1…N-1 serve their blocks in a loop (Stage.Serve). Rank r
 // sends to rank r+1 on its out link and reads from rank r-1 on its in
 // link; the last rank's out link goes back to rank 0 and carries tokens.
+// Up to N sampling steps are in flight, each on a different rank.
 
-// Pipeline is rank 0's Model over a pipeline of N > 1 ranks.
+// Pipeline is rank 0's Engine over a pipeline of N > 1 ranks.
 type Pipeline struct {
 	F       Forwarder // rank 0's blocks
 	Out, In *Link     // to rank 1, from rank N-1
 	N       int
 
-	req  uint64
-	seq  uint32
-	dead error // set once a link broke: the pipeline stays dead
+	req     uint64
+	slotReq map[int]uint64 // each slot's request, for its end frame
+	seq     uint32
+	pending []pendingStep // sampling steps sent, oldest first
+	dead    error         // set once a link broke: the pipeline stays dead
 }
 
-var _ Model = (*Pipeline)(nil)
+type pendingStep struct {
+	st  *Step
+	seq uint32
+}
+
+var _ Engine = (*Pipeline)(nil)
 
 func (p *Pipeline) Options() backend.Options { return p.F.Options() }
+func (p *Pipeline) Depth() int               { return p.N }
 
-func (p *Pipeline) Begin(ctx context.Context, req *Request, traceID string) error {
+func (p *Pipeline) Begin(ctx context.Context, slot int, req *Request, traceID string, keep int) (int, error) {
 	if p.dead != nil {
-		return p.dead
+		return 0, p.dead
 	}
 	p.req++
-	p.seq = 0
-	if err := p.F.Reset(); err != nil {
-		return fmt.Errorf("reset kv cache: %w", err)
+	if p.slotReq == nil {
+		p.slotReq = map[int]uint64{}
 	}
-	return p.fail(p.Out.sendJSON(frameBegin, beginMsg{Req: p.req, Sample: req.Sample, TraceID: traceID, Logprobs: req.logprobsN() + 1}))
+	p.slotReq[slot] = p.req
+	kept, err := keepFrom(p.F, slot, keep)
+	if err != nil {
+		return 0, err
+	}
+	return kept, p.fail(p.Out.sendJSON(frameBegin, beginMsg{Req: p.req, Slot: slot, Keep: kept, Sample: req.Sample, TraceID: traceID,
+		Logprobs: req.logprobsN() + 1}))
 }
 
 func (p *Pipeline) fail(err error) error {
@@ -51,53 +65,101 @@ func (p *Pipeline) fail(err error) error {
 	return err
 }
 
-func (p *Pipeline) Step(ctx context.Context, tokens []int32, start int, smp, decode bool, parent *trace.Token, tokenIndex int) (int32, *Logprobs, error) {
+func (p *Pipeline) Submit(ctx context.Context, st *Step) error {
 	if p.dead != nil {
-		return 0, nil, p.dead
+		return p.dead
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, nil, err
-	}
-	c := parent.Child("compute", "compute")
-	r, err := p.F.Forward(ctx, backend.Batch{Tokens: tokens, Positions: positions(start, start+len(tokens))})
-	c.End(trace.Args{}.WithToken(tokenIndex))
+	c := st.spans("compute", "compute")
+	r, err := p.F.Forward(ctx, st.batch(true))
+	st.end(c, tokenArgs)
 	if err != nil {
-		return 0, nil, err
+		return err
 	}
 	p.seq++
-	m := actMsg{Req: p.req, Seq: p.seq, Decode: decode, Sample: smp, Token: uint32(tokenIndex), Start: uint32(start),
-		N: uint32(len(tokens)), Hidden: r.Hidden}
-	s := parent.Child("send → rank 1", "send")
+	m := actMsg{Seq: p.seq, Hidden: r.Hidden}
+	for _, g := range st.Groups {
+		m.Groups = append(m.Groups, actGroup{Slot: g.Slot, Decode: g.Decode, Sample: g.Sample, Token: uint32(g.TokenIndex),
+			Start: uint32(g.Start), N: uint32(len(g.Tokens))})
+	}
+	s := st.spans("send → rank 1", "send")
 	n, err := p.Out.send(frameAct, m.marshal)
-	s.End(trace.Send(1, int64(n), trace.FlowKey(0, 1, uint64(p.seq))).WithToken(tokenIndex))
+	seq := p.seq
+	st.end(s, func(g Group) trace.Args {
+		return trace.Send(1, int64(n), trace.FlowKey(0, 1, uint64(seq))).WithToken(g.TokenIndex)
+	})
 	if err != nil {
-		return 0, nil, p.fail(err)
+		return p.fail(err)
 	}
-	if !smp {
-		return 0, nil, nil
+	if st.samples() {
+		p.pending = append(p.pending, pendingStep{st, seq})
 	}
-	// Wait for the token from the last rank; the recv span starts when
-	// its frame begins to arrive.
-	typ, payload, first, err := p.In.recvFrame()
-	if err != nil {
-		return 0, nil, p.fail(err)
-	}
-	last := p.N - 1
-	recvSpan(parent, fmt.Sprintf("recv ← rank %d", last), first, trace.Recv(last, int64(len(payload)+5), trace.FlowKey(last, 0, uint64(p.seq))).WithToken(tokenIndex))
-	if typ != frameToken {
-		return 0, nil, p.fail(fmt.Errorf("%w: frame type %d from rank %d, want a token", ErrLinkLost, typ, last))
-	}
-	var t tokenMsg
-	if err := t.unmarshal(payload); err != nil || t.Req != p.req || t.Seq != p.seq {
-		return 0, nil, p.fail(fmt.Errorf("%w: token frame %+v (%v) for request %d step %d", ErrLinkLost, t, err, p.req, p.seq))
-	}
-	return t.Token, t.Logprobs, nil
+	return nil
 }
 
-func (p *Pipeline) End(ctx context.Context, err error) {
-	if p.dead == nil {
-		p.fail(p.Out.sendJSON(frameEnd, endMsg{Req: p.req}))
+// Recv reads the last rank's tokens of the oldest sampling step; the recv
+// spans start when its frame began to arrive.
+func (p *Pipeline) Recv(ctx context.Context) (*Step, []Sampled, error) {
+	if p.dead != nil {
+		return nil, nil, p.dead
 	}
+	if len(p.pending) == 0 {
+		return nil, nil, errors.New("no step in flight")
+	}
+	ps := p.pending[0]
+	p.pending = p.pending[1:]
+	typ, payload, first, err := p.In.recvFrame()
+	if err != nil {
+		return nil, nil, p.fail(err)
+	}
+	last := p.N - 1
+	if typ != frameToken {
+		return nil, nil, p.fail(fmt.Errorf("%w: frame type %d from rank %d, want tokens", ErrLinkLost, typ, last))
+	}
+	var t tokenMsg
+	if err := t.unmarshal(payload); err != nil || t.Seq != ps.seq || len(t.Samples) != sampling(ps.st) {
+		return nil, nil, p.fail(fmt.Errorf("%w: token frame of step %d with %d samples (%v), want step %d", ErrLinkLost, t.Seq, len(t.Samples), err, ps.seq))
+	}
+	k := 0
+	for _, g := range ps.st.Groups {
+		if !g.Sample {
+			continue
+		}
+		if t.Samples[k].Slot != g.Slot {
+			return nil, nil, p.fail(fmt.Errorf("%w: token frame of step %d: sample %d for slot %d, want %d", ErrLinkLost, t.Seq, k, t.Samples[k].Slot, g.Slot))
+		}
+		k++
+		recvSpan(g.Parent, fmt.Sprintf("recv ← rank %d", last), first,
+			trace.Recv(last, int64(len(payload)+5), trace.FlowKey(last, 0, uint64(ps.seq))).WithToken(g.TokenIndex))
+	}
+	return ps.st, t.Samples, nil
+}
+
+func sampling(st *Step) int {
+	n := 0
+	for _, g := range st.Groups {
+		if g.Sample {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *Pipeline) End(slot int, err error) {
+	if p.dead == nil {
+		p.fail(p.Out.sendJSON(frameEnd, endMsg{Req: p.slotReq[slot], Slot: slot}))
+	}
+}
+
+// Forget drops an idle slot's cache here and, with an end frame that says
+// so, on the other ranks.
+func (p *Pipeline) Forget(slot int) error {
+	if p.dead != nil {
+		return p.dead
+	}
+	if err := p.F.Remove(slot, 0); err != nil {
+		return err
+	}
+	return p.fail(p.Out.sendJSON(frameEnd, endMsg{Req: p.slotReq[slot], Slot: slot, Forget: true}))
 }
 
 // recvSpan records a receive that began at first and ends now.

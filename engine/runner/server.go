@@ -121,16 +121,13 @@ type ErrorBody struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
-	// queue admits one completion at a time; blocked senders on a Go
-	// channel are served in arrival order, so requests run FIFO.
-	queue chan struct{}
-
 	// fatal gets the error that ends this runner: a broken pipeline.
 	fatal chan error
 
 	mu        sync.Mutex // guards the fields below
 	health    Health
 	gen       *Generator
+	sched     *Scheduler
 	rank      backend.Rank
 	in, out   *Link
 	loadSpans []trace.Span
@@ -148,7 +145,7 @@ func NewServer(cfg Config) *Server {
 	if cfg.RankListener != nil {
 		h.RankAddr = cfg.RankListener.Addr().String()
 	}
-	return &Server{cfg: cfg, log: cfg.Logger, queue: make(chan struct{}, 1), fatal: make(chan error, 1), health: h}
+	return &Server{cfg: cfg, log: cfg.Logger, fatal: make(chan error, 1), health: h}
 }
 
 // Fatal delivers the error that ends the runner (a broken pipeline); the
@@ -227,9 +224,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
 		"rank", s.cfg.Rank, "ranks", s.cfg.Ranks)
 	if s.cfg.Ranks == 1 {
-		s.mu.Lock()
-		s.gen = &Generator{M: &Local{F: rank}, Tok: tok}
-		s.mu.Unlock()
+		s.serve(ctx, &Generator{M: &Local{F: rank}, Tok: tok})
 		return nil
 	}
 	s.mu.Lock()
@@ -245,9 +240,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.in, s.out = in, out
 	s.mu.Unlock()
 	if s.cfg.Rank == 0 {
-		s.mu.Lock()
-		s.gen = &Generator{M: &Pipeline{F: rank, Out: out, In: in, N: s.cfg.Ranks}, Tok: tok}
-		s.mu.Unlock()
+		s.serve(ctx, &Generator{M: &Pipeline{F: rank, Out: out, In: in, N: s.cfg.Ranks}, Tok: tok})
 		return nil
 	}
 	st := &Stage{F: rank, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
@@ -259,6 +252,21 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 		}
 	}()
 	return nil
+}
+
+// serve starts rank 0's scheduler over gen's engine, until ctx ends or
+// the pipeline breaks (which ends the runner).
+func (s *Server) serve(ctx context.Context, gen *Generator) {
+	sched := &Scheduler{E: gen.M, Tok: gen.Tok}
+	s.mu.Lock()
+	s.gen, s.sched = gen, sched
+	s.mu.Unlock()
+	go func() {
+		err := sched.Run(ctx)
+		if ctx.Err() == nil && err != nil {
+			s.die(fmt.Errorf("pipeline broke at rank 0: %w", err))
+		}
+	}()
 }
 
 // connect sets up both rank links: it accepts the previous rank's (the
@@ -424,7 +432,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	gen, h := s.gen, s.health
+	gen, sched, h := s.gen, s.sched, s.health
 	s.mu.Unlock()
 	if gen == nil {
 		msg := "model is " + h.Status
@@ -443,15 +451,6 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, code, ErrorBody{Error: err.Error(), Kind: kind})
 		return
 	}
-	queued := time.Now()
-	select {
-	case s.queue <- struct{}{}:
-	case <-r.Context().Done():
-		return
-	}
-	defer func() { <-s.queue }()
-	queueNs := time.Since(queued).Nanoseconds()
-
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
@@ -473,24 +472,20 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	if req.TraceID != "" {
 		rec = trace.NewRecorder(0, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
 	}
-	gen.TraceID = req.TraceID
 	// Every token is sent, with empty text while text is held back, so
 	// that the client can count and time tokens.
-	res, err := gen.Generate(r.Context(), &req.Request, prompt, rec, func(p Piece) error {
-		return send(StreamMsg{Piece: &p})
-	})
+	job := sched.Submit(r.Context(), &req.Request, prompt, req.TraceID, rec)
+	res, err := job.Wait(func(p Piece) error { return send(StreamMsg{Piece: &p}) })
+	done := &Done{Result: res, Spans: rec.Drain(0), QueueNs: job.QueueNs()}
 	if err != nil {
 		if r.Context().Err() == nil {
 			// The spans so far go with the error: the trace keeps them.
-			send(StreamMsg{Error: err.Error(), Done: &Done{Result: res, Spans: rec.Drain(0), QueueNs: queueNs}})
+			send(StreamMsg{Error: err.Error(), Done: done})
 		}
 		s.log.Warn("completion failed", "err", err)
-		if errors.Is(err, ErrLinkLost) {
-			s.die(fmt.Errorf("pipeline broke at rank 0: %w", err))
-		}
 		return
 	}
-	send(StreamMsg{Done: &Done{Result: res, Spans: rec.Drain(0), QueueNs: queueNs}})
+	send(StreamMsg{Done: done})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

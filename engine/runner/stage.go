@@ -12,11 +12,11 @@ import (
 )
 
 // Ranks 1…N-1 of a pipeline: Stage.Serve's loop over the frames of rank 0's
-// requests.
+// steps.
 
 // Stage serves rank Rank (1…N-1) of a pipeline: it reads frames from In,
 // runs its blocks, and sends hidden states (or, on the last rank, the
-// sampled token) on Out.
+// sampled tokens) on Out.
 type Stage struct {
 	F       Forwarder
 	In, Out *Link
@@ -34,11 +34,12 @@ func (s *Stage) Serve(ctx context.Context) error {
 	defer stop()
 	defer s.In.Close()
 	defer s.Out.Close()
-	r := &stageRun{s: s, nlp: -1, last: s.Rank == s.N-1, next: (s.Rank + 1) % s.N, dim: s.F.Config().Dim}
+	r := &stageRun{s: s, last: s.Rank == s.N-1, next: (s.Rank + 1) % s.N, dim: s.F.Config().Dim,
+		slots: make([]stageSlot, max(s.F.Options().Parallel, 1)), smps: make([]slotSampler, max(s.F.Options().Parallel, 1))}
 	for {
 		typ, payload, first, err := s.In.recvFrame()
 		if err != nil {
-			r.finish(err)
+			r.finishAll(err)
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -55,76 +56,98 @@ func (s *Stage) Serve(ctx context.Context) error {
 			return fmt.Errorf("%w: unknown frame type %d", ErrLinkLost, typ)
 		}
 		if err != nil {
+			r.finishAll(err)
 			return err
 		}
 	}
 }
 
-// stageRun is Serve's state: the request in flight, its sampler and trace,
-// and the span of its current step.
+// stageRun is Serve's state: the slots' requests, samplers and traces.
 type stageRun struct {
-	s    *Stage
-	last bool // the last rank samples and sends tokens back to rank 0
-	next int  // the rank Out goes to
-	dim  int  // hidden state width
+	s     *Stage
+	last  bool // the last rank samples and sends tokens back to rank 0
+	next  int  // the rank Out goes to
+	dim   int  // hidden state width
+	slots []stageSlot
+	smps  []slotSampler
+}
 
-	smp     *sample.Sampler
+// stageSlot is one slot's request on this rank: its trace and the span of
+// its current step.
+type stageSlot struct {
 	rec     *trace.Recorder
 	traceID string
-	req     uint64
-	nlp     int         // top logprobs wanted (-1: none)
-	phase   trace.Token // the current prefill or decode step's span
+	phase   trace.Token
 	open    bool
 }
 
-// finish ends the request's trace, handing its spans to OnTrace.
-func (r *stageRun) finish(err error) {
-	if r.open {
-		r.phase.End(trace.Args{})
-		r.open = false
+// finish ends slot's trace, handing its spans to OnTrace.
+func (r *stageRun) finish(slot int, err error) {
+	ss := &r.slots[slot]
+	if ss.open {
+		ss.phase.End(trace.Args{})
+		ss.open = false
 	}
-	if r.rec != nil && r.s.OnTrace != nil {
-		r.s.OnTrace(r.traceID, r.rec.Drain(0), err)
+	if ss.rec != nil && r.s.OnTrace != nil {
+		r.s.OnTrace(ss.traceID, ss.rec.Drain(0), err)
 	}
-	r.rec = nil
+	ss.rec = nil
 }
 
-// begin starts a request: its sampler, its trace and an empty KV cache; all
-// but the last rank pass the frame on.
+func (r *stageRun) finishAll(err error) {
+	for i := range r.slots {
+		r.finish(i, err)
+	}
+}
+
+// begin starts a request in a slot: its sampler, its trace and its kept
+// cache prefix; all but the last rank pass the frame on.
 func (r *stageRun) begin(payload []byte) error {
 	var b beginMsg
 	if err := json.Unmarshal(payload, &b); err != nil {
 		return fmt.Errorf("begin frame: %w", err)
 	}
-	r.finish(nil)
-	r.req, r.traceID = b.Req, b.TraceID
-	r.nlp = b.Logprobs - 1
-	if r.nlp < 0 || r.nlp > MaxTopLogprobs {
-		r.nlp = -1
+	if b.Slot < 0 || b.Slot >= len(r.slots) {
+		return fmt.Errorf("begin frame for slot %d of %d", b.Slot, len(r.slots))
 	}
-	r.smp = sample.New(b.Sample)
-	if r.traceID != "" {
-		r.rec = trace.NewRecorder(r.s.Rank, r.s.Node, trace.Options{NodeName: r.s.NodeName})
+	r.finish(b.Slot, nil)
+	nlp := b.Logprobs - 1
+	if nlp < 0 || nlp > MaxTopLogprobs {
+		nlp = -1
 	}
-	if err := r.s.F.Reset(); err != nil {
-		return fmt.Errorf("reset kv cache: %w", err)
+	r.smps[b.Slot] = slotSampler{smp: sample.New(b.Sample), nlp: nlp}
+	ss := &r.slots[b.Slot]
+	ss.traceID = b.TraceID
+	if b.TraceID != "" {
+		ss.rec = trace.NewRecorder(r.s.Rank, r.s.Node, trace.Options{NodeName: r.s.NodeName})
+	}
+	// Rank 0 kept what it could; every rank holds the same positions, so
+	// keeping them here cannot fail.
+	if err := r.s.F.Remove(b.Slot, b.Keep); err != nil {
+		return fmt.Errorf("kv cache of slot %d from %d: %w", b.Slot, b.Keep, err)
 	}
 	if !r.last {
-		if err := r.s.Out.sendJSON(frameBegin, b); err != nil {
-			r.finish(err)
-			return err
-		}
+		return r.s.Out.sendJSON(frameBegin, b)
 	}
 	return nil
 }
 
-// end ends a request; all but the last rank pass the frame on.
+// end ends a slot's request; all but the last rank pass the frame on.
 func (r *stageRun) end(payload []byte) error {
-	r.finish(nil)
-	if !r.last {
-		if _, err := r.s.Out.send(frameEnd, func(b []byte) []byte { return append(b, payload...) }); err != nil {
-			return err
+	var e endMsg
+	if err := json.Unmarshal(payload, &e); err != nil || e.Slot < 0 || e.Slot >= len(r.slots) {
+		return fmt.Errorf("end frame %s: %v", payload, err)
+	}
+	r.finish(e.Slot, nil)
+	r.smps[e.Slot] = slotSampler{}
+	if e.Forget {
+		if err := r.s.F.Remove(e.Slot, 0); err != nil {
+			return fmt.Errorf("forget slot %d: %w", e.Slot, err)
 		}
+	}
+	if !r.last {
+		_, err := r.s.Out.send(frameEnd, func(b []byte) []byte { return append(b, payload...) })
+		return err
 	}
 	return nil
 }
@@ -137,90 +160,87 @@ func (r *stageRun) act(ctx context.Context, payload []byte, first time.Time) err
 	if err := m.unmarshal(payload, r.dim); err != nil {
 		return err
 	}
-	if m.Req != r.req {
-		return fmt.Errorf("act for request %d during request %d", m.Req, r.req)
+	st := &Step{}
+	for _, g := range m.Groups {
+		if g.Slot >= len(r.slots) {
+			return fmt.Errorf("act frame for slot %d of %d", g.Slot, len(r.slots))
+		}
+		parent := r.startStep(g, first)
+		st.Groups = append(st.Groups, Group{Slot: g.Slot, Tokens: make([]int32, g.N), Start: int(g.Start), Sample: g.Sample,
+			Decode: g.Decode, TokenIndex: int(g.Token), Parent: parent})
+		recvSpan(parent, fmt.Sprintf("recv ← rank %d", s.Rank-1), first,
+			trace.Recv(s.Rank-1, int64(len(payload)+5), trace.FlowKey(s.Rank-1, s.Rank, uint64(m.Seq))).WithToken(int(g.Token)))
 	}
-	r.startStep(&m, first)
-	tok := int(m.Token)
-	recvSpan(&r.phase, fmt.Sprintf("recv ← rank %d", s.Rank-1), first,
-		trace.Recv(s.Rank-1, int64(len(payload)+5), trace.FlowKey(s.Rank-1, s.Rank, uint64(m.Seq))).WithToken(tok))
-	c := r.phase.Child("compute", "compute")
-	res, err := s.F.Forward(ctx, backend.Batch{Hidden: m.Hidden, Positions: positions(int(m.Start), int(m.Start+m.N))})
-	c.End(trace.Args{}.WithToken(tok))
+	c := st.spans("compute", "compute")
+	b := st.batch(false)
+	b.Hidden = m.Hidden
+	res, err := s.F.Forward(ctx, b)
+	st.end(c, tokenArgs)
 	if err != nil {
-		r.finish(err)
 		return err
 	}
 	if r.last {
-		if !m.Sample {
-			if m.Decode {
-				r.phase.End(trace.Args{}.WithToken(tok))
-				r.open = false
-			}
-			return nil
-		}
-		err = r.sendToken(&m, res)
+		err = r.sendTokens(st, m.Seq, res)
 	} else {
-		err = r.forward(&m, res)
+		err = r.forward(st, &m, res)
 	}
 	if err != nil {
-		r.finish(err)
 		return err
 	}
-	if m.Decode || m.Sample {
-		r.phase.End(trace.Args{}.WithToken(tok))
-		r.open = false
+	for _, g := range st.Groups {
+		if g.Decode || g.Sample {
+			r.slots[g.Slot].phase.End(tokenArgs(g))
+			r.slots[g.Slot].open = false
+		}
 	}
 	return nil
 }
 
-// startStep opens the step's span unless it continues the prefill: one span
-// per step on this rank, holding recv, compute and send (or sample) like
-// rank 0's.
-func (r *stageRun) startStep(m *actMsg, first time.Time) {
-	if r.open && !m.Decode && isPrefill(r.phase) {
-		return
+// startStep opens the slot's step span unless it continues the prefill:
+// one span per step on this rank, holding recv, compute and send (or
+// sample) like rank 0's.
+func (r *stageRun) startStep(g actGroup, first time.Time) *trace.Token {
+	ss := &r.slots[g.Slot]
+	if ss.open && !g.Decode && isPrefill(ss.phase) {
+		return &ss.phase
 	}
-	if r.open {
-		r.phase.End(trace.Args{})
+	if ss.open {
+		ss.phase.End(trace.Args{})
 	}
-	cat := "prefill"
-	if m.Decode {
-		cat = "decode"
+	cat, name := "prefill", "prefill"
+	if g.Decode {
+		cat, name = "decode", fmt.Sprintf("token %d", g.Token)
 	}
-	name := cat
-	if m.Decode {
-		name = fmt.Sprintf("token %d", m.Token)
-	}
-	r.phase, r.open = r.rec.StartAt(name, cat, first), true
+	ss.phase, ss.open = ss.rec.StartAt(name, cat, first), true
+	return &ss.phase
 }
 
-// sendToken samples the step's token and sends it to rank 0.
-func (r *stageRun) sendToken(m *actMsg, res backend.Result) error {
-	tok := int(m.Token)
-	sp := r.phase.Child("sample", "sample")
-	id, err := r.smp.Next(res.Logits)
-	sp.End(trace.Args{}.WithToken(tok))
+// sendTokens samples the step's tokens and sends them to rank 0.
+func (r *stageRun) sendTokens(st *Step, seq uint32, res backend.Result) error {
+	if !st.samples() {
+		return nil
+	}
+	samples, err := sampleGroups(st, res.Logits, r.s.F.Config().Vocab, r.smps)
 	if err != nil {
 		return err
 	}
-	t := tokenMsg{Req: m.Req, Seq: m.Seq, Token: id}
-	if r.nlp >= 0 {
-		t.Logprobs = logprobsOf(res.Logits, id, r.nlp)
-	}
-	snd := r.phase.Child("send → rank 0", "send")
+	t := tokenMsg{Seq: seq, Samples: samples}
+	snd := st.spans("send → rank 0", "send")
 	n, err := r.s.Out.send(frameToken, t.marshal)
-	snd.End(trace.Send(0, int64(n), trace.FlowKey(r.s.Rank, 0, uint64(m.Seq))).WithToken(tok))
+	st.end(snd, func(g Group) trace.Args {
+		return trace.Send(0, int64(n), trace.FlowKey(r.s.Rank, 0, uint64(seq))).WithToken(g.TokenIndex)
+	})
 	return err
 }
 
 // forward sends the step's hidden states on to the next rank.
-func (r *stageRun) forward(m *actMsg, res backend.Result) error {
-	tok := int(m.Token)
-	fwd := actMsg{Req: m.Req, Seq: m.Seq, Decode: m.Decode, Sample: m.Sample, Token: m.Token, Start: m.Start, N: m.N, Hidden: res.Hidden}
-	snd := r.phase.Child(fmt.Sprintf("send → rank %d", r.next), "send")
+func (r *stageRun) forward(st *Step, m *actMsg, res backend.Result) error {
+	fwd := actMsg{Seq: m.Seq, Groups: m.Groups, Hidden: res.Hidden}
+	snd := st.spans(fmt.Sprintf("send → rank %d", r.next), "send")
 	n, err := r.s.Out.send(frameAct, fwd.marshal)
-	snd.End(trace.Send(r.next, int64(n), trace.FlowKey(r.s.Rank, r.next, uint64(m.Seq))).WithToken(tok))
+	st.end(snd, func(g Group) trace.Args {
+		return trace.Send(r.next, int64(n), trace.FlowKey(r.s.Rank, r.next, uint64(m.Seq))).WithToken(g.TokenIndex)
+	})
 	return err
 }
 

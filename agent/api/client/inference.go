@@ -51,6 +51,9 @@ type ChatRequest struct {
 	Seed        *int64   `json:"seed,omitempty"`
 	// IgnoreEOS generates exactly MaxTokens tokens (for benchmarks).
 	IgnoreEOS bool `json:"ignore_eos,omitempty"`
+	// CachePrompt false computes the whole prompt even where a prefix is
+	// cached (for benchmarks); nil leaves the cache on.
+	CachePrompt *bool `json:"cache_prompt,omitempty"`
 	// Stream is set by ChatStream.
 	Stream bool `json:"stream"`
 }

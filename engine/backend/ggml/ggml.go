@@ -135,14 +135,21 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	if opts.KVType == "f32" {
 		kvType = ml.DTypeF32
 	}
-	r.cache = kvcache.NewCausalCache(r.shift)
+	// One pool of ContextLen cells for all the sequences (ollama sizes it
+	// by its maxSequences argument: 1), so that the memory does not grow
+	// with Parallel; the runner's scheduler shares it out. A sliding
+	// window's cache holds a window per sequence.
+	global := kvcache.NewCausalCache(r.shift)
+	global.Init(b, kvType, 1, opts.ContextLen, opts.BatchSize)
+	r.cache = global
 	if cfg.SlidingWindow > 0 {
 		// ollama's window keeps positions p-w..p (w+1 of them); llama.cpp's
 		// and Gemma's keep the last SlidingWindow, p-SlidingWindow+1..p.
-		r.swa = kvcache.NewWrapperCache(kvcache.NewSWACache(int32(cfg.SlidingWindow-1), r.shift), kvcache.NewCausalCache(r.shift))
+		local := kvcache.NewSWACache(int32(cfg.SlidingWindow-1), r.shift)
+		local.Init(b, kvType, opts.Parallel, opts.ContextLen, opts.BatchSize)
+		r.swa = kvcache.NewWrapperCache(local, global)
 		r.cache = r.swa
 	}
-	r.cache.Init(b, kvType, 1, opts.ContextLen, opts.BatchSize)
 	return r, nil
 }
 
@@ -173,7 +180,30 @@ func (r *Rank) Config() model.Config     { return r.cfg }
 func (r *Rank) Options() backend.Options { return r.opts }
 
 // Reset forgets every cached position.
-func (r *Rank) Reset() error { return r.cache.Remove(0, 0, math.MaxInt32) }
+func (r *Rank) Reset() error {
+	for seq := range r.opts.Parallel {
+		if err := r.cache.Remove(seq, 0, math.MaxInt32); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Remove forgets seq's positions from `from` on. A sliding-window cache
+// may no longer hold the window that position needs: then it forgets the
+// whole sequence and says so (ErrCannotKeep).
+func (r *Rank) Remove(seq, from int) error {
+	if seq < 0 || seq >= r.opts.Parallel {
+		return fmt.Errorf("sequence %d of %d", seq, r.opts.Parallel)
+	}
+	if from > 0 && !r.cache.CanResume(seq, int32(from)) {
+		if err := r.cache.Remove(seq, 0, math.MaxInt32); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: sequence %d from position %d", backend.ErrCannotKeep, seq, from)
+	}
+	return r.cache.Remove(seq, int32(from), math.MaxInt32)
+}
 
 // Close frees the weights and the cache.
 func (r *Rank) Close() {
@@ -252,8 +282,12 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 			return res, fmt.Errorf("token %d outside the %d-token vocabulary", t, r.cfg.Vocab)
 		}
 	}
-	if int(in.Positions[n-1]) >= r.opts.ContextLen {
-		return res, fmt.Errorf("position %d past the context of %d", in.Positions[n-1], r.opts.ContextLen)
+	seqs := in.Seqs
+	if seqs == nil {
+		seqs = make([]int, n)
+	}
+	if err := r.checkRows(in, seqs); err != nil {
+		return res, err
 	}
 	if err := ctx.Err(); err != nil {
 		return res, err
@@ -282,7 +316,7 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	} else {
 		h = c.Input().FromFloats(in.Hidden, r.cfg.Dim, n)
 	}
-	if err := r.cache.StartForward(c, input.Batch{Positions: in.Positions, Sequences: make([]int, n)}, false); err != nil {
+	if err := r.cache.StartForward(c, input.Batch{Positions: in.Positions, Sequences: seqs}, false); err != nil {
 		return res, fmt.Errorf("kv cache: %w", err)
 	}
 	for i := range r.layers {
@@ -302,7 +336,13 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 		res.Hidden = h.Floats()
 		return res, nil
 	}
-	if !in.AllLogits && n > 1 {
+	switch {
+	case in.AllLogits:
+	case in.Outputs != nil:
+		if len(in.Outputs) != n || !sequential(in.Outputs) {
+			h = h.Rows(c, c.Input().FromInts(in.Outputs, len(in.Outputs)))
+		}
+	case n > 1:
 		h = h.Rows(c, c.Input().FromInts([]int32{int32(n - 1)}, 1))
 	}
 	h = h.RMSNorm(c, r.outNorm, float32(r.cfg.Eps))
@@ -310,4 +350,39 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	c.Forward(logits).Compute(logits)
 	res.Logits = logits.Floats()
 	return res, nil
+}
+
+// checkRows checks a batch's sequences, positions and output rows.
+func (r *Rank) checkRows(in backend.Batch, seqs []int) error {
+	n := len(in.Positions)
+	if len(seqs) != n {
+		return fmt.Errorf("%d sequence ids for %d positions", len(seqs), n)
+	}
+	for i, p := range in.Positions {
+		if p < 0 || int(p) >= r.opts.ContextLen {
+			return fmt.Errorf("position %d outside the context of %d", p, r.opts.ContextLen)
+		}
+		if seqs[i] < 0 || seqs[i] >= r.opts.Parallel {
+			return fmt.Errorf("sequence %d of %d", seqs[i], r.opts.Parallel)
+		}
+	}
+	if in.Outputs != nil && len(in.Outputs) == 0 {
+		return errors.New("no output rows")
+	}
+	for _, o := range in.Outputs {
+		if o < 0 || int(o) >= n {
+			return fmt.Errorf("output row %d of %d", o, n)
+		}
+	}
+	return nil
+}
+
+// sequential reports rows 0, 1, 2, …
+func sequential(rows []int32) bool {
+	for i, o := range rows {
+		if int(o) != i {
+			return false
+		}
+	}
+	return true
 }

@@ -34,6 +34,12 @@ type pipeline struct {
 
 func startPipeline(t *testing.T, path string, ranges [][2]int) *pipeline {
 	t.Helper()
+	return startPipelineN(t, path, ranges, 1)
+}
+
+// startPipelineN starts a pipeline whose ranks serve parallel slots.
+func startPipelineN(t *testing.T, path string, ranges [][2]int, parallel int) *pipeline {
+	t.Helper()
 	n := len(ranges)
 	p := &pipeline{traces: map[int][]trace.Span{}}
 	for range ranges {
@@ -57,7 +63,7 @@ func startPipeline(t *testing.T, path string, ranges [][2]int) *pipeline {
 		}
 		next := (r + 1) % n
 		s := runner.NewServer(runner.Config{ModelPath: shard, Load: serialLoad, Token: fmt.Sprintf("tok-%d", r), Node: fmt.Sprintf("node-%d", r),
-			Options: backend.Options{Threads: 1, BatchSize: 4, KVType: "f32"}, Instance: "inst-t", Rank: r, Ranks: n,
+			Options: backend.Options{Threads: 1, BatchSize: 4, KVType: "f32", Parallel: parallel}, Instance: "inst-t", Rank: r, Ranks: n,
 			RankListener: p.lns[r],
 			DialNext: func(ctx context.Context) (net.Conn, error) {
 				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", p.lns[next].Addr().String())
@@ -277,5 +283,70 @@ func TestPipelineBreaks(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("rank 0 did not report its dead pipeline")
+	}
+}
+
+// Through a pipeline of three ranks, six requests at once on four slots
+// get exactly the greedy tokens each gets alone (F32), and each traced
+// request has its spans on every rank.
+func TestPipelineBatches(t *testing.T) {
+	p := startPipelineN(t, genModel(t, "F32"), [][2]int{{0, 1}, {1, 3}, {3, 4}}, 4)
+	prompts := []string{"the cluster", "hello world", "a model split across machines", "one two three", "orrery", "pipeline ranks"}
+	const n = 12
+	req := func(i int, traced bool) runner.CompletionRequest {
+		r := runner.CompletionRequest{Request: runner.Request{Prompt: prompts[i], MaxTokens: n, IgnoreEOS: true}}
+		if traced {
+			r.TraceID = fmt.Sprintf("chat-%d", i)
+		}
+		return r
+	}
+	alone := make([][]int32, len(prompts))
+	for i := range prompts {
+		var err error
+		if alone[i], _, err = p.complete(t, req(i, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	together := make([][]int32, len(prompts))
+	dones := make([]*runner.Done, len(prompts))
+	var wg sync.WaitGroup
+	for i := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if together[i], dones[i], err = p.complete(t, req(i, true)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range prompts {
+		if !slices.Equal(together[i], alone[i]) {
+			t.Errorf("prompt %d: batched %v, alone %v", i, together[i], alone[i])
+		}
+		if dones[i] == nil || dones[i].CompletionTokens != n {
+			t.Errorf("prompt %d: done %+v", i, dones[i])
+		}
+	}
+	// Every rank traced every request (stage spans arrive when each ends).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p.mu.Lock()
+		ok := len(p.traces[1]) > 0 && len(p.traces[2]) > 0
+		decode := 0
+		for _, sp := range p.traces[2] {
+			if sp.Cat == "decode/sample" {
+				decode++
+			}
+		}
+		p.mu.Unlock()
+		if ok && decode == len(prompts)*(n-1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("last rank's decode/sample spans: %d, want %d", decode, len(prompts)*(n-1))
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -42,8 +42,12 @@ func load(ctx context.Context, path string, opts backend.Options, progress func(
 
 func newServer(t *testing.T, path string) (*runner.Server, *runner.Client) {
 	t.Helper()
-	s := runner.NewServer(runner.Config{ModelPath: path, Load: load, Token: "secret", Node: "node-a",
-		Options: backend.Options{Threads: 2, BatchSize: 16, KVType: "f32"}})
+	return newServerOpts(t, path, backend.Options{Threads: 2, BatchSize: 16, KVType: "f32"})
+}
+
+func newServerOpts(t *testing.T, path string, opts backend.Options) (*runner.Server, *runner.Client) {
+	t.Helper()
+	s := runner.NewServer(runner.Config{ModelPath: path, Load: load, Token: "secret", Node: "node-a", Options: opts})
 	if err := s.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +230,63 @@ func TestServerQueues(t *testing.T) {
 	if !slices.Equal(order, []string{"first", "second"}) {
 		t.Fatalf("finished in order %v", order)
 	}
+}
+
+// Requests batched together get the greedy tokens each gets alone: eight
+// prompts run one by one, then all at once on four slots (decode rows of
+// four sequences per step, prompts joining as others leave, prefixes
+// cached from the runs alone). With F32 weights and cache every token
+// agrees. With Q8_0 weights ggml quantizes activations and picks its
+// matrix kernels by batch shape, so near-ties flip: the test reports how
+// many tokens agree (docs/inference.md quotes it).
+func TestServerBatchesLikeAlone(t *testing.T) {
+	for _, c := range []struct {
+		typ, kv string
+		exact   bool
+	}{{"F32", "f32", true}, {"Q8_0", "f16", false}} {
+		t.Run(c.typ, func(t *testing.T) {
+			same, total := batchedVsAlone(t, genModel(t, c.typ), c.kv)
+			t.Logf("%s weights, %s cache: %d of %d greedy tokens agree batched and alone (counted up to each request's first divergence)",
+				c.typ, c.kv, same, total)
+			if c.exact && same != total || same < total/2 {
+				t.Errorf("%d of %d tokens agree", same, total)
+			}
+		})
+	}
+}
+
+func batchedVsAlone(t *testing.T, path, kv string) (same, total int) {
+	_, c := newServerOpts(t, path, backend.Options{Threads: 2, BatchSize: 64, KVType: kv, Parallel: 4})
+	prompts := []string{"the cluster", "hello world", "a model split across machines", "one two three", "orrery", "pipeline ranks",
+		"mac studio and mac mini", "tokens per second"}
+	const n = 24
+	req := func(p string) runner.CompletionRequest {
+		return runner.CompletionRequest{Request: runner.Request{Prompt: p, MaxTokens: n, IgnoreEOS: true}}
+	}
+	alone := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		alone[i], _, _ = complete(t, c, req(p))
+	}
+	together := make([][]int32, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			together[i], _, _ = complete(t, c, req(p))
+		}()
+	}
+	wg.Wait()
+	for i := range prompts {
+		if len(together[i]) != n {
+			t.Fatalf("prompt %d: %d tokens batched, want %d", i, len(together[i]), n)
+		}
+		k := 0
+		for k < n && together[i][k] == alone[i][k] {
+			k++
+		}
+		same += k
+		total += n
+	}
+	return same, total
 }

@@ -1,0 +1,223 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// Engine is what the Scheduler drives: every block of the model, on one
+// rank (Local) or a pipeline of them (Pipeline), and the samplers after
+// the last. It serves Options().Parallel slots, each a request with its
+// own KV cache sequence. Its methods are called from one goroutine.
+type Engine interface {
+	Options() backend.Options
+	// Begin starts a request in slot: the slot's cache is kept up to keep
+	// positions (its cached prompt prefix) on every rank, and its sampler
+	// seeded; traceID ("" for none) names the ranks' traces. It returns
+	// how many positions were kept (0 when the cache could not keep them).
+	Begin(ctx context.Context, slot int, req *Request, traceID string, keep int) (int, error)
+	// Submit runs a step: rank 0's blocks, then on (a pipeline) or the
+	// rest here (one rank). Spans go under each group's Parent.
+	Submit(ctx context.Context, st *Step) error
+	// Recv waits for the oldest submitted step that samples, and returns
+	// it with what was sampled, one per sampling group.
+	Recv(ctx context.Context) (*Step, []Sampled, error)
+	// Depth is how many sampling steps may be in flight at once: the
+	// number of ranks, so that each works on a different step.
+	Depth() int
+	// End finishes slot's request (err: how it failed, if it did).
+	End(slot int, err error)
+	// Forget drops an idle slot's cache on every rank, to make room.
+	Forget(slot int) error
+}
+
+// Step is one forward pass over rows of one or more slots.
+type Step struct {
+	Groups []Group
+}
+
+// Group is one slot's rows in a step: Tokens at positions Start….
+type Group struct {
+	Slot   int
+	Tokens []int32
+	Start  int
+	// Sample asks for a token sampled after the last row; Decode says
+	// the step is a decode step for this slot (else prefill).
+	Sample, Decode bool
+	// TokenIndex tags the spans; Parent is the slot's span of this step.
+	TokenIndex int
+	Parent     *trace.Token
+}
+
+// Sampled is a token sampled for a slot at the end of a step.
+type Sampled struct {
+	Slot     int
+	Token    int32
+	Logprobs *Logprobs
+}
+
+func (st *Step) samples() bool {
+	for _, g := range st.Groups {
+		if g.Sample {
+			return true
+		}
+	}
+	return false
+}
+
+// batch is the step's rows as a backend batch: positions, sequences, and
+// the output row of each sampling group.
+func (st *Step) batch(tokens bool) backend.Batch {
+	var b backend.Batch
+	for _, g := range st.Groups {
+		for i := range g.Tokens {
+			if tokens {
+				b.Tokens = append(b.Tokens, g.Tokens[i])
+			}
+			b.Positions = append(b.Positions, int32(g.Start+i))
+			b.Seqs = append(b.Seqs, g.Slot)
+		}
+		if g.Sample {
+			b.Outputs = append(b.Outputs, int32(len(b.Positions)-1))
+		}
+	}
+	if b.Outputs == nil { // nothing sampled: the last row's logits, unused
+		b.Outputs = []int32{int32(len(b.Positions) - 1)}
+	}
+	return b
+}
+
+// spans opens a child span of every group's parent; end closes them.
+func (st *Step) spans(name, cat string) []trace.Token {
+	ts := make([]trace.Token, len(st.Groups))
+	for i, g := range st.Groups {
+		ts[i] = g.Parent.Child(name, cat)
+	}
+	return ts
+}
+
+func (st *Step) end(ts []trace.Token, args func(g Group) trace.Args) {
+	for i := range ts {
+		ts[i].End(args(st.Groups[i]))
+	}
+}
+
+func tokenArgs(g Group) trace.Args { return trace.Args{}.WithToken(g.TokenIndex) }
+
+// slotSampler is a slot's sampler and how many top logprobs it reports
+// (-1: none).
+type slotSampler struct {
+	smp *sample.Sampler
+	nlp int
+}
+
+// sampleGroups samples one token per sampling group from logits (a row
+// per sampling group, in order), recording a "sample" span under each.
+func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]Sampled, error) {
+	var out []Sampled
+	k := 0
+	for _, g := range st.Groups {
+		if !g.Sample {
+			continue
+		}
+		if (k+1)*vocab > len(logits) {
+			return nil, fmt.Errorf("%d logits for %d sampled rows of %d", len(logits), k+1, vocab)
+		}
+		row := logits[k*vocab : (k+1)*vocab]
+		k++
+		sp := g.Parent.Child("sample", "sample")
+		ss := smps[g.Slot]
+		if ss.smp == nil {
+			return nil, fmt.Errorf("slot %d sampled before its request began", g.Slot)
+		}
+		id, err := ss.smp.Next(row)
+		sp.End(tokenArgs(g))
+		if err != nil {
+			return nil, fmt.Errorf("slot %d: %w", g.Slot, err)
+		}
+		s := Sampled{Slot: g.Slot, Token: id}
+		if ss.nlp >= 0 {
+			s.Logprobs = logprobsOf(row, id, ss.nlp)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// keepFrom forgets slot's cache from keep on, or all of it when a
+// sliding-window cache cannot keep that much; it returns what it kept.
+func keepFrom(f Forwarder, slot, keep int) (int, error) {
+	err := f.Remove(slot, keep)
+	if errors.Is(err, backend.ErrCannotKeep) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kv cache of slot %d: %w", slot, err)
+	}
+	return keep, nil
+}
+
+// Local is an Engine on one rank that holds every block.
+type Local struct {
+	F    Forwarder
+	smps []slotSampler
+	done []localResult
+}
+
+type localResult struct {
+	st      *Step
+	samples []Sampled
+}
+
+var _ Engine = (*Local)(nil)
+
+func (l *Local) Options() backend.Options { return l.F.Options() }
+func (l *Local) Depth() int               { return 1 }
+
+func (l *Local) Begin(ctx context.Context, slot int, req *Request, traceID string, keep int) (int, error) {
+	if l.smps == nil {
+		l.smps = make([]slotSampler, max(l.F.Options().Parallel, 1))
+	}
+	l.smps[slot] = slotSampler{smp: sample.New(req.Sample), nlp: req.logprobsN()}
+	return keepFrom(l.F, slot, keep)
+}
+
+func (l *Local) Submit(ctx context.Context, st *Step) error {
+	c := st.spans("compute", "compute")
+	r, err := l.F.Forward(ctx, st.batch(true))
+	st.end(c, tokenArgs)
+	if err != nil {
+		return err
+	}
+	if !st.samples() {
+		return nil
+	}
+	samples, err := sampleGroups(st, r.Logits, l.F.Config().Vocab, l.smps)
+	if err != nil {
+		return err
+	}
+	l.done = append(l.done, localResult{st, samples})
+	return nil
+}
+
+func (l *Local) Recv(ctx context.Context) (*Step, []Sampled, error) {
+	if len(l.done) == 0 {
+		return nil, nil, errors.New("no step in flight")
+	}
+	r := l.done[0]
+	l.done = l.done[1:]
+	return r.st, r.samples, nil
+}
+
+func (l *Local) Forget(slot int) error { return l.F.Remove(slot, 0) }
+
+func (l *Local) End(slot int, err error) {
+	if slot < len(l.smps) {
+		l.smps[slot] = slotSampler{}
+	}
+}

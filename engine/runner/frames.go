@@ -1,0 +1,203 @@
+package runner
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/sample"
+)
+
+// The frames of a pipeline. A step carries rows of several slots (each a
+// request, with its own KV cache sequence): the begin frame of a slot's
+// request comes before its rows, and its end frame after them.
+
+// beginMsg starts a request in a slot on every rank: the slot's cache kept
+// up to Keep positions (a cached prompt prefix), the last rank's sampler
+// seeded, spans recorded when TraceID is set.
+type beginMsg struct {
+	Req     uint64         `json:"req"`
+	Slot    int            `json:"slot"`
+	Keep    int            `json:"keep,omitempty"`
+	Sample  sample.Options `json:"sample"`
+	TraceID string         `json:"traceId,omitempty"`
+	// Logprobs is 1 + how many top logprobs the last rank sends with
+	// each token (0: no logprobs; 1: the sampled token's only).
+	Logprobs int `json:"logprobs,omitempty"`
+}
+
+// endMsg ends a slot's request; ranks then hand over its spans. Forget
+// also drops the slot's cache (to make room for other slots).
+type endMsg struct {
+	Req    uint64 `json:"req"`
+	Slot   int    `json:"slot"`
+	Forget bool   `json:"forget,omitempty"`
+}
+
+// actGroup is one slot's rows of a step: N positions from Start.
+type actGroup struct {
+	Slot   int
+	Decode bool   // decode phase (else prefill)
+	Sample bool   // the last rank samples after the group's last row
+	Token  uint32 // token index, for span args
+	Start  uint32
+	N      uint32
+}
+
+// actMsg is one step's hidden states: the groups' rows in order.
+type actMsg struct {
+	Seq    uint32 // step number on the link (for flow ids)
+	Groups []actGroup
+	Hidden []float32
+}
+
+// Sizes of the binary frames.
+const (
+	actHeader  = 4 + 2
+	actGroupSz = 2 + 1 + 4 + 4 + 4
+	tokHeader  = 4 + 2
+	tokSample  = 2 + 4 + 1
+)
+
+func (m *actMsg) rows() int {
+	n := 0
+	for _, g := range m.Groups {
+		n += int(g.N)
+	}
+	return n
+}
+
+func (m *actMsg) marshal(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, m.Seq)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(m.Groups)))
+	for _, g := range m.Groups {
+		b = binary.LittleEndian.AppendUint16(b, uint16(g.Slot))
+		b = append(b, boolByte(g.Decode)|boolByte(g.Sample)<<1)
+		b = binary.LittleEndian.AppendUint32(b, g.Token)
+		b = binary.LittleEndian.AppendUint32(b, g.Start)
+		b = binary.LittleEndian.AppendUint32(b, g.N)
+	}
+	for _, v := range m.Hidden {
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+	}
+	return b
+}
+
+func (m *actMsg) unmarshal(b []byte, dim int) error {
+	if len(b) < actHeader {
+		return fmt.Errorf("act frame of %d bytes, want ≥ %d", len(b), actHeader)
+	}
+	m.Seq = binary.LittleEndian.Uint32(b)
+	ng := int(binary.LittleEndian.Uint16(b[4:]))
+	if ng == 0 || ng > backend.MaxParallel || len(b) < actHeader+ng*actGroupSz {
+		return fmt.Errorf("act frame: %d groups in %d bytes (1..%d)", ng, len(b), backend.MaxParallel)
+	}
+	m.Groups = make([]actGroup, ng)
+	var seen [backend.MaxParallel]bool
+	rows := uint64(0)
+	for i := range m.Groups {
+		p := b[actHeader+i*actGroupSz:]
+		g := actGroup{Slot: int(binary.LittleEndian.Uint16(p)), Token: binary.LittleEndian.Uint32(p[3:]),
+			Start: binary.LittleEndian.Uint32(p[7:]), N: binary.LittleEndian.Uint32(p[11:])}
+		if p[2] > 3 {
+			return fmt.Errorf("act frame: flags %#x", p[2])
+		}
+		g.Decode, g.Sample = p[2]&1 != 0, p[2]&2 != 0
+		if g.Slot >= backend.MaxParallel || seen[g.Slot] || g.N == 0 {
+			return fmt.Errorf("act frame: group %d is slot %d with %d rows (slots distinct, below %d; rows ≥ 1)", i, g.Slot, g.N, backend.MaxParallel)
+		}
+		seen[g.Slot] = true
+		rows += uint64(g.N)
+		m.Groups[i] = g
+	}
+	rest := b[actHeader+ng*actGroupSz:]
+	if uint64(len(rest)) != rows*uint64(dim)*4 {
+		return fmt.Errorf("act frame: %d positions of dim %d in %d bytes", rows, dim, len(rest))
+	}
+	m.Hidden = make([]float32, len(rest)/4)
+	for i := range m.Hidden {
+		m.Hidden[i] = math.Float32frombits(binary.LittleEndian.Uint32(rest[4*i:]))
+	}
+	return nil
+}
+
+// tokenMsg is what the last rank sampled at the end of a step: one token
+// per sampling group, with its logprobs when the request asked for them.
+type tokenMsg struct {
+	Seq     uint32
+	Samples []Sampled
+}
+
+// noLogprobs marks a sample without logprobs in a token frame.
+const noLogprobs = 0xff
+
+// marshal writes Seq, the count, then per sample its slot (uint16), token
+// (int32) and the number of top logprobs (byte; noLogprobs for none),
+// followed when there are logprobs by the token's (float32) and the top
+// (id int32, logprob float32) pairs.
+func (m *tokenMsg) marshal(b []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, m.Seq)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(m.Samples)))
+	for _, s := range m.Samples {
+		b = binary.LittleEndian.AppendUint16(b, uint16(s.Slot))
+		b = binary.LittleEndian.AppendUint32(b, uint32(s.Token))
+		lp := s.Logprobs
+		if lp == nil {
+			b = append(b, noLogprobs)
+			continue
+		}
+		b = append(b, byte(len(lp.Top)))
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(lp.Logprob))
+		for _, t := range lp.Top {
+			b = binary.LittleEndian.AppendUint32(b, uint32(t.Token))
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(t.Logprob))
+		}
+	}
+	return b
+}
+
+func (m *tokenMsg) unmarshal(b []byte) error {
+	if len(b) < tokHeader {
+		return fmt.Errorf("token frame of %d bytes, want ≥ %d", len(b), tokHeader)
+	}
+	m.Seq = binary.LittleEndian.Uint32(b)
+	n := int(binary.LittleEndian.Uint16(b[4:]))
+	if n == 0 || n > backend.MaxParallel {
+		return fmt.Errorf("token frame: %d samples (1..%d)", n, backend.MaxParallel)
+	}
+	m.Samples = make([]Sampled, 0, n)
+	b = b[tokHeader:]
+	for i := range n {
+		if len(b) < tokSample {
+			return fmt.Errorf("token frame: sample %d cut short", i)
+		}
+		s := Sampled{Slot: int(binary.LittleEndian.Uint16(b)), Token: int32(binary.LittleEndian.Uint32(b[2:]))}
+		k := b[6]
+		b = b[tokSample:]
+		if k != noLogprobs {
+			if k > MaxTopLogprobs || len(b) < 4+8*int(k) {
+				return fmt.Errorf("token frame: sample %d with %d top logprobs in %d bytes (at most %d)", i, k, len(b), MaxTopLogprobs)
+			}
+			lp := &Logprobs{TokenLogprob: TokenLogprob{Token: s.Token, Logprob: math.Float32frombits(binary.LittleEndian.Uint32(b))}}
+			for j := range int(k) {
+				p := b[4+8*j:]
+				lp.Top = append(lp.Top, TokenLogprob{Token: int32(binary.LittleEndian.Uint32(p)), Logprob: math.Float32frombits(binary.LittleEndian.Uint32(p[4:]))})
+			}
+			s.Logprobs = lp
+			b = b[4+8*int(k):]
+		}
+		m.Samples = append(m.Samples, s)
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("token frame: %d bytes after the samples", len(b))
+	}
+	return nil
+}
+
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,537 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// The scheduler: continuous batching over the engine's slots. Requests
+// join a free slot between steps and leave when done; each step carries
+// one decode row for every slot that waits for its next token, and fills
+// the rest of the batch with prompt chunks (so a new prompt delays the
+// others' decode by one chunk at most). A slot keeps its cache when its
+// request ends: the next request whose prompt starts the same way reuses
+// that prefix (the prefix cache).
+
+// ErrCancelled is wrapped by the error of a job whose context ended.
+var ErrCancelled = errors.New("cancelled")
+
+// Scheduler runs requests on an Engine's slots. Submit is safe for
+// concurrent use; Run drives the engine from one goroutine.
+type Scheduler struct {
+	E   Engine
+	Tok *model.Tokenizer
+	// NoPrefixCache starts every request with an empty cache (benchmarks
+	// of prefill).
+	NoPrefixCache bool
+
+	jobs  chan *Job
+	once  sync.Once
+	slots []*slot
+	queue []*Job
+	admit uint64 // admission counter: the order slots' prefill goes in
+	// inflight counts sampling steps submitted and not received.
+	inflight int
+}
+
+// slot is one KV cache sequence: the tokens it holds, and the request it
+// serves, if any.
+type slot struct {
+	id   int
+	hist []int32 // tokens whose keys and values the sequence holds
+	used time.Time
+
+	job     *Job
+	order   uint64 // admission order
+	next    int    // prompt tokens fed so far
+	waiting bool   // a sampling step for it is in flight
+	tok     int32  // the last token sampled, fed next
+	n       int    // tokens generated
+	maxTok  int
+	out     *output
+	phase   trace.Token
+	open    bool
+	decodeT time.Time
+}
+
+func (s *Scheduler) init() {
+	s.once.Do(func() {
+		s.jobs = make(chan *Job, 64)
+		for i := range max(s.E.Options().Parallel, 1) {
+			s.slots = append(s.slots, &slot{id: i})
+		}
+	})
+}
+
+// Submit queues a request (prompt from Generator.Prepare) and returns its
+// job; rec (may be nil) records rank 0's spans. The job ends when ctx
+// does.
+func (s *Scheduler) Submit(ctx context.Context, req *Request, prompt []int32, traceID string, rec *trace.Recorder) *Job {
+	s.init()
+	ctx, cancel := context.WithCancel(ctx)
+	j := &Job{ctx: ctx, cancel: cancel, req: req, prompt: prompt, traceID: traceID, rec: rec, queued: time.Now(),
+		notify: make(chan struct{}, 1), done: make(chan struct{})}
+	select {
+	case s.jobs <- j:
+	case <-ctx.Done():
+		j.finish(Result{PromptTokens: len(prompt)}, cancelled(ctx))
+	}
+	return j
+}
+
+func cancelled(ctx context.Context) error {
+	return fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+}
+
+// Run schedules until ctx ends or the engine fails for good (a broken
+// pipeline); every job still queued or running then fails with the error.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.init()
+	for {
+		s.drainJobs()
+		s.dropCancelled()
+		if err := s.admitJobs(ctx); err != nil && errors.Is(err, ErrLinkLost) {
+			s.failAll(err)
+			return err
+		}
+		if s.inflight < s.E.Depth() {
+			if st := s.build(); st != nil {
+				if err := s.E.Submit(ctx, st); err != nil {
+					if fatal := s.stepFailed(st, err); fatal != nil {
+						return fatal
+					}
+					continue
+				}
+				if st.samples() {
+					s.inflight++
+				}
+				continue
+			}
+		}
+		if s.inflight > 0 {
+			st, samples, err := s.E.Recv(ctx)
+			s.inflight--
+			if err != nil {
+				if fatal := s.stepFailed(st, err); fatal != nil {
+					return fatal
+				}
+				continue
+			}
+			s.deliver(samples)
+			continue
+		}
+		select {
+		case j := <-s.jobs:
+			s.queue = append(s.queue, j)
+		case <-ctx.Done():
+			s.failAll(ctx.Err())
+			return ctx.Err()
+		}
+	}
+}
+
+// drainJobs moves submitted jobs to the queue without blocking.
+func (s *Scheduler) drainJobs() {
+	for {
+		select {
+		case j := <-s.jobs:
+			s.queue = append(s.queue, j)
+		default:
+			return
+		}
+	}
+}
+
+// dropCancelled ends queued jobs whose context ended, and running ones
+// that have no step in flight (one that has ends when its step returns:
+// within one step).
+func (s *Scheduler) dropCancelled() {
+	q := s.queue[:0]
+	for _, j := range s.queue {
+		if j.ctx.Err() != nil {
+			j.finish(Result{PromptTokens: len(j.prompt)}, cancelled(j.ctx))
+			continue
+		}
+		q = append(q, j)
+	}
+	s.queue = q
+	for _, sl := range s.slots {
+		if sl.job != nil && !sl.waiting && sl.job.ctx.Err() != nil {
+			s.end(sl, cancelled(sl.job.ctx))
+		}
+	}
+}
+
+// admitJobs gives queued jobs free slots, in arrival order: the slot whose
+// cache shares the longest prefix with the prompt, else the one least
+// recently used. The slots share one pool of ContextLen cache positions:
+// a request reserves its prompt and its most tokens, idle slots' cached
+// prefixes are forgotten (least recently used first) to make room, and
+// the queue waits while the running requests hold too much.
+func (s *Scheduler) admitJobs(ctx context.Context) error {
+	for len(s.queue) > 0 {
+		j := s.queue[0]
+		var best *slot
+		bestKeep := -1
+		for _, sl := range s.slots {
+			if sl.job != nil || sl.waiting {
+				continue
+			}
+			keep := 0
+			if !s.NoPrefixCache && !j.req.NoPromptCache {
+				keep = commonPrefix(sl.hist, j.prompt[:len(j.prompt)-1])
+			}
+			if keep > bestKeep || keep == bestKeep && sl.used.Before(best.used) {
+				best, bestKeep = sl, keep
+			}
+		}
+		if best == nil {
+			return nil
+		}
+		ok, err := s.makeRoom(best, len(j.prompt)+s.maxTokens(j))
+		if err != nil || !ok {
+			return err
+		}
+		s.queue = s.queue[1:]
+		if err := s.start(ctx, best, j, bestKeep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxTokens is how many tokens j may generate: its max_tokens (or the
+// default), cut at the context's end.
+func (s *Scheduler) maxTokens(j *Job) int {
+	n := j.req.MaxTokens
+	if n == 0 {
+		n = DefaultMaxTokens
+	}
+	return min(n, s.E.Options().ContextLen-len(j.prompt))
+}
+
+// makeRoom frees cache positions for a request of need positions in slot
+// for: it forgets idle slots' cached prefixes, least recently used first,
+// and reports whether the pool then has room.
+func (s *Scheduler) makeRoom(for_ *slot, need int) (bool, error) {
+	used := func() int {
+		n := 0
+		for _, sl := range s.slots {
+			switch {
+			case sl == for_:
+			case sl.job != nil:
+				n += len(sl.job.prompt) + sl.maxTok
+			default:
+				n += len(sl.hist)
+			}
+		}
+		return n
+	}
+	for used()+need > s.E.Options().ContextLen {
+		var lru *slot
+		for _, sl := range s.slots {
+			if sl != for_ && sl.job == nil && !sl.waiting && len(sl.hist) > 0 && (lru == nil || sl.used.Before(lru.used)) {
+				lru = sl
+			}
+		}
+		if lru == nil {
+			return false, nil
+		}
+		if err := s.E.Forget(lru.id); err != nil {
+			return false, err
+		}
+		lru.hist = lru.hist[:0]
+	}
+	return true, nil
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b []int32) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// start begins job j in slot sl, keeping keep cached positions.
+func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error {
+	j.start = time.Now()
+	j.queueNs = j.start.Sub(j.queued).Nanoseconds()
+	j.res = Result{PromptTokens: len(j.prompt)}
+	kept, err := s.E.Begin(ctx, sl.id, j.req, j.traceID, keep)
+	if err != nil {
+		sl.hist = sl.hist[:0]
+		j.finish(j.res, err)
+		return err
+	}
+	sl.hist = sl.hist[:kept]
+	j.res.CachedTokens = kept
+	s.admit++
+	*sl = slot{id: sl.id, hist: sl.hist, used: sl.used, job: j, order: s.admit, next: kept,
+		maxTok: s.maxTokens(j), out: newOutput(j.req.Stop)}
+	sl.out.ignoreEOS = j.req.IgnoreEOS
+	if j.req.Echo {
+		j.push(Piece{Index: -1, Token: -1, Text: echoText(s.Tok, j.req, j.prompt), Echo: true})
+	}
+	sl.phase, sl.open = j.rec.Start("prefill", "prefill"), true
+	return nil
+}
+
+// echoText is the prompt's text as a user reads it: special tokens (a
+// leading BOS among them) left out, SentencePiece's space prefix removed.
+func echoText(tok *model.Tokenizer, req *Request, prompt []int32) string {
+	if len(req.PromptTokens) == 0 && len(req.Messages) == 0 {
+		return req.Prompt
+	}
+	return validPrefix(tok.Detokenize(tok.StripBOS(prompt), false, false))
+}
+
+// build makes the next step: a decode row for every slot whose next token
+// is known, then prompt chunks, oldest request first, up to the batch
+// size. It is nil when no slot has work that is not in flight.
+func (s *Scheduler) build() *Step {
+	st := &Step{}
+	budget := s.E.Options().BatchSize
+	// Through a pipeline of N ranks the decoding requests go in N
+	// micro-batches, so that each rank works on one while the others
+	// work on the rest.
+	decoding := 0
+	for _, sl := range s.slots {
+		if sl.job != nil && sl.next == len(sl.job.prompt) {
+			decoding++
+		}
+	}
+	rows := (decoding + s.E.Depth() - 1) / s.E.Depth()
+	for _, sl := range s.slots {
+		if budget == 0 || rows == 0 || sl.job == nil || sl.waiting || sl.next < len(sl.job.prompt) {
+			continue
+		}
+		rows--
+		sl.phase, sl.open = sl.job.rec.Start(fmt.Sprintf("token %d", sl.n), "decode"), true
+		st.Groups = append(st.Groups, Group{Slot: sl.id, Tokens: []int32{sl.tok}, Start: len(sl.hist), Sample: true, Decode: true,
+			TokenIndex: sl.n, Parent: &sl.phase})
+		sl.hist = append(sl.hist, sl.tok)
+		sl.waiting = true
+		budget--
+	}
+	for budget > 0 {
+		var sl *slot
+		for _, x := range s.slots {
+			if x.job != nil && !x.waiting && x.next < len(x.job.prompt) && (sl == nil || x.order < sl.order) {
+				sl = x
+			}
+		}
+		if sl == nil {
+			break
+		}
+		p := sl.job.prompt
+		k := min(budget, len(p)-sl.next)
+		last := sl.next+k == len(p)
+		st.Groups = append(st.Groups, Group{Slot: sl.id, Tokens: p[sl.next : sl.next+k], Start: sl.next, Sample: last,
+			TokenIndex: sl.next, Parent: &sl.phase})
+		sl.hist = append(sl.hist, p[sl.next:sl.next+k]...)
+		sl.next += k
+		sl.waiting = last
+		budget -= k
+	}
+	if len(st.Groups) == 0 {
+		return nil
+	}
+	return st
+}
+
+// deliver hands each sampled token to its slot's request.
+func (s *Scheduler) deliver(samples []Sampled) {
+	now := time.Now()
+	for _, smp := range samples {
+		sl := s.slots[smp.Slot]
+		j := sl.job
+		sl.waiting = false
+		if sl.open {
+			sl.phase.End(trace.Args{}.WithToken(sl.n))
+			sl.open = false
+		}
+		if sl.n == 0 {
+			j.res.PrefillNs = now.Sub(j.start).Nanoseconds()
+			j.res.FirstTokenNs = j.res.PrefillNs
+			sl.decodeT = now
+		}
+		if j.ctx.Err() != nil {
+			s.end(sl, cancelled(j.ctx))
+			continue
+		}
+		piece, done := sl.out.add(s.Tok, smp.Token)
+		piece.Index, piece.Token = sl.n, smp.Token
+		if lp := smp.Logprobs; lp != nil {
+			lp.Text = tokenText(s.Tok, lp.Token)
+			for k := range lp.Top {
+				lp.Top[k].Text = tokenText(s.Tok, lp.Top[k].Token)
+			}
+			piece.Logprobs = lp
+		}
+		j.push(piece)
+		sl.n++
+		j.res.CompletionTokens = sl.n
+		switch {
+		case done:
+			j.res.FinishReason = "stop"
+			s.end(sl, nil)
+		case sl.n >= sl.maxTok:
+			j.res.FinishReason = "length"
+			s.end(sl, nil)
+		default:
+			sl.tok = smp.Token
+		}
+	}
+}
+
+// end finishes the request in sl; the slot keeps its cache for the next.
+func (s *Scheduler) end(sl *slot, err error) {
+	j := sl.job
+	if sl.open {
+		sl.phase.End(trace.Args{})
+		sl.open = false
+	}
+	if err == nil {
+		if !sl.decodeT.IsZero() {
+			j.res.DecodeNs = time.Since(sl.decodeT).Nanoseconds()
+		}
+		if tail := sl.out.flush(); tail != "" {
+			j.push(Piece{Index: j.res.CompletionTokens, Token: -1, Text: tail})
+		}
+	}
+	s.E.End(sl.id, err)
+	sl.job, sl.used = nil, time.Now()
+	j.finish(j.res, err)
+}
+
+// stepFailed ends the requests of a failed step (their caches are
+// forgotten); it returns the error when the engine cannot go on.
+func (s *Scheduler) stepFailed(st *Step, err error) error {
+	if st == nil || errors.Is(err, ErrLinkLost) || errors.Is(err, context.Canceled) {
+		s.failAll(err)
+		return err
+	}
+	for _, g := range st.Groups {
+		sl := s.slots[g.Slot]
+		sl.waiting = false
+		sl.hist = sl.hist[:0]
+		if sl.job != nil {
+			s.end(sl, fmt.Errorf("step at positions %d…%d of slot %d: %w", g.Start, g.Start+len(g.Tokens)-1, g.Slot, err))
+		}
+	}
+	return nil
+}
+
+// failAll ends every queued and running request with err.
+func (s *Scheduler) failAll(err error) {
+	for _, j := range s.queue {
+		j.finish(Result{PromptTokens: len(j.prompt)}, err)
+	}
+	s.queue = nil
+	for _, sl := range s.slots {
+		sl.waiting = false
+		sl.hist = sl.hist[:0]
+		if sl.job != nil {
+			s.end(sl, err)
+		}
+	}
+	s.inflight = 0
+}
+
+// tokenText is one token's text as logprobs report it: its decoded bytes
+// (invalid UTF-8 becomes U+FFFD).
+func tokenText(tok *model.Tokenizer, id int32) string {
+	s, err := tok.Decode([]int32{id})
+	if err != nil {
+		return ""
+	}
+	return validPrefix(s)
+}
+
+// Job is a request submitted to a Scheduler: its pieces as they come, then
+// its result.
+type Job struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	req     *Request
+	prompt  []int32
+	traceID string
+	rec     *trace.Recorder
+	queued  time.Time
+	start   time.Time
+	queueNs int64
+	res     Result // owned by the scheduler until done
+
+	mu     sync.Mutex // guards pieces, ended, final, err
+	pieces []Piece
+	ended  bool
+	final  Result
+	err    error
+	notify chan struct{}
+	done   chan struct{}
+}
+
+func (j *Job) push(p Piece) {
+	j.mu.Lock()
+	j.pieces = append(j.pieces, p)
+	j.mu.Unlock()
+	j.wake()
+}
+
+func (j *Job) wake() {
+	select {
+	case j.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (j *Job) finish(res Result, err error) {
+	j.mu.Lock()
+	if j.ended {
+		j.mu.Unlock()
+		return
+	}
+	j.ended, j.final, j.err = true, res, err
+	j.mu.Unlock()
+	j.cancel()
+	close(j.done)
+	j.wake()
+}
+
+// Wait calls emit with every piece as it comes, and returns the result
+// once the job ends. An error from emit cancels the job and is returned.
+func (j *Job) Wait(emit func(Piece) error) (Result, error) {
+	for {
+		j.mu.Lock()
+		ps, ended := j.pieces, j.ended
+		j.pieces = nil
+		j.mu.Unlock()
+		for _, p := range ps {
+			if err := emit(p); err != nil {
+				j.cancel()
+				<-j.done
+				return j.final, err
+			}
+		}
+		if ended {
+			return j.final, j.err
+		}
+		<-j.notify
+	}
+}
+
+// QueueNs is how long the job waited for a free slot.
+func (j *Job) QueueNs() int64 {
+	<-j.done
+	return j.queueNs
+}
