@@ -31,8 +31,13 @@ type Scheduler struct {
 	// of prefill).
 	NoPrefixCache bool
 
-	jobs  chan *Job
-	once  sync.Once
+	once sync.Once
+	// mu guards the submitted jobs not yet taken, and why Run ended.
+	mu       sync.Mutex
+	incoming []*Job
+	ended    error
+	wake     chan struct{}
+
 	slots []*slot
 	queue []*Job
 	admit uint64 // admission counter: the order slots' prefill goes in
@@ -62,7 +67,7 @@ type slot struct {
 
 func (s *Scheduler) init() {
 	s.once.Do(func() {
-		s.jobs = make(chan *Job, 64)
+		s.wake = make(chan struct{}, 1)
 		for i := range max(s.E.Options().Parallel, 1) {
 			s.slots = append(s.slots, &slot{id: i})
 		}
@@ -71,16 +76,25 @@ func (s *Scheduler) init() {
 
 // Submit queues a request (prompt from Generator.Prepare) and returns its
 // job; rec (may be nil) records rank 0's spans. The job ends when ctx
-// does.
+// does, or at once with Run's error when Run has ended.
 func (s *Scheduler) Submit(ctx context.Context, req *Request, prompt []int32, traceID string, rec *trace.Recorder) *Job {
 	s.init()
 	ctx, cancel := context.WithCancel(ctx)
 	j := &Job{ctx: ctx, cancel: cancel, req: req, prompt: prompt, traceID: traceID, rec: rec, queued: time.Now(),
 		notify: make(chan struct{}, 1), done: make(chan struct{})}
+	s.mu.Lock()
+	ended := s.ended
+	if ended == nil {
+		s.incoming = append(s.incoming, j)
+	}
+	s.mu.Unlock()
+	if ended != nil {
+		j.finish(Result{PromptTokens: len(prompt)}, fmt.Errorf("scheduler stopped: %w", ended))
+		return j
+	}
 	select {
-	case s.jobs <- j:
-	case <-ctx.Done():
-		j.finish(Result{PromptTokens: len(prompt)}, cancelled(ctx))
+	case s.wake <- struct{}{}:
+	default:
 	}
 	return j
 }
@@ -91,13 +105,22 @@ func cancelled(ctx context.Context) error {
 
 // Run schedules until ctx ends or the engine fails for good (a broken
 // pipeline); every job still queued or running then fails with the error.
-func (s *Scheduler) Run(ctx context.Context) error {
+func (s *Scheduler) Run(ctx context.Context) (err error) {
 	s.init()
+	defer func() {
+		s.mu.Lock()
+		s.ended, s.queue = err, append(s.queue, s.incoming...)
+		s.incoming = nil
+		s.mu.Unlock()
+		s.failAll(err)
+	}()
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		s.drainJobs()
 		s.dropCancelled()
 		if err := s.admitJobs(ctx); err != nil && errors.Is(err, ErrLinkLost) {
-			s.failAll(err)
 			return err
 		}
 		if s.inflight < s.E.Depth() {
@@ -127,25 +150,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			continue
 		}
 		select {
-		case j := <-s.jobs:
-			s.queue = append(s.queue, j)
+		case <-s.wake:
 		case <-ctx.Done():
-			s.failAll(ctx.Err())
 			return ctx.Err()
 		}
 	}
 }
 
-// drainJobs moves submitted jobs to the queue without blocking.
+// drainJobs moves submitted jobs to the queue.
 func (s *Scheduler) drainJobs() {
-	for {
-		select {
-		case j := <-s.jobs:
-			s.queue = append(s.queue, j)
-		default:
-			return
-		}
-	}
+	s.mu.Lock()
+	s.queue = append(s.queue, s.incoming...)
+	s.incoming = nil
+	s.mu.Unlock()
 }
 
 // dropCancelled ends queued jobs whose context ended, and running ones

@@ -241,3 +241,29 @@ func TestSchedulerPool(t *testing.T) {
 		t.Fatalf("removes %v: want the idle slots' caches forgotten", s.removed)
 	}
 }
+
+// Once Run has ended, a request fails at once with the reason, and one
+// queued when it ended fails with it too.
+func TestSchedulerStopped(t *testing.T) {
+	tok := tinyTokenizer(t)
+	prompt, _ := tok.Encode("hello", true)
+	s := &script{vocab: tok.VocabSize(), ctxLen: 64, batch: 64, parallel: 1, prompt: len(prompt), next: ids(t, tok, "a b c"), block: make(chan struct{})}
+	g := &Generator{M: &Local{F: s}, Tok: tok}
+	sc := &Scheduler{E: g.M, Tok: tok}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- sc.Run(ctx) }()
+	running := submit(t, g, sc, context.Background(), Request{Prompt: "hello"})
+	queued := submit(t, g, sc, context.Background(), Request{Prompt: "hello"})
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	close(s.block)
+	if err := <-ran; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
+	for name, j := range map[string]*Job{"running": running, "queued": queued, "late": submit(t, g, sc, context.Background(), Request{Prompt: "hello"})} {
+		if _, _, err := text(t, j); err == nil {
+			t.Errorf("%s request: no error after the scheduler stopped", name)
+		}
+	}
+}
