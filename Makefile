@@ -29,7 +29,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench stats-vs-python clean
+.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load stats-vs-python clean
 
 all: build
 
@@ -110,6 +110,13 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 20000x ./agent/telemetry/
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/trace/
+
+# load is TestServeLoad for LOAD_TIME (make test runs it for 20 s): 64
+# clients on one agent, a third hanging up mid-request, then checks that
+# no request stuck and no goroutine, slot or memory leaked.
+LOAD_TIME ?= 2m
+load: build
+	ORRERY_LOAD_DURATION=$(LOAD_TIME) $(GO) test -count=1 -timeout 30m -run TestServeLoad -v ./cmd/orrery/
 
 # stats-vs-python times trace stats against the seed's Python on 1 M spans.
 stats-vs-python:

@@ -208,7 +208,7 @@ func (a *Agent) wireServing(exe string) {
 	publish := func(ev state.Event) error { return a.seq.Publish(ev) }
 	models := &model.Scanner{Dirs: cfg.modelDirs()}
 	a.sup = supervisor.New(supervisor.Config{NodeID: id, NodeName: a.identity.FriendlyName, Exe: exe,
-		AgentAPI: a.ln.Addr().String(), LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads,
+		AgentAPI: a.ln.Addr().String(), LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads, ContextShift: cfg.ContextShift,
 		ContextLen: cfg.ContextLen, ModelFile: func(ctx context.Context, in state.Instance, rank int, p func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
 			return a.shards.ModelFile(ctx, in, rank, p)
 		},

@@ -55,6 +55,9 @@ type Config struct {
 	// RunnerThreads and ContextLen are passed to runners (0: all CPUs,
 	// and the model's context length).
 	RunnerThreads, ContextLen int
+	// ContextShift lets generations on this node's rank-0 runners run
+	// past the context (llama.cpp's context shift).
+	ContextShift bool
 	// Parallel is how many requests an instance placed here serves at
 	// once: the runners' slots, sharing one KV cache of ContextLen
 	// positions.

@@ -260,6 +260,9 @@ func (p *proc) args(path string) []string {
 	if cfg.ContextLen > 0 {
 		args = append(args, "--ctx", strconv.Itoa(cfg.ContextLen))
 	}
+	if cfg.ContextShift {
+		args = append(args, "--context-shift")
+	}
 	if p.inst.Parallel > 1 {
 		args = append(args, "--parallel", strconv.Itoa(p.inst.Parallel))
 	}

@@ -66,6 +66,8 @@ type Config struct {
 	LogDir string
 	// Threads and ContextLen are passed to runners (0: their defaults).
 	Threads, ContextLen int
+	// ContextShift lets the runners' generations run past the context.
+	ContextShift bool
 	// ModelFile returns the file rank loads: the model itself, or its
 	// shard (cut here, or received from another node while progress is
 	// called).

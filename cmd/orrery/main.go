@@ -106,6 +106,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.TraceMergeTimeout, "trace-merge-timeout", cfg.TraceMergeTimeout, "how long the master waits for a traced task's ranks before saving a partial trace")
 	fs.IntVar(&cfg.RunnerThreads, "runner-threads", 0, "CPU threads per model runner (0: all)")
 	fs.IntVar(&cfg.ContextLen, "ctx", 0, "context length of model runners in tokens (0: each model's own)")
+	fs.BoolVar(&cfg.ContextShift, "context-shift", false, "let a generation run past the context: when a request's cache is full, drop the older half after BOS and go on (llama.cpp's context shift; off: such a max_tokens is a 400)")
 	fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "requests each instance placed from this node serves at once (slots sharing one KV cache of --ctx positions; batched together)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {

@@ -45,6 +45,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	fs.IntVar(&opts.BatchSize, "batch", 512, "prompt tokens per forward pass")
 	fs.IntVar(&opts.Parallel, "parallel", 1, "requests served at once (slots sharing one KV cache of --ctx positions)")
 	fs.StringVar(&opts.KVType, "kv-type", "f16", "KV cache type: f16 or f32")
+	contextShift := fs.Bool("context-shift", false, "let a generation run past the context: drop the older half of a full slot's cache (after BOS) and go on")
 	fs.BoolVar(&opts.NoFlashAttention, "no-flash-attn", false, "compute attention as separate ops instead of the fused flash-attention kernel")
 	fs.IntVar(&opts.FirstLayer, "first-layer", 0, "first block this rank holds")
 	fs.IntVar(&opts.LastLayer, "last-layer", 0, "end of this rank's blocks (0: the last)")
@@ -83,7 +84,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		log.Warn(w)
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
-		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks}
+		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift}
 	if *ranks > 1 {
 		if *agentAPI == "" || *instance == "" {
 			fmt.Fprintln(stderr, "orrery runner: --agent-api and --instance are required with --ranks > 1")

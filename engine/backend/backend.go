@@ -128,6 +128,9 @@ type Rank interface {
 	// Remove forgets sequence seq's cached positions from `from` on, and
 	// keeps the ones before (a prompt's cached prefix).
 	Remove(seq, from int) error
+	// Shift drops seq's positions [keep, keep+discard) and moves the
+	// later ones down by discard (a context shift).
+	Shift(seq, keep, discard int) error
 	// Reset forgets every sequence's cache.
 	Reset() error
 	Close()

@@ -34,6 +34,9 @@ type Engine interface {
 	End(slot int, err error)
 	// Forget drops an idle slot's cache on every rank, to make room.
 	Forget(slot int) error
+	// Shift drops slot's positions [keep, keep+discard) on every rank and
+	// moves the later ones down (a context shift).
+	Shift(slot, keep, discard int) error
 }
 
 // Step is one forward pass over rows of one or more slots.
@@ -214,7 +217,8 @@ func (l *Local) Recv(ctx context.Context) (*Step, []Sampled, error) {
 	return r.st, r.samples, nil
 }
 
-func (l *Local) Forget(slot int) error { return l.F.Remove(slot, 0) }
+func (l *Local) Forget(slot int) error               { return l.F.Remove(slot, 0) }
+func (l *Local) Shift(slot, keep, discard int) error { return l.F.Shift(slot, keep, discard) }
 
 func (l *Local) End(slot int, err error) {
 	if slot < len(l.smps) {

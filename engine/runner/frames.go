@@ -35,6 +35,14 @@ type endMsg struct {
 	Forget bool   `json:"forget,omitempty"`
 }
 
+// shiftMsg shifts a slot's cache on every rank: positions [Keep,
+// Keep+Discard) dropped, the later ones moved down.
+type shiftMsg struct {
+	Slot    int `json:"slot"`
+	Keep    int `json:"keep"`
+	Discard int `json:"discard"`
+}
+
 // actGroup is one slot's rows of a step: N positions from Start.
 type actGroup struct {
 	Slot   int

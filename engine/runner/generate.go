@@ -37,6 +37,7 @@ type Forwarder interface {
 	Options() backend.Options
 	Forward(ctx context.Context, b backend.Batch) (backend.Result, error)
 	Remove(seq, from int) error
+	Shift(seq, keep, discard int) error
 }
 
 // Request is one completion: chat messages (rendered with the model's
@@ -152,6 +153,9 @@ type Generator struct {
 	Tok *model.Tokenizer
 	// TraceID names the ranks' traces of Generate's request.
 	TraceID string
+	// ContextShift accepts a max_tokens past the context (the scheduler
+	// then shifts it; see Scheduler.ContextShift).
+	ContextShift bool
 }
 
 // Prepare renders and tokenizes a request's prompt, and checks that it
@@ -194,8 +198,8 @@ func (g *Generator) fits(req *Request, ids []int32) ([]int32, error) {
 		return nil, fmt.Errorf("%w: the prompt is %d tokens and the context holds %d (with room for at least one generated token)",
 			ErrPromptTooLong, len(ids), ctxLen)
 	}
-	if len(ids)+req.MaxTokens > ctxLen {
-		return nil, fmt.Errorf("%w: max_tokens %d after a prompt of %d tokens needs %d positions and the context holds %d",
+	if len(ids)+req.MaxTokens > ctxLen && !g.ContextShift {
+		return nil, fmt.Errorf("%w: max_tokens %d after a prompt of %d tokens needs %d positions and the context holds %d (start the agent with --context-shift to generate past it)",
 			ErrPromptTooLong, req.MaxTokens, len(ids), len(ids)+req.MaxTokens, ctxLen)
 	}
 	return ids, nil
@@ -207,7 +211,7 @@ func (g *Generator) fits(req *Request, ids []int32) ([]int32, error) {
 // "decode" span per later token with the same children, each carrying its
 // token index. An error from emit stops generation and is returned.
 func (g *Generator) Generate(ctx context.Context, req *Request, prompt []int32, rec *trace.Recorder, emit func(Piece) error) (Result, error) {
-	s := &Scheduler{E: g.M, Tok: g.Tok, NoPrefixCache: true}
+	s := &Scheduler{E: g.M, Tok: g.Tok, NoPrefixCache: true, ContextShift: g.ContextShift}
 	rctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- s.Run(rctx) }()

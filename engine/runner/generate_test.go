@@ -48,6 +48,7 @@ type script struct {
 	batches              [][]int32 // positions of each Forward
 	seqs                 [][]int   // sequences of each Forward
 	removed              [][2]int  // Remove calls: seq, from
+	shifts               [][3]int  // Shift calls: seq, keep, discard
 	failAt               int       // position whose forward fails (0: never)
 	block                chan struct{}
 	delay                time.Duration // per Forward
@@ -56,6 +57,10 @@ type script struct {
 func (s *script) Config() model.Config { return model.Config{Vocab: s.vocab} }
 func (s *script) Options() backend.Options {
 	return backend.Options{ContextLen: s.ctxLen, BatchSize: s.batch, Parallel: max(s.parallel, 1)}
+}
+func (s *script) Shift(seq, keep, discard int) error {
+	s.shifts = append(s.shifts, [3]int{seq, keep, discard})
+	return nil
 }
 func (s *script) Remove(seq, from int) error {
 	s.removed = append(s.removed, [2]int{seq, from})

@@ -24,6 +24,7 @@ const (
 	frameAct   byte = 3 // binary actMsg: a step's hidden states
 	frameToken byte = 4 // binary tokenMsg: the step's sampled tokens
 	frameEnd   byte = 5 // JSON endMsg: a slot's request is over
+	frameShift byte = 6 // JSON shiftMsg: a slot's context shift
 )
 
 // MaxFrame bounds one frame: a 512-token batch of 8192-dim hidden states

@@ -162,6 +162,18 @@ func (p *Pipeline) Forget(slot int) error {
 	return p.fail(p.Out.sendJSON(frameEnd, endMsg{Req: p.slotReq[slot], Slot: slot, Forget: true}))
 }
 
+// Shift shifts slot's cache here and, with a shift frame, on the other
+// ranks, before any later step of the slot.
+func (p *Pipeline) Shift(slot, keep, discard int) error {
+	if p.dead != nil {
+		return p.dead
+	}
+	if err := p.F.Shift(slot, keep, discard); err != nil {
+		return err
+	}
+	return p.fail(p.Out.sendJSON(frameShift, shiftMsg{Slot: slot, Keep: keep, Discard: discard}))
+}
+
 // recvSpan records a receive that began at first and ends now.
 func recvSpan(parent *trace.Token, name string, first time.Time, args trace.Args) {
 	c := parent.ChildAt(name, "recv", first)

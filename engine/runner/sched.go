@@ -30,6 +30,10 @@ type Scheduler struct {
 	// NoPrefixCache starts every request with an empty cache (benchmarks
 	// of prefill).
 	NoPrefixCache bool
+	// ContextShift lets a generation run past the context: when a slot's
+	// cache is full, it drops the older half after the first token and
+	// goes on (llama.cpp's context shift).
+	ContextShift bool
 
 	once sync.Once
 	// mu guards the submitted jobs not yet taken, and why Run ended.
@@ -63,6 +67,7 @@ type slot struct {
 	phase   trace.Token
 	open    bool
 	decodeT time.Time
+	shifted bool // a context shift happened: the cache is not a prompt's
 }
 
 func (s *Scheduler) init() {
@@ -211,7 +216,7 @@ func (s *Scheduler) admitJobs(ctx context.Context) error {
 		if best == nil {
 			return nil
 		}
-		ok, err := s.makeRoom(best, len(j.prompt)+s.maxTokens(j))
+		ok, err := s.makeRoom(best, s.reserve(j))
 		if err != nil || !ok {
 			return err
 		}
@@ -230,7 +235,15 @@ func (s *Scheduler) maxTokens(j *Job) int {
 	if n == 0 {
 		n = DefaultMaxTokens
 	}
+	if s.ContextShift {
+		return n
+	}
 	return min(n, s.E.Options().ContextLen-len(j.prompt))
+}
+
+// reserve is how many cache positions j may hold at once.
+func (s *Scheduler) reserve(j *Job) int {
+	return min(len(j.prompt)+s.maxTokens(j), s.E.Options().ContextLen)
 }
 
 // makeRoom frees cache positions for a request of need positions in slot
@@ -243,7 +256,7 @@ func (s *Scheduler) makeRoom(for_ *slot, need int) (bool, error) {
 			switch {
 			case sl == for_:
 			case sl.job != nil:
-				n += len(sl.job.prompt) + sl.maxTok
+				n += s.reserve(sl.job)
 			default:
 				n += len(sl.hist)
 			}
@@ -332,6 +345,12 @@ func (s *Scheduler) build() *Step {
 		if budget == 0 || rows == 0 || sl.job == nil || sl.waiting || sl.next < len(sl.job.prompt) {
 			continue
 		}
+		if len(sl.hist) >= s.E.Options().ContextLen {
+			if err := s.shift(sl); err != nil {
+				s.end(sl, err)
+				continue
+			}
+		}
 		rows--
 		sl.phase, sl.open = sl.job.rec.Start(fmt.Sprintf("token %d", sl.n), "decode"), true
 		st.Groups = append(st.Groups, Group{Slot: sl.id, Tokens: []int32{sl.tok}, Start: len(sl.hist), Sample: true, Decode: true,
@@ -364,6 +383,25 @@ func (s *Scheduler) build() *Step {
 		return nil
 	}
 	return st
+}
+
+// shift makes room in a full slot: it keeps the first token (BOS) and
+// drops half of the rest on every rank, as llama.cpp's context shift does.
+func (s *Scheduler) shift(sl *slot) error {
+	keep := 0
+	if len(s.Tok.StripBOS(sl.hist[:1])) == 0 {
+		keep = 1
+	}
+	discard := (len(sl.hist) - keep) / 2
+	sp := sl.job.rec.Start("context shift", "shift")
+	err := s.E.Shift(sl.id, keep, discard)
+	sp.End(trace.Args{}.WithToken(sl.n))
+	if err != nil {
+		return fmt.Errorf("context shift of slot %d (%d positions, dropping %d): %w", sl.id, len(sl.hist), discard, err)
+	}
+	sl.hist = append(sl.hist[:keep], sl.hist[keep+discard:]...)
+	sl.shifted = true
+	return nil
 }
 
 // deliver hands each sampled token to its slot's request.
@@ -427,6 +465,14 @@ func (s *Scheduler) end(sl *slot, err error) {
 		}
 	}
 	s.E.End(sl.id, err)
+	if sl.shifted {
+		// The cache no longer holds what a prompt would compute: it is
+		// dropped rather than reused.
+		sl.hist = sl.hist[:0]
+		if ferr := s.E.Forget(sl.id); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
 	sl.job, sl.used = nil, time.Now()
 	j.finish(j.res, err)
 }

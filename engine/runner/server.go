@@ -62,6 +62,9 @@ type Config struct {
 	// and presents Token first). Both are needed when Ranks > 1.
 	DialNext     func(ctx context.Context) (net.Conn, error)
 	RankListener net.Listener
+	// ContextShift lets rank 0's generations run past the context
+	// (Scheduler.ContextShift).
+	ContextShift bool
 	// OnStageTrace gets the spans of each traced request on ranks > 0.
 	OnStageTrace func(traceID string, spans []trace.Span, err error)
 }
@@ -257,7 +260,8 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 // serve starts rank 0's scheduler over gen's engine, until ctx ends or
 // the pipeline breaks (which ends the runner).
 func (s *Server) serve(ctx context.Context, gen *Generator) {
-	sched := &Scheduler{E: gen.M, Tok: gen.Tok}
+	gen.ContextShift = s.cfg.ContextShift
+	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift}
 	s.mu.Lock()
 	s.gen, s.sched = gen, sched
 	s.mu.Unlock()

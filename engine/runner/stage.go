@@ -50,6 +50,8 @@ func (s *Stage) Serve(ctx context.Context) error {
 			err = r.begin(payload)
 		case frameEnd:
 			err = r.end(payload)
+		case frameShift:
+			err = r.shift(payload)
 		case frameAct:
 			err = r.act(ctx, payload, first)
 		default:
@@ -147,6 +149,23 @@ func (r *stageRun) end(payload []byte) error {
 	}
 	if !r.last {
 		_, err := r.s.Out.send(frameEnd, func(b []byte) []byte { return append(b, payload...) })
+		return err
+	}
+	return nil
+}
+
+// shift applies a slot's context shift; all but the last rank pass the
+// frame on.
+func (r *stageRun) shift(payload []byte) error {
+	var m shiftMsg
+	if err := json.Unmarshal(payload, &m); err != nil || m.Slot < 0 || m.Slot >= len(r.slots) {
+		return fmt.Errorf("shift frame %s: %v", payload, err)
+	}
+	if err := r.s.F.Shift(m.Slot, m.Keep, m.Discard); err != nil {
+		return fmt.Errorf("shift slot %d: %w", m.Slot, err)
+	}
+	if !r.last {
+		_, err := r.s.Out.send(frameShift, func(b []byte) []byte { return append(b, payload...) })
 		return err
 	}
 	return nil

@@ -170,11 +170,17 @@ const (
 	globalLayer
 )
 
-// shift would re-rotate cached keys after a context shift; Orrery refuses
-// prompts longer than the context instead, so it is never needed.
-func (r *Rank) shift(ml.Context, int, ml.Tensor, ml.Tensor) (ml.Tensor, error) {
-	return nil, errors.New("context shift is not supported")
+// shift re-rotates layer il's cached keys by the positions they moved
+// (a context shift): RoPE of a position difference composes with the
+// rotation they have.
+func (r *Rank) shift(c ml.Context, il int, key, shift ml.Tensor) (ml.Tensor, error) {
+	if r.cfg.MLA {
+		return nil, errContextShiftMLA
+	}
+	return r.rope(c, il, &r.layers[il-r.opts.FirstLayer], key, r.cfg.HeadDim, &inputs{positions: shift}), nil
 }
+
+var errContextShiftMLA = errors.New("context shift: deepseek2's latent attention cache cannot be shifted")
 
 func (r *Rank) Config() model.Config     { return r.cfg }
 func (r *Rank) Options() backend.Options { return r.opts }
@@ -187,6 +193,22 @@ func (r *Rank) Reset() error {
 		}
 	}
 	return nil
+}
+
+// Shift drops seq's positions [keep, keep+discard) and moves the later
+// ones down by discard, re-rotating their keys: llama.cpp's context shift.
+func (r *Rank) Shift(seq, keep, discard int) error {
+	if seq < 0 || seq >= r.opts.Parallel || keep < 0 || discard < 1 {
+		return fmt.Errorf("shift of sequence %d (of %d): keep %d, discard %d", seq, r.opts.Parallel, keep, discard)
+	}
+	switch {
+	case r.cfg.MLA:
+		return errContextShiftMLA
+	case r.cfg.SlidingWindow > 0:
+		// ollama's sliding-window cache crashes in ggml when shifted.
+		return errors.New("context shift: sliding-window caches (gemma3, gpt-oss) cannot be shifted")
+	}
+	return r.cache.Remove(seq, int32(keep), int32(keep+discard))
 }
 
 // Remove forgets seq's positions from `from` on. A sliding-window cache

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
@@ -289,4 +290,54 @@ func batchedVsAlone(t *testing.T, path, kv string) (same, total int) {
 		total += n
 	}
 	return same, total
+}
+
+// With context shift on, generation runs past a 48-token context on the
+// ggml backend: the keys kept are re-rotated by RoPE. Sliding-window and
+// deepseek2's latent caches are refused with an error saying so.
+func TestServerContextShift(t *testing.T) {
+	for _, c := range []struct {
+		family, refusal string
+	}{{"llama", ""}, {"qwen3", ""}, {"gemma3", "sliding-window"}, {"deepseek2", "latent attention"}} {
+		t.Run(c.family, func(t *testing.T) {
+			s := runner.NewServer(runner.Config{ModelPath: genFamily(t, c.family, "F32"), Load: load, Token: "secret", Node: "node-a",
+				ContextShift: true, Options: backend.Options{Threads: 2, BatchSize: 16, ContextLen: 48, KVType: "f32", Parallel: 2}})
+			if err := s.Load(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			hs := httptest.NewServer(s.Handler())
+			t.Cleanup(hs.Close)
+			cl := &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}
+			req := runner.CompletionRequest{TraceID: "chat-shift", Request: runner.Request{Prompt: "the cluster", MaxTokens: 120, IgnoreEOS: true}}
+			var n int
+			done, err := cl.Complete(context.Background(), req, func(p runner.Piece) error {
+				if p.Token >= 0 {
+					n++
+				}
+				return nil
+			})
+			if c.refusal != "" {
+				if err == nil || !strings.Contains(err.Error(), c.refusal) {
+					t.Fatalf("%v after %d tokens, want the shift refused (%s)", err, n, c.refusal)
+				}
+				return
+			}
+			if err != nil || n != 120 || done.CompletionTokens != 120 {
+				t.Fatalf("%d tokens, %+v, %v", n, done, err)
+			}
+			shifts := 0
+			var took time.Duration
+			for _, sp := range done.Spans {
+				if sp.Cat == "shift" {
+					shifts++
+					took += time.Duration(sp.DurNs)
+				}
+			}
+			t.Logf("%d shifts took %v; decode %.1f tok/s", shifts, took, done.DecodeTokPerSec())
+			if shifts < 2 {
+				t.Fatalf("%d context shift spans over 120 tokens in a context of 48", shifts)
+			}
+		})
+	}
 }
