@@ -42,7 +42,7 @@ func (m *Manager) layout(modelID string) (model.Entry, placement.Layout, error) 
 	if err != nil {
 		return e, placement.Layout{}, err
 	}
-	return e, placement.LayoutOf(f, cfg, m.cfg.ContextLen), nil
+	return e, placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), nil
 }
 
 // candidates are the cluster's members with their available memory: the

@@ -250,8 +250,8 @@ func (s *Supervisor) DialRank(ctx context.Context, instanceID string, rank int) 
 }
 
 // Complete runs a completion on rank 0 of an instance on this node,
-// waiting (at most ReadyTimeout) for the pipeline to be Ready. Requests to
-// one runner queue in the runner in arrival order.
+// waiting (at most ReadyTimeout) for the pipeline to be Ready. The runner
+// serves several at once (its slots) and queues the rest in arrival order.
 func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner.CompletionRequest, onPiece func(runner.Piece) error) (*runner.Done, error) {
 	rid := RunnerID(instanceID, 0)
 	p := s.proc(rid)

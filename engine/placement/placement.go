@@ -30,23 +30,24 @@ type Layout struct {
 	Embed, Head uint64
 	Tied        bool
 	// KV is each layer's KV cache (f16): the context length for a global
-	// layer, the window and one batch for a sliding-window one (Gemma 3).
+	// layer (one pool for every slot), a window per slot and one batch
+	// for a sliding-window one (Gemma 3).
 	KV         []uint64
 	ContextLen int
 }
 
 // LayoutOf reads a model's layout for a context of ctxLen tokens (0: the
-// model's).
-func LayoutOf(f *gguf.File, cfg model.Config, ctxLen int) Layout {
+// model's) served by parallel slots.
+func LayoutOf(f *gguf.File, cfg model.Config, ctxLen, parallel int) Layout {
 	if ctxLen <= 0 || ctxLen > cfg.ContextLen {
 		ctxLen = cfg.ContextLen
 	}
 	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), KV: make([]uint64, cfg.Layers), Tied: cfg.TiedOutput, ContextLen: ctxLen}
 	for i := range l.KV {
+		// The slots share one pool of ctxLen positions.
 		tokens := ctxLen
 		if cfg.IsSWA(i) {
-			// The window and one batch beyond it, as the cache holds.
-			tokens = min(ctxLen, cfg.SlidingWindow+backend.DefaultBatchSize)
+			tokens = swaTokens(ctxLen, cfg.SlidingWindow, max(parallel, 1))
 		}
 		// f16 keys and values (deepseek2's MLA: one latent, narrower values).
 		l.KV[i] = uint64(tokens) * uint64(cfg.KVWidth()) * 2
@@ -65,6 +66,20 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen int) Layout {
 		}
 	}
 	return l
+}
+
+// swaTokens is what ollama's sliding-window cache holds: a window per
+// sequence (one more when there are several) and one batch, or the whole
+// context per sequence when the window is as long.
+func swaTokens(ctxLen, window, parallel int) int {
+	mem := window - 1 // ollama keeps p-w..p: pass it window-1, as the backend does
+	if parallel > 1 {
+		mem++
+	}
+	if mem >= ctxLen {
+		return parallel * ctxLen
+	}
+	return parallel*mem + backend.DefaultBatchSize
 }
 
 // Need is what rank [first, last) of n ranks needs in memory.

@@ -94,18 +94,21 @@ func TestRanges(t *testing.T) {
 	}
 }
 
-// A sliding-window layer's cache holds its window and a batch, a global
-// layer's the whole context: Gemma 3's 5 of 6 layers need a fraction.
+// A sliding-window layer's cache holds its window and a batch (a window
+// per slot), a global layer's the whole context (one pool for every
+// slot): Gemma 3's 5 of 6 layers need a fraction.
 func TestLayoutSlidingWindowKV(t *testing.T) {
-	cfg, l := familyLayout(t, "gemma3", 6) // window 256 of 2048
+	cfg, f := familyFile(t, "gemma3", 6) // window 256 of 2048
+	l, four := LayoutOf(f, cfg, 0, 1), LayoutOf(f, cfg, 0, 4)
 	perToken := uint64(2 * cfg.KVHeads * cfg.HeadDim * 2)
-	for i, kv := range l.KV {
-		want := 2048 * perToken
-		if i != 5 { // layers 0-4 slide over 256 positions; 5 is global
-			want = (256 + backend.DefaultBatchSize) * perToken
+	for i := range l.KV {
+		want, want4 := 2048*perToken, 2048*perToken
+		if i != 5 { // layers 0-4 slide over 256 positions (ollama keeps 255 past ones); 5 is global
+			want = (255 + backend.DefaultBatchSize) * perToken
+			want4 = (4*256 + backend.DefaultBatchSize) * perToken
 		}
-		if kv != want {
-			t.Errorf("layer %d: KV %d bytes, want %d", i, kv, want)
+		if l.KV[i] != want || four.KV[i] != want4 {
+			t.Errorf("layer %d: KV %d bytes with one slot, %d with four; want %d and %d", i, l.KV[i], four.KV[i], want, want4)
 		}
 	}
 }
@@ -126,6 +129,13 @@ func TestLayoutLatentKV(t *testing.T) {
 // layers blocks.
 func familyLayout(t *testing.T, family string, layers int) (model.Config, Layout) {
 	t.Helper()
+	cfg, f := familyFile(t, family, layers)
+	return cfg, LayoutOf(f, cfg, 0, 1)
+}
+
+// familyFile generates the small preset as family with layers blocks.
+func familyFile(t *testing.T, family string, layers int) (model.Config, *gguf.File) {
+	t.Helper()
 	o, err := model.ApplyFamily(model.Presets["small"], family)
 	if err != nil {
 		t.Fatal(err)
@@ -143,5 +153,5 @@ func familyLayout(t *testing.T, family string, layers int) (model.Config, Layout
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg, LayoutOf(f, cfg, 0)
+	return cfg, f
 }
