@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -74,19 +73,7 @@ func runBatchBench(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *vsLlama {
 		o.LlamaBatchedBench = *llamaBin
 	}
-	if w := engineBuildWarning(); w != "" {
-		fmt.Fprintf(stderr, "orrery batch-bench: warning: %s\n", w)
-	}
-	rep, err := bench.Batched(ctx, o, loadRank, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "orrery batch-bench: %v\n", err)
-		return 1
-	}
-	if *asJSON {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		fmt.Fprintf(stdout, "%s\n", b)
-		return 0
-	}
-	bench.PrintBatched(stdout, rep)
-	return 0
+	return runInProcess(stdout, stderr, "batch-bench", *asJSON, func() (*bench.BatchedReport, error) {
+		return bench.Batched(ctx, o, loadRank, stderr)
+	}, bench.PrintBatched)
 }

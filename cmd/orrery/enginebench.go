@@ -60,19 +60,27 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *vsLlama {
 		o.LlamaBench = *llamaBench
 	}
+	return runInProcess(stdout, stderr, "engine-bench", *asJSON, func() (*bench.EngineReport, error) {
+		return bench.Engine(ctx, o, loadRank, stderr)
+	}, bench.PrintEngine)
+}
+
+// runInProcess runs an in-process benchmark after warning of a slow
+// ggml build, and prints its report as JSON or as print does.
+func runInProcess[R any](stdout, stderr io.Writer, cmd string, asJSON bool, run func() (R, error), print func(io.Writer, R)) int {
 	if w := engineBuildWarning(); w != "" {
-		fmt.Fprintf(stderr, "orrery engine-bench: warning: %s\n", w)
+		fmt.Fprintf(stderr, "orrery %s: warning: %s\n", cmd, w)
 	}
-	rep, err := bench.Engine(ctx, o, loadRank, stderr)
+	rep, err := run()
 	if err != nil {
-		fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
+		fmt.Fprintf(stderr, "orrery %s: %v\n", cmd, err)
 		return 1
 	}
-	if *asJSON {
+	if asJSON {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 		return 0
 	}
-	bench.PrintEngine(stdout, rep)
+	print(stdout, rep)
 	return 0
 }
