@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/internal/testutil"
 )
@@ -287,7 +288,8 @@ func TestPipelineBreaks(t *testing.T) {
 }
 
 // Through a pipeline of three ranks, six requests at once on four slots
-// get exactly the greedy tokens each gets alone (F32), and each traced
+// get exactly the tokens each gets alone (F32): greedy, and seeded
+// sampling (each request's own sampler on the last rank). Each traced
 // request has its spans on every rank.
 func TestPipelineBatches(t *testing.T) {
 	p := startPipelineN(t, genModel(t, "F32"), [][2]int{{0, 1}, {1, 3}, {3, 4}}, 4)
@@ -295,6 +297,9 @@ func TestPipelineBatches(t *testing.T) {
 	const n = 12
 	req := func(i int, traced bool) runner.CompletionRequest {
 		r := runner.CompletionRequest{Request: runner.Request{Prompt: prompts[i], MaxTokens: n, IgnoreEOS: true}}
+		if i%2 == 1 {
+			r.Sample = sample.Options{Temperature: 0.9, TopK: 40, Seed: uint64(i)}
+		}
 		if traced {
 			r.TraceID = fmt.Sprintf("chat-%d", i)
 		}
