@@ -112,8 +112,8 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/trace/
 
 # load is TestServeLoad for LOAD_TIME (make test runs it for 20 s): 64
-# clients on one agent, a third hanging up mid-request, then checks that
-# no request stuck and no goroutine, slot or memory leaked.
+# clients on one agent in rounds of 10 s, a third hanging up mid-request;
+# it checks that no request stuck and no goroutine, slot or memory leaked.
 LOAD_TIME ?= 2m
 load: build
 	ORRERY_LOAD_DURATION=$(LOAD_TIME) $(GO) test -count=1 -timeout 30m -run TestServeLoad -v ./cmd/orrery/
