@@ -60,6 +60,8 @@ func (a *Agent) Start(ctx context.Context) error {
 	svcs := a.services(ctx)
 	a.log.Info("agent started", "api", "http://"+a.ln.Addr().String(), "dataDir", a.cfg.DataDir,
 		"name", a.identity.FriendlyName, "version", a.cfg.Version)
+	// The identity is the node's first event: before any sampler runs.
+	a.publishIdentity()
 	go func() {
 		r.err = runAll(ctx, a.log, svcs)
 		a.shutdown()
@@ -70,7 +72,6 @@ func (a *Agent) Start(ctx context.Context) error {
 		}
 		close(r.done)
 	}()
-	a.publishIdentity()
 	return nil
 }
 
