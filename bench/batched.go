@@ -82,6 +82,17 @@ func Batched(ctx context.Context, o BatchedOptions, load runner.LoadFunc, log io
 	}
 	maxB := slices.Max(o.Conc)
 	ctxLen := max(maxB*(o.PP+o.TG+2), o.Turn+o.TG+o.TurnAdd+8)
+	// llama-batched-bench runs before and after Orrery's runs, so that
+	// the machine's drift hits both alike; its figures are the means.
+	var llama []map[int][2]float64
+	if o.LlamaBatchedBench != "" {
+		fmt.Fprintf(log, "running llama-batched-bench (1 of 2)…\n")
+		ll, err := runLlamaBatched(ctx, o, ctxLen)
+		if err != nil {
+			return nil, err
+		}
+		llama = append(llama, ll)
+	}
 	rank, err := load(ctx, o.Model, backend.Options{Threads: o.Threads, BatchSize: 512, ContextLen: ctxLen, Parallel: maxB}, nil)
 	if err != nil {
 		return nil, err
@@ -129,14 +140,15 @@ func Batched(ctx context.Context, o BatchedOptions, load runner.LoadFunc, log io
 	}
 	closeRank()
 	if o.LlamaBatchedBench != "" {
-		fmt.Fprintf(log, "running llama-batched-bench…\n")
+		fmt.Fprintf(log, "running llama-batched-bench (2 of 2)…\n")
 		ll, err := runLlamaBatched(ctx, o, ctxLen)
 		if err != nil {
 			return nil, err
 		}
+		llama = append(llama, ll)
 		for i := range rep.Rows {
 			r := &rep.Rows[i]
-			if x, ok := ll[r.Concurrency]; ok {
+			if x, ok := meanLlama(llama, r.Concurrency); ok {
 				r.LlamaPrefill, r.LlamaDecode = &x[0], &x[1]
 				if x[1] > 0 {
 					v := r.DecodeTokS / x[1]
@@ -224,6 +236,21 @@ func turns(ctx context.Context, sc *runner.Scheduler, o BatchedOptions, vocab in
 	rep.Turn1Ms, rep.Turn2Ms = float64(res1.FirstTokenNs)/1e6, float64(res2.FirstTokenNs)/1e6
 	rep.Turn2Cached = res2.CachedTokens
 	return nil
+}
+
+// meanLlama is the mean S_PP and S_TG of the llama-batched-bench runs at
+// concurrency b.
+func meanLlama(runs []map[int][2]float64, b int) ([2]float64, bool) {
+	var sum [2]float64
+	for _, r := range runs {
+		x, ok := r[b]
+		if !ok {
+			return sum, false
+		}
+		sum[0] += x[0]
+		sum[1] += x[1]
+	}
+	return [2]float64{sum[0] / float64(len(runs)), sum[1] / float64(len(runs))}, len(runs) > 0
 }
 
 // runLlamaBatched runs llama-batched-bench with the same shapes: S_PP and

@@ -28,7 +28,9 @@ to first token and their ratio.
 
 With --vs-llama-batched-bench it also runs llama.cpp's llama-batched-bench
 on the same file with the same shapes (-npp, -ntg, -npl, threads, flash
-attention) and prints its S_PP and S_TG beside Orrery's.
+attention), once before and once after Orrery's runs so that drift on a
+shared machine hits both alike, and prints the means of its S_PP and S_TG
+beside Orrery's.
 
 Flags:
 `
