@@ -30,6 +30,9 @@ type holds struct {
 
 // Hold marks a request running on instanceID until release is called.
 func (m *Manager) Hold(instanceID string, keepAlive *api.KeepAlive) (func(), error) {
+	// A request routed by another node right after it placed the
+	// instance may come before this node's state has it.
+	m.waitState(context.Background(), func(s state.State) bool { _, ok := s.Instances[instanceID]; return ok })
 	h := &m.holds
 	h.mu.Lock()
 	defer h.mu.Unlock()
