@@ -131,6 +131,7 @@ type Server struct {
 	health    Health
 	gen       *Generator
 	sched     *Scheduler
+	stopSched func() (wait func()) // stops the scheduler; wait waits for it
 	rank      backend.Rank
 	in, out   *Link
 	loadSpans []trace.Span
@@ -262,12 +263,16 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 func (s *Server) serve(ctx context.Context, gen *Generator) {
 	gen.ContextShift = s.cfg.ContextShift
 	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	s.mu.Lock()
 	s.gen, s.sched = gen, sched
+	s.stopSched = func() func() { cancel(); return func() { <-done } }
 	s.mu.Unlock()
 	go func() {
-		err := sched.Run(ctx)
-		if ctx.Err() == nil && err != nil {
+		defer close(done)
+		err := sched.Run(sctx)
+		if sctx.Err() == nil && err != nil {
 			s.die(fmt.Errorf("pipeline broke at rank 0: %w", err))
 		}
 	}()
@@ -365,13 +370,24 @@ func expectHello(l *Link, instance string, from, to int) error {
 
 // Close frees the model and the links.
 func (s *Server) Close() {
+	// The scheduler stops (between steps; a closed link ends its wait for
+	// tokens) before the weights go.
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	stop := s.stopSched
+	s.stopSched = nil
+	wait := func() {}
+	if stop != nil {
+		wait = stop()
+	}
 	for _, l := range []*Link{s.in, s.out} {
 		if l != nil {
 			l.Close()
 		}
 	}
+	s.mu.Unlock()
+	wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.rank != nil {
 		s.rank.Close()
 		s.rank = nil

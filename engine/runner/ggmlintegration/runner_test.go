@@ -341,3 +341,23 @@ func TestServerContextShift(t *testing.T) {
 		})
 	}
 }
+
+// Closing a server mid-generation stops its scheduler before the weights
+// are freed: the request ends with an error, nothing crashes.
+func TestServerCloseMidGeneration(t *testing.T) {
+	s, c := newServerOpts(t, genModel(t, "Q8_0"), backend.Options{Threads: 2, BatchSize: 16, KVType: "f16", Parallel: 2})
+	started := make(chan struct{})
+	var once sync.Once
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Complete(context.Background(), runner.CompletionRequest{Request: runner.Request{Prompt: "the cluster", MaxTokens: 500, IgnoreEOS: true}},
+			func(runner.Piece) error { once.Do(func() { close(started) }); return nil })
+		errc <- err
+	}()
+	<-started
+	s.Close()
+	if err := <-errc; err == nil {
+		t.Fatal("the request finished although its server closed")
+	}
+	s.Close() // twice is harmless
+}
