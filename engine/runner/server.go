@@ -131,7 +131,7 @@ type Server struct {
 	health    Health
 	gen       *Generator
 	sched     *Scheduler
-	stopSched func() (wait func()) // stops the scheduler; wait waits for it
+	stopLoop  func() (wait func()) // stops the rank's loop; wait waits for it
 	rank      backend.Rank
 	in, out   *Link
 	loadSpans []trace.Span
@@ -249,13 +249,30 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	}
 	st := &Stage{F: rank, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
 		OnTrace: s.cfg.OnStageTrace}
-	go func() {
+	s.loop(ctx, func(ctx context.Context) error {
 		err := st.Serve(ctx)
-		if ctx.Err() == nil {
-			s.die(fmt.Errorf("pipeline broke at rank %d of %d (blocks %v): %w", s.cfg.Rank, s.cfg.Ranks, rank.Options().FirstLayer, err))
+		if err != nil {
+			err = fmt.Errorf("pipeline broke at rank %d of %d (blocks %v): %w", s.cfg.Rank, s.cfg.Ranks, rank.Options().FirstLayer, err)
+		}
+		return err
+	})
+	return nil
+}
+
+// loop runs this rank's loop (rank 0's scheduler, another rank's stage)
+// until ctx ends, Close stops it, or it fails, which ends the runner.
+func (s *Server) loop(ctx context.Context, run func(context.Context) error) {
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.stopLoop = func() func() { cancel(); return func() { <-done } }
+	s.mu.Unlock()
+	go func() {
+		defer close(done)
+		if err := run(lctx); lctx.Err() == nil && err != nil {
+			s.die(err)
 		}
 	}()
-	return nil
 }
 
 // serve starts rank 0's scheduler over gen's engine, until ctx ends or
@@ -263,19 +280,15 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 func (s *Server) serve(ctx context.Context, gen *Generator) {
 	gen.ContextShift = s.cfg.ContextShift
 	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
 	s.mu.Lock()
 	s.gen, s.sched = gen, sched
-	s.stopSched = func() func() { cancel(); return func() { <-done } }
 	s.mu.Unlock()
-	go func() {
-		defer close(done)
-		err := sched.Run(sctx)
-		if sctx.Err() == nil && err != nil {
-			s.die(fmt.Errorf("pipeline broke at rank 0: %w", err))
+	s.loop(ctx, func(ctx context.Context) error {
+		if err := sched.Run(ctx); err != nil {
+			return fmt.Errorf("pipeline broke at rank 0: %w", err)
 		}
-	}()
+		return nil
+	})
 }
 
 // connect sets up both rank links: it accepts the previous rank's (the
@@ -370,11 +383,11 @@ func expectHello(l *Link, instance string, from, to int) error {
 
 // Close frees the model and the links.
 func (s *Server) Close() {
-	// The scheduler stops (between steps; a closed link ends its wait for
-	// tokens) before the weights go.
+	// The rank's loop stops (between steps; a closed link ends a wait for
+	// frames) before the weights go.
 	s.mu.Lock()
-	stop := s.stopSched
-	s.stopSched = nil
+	stop := s.stopLoop
+	s.stopLoop = nil
 	wait := func() {}
 	if stop != nil {
 		wait = stop()
