@@ -70,7 +70,9 @@ type BatchedRow struct {
 	DecodeVsLlama *float64  `json:"decodeVsLlama,omitempty"`
 }
 
-// Batched loads the model with max(Conc) slots and runs the tests.
+// Batched loads the model with max(Conc) slots and runs the tests;
+// llama-batched-bench, when asked for, runs before and after them, so that
+// the machine's drift hits both alike, and its figures are the means.
 func Batched(ctx context.Context, o BatchedOptions, load runner.LoadFunc, log io.Writer) (*BatchedReport, error) {
 	f, err := gguf.ReadFile(o.Model)
 	if err != nil {
@@ -80,39 +82,54 @@ func Batched(ctx context.Context, o BatchedOptions, load runner.LoadFunc, log io
 	if err != nil {
 		return nil, err
 	}
-	maxB := slices.Max(o.Conc)
-	ctxLen := max(maxB*(o.PP+o.TG+2), o.Turn+o.TG+o.TurnAdd+8)
-	// llama-batched-bench runs before and after Orrery's runs, so that
-	// the machine's drift hits both alike; its figures are the means.
+	ctxLen := max(slices.Max(o.Conc)*(o.PP+o.TG+2), o.Turn+o.TG+o.TurnAdd+8)
 	var llama []map[int][2]float64
-	if o.LlamaBatchedBench != "" {
-		fmt.Fprintf(log, "running llama-batched-bench (1 of 2)…\n")
-		ll, err := runLlamaBatched(ctx, o, ctxLen)
-		if err != nil {
-			return nil, err
+	runLlama := func() error {
+		if o.LlamaBatchedBench == "" {
+			return nil
 		}
+		fmt.Fprintf(log, "running llama-batched-bench (%d of 2)…\n", len(llama)+1)
+		ll, err := runLlamaBatched(ctx, o, ctxLen)
 		llama = append(llama, ll)
+		return err
 	}
-	rank, err := load(ctx, o.Model, backend.Options{Threads: o.Threads, BatchSize: 512, ContextLen: ctxLen, Parallel: maxB}, nil)
+	if err := runLlama(); err != nil {
+		return nil, err
+	}
+	rep, err := batchedRuns(ctx, o, load, tok, ctxLen, log)
 	if err != nil {
 		return nil, err
 	}
+	if err := runLlama(); err != nil {
+		return nil, err
+	}
+	for i := range rep.Rows {
+		r := &rep.Rows[i]
+		if x, ok := meanLlama(llama, r.Concurrency); ok {
+			r.LlamaPrefill, r.LlamaDecode = &x[0], &x[1]
+			if x[1] > 0 {
+				v := r.DecodeTokS / x[1]
+				r.DecodeVsLlama = &v
+			}
+		}
+	}
+	return rep, nil
+}
+
+// batchedRuns loads the model and runs Orrery's tests; the scheduler and
+// the weights are gone before it returns (llama-batched-bench then has
+// the memory).
+func batchedRuns(ctx context.Context, o BatchedOptions, load runner.LoadFunc, tok *model.Tokenizer, ctxLen int, log io.Writer) (*BatchedReport, error) {
+	rank, err := load(ctx, o.Model, backend.Options{Threads: o.Threads, BatchSize: 512, ContextLen: ctxLen, Parallel: slices.Max(o.Conc)}, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer rank.Close()
 	sc := &runner.Scheduler{E: &runner.Local{F: rank}, Tok: tok}
 	sctx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() { ran <- sc.Run(sctx) }()
-	// The scheduler stops before the weights go (llama-batched-bench
-	// then has the memory).
-	closed := false
-	closeRank := func() {
-		if !closed {
-			closed = true
-			stop()
-			<-ran
-			rank.Close()
-		}
-	}
-	defer closeRank()
+	defer func() { stop(); <-ran }() // runs before rank.Close
 	rep := &BatchedReport{Model: o.Model, Threads: o.Threads, PP: o.PP, TG: o.TG}
 	vocab := rank.Config().Vocab
 	for _, b := range o.Conc {
@@ -137,25 +154,6 @@ func Batched(ctx context.Context, o BatchedOptions, load runner.LoadFunc, log io
 		}
 		fmt.Fprintf(log, "turn 1: %d tokens, first token in %.0f ms; turn 2: %d tokens (%d cached), %.0f ms\n",
 			rep.TurnTokens[0], rep.Turn1Ms, rep.TurnTokens[1], rep.Turn2Cached, rep.Turn2Ms)
-	}
-	closeRank()
-	if o.LlamaBatchedBench != "" {
-		fmt.Fprintf(log, "running llama-batched-bench (2 of 2)…\n")
-		ll, err := runLlamaBatched(ctx, o, ctxLen)
-		if err != nil {
-			return nil, err
-		}
-		llama = append(llama, ll)
-		for i := range rep.Rows {
-			r := &rep.Rows[i]
-			if x, ok := meanLlama(llama, r.Concurrency); ok {
-				r.LlamaPrefill, r.LlamaDecode = &x[0], &x[1]
-				if x[1] > 0 {
-					v := r.DecodeTokS / x[1]
-					r.DecodeVsLlama = &v
-				}
-			}
-		}
 	}
 	return rep, nil
 }

@@ -64,14 +64,18 @@ type Sampled struct {
 	Logprobs *Logprobs
 }
 
-func (st *Step) samples() bool {
+// sampling counts the groups that sample: the tokens the step yields.
+func (st *Step) sampling() int {
+	n := 0
 	for _, g := range st.Groups {
 		if g.Sample {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
+
+func (st *Step) samples() bool { return st.sampling() > 0 }
 
 // batch is the step's rows as a backend batch: positions, sequences, and
 // the output row of each sampling group.

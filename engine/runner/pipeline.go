@@ -116,7 +116,7 @@ func (p *Pipeline) Recv(ctx context.Context) (*Step, []Sampled, error) {
 		return nil, nil, p.fail(fmt.Errorf("%w: frame type %d from rank %d, want tokens", ErrLinkLost, typ, last))
 	}
 	var t tokenMsg
-	if err := t.unmarshal(payload); err != nil || t.Seq != ps.seq || len(t.Samples) != sampling(ps.st) {
+	if err := t.unmarshal(payload); err != nil || t.Seq != ps.seq || len(t.Samples) != ps.st.sampling() {
 		return nil, nil, p.fail(fmt.Errorf("%w: token frame of step %d with %d samples (%v), want step %d", ErrLinkLost, t.Seq, len(t.Samples), err, ps.seq))
 	}
 	k := 0
@@ -132,16 +132,6 @@ func (p *Pipeline) Recv(ctx context.Context) (*Step, []Sampled, error) {
 			trace.Recv(last, int64(len(payload)+5), trace.FlowKey(last, 0, uint64(ps.seq))).WithToken(g.TokenIndex))
 	}
 	return ps.st, t.Samples, nil
-}
-
-func sampling(st *Step) int {
-	n := 0
-	for _, g := range st.Groups {
-		if g.Sample {
-			n++
-		}
-	}
-	return n
 }
 
 func (p *Pipeline) End(slot int, err error) {
