@@ -372,31 +372,37 @@ func loadOnDemand(t *testing.T, a, b *agentProc, modelID string) {
 // runner process ended.
 func keepAlive(t *testing.T, a, b *agentProc, modelID, instanceID string) {
 	t.Helper()
-	var models struct {
-		Data []struct {
-			ID     string
-			Orrery struct {
-				Running   bool
-				Pinned    bool
-				ExpiresAt *time.Time
+	// The expiry is published when the last request on the instance ends,
+	// and reaches B through the state; so it is polled for, not read once.
+	poll(t, b, 10*time.Second, "the on-demand instance's expiry 5 minutes ahead and one pinned model in /v1/models", func() (bool, string) {
+		var models struct {
+			Data []struct {
+				ID     string
+				Orrery struct {
+					Running   bool
+					Pinned    bool
+					ExpiresAt *time.Time
+				}
 			}
 		}
-	}
-	b.mustGet(t, "/v1/models", &models)
-	pinned := 0
-	for _, m := range models.Data {
-		switch {
-		case m.ID == modelID:
-			if m.Orrery.Pinned || m.Orrery.ExpiresAt == nil || time.Until(*m.Orrery.ExpiresAt) < 4*time.Minute || time.Until(*m.Orrery.ExpiresAt) > 5*time.Minute {
-				t.Errorf("on-demand %s in /v1/models: %+v, want an expiry 5 minutes ahead", modelID, m.Orrery)
-			}
-		case m.Orrery.Running && m.Orrery.Pinned && m.Orrery.ExpiresAt == nil:
-			pinned++
+		code, body, _ := b.get("/v1/models")
+		if code != http.StatusOK || json.Unmarshal(body, &models) != nil {
+			return false, fmt.Sprintf("%d %s", code, body)
 		}
-	}
-	if pinned != 1 {
-		t.Errorf("/v1/models: %d pinned models, want the one placed with POST /instance: %+v", pinned, models.Data)
-	}
+		onDemand, pinned := false, 0
+		for _, m := range models.Data {
+			switch {
+			case m.ID == modelID:
+				if e := m.Orrery.ExpiresAt; e != nil && !m.Orrery.Pinned {
+					left := time.Until(*e)
+					onDemand = left >= 4*time.Minute && left <= 5*time.Minute
+				}
+			case m.Orrery.Running && m.Orrery.Pinned && m.Orrery.ExpiresAt == nil:
+				pinned++
+			}
+		}
+		return onDemand && pinned == 1, string(body)
+	})
 	var runners map[string]struct {
 		InstanceID string `json:"instanceId"`
 		Pid        int    `json:"pid"`
