@@ -8,10 +8,10 @@ import (
 // MemorySample is one point of a node's memory sparkline.
 type MemorySample struct {
 	T             time.Time `json:"t"`
-	RAMTotal      *Memory   `json:"ramTotal"`
-	RAMAvailable  *Memory   `json:"ramAvailable"`
-	SwapTotal     *Memory   `json:"swapTotal"`
-	SwapAvailable *Memory   `json:"swapAvailable"`
+	RAMTotal      *Memory   `json:"ramTotal,omitempty"`
+	RAMAvailable  *Memory   `json:"ramAvailable,omitempty"`
+	SwapTotal     *Memory   `json:"swapTotal,omitempty"`
+	SwapAvailable *Memory   `json:"swapAvailable,omitempty"`
 }
 
 // Limits of MemoryHistory, so that a chatty or hostile peer cannot grow it.
@@ -100,10 +100,10 @@ type PowerSample struct {
 // nil where the OS gives no value.
 type SystemSample struct {
 	T        time.Time `json:"t"`
-	CPUUsage *float64  `json:"cpuUsage"`
-	GPUUsage *float64  `json:"gpuUsage"`
-	Temp     *float64  `json:"temp"`
-	SysPower *float64  `json:"sysPower"`
+	CPUUsage *float64  `json:"cpuUsage,omitempty"`
+	GPUUsage *float64  `json:"gpuUsage,omitempty"`
+	Temp     *float64  `json:"temp,omitempty"`
+	SysPower *float64  `json:"sysPower,omitempty"`
 }
 
 // SystemHistory keeps, per node, the system samples of the last window:

@@ -38,44 +38,44 @@ type NodeIdentity struct {
 	OSBuild      string    `json:"osBuild"`
 	Arch         string    `json:"arch"`
 	CPUCount     int       `json:"cpuCount"`
-	PerfCores    *int      `json:"perfCores"`
-	EffCores     *int      `json:"effCores"`
-	RAMTotal     *Memory   `json:"ramTotal"`
+	PerfCores    *int      `json:"perfCores,omitempty"`
+	EffCores     *int      `json:"effCores,omitempty"`
+	RAMTotal     *Memory   `json:"ramTotal,omitempty"`
 	AgentVersion string    `json:"agentVersion"`
 	StartedAt    time.Time `json:"startedAt"`
 }
 
 // NodeMemory is one memory sample, in exo's nodeMemory shape.
 type NodeMemory struct {
-	RAMTotal      *Memory   `json:"ramTotal"`
-	RAMAvailable  *Memory   `json:"ramAvailable"`
-	SwapTotal     *Memory   `json:"swapTotal"`
-	SwapAvailable *Memory   `json:"swapAvailable"`
+	RAMTotal      *Memory   `json:"ramTotal,omitempty"`
+	RAMAvailable  *Memory   `json:"ramAvailable,omitempty"`
+	SwapTotal     *Memory   `json:"swapTotal,omitempty"`
+	SwapAvailable *Memory   `json:"swapAvailable,omitempty"`
 	SampledAt     time.Time `json:"sampledAt"`
 }
 
 // NodeSystem is one system sample, in exo's nodeSystem shape plus overall CPU
 // and load. Usages are fractions 0..1, temperatures °C, power watts.
 type NodeSystem struct {
-	CPUUsage    *float64  `json:"cpuUsage"`
-	PCPUUsage   *float64  `json:"pcpuUsage"`
-	ECPUUsage   *float64  `json:"ecpuUsage"`
-	GPUUsage    *float64  `json:"gpuUsage"`
-	Temp        *float64  `json:"temp"`
+	CPUUsage    *float64  `json:"cpuUsage,omitempty"`
+	PCPUUsage   *float64  `json:"pcpuUsage,omitempty"`
+	ECPUUsage   *float64  `json:"ecpuUsage,omitempty"`
+	GPUUsage    *float64  `json:"gpuUsage,omitempty"`
+	Temp        *float64  `json:"temp,omitempty"`
 	TempSource  string    `json:"tempSource,omitempty"`
-	SysPower    *float64  `json:"sysPower"`
+	SysPower    *float64  `json:"sysPower,omitempty"`
 	PowerSource string    `json:"powerSource,omitempty"`
-	Load1       *float64  `json:"load1"`
-	Load5       *float64  `json:"load5"`
-	Load15      *float64  `json:"load15"`
+	Load1       *float64  `json:"load1,omitempty"`
+	Load5       *float64  `json:"load5,omitempty"`
+	Load15      *float64  `json:"load15,omitempty"`
 	SampledAt   time.Time `json:"sampledAt"`
 }
 
 // NodeDisk is the usage of the file system that holds the models directory.
 type NodeDisk struct {
 	Path      string    `json:"path"`
-	Total     *Memory   `json:"total"`
-	Available *Memory   `json:"available"`
+	Total     *Memory   `json:"total,omitempty"`
+	Available *Memory   `json:"available,omitempty"`
 	SampledAt time.Time `json:"sampledAt"`
 }
 
@@ -87,15 +87,15 @@ type NetworkInterface struct {
 	Addresses   []string `json:"addresses"`
 	MTU         int      `json:"mtu"`
 	Up          bool     `json:"up"`
-	SpeedMbps   *int64   `json:"speedMbps"`
+	SpeedMbps   *int64   `json:"speedMbps,omitempty"`
 	BytesSent   uint64   `json:"bytesSent"`
 	BytesRecv   uint64   `json:"bytesRecv"`
 	PacketsSent uint64   `json:"packetsSent"`
 	PacketsRecv uint64   `json:"packetsRecv"`
 	// SendMBps and RecvMBps are the rates over the last sampling interval
 	// (10^6 bytes/s); nil on the first sample.
-	SendMBps *float64 `json:"sendMBps"`
-	RecvMBps *float64 `json:"recvMBps"`
+	SendMBps *float64 `json:"sendMBps,omitempty"`
+	RecvMBps *float64 `json:"recvMBps,omitempty"`
 }
 
 // NodeNetwork is one sample of all of a node's interfaces.
@@ -119,8 +119,8 @@ type Connection struct {
 	ConnectionType  string   `json:"connectionType"`
 	RTTMs           float64  `json:"rttMs"`
 	LossPct         float64  `json:"lossPct"`
-	CapacityMbps    *float64 `json:"capacityMbps"`
-	SendMBps        *float64 `json:"sendMBps"`
+	CapacityMbps    *float64 `json:"capacityMbps,omitempty"`
+	SendMBps        *float64 `json:"sendMBps,omitempty"`
 }
 
 // Topology is the cluster graph, nodes and edges sorted.
@@ -154,15 +154,15 @@ type LinkTelemetry struct {
 	ClockOffsetUncertaintyMs float64 `json:"clockOffsetUncertaintyMs"`
 	// CapacityMbps is the source interface's OS-reported speed ("os"), or
 	// a default for its kind ("estimated").
-	CapacityMbps   *float64 `json:"capacityMbps"`
+	CapacityMbps   *float64 `json:"capacityMbps,omitempty"`
 	CapacitySource string   `json:"capacitySource"`
 	// InterfaceSendMBps/RecvMBps are the source interface's counters (all
 	// traffic); PeerSendMBps/RecvMBps are Orrery's own bytes with this
 	// peer, exact even when peers share an interface.
-	InterfaceSendMBps *float64 `json:"interfaceSendMBps"`
-	InterfaceRecvMBps *float64 `json:"interfaceRecvMBps"`
-	PeerSendMBps      *float64 `json:"peerSendMBps"`
-	PeerRecvMBps      *float64 `json:"peerRecvMBps"`
+	InterfaceSendMBps *float64 `json:"interfaceSendMBps,omitempty"`
+	InterfaceRecvMBps *float64 `json:"interfaceRecvMBps,omitempty"`
+	PeerSendMBps      *float64 `json:"peerSendMBps,omitempty"`
+	PeerRecvMBps      *float64 `json:"peerRecvMBps,omitempty"`
 	BytesSent         uint64   `json:"bytesSent"`
 	BytesRecv         uint64   `json:"bytesRecv"`
 }
@@ -212,7 +212,7 @@ type ModelInfo struct {
 	ID           string  `json:"id"`
 	Source       string  `json:"source"`
 	Path         string  `json:"path"`
-	Size         *Memory `json:"size"`
+	Size         *Memory `json:"size,omitempty"`
 	Arch         string  `json:"arch,omitempty"`
 	Layers       int     `json:"layers,omitempty"`
 	Quantization string  `json:"quantization,omitempty"`
@@ -299,8 +299,8 @@ type Runner struct {
 // Transfer is a shard coming from another node.
 type Transfer struct {
 	From       string   `json:"from"`
-	Bytes      *Memory  `json:"bytes"`
-	Total      *Memory  `json:"total"`
-	MBps       *float64 `json:"mbps"`
-	EtaSeconds *float64 `json:"etaSeconds"`
+	Bytes      *Memory  `json:"bytes,omitempty"`
+	Total      *Memory  `json:"total,omitempty"`
+	MBps       *float64 `json:"mbps,omitempty"`
+	EtaSeconds *float64 `json:"etaSeconds,omitempty"`
 }

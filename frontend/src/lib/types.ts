@@ -1,30 +1,33 @@
 // The parts of the agent's JSON this UI reads (see the README's API table).
+// A value the OS does not report is absent (as in exo's shapes): the
+// optional number fields below are unknown when undefined (or null, as older
+// agents sent).
 
 export interface Bytes { inBytes: number }
 
 export interface NodeIdentity {
   nodeId: string; friendlyName: string; modelId: string; chipId: string; osName: string;
-  cpuCount: number; ramTotal: Bytes | null;
+  cpuCount: number; ramTotal?: Bytes | null;
 }
 export interface NodeMemory {
-  ramTotal: Bytes | null; ramAvailable: Bytes | null; swapTotal: Bytes | null; swapAvailable: Bytes | null; sampledAt: string;
+  ramTotal?: Bytes | null; ramAvailable?: Bytes | null; swapTotal?: Bytes | null; swapAvailable?: Bytes | null; sampledAt: string;
 }
 export interface NodeSystem {
-  cpuUsage: number | null; gpuUsage: number | null; temp: number | null; sysPower: number | null; sampledAt: string;
+  cpuUsage?: number | null; gpuUsage?: number | null; temp?: number | null; sysPower?: number | null; sampledAt: string;
 }
 export interface NetworkInterface {
-  name: string; kind: string; addresses: string[]; mtu: number; up: boolean; speedMbps: number | null;
-  sendMBps: number | null; recvMBps: number | null;
+  name: string; kind: string; addresses: string[]; mtu: number; up: boolean; speedMbps?: number | null;
+  sendMBps?: number | null; recvMBps?: number | null;
 }
 export interface LinkTelemetry {
   peer: string; sourceInterface: string; connectionType: string; rttMs: number; rttEwmaMs: number; rttMinMs: number;
   jitterMs: number; lossPct: number; probes: number; clockOffsetMs: number; clockOffsetUncertaintyMs: number;
-  capacityMbps: number | null; capacitySource: string; interfaceSendMBps: number | null; peerSendMBps: number | null;
-  peerRecvMBps: number | null;
+  capacityMbps?: number | null; capacitySource: string; interfaceSendMBps?: number | null; peerSendMBps?: number | null;
+  peerRecvMBps?: number | null;
 }
 export interface Connection {
   source: string; sourceInterface: string; sink: string; sinkAddress: string; connectionType: string;
-  rttMs: number; lossPct: number; capacityMbps: number | null; sendMBps: number | null;
+  rttMs: number; lossPct: number; capacityMbps?: number | null; sendMBps?: number | null;
 }
 export interface ShardRange { rank: number; nodeId: string; firstLayer: number; lastLayer: number }
 export interface Instance {
@@ -32,12 +35,12 @@ export interface Instance {
   // Keep-alive: pinned ones stay until deleted; the others unload at expiresAt (absent while requests run).
   pinned?: boolean; keepAliveMs?: number; expiresAt?: string; active?: number;
 }
-export interface Transfer { from: string; bytes: Bytes; total: Bytes; mbps: number | null; etaSeconds: number | null }
+export interface Transfer { from: string; bytes: Bytes; total: Bytes; mbps?: number | null; etaSeconds?: number | null }
 export interface Runner {
   runnerId: string; instanceId: string; nodeId: string; rank: number; status: string;
   layersLoaded: number; totalLayers: number; error?: string; pid?: number; transfer?: Transfer; since: string;
 }
-export interface ModelInfo { id: string; source: string; size: Bytes | null; arch?: string; layers?: number; quantization?: string; error?: string }
+export interface ModelInfo { id: string; source: string; size?: Bytes | null; arch?: string; layers?: number; quantization?: string; error?: string }
 
 export interface State {
   lastEventAppliedIdx: number;

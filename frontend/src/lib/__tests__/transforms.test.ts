@@ -17,11 +17,12 @@ function state(): State {
   for (const id of ids) {
     st.nodeIdentities[id] = { nodeId: id, friendlyName: 'mac-' + id, modelId: '', chipId: 'Apple M2', osName: 'macOS', cpuCount: 8, ramTotal: b(16 * 2 ** 30) };
     st.nodeMemory[id] = { ramTotal: b(16 * 2 ** 30), ramAvailable: b(6 * 2 ** 30), swapTotal: b(2 * 2 ** 30), swapAvailable: b(1 * 2 ** 30), sampledAt: '' };
-    st.nodeSystem[id] = { cpuUsage: 0.25, gpuUsage: id === 'n-a' ? 0.5 : null, temp: null, sysPower: 12.5, sampledAt: '' };
+    // Unknown values are absent, as the agent sends them (exo's shape).
+    st.nodeSystem[id] = id === 'n-a' ? { cpuUsage: 0.25, gpuUsage: 0.5, sysPower: 12.5, sampledAt: '' } : { cpuUsage: 0.25, sysPower: 12.5, sampledAt: '' };
   }
   st.topology.connections = [
     { source: 'n-a', sourceInterface: 'en0', sink: 'n-b', sinkAddress: '10.0.0.2:52400', connectionType: 'thunderbolt', rttMs: 0.21, lossPct: 0, capacityMbps: 40000, sendMBps: 512.3 },
-    { source: 'n-b', sourceInterface: 'en1', sink: 'n-c', sinkAddress: '10.0.0.3:52400', connectionType: 'wifi', rttMs: 7.5, lossPct: 2, capacityMbps: null, sendMBps: null },
+    { source: 'n-b', sourceInterface: 'en1', sink: 'n-c', sinkAddress: '10.0.0.3:52400', connectionType: 'wifi', rttMs: 7.5, lossPct: 2 },
   ];
   st.nodeLinkTelemetry['n-a'] = { sampledAt: '', links: [{ peer: 'n-b', sourceInterface: 'en0', connectionType: 'thunderbolt', rttMs: 0.2, rttEwmaMs: 0.21, rttMinMs: 0.18, jitterMs: 0.01, lossPct: 0, probes: 30, clockOffsetMs: -1.25, clockOffsetUncertaintyMs: 0.1, capacityMbps: 40000, capacitySource: 'os', interfaceSendMBps: 512.3, peerSendMBps: 500, peerRecvMBps: 1 }] };
   return st;
