@@ -62,6 +62,8 @@ type chatRequest struct {
 	// generated token's logprob and the most likely alternatives.
 	Logprobs    bool `json:"logprobs"`
 	TopLogprobs *int `json:"top_logprobs"`
+	// ResponseFormat asks for JSON (format.go).
+	ResponseFormat *responseFormat `json:"response_format"`
 }
 
 type chatMessage struct {
@@ -148,6 +150,9 @@ func (c *chatRequest) toRunner() (runner.Request, error) {
 			return req, errors.New("top_logprobs needs logprobs: true")
 		}
 		req.TopLogprobs = *c.TopLogprobs
+	}
+	if req.Grammar, err = c.ResponseFormat.grammar(); err != nil {
+		return req, err
 	}
 	if err := req.Validate(); err != nil {
 		return req, err

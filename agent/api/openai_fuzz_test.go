@@ -14,6 +14,8 @@ func FuzzChatRequest(f *testing.F) {
 	f.Add(`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]}`)
 	f.Add(`{"model":"","messages":[]}`)
 	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"max_tokens":-1}`)
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"w","schema":{"type":"object","properties":{"a":{"enum":[1,2]}},"required":["a"]}}}}`)
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		var cr chatRequest
 		if json.Unmarshal([]byte(body), &cr) != nil {

@@ -74,6 +74,15 @@ func TestOpenAISDK(t *testing.T) {
 			StreamText     string `json:"streamText"`
 			StreamLogprobs int    `json:"streamLogprobs"`
 		} `json:"legacy"`
+		Structured []struct {
+			Content      string          `json:"content"`
+			Parsed       json.RawMessage `json:"parsed"`
+			FinishReason string          `json:"finishReason"`
+		} `json:"structured"`
+		BadSchema *struct {
+			Status  int    `json:"status"`
+			Message string `json:"message"`
+		} `json:"badSchema"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("sdk output %s: %v", out, err)
@@ -97,6 +106,27 @@ func TestOpenAISDK(t *testing.T) {
 	if lg.Usage == nil || lg.Logprobs == nil || len(lg.Logprobs.TokenLogprobs) != lg.Usage.CompletionTokens ||
 		len(lg.Logprobs.TopLogprobs) != lg.Usage.CompletionTokens || lg.StreamText != lg.Text || lg.StreamLogprobs != lg.Usage.CompletionTokens {
 		t.Errorf("legacy completions: %+v", lg)
+	}
+	// Structured output through the SDK's parse() and zod: a random-weight
+	// model's answers parse (the SDK validates them with zod itself and
+	// throws if not) and hold the schema's values.
+	if len(got.Structured) != 3 {
+		t.Errorf("structured answers: %d, want 3", len(got.Structured))
+	}
+	for i, st := range got.Structured {
+		var w struct {
+			City *string  `json:"city"`
+			Unit string   `json:"unit"`
+			Days *int64   `json:"days"`
+			Tags []string `json:"tags"`
+		}
+		if err := json.Unmarshal(st.Parsed, &w); err != nil || w.City == nil || w.Days == nil || (w.Unit != "celsius" && w.Unit != "fahrenheit") ||
+			len(w.Tags) > 2 || st.FinishReason != "stop" {
+			t.Errorf("structured answer %d: %+v (%v)", i, st, err)
+		}
+	}
+	if b := got.BadSchema; b == nil || b.Status != http.StatusBadRequest || !strings.Contains(b.Message, "/properties/a/pattern") {
+		t.Errorf("a schema with a pattern: %+v, want a 400 naming /properties/a/pattern", b)
 	}
 	poll(t, p, 10*time.Second, "the streamed request's trace", func() (bool, string) {
 		code, body, _ := p.get("/v1/traces/" + got.TraceID)

@@ -3,9 +3,11 @@ package model
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/orrery-cluster/orrery/engine/chattmpl"
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/vocab"
 )
 
@@ -22,6 +24,9 @@ type Tokenizer struct {
 	v        *vocab.Vocab
 	template *chattmpl.Template
 	bos, eos string
+
+	grammarOnce  sync.Once
+	grammarVocab *grammar.Vocab
 }
 
 // NewTokenizer builds the tokenizer the model's metadata describes:
@@ -119,4 +124,22 @@ func (t *Tokenizer) Special(id int32) bool {
 		return true
 	}
 	return false
+}
+
+// GrammarVocab is the vocabulary as constrained sampling sees it: each
+// token's text as it appears in output (none for special tokens), and the
+// end-of-generation tokens. Built on first use, then shared.
+func (t *Tokenizer) GrammarVocab() *grammar.Vocab {
+	t.grammarOnce.Do(func() {
+		t.grammarVocab = grammar.NewVocab(t.v.Len(), func(id int32) grammar.Token {
+			if t.v.EndsGeneration(id) {
+				return grammar.Token{EOG: true}
+			}
+			if t.Special(id) {
+				return grammar.Token{}
+			}
+			return grammar.Token{Bytes: t.v.Piece(id, true)}
+		})
+	})
+	return t.grammarVocab
 }

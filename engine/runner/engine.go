@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/grammar"
+	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -123,6 +125,23 @@ type slotSampler struct {
 	nlp int
 }
 
+// newSlotSampler is a request's sampler, constrained by its grammar with
+// tok's vocabulary.
+func newSlotSampler(opts sample.Options, spec *grammar.Spec, tok *model.Tokenizer, nlp int) (slotSampler, error) {
+	smp := sample.New(opts)
+	if spec != nil {
+		if tok == nil {
+			return slotSampler{}, errors.New("grammar: the sampling rank has no tokenizer")
+		}
+		g, err := grammar.Compile(*spec)
+		if err != nil {
+			return slotSampler{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+		smp.Constrain(grammar.NewMatcher(g, tok.GrammarVocab()))
+	}
+	return slotSampler{smp: smp, nlp: nlp}, nil
+}
+
 // sampleGroups samples one token per sampling group from logits (a row
 // per sampling group, in order), recording a "sample" span under each.
 func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]Sampled, error) {
@@ -171,7 +190,9 @@ func keepFrom(f Forwarder, slot, keep int) (int, error) {
 
 // Local is an Engine on one rank that holds every block.
 type Local struct {
-	F    Forwarder
+	F Forwarder
+	// Tok is the vocabulary grammars constrain sampling with.
+	Tok  *model.Tokenizer
 	smps []slotSampler
 	done []localResult
 }
@@ -190,7 +211,11 @@ func (l *Local) Begin(ctx context.Context, slot int, req *Request, traceID strin
 	if l.smps == nil {
 		l.smps = make([]slotSampler, max(l.F.Options().Parallel, 1))
 	}
-	l.smps[slot] = slotSampler{smp: sample.New(req.Sample), nlp: req.logprobsN()}
+	ss, err := newSlotSampler(req.Sample, req.Grammar, l.Tok, req.logprobsN())
+	if err != nil {
+		return 0, err
+	}
+	l.smps[slot] = ss
 	return keepFrom(l.F, slot, keep)
 }
 

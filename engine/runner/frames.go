@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/sample"
 )
 
@@ -25,6 +26,8 @@ type beginMsg struct {
 	// Logprobs is 1 + how many top logprobs the last rank sends with
 	// each token (0: no logprobs; 1: the sampled token's only).
 	Logprobs int `json:"logprobs,omitempty"`
+	// Grammar constrains the last rank's sampling.
+	Grammar *grammar.Spec `json:"grammar,omitempty"`
 }
 
 // endMsg ends a slot's request; ranks then hand over its spans. Forget

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
@@ -66,6 +67,9 @@ type Request struct {
 	// NoPromptCache computes the whole prompt, reusing no cached prefix
 	// (benchmarks of prefill).
 	NoPromptCache bool `json:"noPromptCache,omitempty"`
+	// Grammar constrains the output (structured output, forced tool
+	// calls); the rank that samples compiles and enforces it.
+	Grammar *grammar.Spec `json:"grammar,omitempty"`
 }
 
 // Validate checks the parameters that do not need the model.
@@ -89,6 +93,11 @@ func (r *Request) Validate() error {
 	}
 	if err := r.Sample.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if r.Grammar != nil {
+		if _, err := grammar.Compile(*r.Grammar); err != nil {
+			return fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ func (p *Pipeline) Begin(ctx context.Context, slot int, req *Request, traceID st
 		return 0, err
 	}
 	return kept, p.fail(p.Out.sendJSON(frameBegin, beginMsg{Req: p.req, Slot: slot, Keep: kept, Sample: req.Sample, TraceID: traceID,
-		Logprobs: req.logprobsN() + 1}))
+		Logprobs: req.logprobsN() + 1, Grammar: req.Grammar}))
 }
 
 func (p *Pipeline) fail(err error) error {

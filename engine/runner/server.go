@@ -228,7 +228,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
 		"rank", s.cfg.Rank, "ranks", s.cfg.Ranks)
 	if s.cfg.Ranks == 1 {
-		s.serve(ctx, &Generator{M: &Local{F: rank}, Tok: tok})
+		s.serve(ctx, &Generator{M: &Local{F: rank, Tok: tok}, Tok: tok})
 		return nil
 	}
 	s.mu.Lock()
@@ -248,7 +248,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 		return nil
 	}
 	st := &Stage{F: rank, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
-		OnTrace: s.cfg.OnStageTrace}
+		OnTrace: s.cfg.OnStageTrace, Tok: tok}
 	s.loop(ctx, func(ctx context.Context) error {
 		err := st.Serve(ctx)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -26,6 +26,9 @@ type Stage struct {
 	// OnTrace gets each traced request's spans when it ends (or when the
 	// pipeline breaks during it, with the error).
 	OnTrace func(traceID string, spans []trace.Span, err error)
+	// Tok is the vocabulary grammars constrain sampling with (the last
+	// rank samples).
+	Tok *model.Tokenizer
 }
 
 // Serve runs until a link breaks or ctx ends; it returns why.
@@ -117,7 +120,13 @@ func (r *stageRun) begin(payload []byte) error {
 	if nlp < 0 || nlp > MaxTopLogprobs {
 		nlp = -1
 	}
-	r.smps[b.Slot] = slotSampler{smp: sample.New(b.Sample), nlp: nlp}
+	if r.last {
+		smp, err := newSlotSampler(b.Sample, b.Grammar, r.s.Tok, nlp)
+		if err != nil {
+			return fmt.Errorf("begin frame for slot %d: %w", b.Slot, err)
+		}
+		r.smps[b.Slot] = smp
+	}
 	ss := &r.slots[b.Slot]
 	ss.traceID = b.TraceID
 	if b.TraceID != "" {

@@ -43,7 +43,24 @@ type Sampler struct {
 	opts Options
 	rng  *rand.Rand
 	cand []cand
+	c    Constraint
+	mask []float32
 }
+
+// Constraint limits which tokens may come next: a grammar
+// (engine/grammar's Matcher).
+type Constraint interface {
+	// Allowed reports whether id may come next.
+	Allowed(id int32) bool
+	// Mask sets the logits of the tokens that may not come next to -Inf;
+	// it fails when no token may.
+	Mask(logits []float32) error
+	// Accept advances past id.
+	Accept(id int32) error
+}
+
+// Constrain makes Next pick only tokens c allows, and tell c each pick.
+func (s *Sampler) Constrain(c Constraint) { s.c = c }
 
 type cand struct {
 	id int32
@@ -57,7 +74,28 @@ func New(o Options) *Sampler {
 
 // Next picks a token from logits (one per vocabulary entry). NaN logits
 // are never picked; if every logit is NaN or -Inf it returns an error.
+// Under a constraint it first draws as usual and keeps the token if the
+// constraint allows it (the common case for a model that follows the
+// format); otherwise it draws again from the masked logits, as
+// llama.cpp's grammar sampler does. logits is left unchanged.
 func (s *Sampler) Next(logits []float32) (int32, error) {
+	id, err := s.next(logits)
+	if err != nil || s.c == nil {
+		return id, err
+	}
+	if !s.c.Allowed(id) {
+		s.mask = append(s.mask[:0], logits...)
+		if err := s.c.Mask(s.mask); err != nil {
+			return 0, err
+		}
+		if id, err = s.next(s.mask); err != nil {
+			return 0, err
+		}
+	}
+	return id, s.c.Accept(id)
+}
+
+func (s *Sampler) next(logits []float32) (int32, error) {
 	if len(logits) == 0 {
 		return 0, fmt.Errorf("no logits")
 	}

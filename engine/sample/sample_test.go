@@ -87,3 +87,41 @@ func TestValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// evenOnly allows even tokens and records what it was told.
+type evenOnly struct{ accepted []int32 }
+
+func (e *evenOnly) Allowed(id int32) bool { return id%2 == 0 }
+func (e *evenOnly) Accept(id int32) error { e.accepted = append(e.accepted, id); return nil }
+func (e *evenOnly) Mask(l []float32) error {
+	for i := range l {
+		if i%2 == 1 {
+			l[i] = float32(math.Inf(-1))
+		}
+	}
+	return nil
+}
+
+// Under a constraint, every pick is allowed (drawn again from the masked
+// logits when the first draw is not), the constraint hears each pick, and
+// the caller's logits are left as they were.
+func TestConstrain(t *testing.T) {
+	logits := []float32{0, 5, 1, 4, 2, 3}
+	for _, temp := range []float64{0, 1} {
+		c := &evenOnly{}
+		s := New(Options{Temperature: temp, Seed: 3})
+		s.Constrain(c)
+		for range 20 {
+			id, err := s.Next(logits)
+			if err != nil || id%2 != 0 {
+				t.Fatalf("temperature %v: %d, %v", temp, id, err)
+			}
+		}
+		if len(c.accepted) != 20 || logits[1] != 5 {
+			t.Errorf("temperature %v: %d accepted, logits %v", temp, len(c.accepted), logits)
+		}
+		if temp == 0 && c.accepted[0] != 4 {
+			t.Errorf("greedy under the constraint picked %d, want 4", c.accepted[0])
+		}
+	}
+}

@@ -3,6 +3,8 @@
 // legacy completions (with logprobs), streamed and not; prints what it saw
 // as JSON. Usage: node chat.mjs BASE_URL MODEL
 import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
+import { z } from 'zod';
 
 const [baseURL, model] = process.argv.slice(2);
 if (!baseURL || !model) {
@@ -55,7 +57,39 @@ for await (const chunk of legacyStream) {
   legacyStreamLogprobs += chunk.choices[0]?.logprobs?.token_logprobs?.length ?? 0;
 }
 
+// Structured output: the SDK's parse() with a zod schema. The model has
+// random weights, so only the grammar makes its answer parse. Every value
+// is bounded (an enum, short strings, an integer) so that it ends.
+const Weather = z.object({
+  city: z.string().max(12),
+  unit: z.enum(['celsius', 'fahrenheit']),
+  days: z.number().int(),
+  tags: z.array(z.string().max(4)).max(2),
+  note: z.string().max(6).nullable(),
+});
+const structured = [];
+for (const seed of [1, 2, 3]) {
+  const parsed = await client.chat.completions.parse({
+    model,
+    messages: [{ role: 'user', content: 'the weather in Oslo, as JSON' }],
+    response_format: zodResponseFormat(Weather, 'weather'),
+    max_tokens: 300, temperature: 1, seed,
+  });
+  const msg = parsed.choices[0].message;
+  structured.push({ content: msg.content, parsed: msg.parsed, finishReason: parsed.choices[0].finish_reason });
+}
+let badSchema = null;
+try {
+  await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'x' }], max_tokens: 4,
+    response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'object', properties: { a: { type: 'string', pattern: '^a' } } } } },
+  });
+} catch (e) {
+  badSchema = { status: e.status, message: e.error?.message ?? String(e) };
+}
+
 console.log(JSON.stringify({
+  structured, badSchema,
   traceId: response.headers.get('x-orrery-trace-id'),
   contentType: response.headers.get('content-type'),
   chunks, text, finishReason, usage,
