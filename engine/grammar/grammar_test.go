@@ -189,6 +189,47 @@ func TestRandomModelEmitsValidJSON(t *testing.T) {
 	}
 }
 
+// A memo that fills up and starts again changes no answer.
+func TestMemoReset(t *testing.T) {
+	v, toks := byteVocab()
+	g := mustCompile(t, `{"type":"object","properties":{"a":{"type":"array","items":{"type":"string","maxLength":3},"maxItems":4},"b":{"type":"integer","minimum":-50,"maximum":5000}},"required":["a","b"]}`)
+	for seed := range uint64(8) {
+		small := NewMatcher(g, v)
+		small.memoStates = 3
+		big := NewMatcher(g, v)
+		rng := rand.New(rand.NewPCG(seed, 9))
+		logits := make([]float32, v.Len())
+		masked := make([]float32, v.Len())
+		for range 300 {
+			for i := range logits {
+				logits[i] = float32(rng.NormFloat64())
+			}
+			copy(masked, logits)
+			if err := small.Mask(logits); err != nil {
+				t.Fatal(err)
+			}
+			if err := big.Mask(masked); err != nil {
+				t.Fatal(err)
+			}
+			best := int32(0)
+			for i := range logits {
+				if math.IsInf(float64(logits[i]), -1) != math.IsInf(float64(masked[i]), -1) {
+					t.Fatalf("seed %d: masks differ at token %d (%q)", seed, i, toks[i])
+				}
+				if logits[i] > logits[best] {
+					best = int32(i)
+				}
+			}
+			if small.Accept(best) != nil || big.Accept(best) != nil {
+				t.Fatalf("seed %d: accept %q", seed, toks[best])
+			}
+			if v.eog(best) {
+				break
+			}
+		}
+	}
+}
+
 func TestToolCallSpec(t *testing.T) {
 	v, toks := byteVocab()
 	g, err := Compile(Spec{Alts: []Alt{

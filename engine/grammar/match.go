@@ -4,28 +4,58 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
+	"strings"
 )
 
 // frame is one entry of a parse stack: the position of the next element
 // to match. Stacks are immutable linked lists, so that the stacks of a
-// state share their tails; nil is the empty stack, which accepts.
+// state share their tails; nil is the empty stack, which accepts. Frames
+// are interned (one per position and tail), so equal stacks are the same
+// pointer.
 type frame struct {
 	pos  int32
+	id   int32
 	next *frame
 }
 
-// Limits on a parse state, so that an ambiguous grammar cannot blow up.
+// state is a set of parse stacks, interned, with the states each byte
+// leads to as they are found: a lazily built automaton, so that a state
+// seen before (the inside of a string, say) costs one lookup per byte.
+type state struct {
+	stacks []*frame
+	next   map[byte]*state
+}
+
+// Limits on a parse state, so that an ambiguous grammar cannot blow up,
+// and on the memo (cleared when full).
 const (
 	maxStacks = 4096
 	maxDepth  = 1024
+	maxStates = 1 << 16
+	maxFrames = 1 << 20
 )
+
+type frameKey struct {
+	pos  int32
+	next *frame
+}
 
 // Matcher is one generation's parse state. It is not safe for concurrent
 // use.
 type Matcher struct {
 	g      *Grammar
 	v      *Vocab
-	stacks []*frame
+	cur    *state
+	dead   *state
+	frames map[frameKey]*frame
+	states map[string]*state
+	// lastID numbers frames; it never restarts, so that a frame made
+	// before a reset of the memo never shares an id with one made after.
+	lastID int32
+	// memoStates bounds the memo (maxStates; tests lower it).
+	memoStates int
 	// scratch for Mask
 	allowed []bool
 }
@@ -33,25 +63,76 @@ type Matcher struct {
 // NewMatcher starts matching g from its start symbol, with the tokens of
 // v.
 func NewMatcher(g *Grammar, v *Vocab) *Matcher {
-	m := &Matcher{g: g, v: v}
-	m.stacks = g.expand(nil, &frame{pos: g.rules[g.root][0]}, 0)
+	m := &Matcher{g: g, v: v, dead: &state{next: map[byte]*state{}}, memoStates: maxStates}
+	m.reset()
+	m.cur = m.intern(m.expand(nil, m.mk(g.rules[g.root][0], nil), 0))
 	return m
+}
+
+// reset empties the memo. States made before stay valid, but the current
+// one forgets where bytes lead, so that the old automaton can be freed.
+func (m *Matcher) reset() {
+	m.frames = map[frameKey]*frame{}
+	m.states = map[string]*state{}
+	if m.cur != nil {
+		m.cur.next = map[byte]*state{}
+	}
+}
+
+// mk is the interned frame (pos, next).
+func (m *Matcher) mk(pos int32, next *frame) *frame {
+	k := frameKey{pos, next}
+	if f := m.frames[k]; f != nil {
+		return f
+	}
+	m.lastID++
+	f := &frame{pos: pos, id: m.lastID, next: next}
+	m.frames[k] = f
+	return f
+}
+
+// intern is the state of stacks (which it may reorder).
+func (m *Matcher) intern(stacks []*frame) *state {
+	if len(stacks) == 0 {
+		return m.dead
+	}
+	slices.SortFunc(stacks, func(a, b *frame) int { return int(fid(a) - fid(b)) })
+	var sb strings.Builder
+	for _, f := range stacks {
+		sb.WriteString(strconv.Itoa(int(fid(f))))
+		sb.WriteByte(',')
+	}
+	k := sb.String()
+	if s := m.states[k]; s != nil {
+		return s
+	}
+	s := &state{stacks: stacks, next: map[byte]*state{}}
+	m.states[k] = s
+	return s
+}
+
+func fid(f *frame) int32 {
+	if f == nil {
+		return 0
+	}
+	return f.id
 }
 
 // expand appends to out the stacks f leads to whose top is a byte set,
 // or the empty stack (nil) where f can end: rule references are replaced
 // by their alternatives, finished alternatives popped.
-func (g *Grammar) expand(out []*frame, f *frame, depth int) []*frame {
+func (m *Matcher) expand(out []*frame, f *frame, depth int) []*frame {
 	if depth > maxDepth || len(out) >= maxStacks {
 		return out
 	}
 	if f == nil {
 		return appendStack(out, nil)
 	}
+	g := m.g
 	e := g.elems[f.pos]
 	switch e.kind {
 	case kEnd:
-		return g.expand(out, f.next, depth+1)
+		return m.expand(out, f.next, depth+1)
 	case kSet:
 		return appendStack(out, f)
 	}
@@ -59,56 +140,53 @@ func (g *Grammar) expand(out []*frame, f *frame, depth int) []*frame {
 	// reference last in its alternative leaves no frame behind).
 	cont := f.next
 	if g.elems[f.pos+1].kind != kEnd {
-		cont = &frame{pos: f.pos + 1, next: f.next}
+		cont = m.mk(f.pos+1, f.next)
 	}
 	for _, a := range g.rules[e.ref] {
-		out = g.expand(out, &frame{pos: a, next: cont}, depth+1)
+		out = m.expand(out, m.mk(a, cont), depth+1)
 	}
 	return out
 }
 
-// appendStack adds f unless an equal stack is there already (same top
-// and same tail: the duplicates an ambiguous grammar makes).
+// appendStack adds f unless it is there already (interning makes equal
+// stacks the same pointer).
 func appendStack(out []*frame, f *frame) []*frame {
-	for _, o := range out {
-		if o == f || o != nil && f != nil && o.pos == f.pos && o.next == f.next {
-			return out
-		}
+	if slices.Contains(out, f) {
+		return out
 	}
 	return append(out, f)
 }
 
-// step advances stacks by byte c.
-func (g *Grammar) step(stacks []*frame, c byte) []*frame {
+// step is the state after byte c.
+func (m *Matcher) step(s *state, c byte) *state {
+	if n, ok := s.next[c]; ok {
+		return n
+	}
+	if len(m.states) > m.memoStates || len(m.frames) > maxFrames {
+		// The memo is full: start it again. States already made stay
+		// valid; they are just no longer shared.
+		m.reset()
+	}
 	var out []*frame
-	for _, f := range stacks {
-		if f == nil || !g.elems[f.pos].set.has(c) {
+	for _, f := range s.stacks {
+		if f == nil || !m.g.elems[f.pos].set.has(c) {
 			continue
 		}
-		next := f.next // the alternative ends: pop
-		if g.elems[f.pos+1].kind != kEnd {
-			next = &frame{pos: f.pos + 1, next: f.next}
-		}
-		out = g.expand(out, next, 0)
+		out = m.expand(out, m.mk(f.pos+1, f.next), 0)
 	}
-	return out
+	n := m.intern(out)
+	s.next[c] = n
+	return n
 }
 
-func accepting(stacks []*frame) bool {
-	for _, f := range stacks {
-		if f == nil {
-			return true
-		}
-	}
-	return false
-}
+func (s *state) accepting() bool { return slices.Contains(s.stacks, nil) }
 
 // Accepting reports whether the output so far is a whole sentence of the
 // grammar (so that generation may end here).
-func (m *Matcher) Accepting() bool { return accepting(m.stacks) }
+func (m *Matcher) Accepting() bool { return m.cur.accepting() }
 
 // Done reports whether the output is complete and nothing may follow.
-func (m *Matcher) Done() bool { return len(m.stacks) == 1 && m.stacks[0] == nil }
+func (m *Matcher) Done() bool { return len(m.cur.stacks) == 1 && m.cur.stacks[0] == nil }
 
 // Allowed reports whether token id may come next.
 func (m *Matcher) Allowed(id int32) bool {
@@ -119,9 +197,9 @@ func (m *Matcher) Allowed(id int32) bool {
 	if len(b) == 0 {
 		return false
 	}
-	st := m.stacks
+	s := m.cur
 	for _, c := range b {
-		if st = m.g.step(st, c); len(st) == 0 {
+		if s = m.step(s, c); s == m.dead {
 			return false
 		}
 	}
@@ -140,7 +218,7 @@ func (m *Matcher) Mask(logits []float32) error {
 	}
 	allowed := m.allowed[:n]
 	clear(allowed)
-	m.v.walk(m.g, m.stacks, allowed)
+	m.walk(0, m.cur, allowed)
 	if m.Accepting() {
 		for _, id := range m.v.eogs {
 			if int(id) < n {
@@ -162,34 +240,53 @@ func (m *Matcher) Mask(logits []float32) error {
 	return nil
 }
 
+// walk marks in allowed every token under trie node at whose bytes keep
+// some stack of s alive.
+func (m *Matcher) walk(at int32, s *state, allowed []bool) {
+	nd := &m.v.nodes[at]
+	for i, c := range nd.keys {
+		ns := m.step(s, c)
+		if ns == m.dead {
+			continue
+		}
+		kid := nd.kids[i]
+		for _, id := range m.v.nodes[kid].ends {
+			if int(id) < len(allowed) {
+				allowed[id] = true
+			}
+		}
+		m.walk(kid, ns, allowed)
+	}
+}
+
 // Accept advances the state past token id, which must be allowed.
 func (m *Matcher) Accept(id int32) error {
 	if m.v.eog(id) {
 		if !m.Accepting() {
 			return fmt.Errorf("grammar: end of generation (token %d) before the output is complete", id)
 		}
-		m.stacks = []*frame{nil}
+		m.cur = m.intern([]*frame{nil})
 		return nil
 	}
-	st := m.stacks
+	s := m.cur
 	for _, c := range m.v.bytes(id) {
-		if st = m.g.step(st, c); len(st) == 0 {
+		if s = m.step(s, c); s == m.dead {
 			return fmt.Errorf("grammar: token %d (%q) does not continue the output", id, m.v.bytes(id))
 		}
 	}
-	m.stacks = st
+	m.cur = s
 	return nil
 }
 
 // AcceptText advances the state past s (text already in the output, such
 // as a forced prefix).
 func (m *Matcher) AcceptText(s string) error {
-	st := m.stacks
+	st := m.cur
 	for i := range len(s) {
-		if st = m.g.step(st, s[i]); len(st) == 0 {
+		if st = m.step(st, s[i]); st == m.dead {
 			return fmt.Errorf("grammar: %q does not match at byte %d", s, i)
 		}
 	}
-	m.stacks = st
+	m.cur = st
 	return nil
 }

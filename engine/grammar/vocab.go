@@ -77,25 +77,3 @@ func (v *Vocab) bytes(id int32) []byte {
 	}
 	return v.toks[id]
 }
-
-// walk marks in allowed every token whose bytes keep some stack alive.
-func (v *Vocab) walk(g *Grammar, stacks []*frame, allowed []bool) {
-	v.walkFrom(0, g, stacks, allowed)
-}
-
-func (v *Vocab) walkFrom(at int32, g *Grammar, stacks []*frame, allowed []bool) {
-	nd := &v.nodes[at]
-	for i, c := range nd.keys {
-		st := g.step(stacks, c)
-		if len(st) == 0 {
-			continue
-		}
-		kid := nd.kids[i]
-		for _, id := range v.nodes[kid].ends {
-			if int(id) < len(allowed) {
-				allowed[id] = true
-			}
-		}
-		v.walkFrom(kid, g, st, allowed)
-	}
-}
