@@ -11,7 +11,9 @@ log=test-output/conformance.txt
 rc=0
 pkgs=("$@")
 ((${#pkgs[@]})) || pkgs=(./engine/conformance/ ./engine/vocab/ ./engine/chattmpl/)
-go test -count=1 -v "${pkgs[@]}" 2>&1 | grep -v -e '^time=' -e ' INFO ' >"$log" || rc=$?
+# 25 minutes: the conformance package alone takes about 8 on two cores, close to
+# go test's default of 10.
+go test -count=1 -timeout 25m -v "${pkgs[@]}" 2>&1 | grep -v -e '^time=' -e ' INFO ' >"$log" || rc=$?
 grep -E -e '^(--- |ok|FAIL|PASS|panic)' -e '^ +\|' -e '_test\.go:[0-9]+: ' "$log" || true
 if [[ $rc -ne 0 ]]; then
 	echo "conformance: failed; the whole log is in $log" >&2

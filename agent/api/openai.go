@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -64,16 +65,35 @@ type chatRequest struct {
 	TopLogprobs *int `json:"top_logprobs"`
 	// ResponseFormat asks for JSON (format.go).
 	ResponseFormat *responseFormat `json:"response_format"`
+	// Tools, ToolChoice and ParallelToolCalls are OpenAI's (tools.go).
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	// Template arguments: llama.cpp's chat_template_kwargs, and
+	// reasoning_effort and enable_thinking.
+	ChatTemplateKwargs map[string]any `json:"chat_template_kwargs"`
+	ReasoningEffort    string         `json:"reasoning_effort"`
+	EnableThinking     *bool          `json:"enable_thinking"`
 }
 
 type chatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// An assistant's calls, and which call a tool message answers.
+	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+	Name       string         `json:"name,omitempty"`
 }
 
 // text is a message's content: a string, or an array of parts whose text
 // parts are joined (other part types are refused).
 func (m chatMessage) text() (string, error) {
+	if len(m.Content) == 0 || string(m.Content) == "null" {
+		if m.Role == "assistant" {
+			return "", nil // an assistant turn of calls only
+		}
+		return "", errors.New("content is required")
+	}
 	var s string
 	if err := json.Unmarshal(m.Content, &s); err == nil {
 		return s, nil
@@ -126,7 +146,11 @@ func (c *chatRequest) toRunner() (runner.Request, error) {
 		if role == "developer" {
 			role = "system"
 		}
-		req.Messages = append(req.Messages, model.Message{Role: role, Content: t})
+		msg := model.Message{Role: role, Content: t}
+		if err := m.toolFields(&msg); err != nil {
+			return req, fmt.Errorf("messages[%d].%v", i, err)
+		}
+		req.Messages = append(req.Messages, msg)
 	}
 	switch {
 	case c.MaxCompletionTokens != nil:
@@ -154,6 +178,10 @@ func (c *chatRequest) toRunner() (runner.Request, error) {
 	if req.Grammar, err = c.ResponseFormat.grammar(); err != nil {
 		return req, err
 	}
+	if err := c.applyTools(&req); err != nil {
+		return req, err
+	}
+	req.ChatKwargs = c.chatKwargs()
 	if err := req.Validate(); err != nil {
 		return req, err
 	}
@@ -331,40 +359,62 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	defer c.release()
 	ctx, untrack := s.running.track(r.Context(), c.id)
 	defer untrack()
-	req := c.req
-
 	if !cr.Stream {
-		if err := s.awaitLoad(ctx, nil, c.instanceID); err != nil {
-			inferenceError(w, cancelled(ctx, c.id, err))
-			return
-		}
-		var text strings.Builder
-		var lps []chatLogprob
-		done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
-			text.WriteString(p.Text)
-			if req.Logprobs && p.Logprobs != nil {
-				lps = append(lps, chatLogprobOf(p.Logprobs))
-			}
-			return nil
-		})
-		if err != nil {
-			inferenceError(w, cancelled(ctx, c.id, err))
-			return
-		}
-		choice := map[string]any{"index": 0, "finish_reason": done.FinishReason,
-			"message": map[string]any{"role": "assistant", "content": text.String()}}
-		if req.Logprobs {
-			if lps == nil {
-				lps = []chatLogprob{}
-			}
-			choice["logprobs"] = map[string]any{"content": lps}
-		}
-		writeJSON(w, http.StatusOK, c.answer("chat.completion", choice, map[string]any{"usage": usageOf(done), "orrery": s.ext(&c, done)}))
+		s.chatOnce(ctx, w, &c)
 		return
 	}
+	s.chatStream(ctx, w, &c)
+}
 
-	// Streaming: the first chunk (the assistant's role) waits for the
-	// first token.
+// chatOnce answers a chat completion in one response.
+func (s *Server) chatOnce(ctx context.Context, w http.ResponseWriter, c *completionRun) {
+	req := c.req
+	if err := s.awaitLoad(ctx, nil, c.instanceID); err != nil {
+		inferenceError(w, cancelled(ctx, c.id, err))
+		return
+	}
+	var text, reasoning strings.Builder
+	var lps []chatLogprob
+	var calls []any
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
+		text.WriteString(p.Text)
+		reasoning.WriteString(p.Reasoning)
+		for _, call := range p.Calls {
+			calls = append(calls, openAICall(c.id, call))
+		}
+		if req.Logprobs && p.Logprobs != nil {
+			lps = append(lps, chatLogprobOf(p.Logprobs))
+		}
+		return nil
+	})
+	if err != nil {
+		inferenceError(w, cancelled(ctx, c.id, err))
+		return
+	}
+	msg := map[string]any{"role": "assistant", "content": text.String()}
+	if reasoning.Len() > 0 {
+		msg["reasoning_content"] = reasoning.String()
+	}
+	if len(calls) > 0 {
+		msg["tool_calls"] = calls
+		if text.Len() == 0 {
+			msg["content"] = nil // as OpenAI answers a call
+		}
+	}
+	choice := map[string]any{"index": 0, "finish_reason": finishReason(done, len(calls) > 0), "message": msg}
+	if req.Logprobs {
+		if lps == nil {
+			lps = []chatLogprob{}
+		}
+		choice["logprobs"] = map[string]any{"content": lps}
+	}
+	writeJSON(w, http.StatusOK, c.answer("chat.completion", choice, map[string]any{"usage": usageOf(done), "orrery": s.ext(c, done)}))
+}
+
+// chatStream streams a chat completion: the first chunk (the assistant's
+// role) waits for the first token.
+func (s *Server) chatStream(ctx context.Context, w http.ResponseWriter, c *completionRun) {
+	req := c.req
 	st := newEventStream(w)
 	chunk := func(delta map[string]any, finish any, extra map[string]any, lp ...chatLogprob) error {
 		choice := map[string]any{"index": 0, "delta": delta, "finish_reason": finish}
@@ -378,9 +428,23 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 		st.fail(cancelled(ctx, c.id, err))
 		return
 	}
+	called := false
 	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
 		if err := st.begin(); err != nil {
 			return err
+		}
+		if p.Reasoning != "" {
+			if err := chunk(map[string]any{"reasoning_content": p.Reasoning}, nil, nil); err != nil {
+				return err
+			}
+		}
+		for _, call := range p.Calls {
+			called = true
+			for _, d := range toolCallDeltas(c.id, call) {
+				if err := chunk(d, nil, nil); err != nil {
+					return err
+				}
+			}
 		}
 		if req.Logprobs && p.Logprobs != nil {
 			return chunk(map[string]any{"content": p.Text}, nil, nil, chatLogprobOf(p.Logprobs))
@@ -397,7 +461,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request, forward
 	if err := st.begin(); err != nil {
 		return
 	}
-	chunk(map[string]any{}, done.FinishReason, map[string]any{"usage": usageOf(done), "orrery": s.ext(&c, done)})
+	chunk(map[string]any{}, finishReason(done, called), map[string]any{"usage": usageOf(done), "orrery": s.ext(c, done)})
 	st.done()
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -16,6 +17,7 @@ func FuzzChatRequest(f *testing.F) {
 	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"}],"n":2,"max_tokens":-1}`)
 	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"w","schema":{"type":"object","properties":{"a":{"enum":[1,2]}},"required":["a"]}}}}`)
 	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`)
+	f.Add(`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}}}}],"tool_choice":"required"}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		var cr chatRequest
 		if json.Unmarshal([]byte(body), &cr) != nil {
@@ -44,7 +46,7 @@ func FuzzChatRequest(f *testing.F) {
 			t.Fatalf("round trip: %+v vs %+v (%v)", req2, req, err)
 		}
 		for i := range req.Messages {
-			if req.Messages[i] != req2.Messages[i] {
+			if !reflect.DeepEqual(req.Messages[i], req2.Messages[i]) {
 				t.Fatalf("message %d: %+v vs %+v", i, req.Messages[i], req2.Messages[i])
 			}
 		}

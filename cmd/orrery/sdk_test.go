@@ -27,7 +27,7 @@ func TestOpenAISDK(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	modelID := genModel(t, bin, dir, "tiny-sdk", "--preset", "tiny")
+	modelID := genModel(t, bin, dir, "tiny-sdk", "--preset", "tiny", "--ctx", "2048") // room for the tools in the prompt
 	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	if code, body, err := p.post("/instance", `{"model":"`+modelID+`"}`); err != nil || code != http.StatusCreated {
@@ -83,6 +83,7 @@ func TestOpenAISDK(t *testing.T) {
 			Status  int    `json:"status"`
 			Message string `json:"message"`
 		} `json:"badSchema"`
+		Tools sdkTools `json:"tools"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("sdk output %s: %v", out, err)
@@ -128,8 +129,81 @@ func TestOpenAISDK(t *testing.T) {
 	if b := got.BadSchema; b == nil || b.Status != http.StatusBadRequest || !strings.Contains(b.Message, "/properties/a/pattern") {
 		t.Errorf("a schema with a pattern: %+v, want a 400 naming /properties/a/pattern", b)
 	}
+	checkSDKTools(t, got.Tools)
 	poll(t, p, 10*time.Second, "the streamed request's trace", func() (bool, string) {
 		code, body, _ := p.get("/v1/traces/" + got.TraceID)
 		return code == http.StatusOK, string(body)
 	})
+}
+
+// sdkTools is what chat.mjs saw of tool calls.
+type sdkTools struct {
+	Forced struct {
+		Message struct {
+			Content   *string `json:"content"`
+			ToolCalls []struct {
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finishReason"`
+	} `json:"forced"`
+	RoundTrip struct {
+		FinishReason       string `json:"finishReason"`
+		PromptTokens       int    `json:"promptTokens"`
+		ForcedPromptTokens int    `json:"forcedPromptTokens"`
+	} `json:"roundTrip"`
+	Stream struct {
+		Calls []struct {
+			ID, Name, Arguments string
+		} `json:"calls"`
+		FinishReason string `json:"finishReason"`
+	} `json:"stream"`
+	Named []string `json:"named"`
+}
+
+// checkSDKTools: the forced calls name a tool with arguments of its
+// schema, in one answer and streamed; the call sent back with its result
+// renders into a longer prompt and is answered; a named tool_choice calls
+// that tool.
+func checkSDKTools(t *testing.T, got sdkTools) {
+	t.Helper()
+	weather := func(what, name, args string) {
+		var a struct {
+			City *string `json:"city"`
+			Unit string  `json:"unit"`
+		}
+		dec := json.NewDecoder(strings.NewReader(args))
+		dec.DisallowUnknownFields()
+		if name != "get_weather" && name != "get_time" {
+			t.Errorf("%s: called %q", what, name)
+		}
+		if name == "get_weather" && (dec.Decode(&a) != nil || a.City == nil || len([]rune(*a.City)) > 10 || (a.Unit != "c" && a.Unit != "f")) {
+			t.Errorf("%s: arguments %q break the schema", what, args)
+		}
+	}
+	f := got.Forced
+	if len(f.Message.ToolCalls) != 1 || f.FinishReason != "tool_calls" || f.Message.Content != nil || f.Message.ToolCalls[0].Type != "function" ||
+		!strings.HasPrefix(f.Message.ToolCalls[0].ID, "call_") {
+		t.Errorf("forced call: %+v", f)
+	} else {
+		weather("forced call", f.Message.ToolCalls[0].Function.Name, f.Message.ToolCalls[0].Function.Arguments)
+	}
+	if rt := got.RoundTrip; rt.FinishReason == "" || rt.PromptTokens <= rt.ForcedPromptTokens {
+		t.Errorf("round trip with the call and its result: %+v", rt)
+	}
+	s := got.Stream
+	if len(s.Calls) == 0 || s.FinishReason != "tool_calls" {
+		t.Errorf("streamed call: %+v", s)
+	}
+	for _, c := range s.Calls {
+		weather("streamed call", c.Name, c.Arguments)
+	}
+	if len(got.Named) != 1 || got.Named[0] != "get_time" {
+		t.Errorf("tool_choice get_time called %v", got.Named)
+	}
 }

@@ -59,6 +59,8 @@ func TestSchemaAcceptsAndRejects(t *testing.T) {
 				`{"name":"x","age":1,"tags":["c"]}`, `{"name":"x","age":1,"tags":["a","a","a"]}`, `{"name":"x","age":1,"zz":1}`,
 				`{"name":"x","age":1}  `, `{"name":"a` + "\x01" + `","age":1}`, `{"name":"` + "\xff" + `","age":1}`}},
 		{`{"type":"object"}`, []string{`{}`, `{"a":[1,{"b":null}],"c":"d"}`}, []string{`[]`, `{"a"}`, `{"a":1,}`}},
+		{`{"type":"object","properties":{}}`, []string{`{}`, `{ }`}, []string{`{"a":1}`}},
+		{`{"type":"object","properties":{},"additionalProperties":{"type":"integer"}}`, []string{`{}`, `{"a":1}`}, []string{`{"a":"x"}`}},
 		{`{"type":"number"}`, []string{`0`, `-1.5e+10`, `3.25E2`}, []string{`.5`, `1.`, `+1`, `01`, `1e`}},
 		{`{"const":{"k":[1,"x"]}}`, []string{`{"k":[1,"x"]}`}, []string{`{"k":[1,"y"]}`}},
 		{`{"anyOf":[{"type":"boolean"},{"$ref":"#/$defs/n"}],"$defs":{"n":{"type":"null"}}}`, []string{`true`, `null`}, []string{`1`}},

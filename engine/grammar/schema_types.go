@@ -326,6 +326,13 @@ func (c *schemaCompiler) object(s *object, ptr string) (seq, error) {
 	if props != nil && !isObj {
 		return nil, c.fail(ptr+"/properties", "want an object")
 	}
+	if po != nil && len(po.keys) == 0 && !hasAddl {
+		// properties: {} lists no keys, and other keys are not
+		// generated beside listed ones: the empty object (a tool without
+		// arguments).
+		ws, err := c.ws()
+		return cat(c.b.lit("{"), ws, c.b.lit("}")), err
+	}
 	if po == nil || len(po.keys) == 0 {
 		val, err := c.anyValue()
 		if hasAddl {

@@ -167,8 +167,33 @@ func expertsBySize(o *GenOptions, mid, large [3]int) {
 	o.Experts, o.ExpertsUsed, o.ExpertFFDim = e[0], e[1], e[2]
 }
 
-// ChatMLTemplate is the chat template written into generated models.
-const ChatMLTemplate = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+// ChatMLTemplate is the chat template written into generated models:
+// ChatML, with tools in Qwen 2.5's Hermes convention (a <tools> list in the
+// system turn, calls as <tool_call> JSON, results as <tool_response> in a
+// user turn). Without tools it renders plain ChatML.
+const ChatMLTemplate = `{%- if tools %}
+{{- '<|im_start|>system\n' }}
+{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] }}{%- else %}{{- 'You are a helpful assistant.' }}{%- endif %}
+{{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+{%- for tool in tools %}{{- "\n" }}{{- tool | tojson }}{%- endfor %}
+{{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- endif %}
+{%- for message in messages %}
+{%- if message.role == 'system' and tools %}
+{%- elif message.role == 'assistant' and message.tool_calls %}
+{{- '<|im_start|>assistant\n' + (message.content or '') }}
+{%- for tc in message.tool_calls %}
+{%- if tc.function %}{%- set tc = tc.function %}{%- endif %}
+{{- '\n<tool_call>\n{"name": "' + tc.name + '", "arguments": ' + (tc.arguments | tojson) + '}\n</tool_call>' }}
+{%- endfor %}
+{{- '<|im_end|>\n' }}
+{%- elif message.role == 'tool' %}
+{{- '<|im_start|>user\n<tool_response>\n' + message.content + '\n</tool_response><|im_end|>\n' }}
+{%- else %}
+{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}`
 
 // Special token ids of generated models.
 const (

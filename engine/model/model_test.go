@@ -112,7 +112,7 @@ func TestTokenizerAndTemplate(t *testing.T) {
 	if len(ids) > 7 { // 11 bytes
 		t.Errorf("hello world took %d tokens: %v (pieces not used)", len(ids), ids)
 	}
-	prompt, err := tok.Chat([]Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}})
+	prompt, err := tok.Chat([]Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}, ChatOptions{})
 	want := "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 	if err != nil || prompt != want {
 		t.Errorf("chat = %q, %v", prompt, err)

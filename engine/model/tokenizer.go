@@ -1,20 +1,52 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 
+	"github.com/orrery-cluster/orrery/engine/chatfmt"
 	"github.com/orrery-cluster/orrery/engine/chattmpl"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/vocab"
 )
 
-// Message is one chat message.
+// Message is one chat message, in the shape chat templates read
+// (OpenAI's, with tool calls' arguments as objects).
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// ToolCalls are an assistant's calls; ToolCallID and Name say which
+	// call a "tool" message answers.
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Name       string     `json:"name,omitempty"`
+	// Reasoning is an assistant turn's reasoning, for templates that
+	// print it (reasoning_content).
+	Reasoning string `json:"reasoning_content,omitempty"`
+}
+
+// ToolCall is one call in an assistant message.
+type ToolCall struct {
+	ID       string           `json:"id,omitempty"`
+	Type     string           `json:"type"`
+	Function ToolCallFunction `json:"function"`
+}
+
+// ToolCallFunction names the tool and its arguments: a JSON object, as
+// templates print it with tojson.
+type ToolCallFunction struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// ChatOptions are the template's other inputs: the tools (OpenAI's tools
+// array) and keyword arguments such as enable_thinking.
+type ChatOptions struct {
+	Tools  json.RawMessage
+	Kwargs map[string]any
 }
 
 // Tokenizer encodes and decodes text with a model's vocabulary (from its
@@ -24,6 +56,10 @@ type Tokenizer struct {
 	v        *vocab.Vocab
 	template *chattmpl.Template
 	bos, eos string
+	// format and thinks are the template's tool-call and reasoning
+	// conventions.
+	format chatfmt.Format
+	thinks bool
 
 	grammarOnce  sync.Once
 	grammarVocab *grammar.Vocab
@@ -46,6 +82,7 @@ func NewTokenizer(f *gguf.File) (*Tokenizer, error) {
 			return nil, fmt.Errorf("chat template: %w", err)
 		}
 		t.template = tmpl
+		t.format, t.thinks = chatfmt.Detect(src)
 	}
 	return t, nil
 }
@@ -93,10 +130,14 @@ func (t *Tokenizer) EndsGeneration(id int32) bool { return t.v.EndsGeneration(id
 // VocabSize is the number of tokens.
 func (t *Tokenizer) VocabSize() int { return t.v.Len() }
 
+// ChatFormat is how the model's template writes tool calls, and whether
+// it writes reasoning in <think> blocks.
+func (t *Tokenizer) ChatFormat() (chatfmt.Format, bool) { return t.format, t.thinks }
+
 // Chat renders messages with the model's chat template, ending with the
 // assistant's turn opened. A model without a template gets the messages
 // joined by newlines.
-func (t *Tokenizer) Chat(msgs []Message) (string, error) {
+func (t *Tokenizer) Chat(msgs []Message, o ChatOptions) (string, error) {
 	if t.template == nil {
 		var b strings.Builder
 		for _, m := range msgs {
@@ -105,11 +146,25 @@ func (t *Tokenizer) Chat(msgs []Message) (string, error) {
 		}
 		return b.String(), nil
 	}
-	ms := make([]chattmpl.Message, len(msgs))
-	for i, m := range msgs {
-		ms[i] = chattmpl.Message{Role: m.Role, Content: m.Content}
+	vars := chattmpl.Context(nil, true, t.bos, t.eos)
+	// Through JSON, so that templates see objects with their keys in
+	// order, as Hugging Face passes them.
+	raw, err := json.Marshal(msgs)
+	if err != nil {
+		return "", fmt.Errorf("chat messages: %w", err)
 	}
-	out, err := t.template.Render(chattmpl.Context(ms, true, t.bos, t.eos))
+	if vars["messages"], err = chattmpl.DecodeJSON(raw); err != nil {
+		return "", fmt.Errorf("chat messages: %w", err)
+	}
+	if len(o.Tools) > 0 {
+		if vars["tools"], err = chattmpl.DecodeJSON(o.Tools); err != nil {
+			return "", fmt.Errorf("tools: %w", err)
+		}
+	}
+	for k, v := range o.Kwargs {
+		vars[k] = chattmpl.FromGo(v)
+	}
+	out, err := t.template.Render(vars)
 	if err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
 	}

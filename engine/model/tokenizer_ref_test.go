@@ -21,7 +21,7 @@ func TestGeneratedVocabMatchesLlamaCpp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt, err := tok.Chat([]Message{{Role: "system", Content: "You are a cluster."}, {Role: "user", Content: "hello Äpfel  world\n\n42 !!"}})
+	prompt, err := tok.Chat([]Message{{Role: "system", Content: "You are a cluster."}, {Role: "user", Content: "hello Äpfel  world\n\n42 !!"}}, ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

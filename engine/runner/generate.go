@@ -2,12 +2,14 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/chatfmt"
 	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/sample"
@@ -70,6 +72,20 @@ type Request struct {
 	// Grammar constrains the output (structured output, forced tool
 	// calls); the rank that samples compiles and enforces it.
 	Grammar *grammar.Spec `json:"grammar,omitempty"`
+	// Tools (OpenAI's tools array) go to the chat template, and the
+	// output is parsed for calls in the model's format. ToolChoice is
+	// "auto" (or empty), "none" (no tools shown, none parsed), "required"
+	// (a call forced by grammar) or a tool's name (that tool's call
+	// forced); ParallelToolCalls lets a forced answer hold several calls.
+	Tools             json.RawMessage `json:"tools,omitempty"`
+	ToolChoice        string          `json:"toolChoice,omitempty"`
+	ParallelToolCalls bool            `json:"parallelToolCalls,omitempty"`
+	// ChatKwargs are the template's keyword arguments (enable_thinking,
+	// reasoning_effort).
+	ChatKwargs map[string]any `json:"chatKwargs,omitempty"`
+
+	// parse is how rank 0 splits the output (Prepare sets it).
+	parse chatfmt.Options
 }
 
 // Validate checks the parameters that do not need the model.
@@ -121,6 +137,10 @@ type Piece struct {
 	Logprobs *Logprobs `json:"logprobs,omitempty"`
 	// Echo marks the piece holding the prompt's text (Request.Echo).
 	Echo bool `json:"echo,omitempty"`
+	// Reasoning and Calls are what the output parser (chatfmt) took out
+	// of the text: reasoning, and tool calls, each whole once it parses.
+	Reasoning string         `json:"reasoning,omitempty"`
+	Calls     []chatfmt.Call `json:"calls,omitempty"`
 }
 
 // Result is how a completion ended and what it cost.
@@ -185,8 +205,8 @@ func (g *Generator) Prepare(req *Request) ([]int32, error) {
 	text := req.Prompt
 	if len(req.Messages) > 0 {
 		var err error
-		if text, err = g.Tok.Chat(req.Messages); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		if text, err = g.chat(req); err != nil {
+			return nil, err
 		}
 	}
 	ids, err := g.Tok.Encode(text, true)

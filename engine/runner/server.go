@@ -508,7 +508,11 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	// Every token is sent, with empty text while text is held back, so
 	// that the client can count and time tokens.
 	job := sched.Submit(r.Context(), &req.Request, prompt, req.TraceID, rec)
-	res, err := job.Wait(func(p Piece) error { return send(StreamMsg{Piece: &p}) })
+	out := newPieceParser(req.parse, func(p *Piece) error { return send(StreamMsg{Piece: p}) })
+	res, err := job.Wait(out.emit)
+	if err == nil {
+		out.flush()
+	}
 	done := &Done{Result: res, Spans: rec.Drain(0), QueueNs: job.QueueNs()}
 	if err != nil {
 		if r.Context().Err() == nil {

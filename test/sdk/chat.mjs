@@ -78,6 +78,49 @@ for (const seed of [1, 2, 3]) {
   const msg = parsed.choices[0].message;
   structured.push({ content: msg.content, parsed: msg.parsed, finishReason: parsed.choices[0].finish_reason });
 }
+// Tools: a forced call (tool_choice "required"), its result sent back,
+// a streamed call, and a named one. Random weights again: the grammar
+// makes the calls, the chat template renders them back.
+const tools = [
+  { type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, unit: { type: 'string', enum: ['c', 'f'] } },
+      required: ['city', 'unit'], additionalProperties: false } } },
+  { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } },
+];
+const ask = [{ role: 'user', content: 'what is the weather in Oslo?' }];
+const forced = await client.chat.completions.create({
+  model, messages: ask, tools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 200, temperature: 1, seed: 4,
+});
+const call = forced.choices[0].message.tool_calls?.[0];
+const roundTrip = await client.chat.completions.create({
+  model, tools, max_tokens: 6, temperature: 0,
+  messages: [...ask, forced.choices[0].message, { role: 'tool', tool_call_id: call?.id ?? 'x', content: '{"temp": 3}' }],
+});
+const streamCalls = {};
+let streamFinish = null;
+const callStream = await client.chat.completions.create({
+  model, messages: ask, tools, tool_choice: 'required', parallel_tool_calls: false, max_tokens: 200, temperature: 1, seed: 5, stream: true,
+});
+for await (const chunk of callStream) {
+  const ch = chunk.choices[0];
+  for (const tc of ch?.delta?.tool_calls ?? []) {
+    const acc = (streamCalls[tc.index] ??= { id: '', name: '', arguments: '' });
+    if (tc.id) acc.id = tc.id;
+    if (tc.function?.name) acc.name += tc.function.name;
+    if (tc.function?.arguments) acc.arguments += tc.function.arguments;
+  }
+  if (ch?.finish_reason) streamFinish = ch.finish_reason;
+}
+const named = await client.chat.completions.create({
+  model, messages: ask, tools, tool_choice: { type: 'function', function: { name: 'get_time' } }, max_tokens: 100, temperature: 1, seed: 6,
+});
+const toolResults = {
+  forced: { message: forced.choices[0].message, finishReason: forced.choices[0].finish_reason },
+  roundTrip: { finishReason: roundTrip.choices[0].finish_reason, promptTokens: roundTrip.usage.prompt_tokens, forcedPromptTokens: forced.usage.prompt_tokens },
+  stream: { calls: Object.values(streamCalls), finishReason: streamFinish },
+  named: named.choices[0].message.tool_calls?.map((c) => c.function.name) ?? [],
+};
+
 let badSchema = null;
 try {
   await client.chat.completions.create({
@@ -89,7 +132,7 @@ try {
 }
 
 console.log(JSON.stringify({
-  structured, badSchema,
+  structured, badSchema, tools: toolResults,
   traceId: response.headers.get('x-orrery-trace-id'),
   contentType: response.headers.get('content-type'),
   chunks, text, finishReason, usage,

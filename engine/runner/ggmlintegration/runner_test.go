@@ -94,7 +94,7 @@ func TestGreedyMatchesReference(t *testing.T) {
 
 	// The reference, fed the same prompt, picks the same tokens.
 	_, tok := tokenizerOf(t, path)
-	prompt, err := tok.Chat(req.Messages)
+	prompt, err := tok.Chat(req.Messages, model.ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

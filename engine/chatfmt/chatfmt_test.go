@@ -1,0 +1,156 @@
+package chatfmt
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// run feeds s to a parser in the given pieces and sums what comes out.
+func run(o Options, pieces []string) Delta {
+	p := NewParser(o)
+	var d Delta
+	for _, s := range pieces {
+		d.add(p.Add(s))
+	}
+	d.add(p.Flush())
+	return d
+}
+
+// splits are s whole, byte by byte, and cut at random points.
+func splits(s string, rng *rand.Rand) [][]string {
+	out := [][]string{{s}}
+	var bytes []string
+	for i := range len(s) {
+		bytes = append(bytes, s[i:i+1])
+	}
+	out = append(out, bytes)
+	for range 5 {
+		var ps []string
+		rest := s
+		for rest != "" {
+			n := 1 + rng.IntN(min(len(rest), 7))
+			ps = append(ps, rest[:n])
+			rest = rest[n:]
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+func TestParser(t *testing.T) {
+	hermes := Options{Format: Hermes, Tools: true}
+	llama := Options{Format: Llama3, Tools: true}
+	think := Options{Think: true}
+	tests := []struct {
+		name string
+		o    Options
+		out  string
+		want Delta
+	}{
+		{"hermes call after text", hermes, "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>",
+			Delta{Content: "Let me check.\n", Calls: []Call{{0, "get_weather", `{"city":"Oslo","days":2}`}}}},
+		{"hermes two calls", hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": \"{\\\"x\\\": [1]}\"}\n</tool_call>",
+			Delta{Calls: []Call{{0, "a", `{}`}, {1, "b", `{"x":[1]}`}}}},
+		{"hermes malformed stays text", hermes, "a <tool_call>{\"name\": oops}</tool_call> b",
+			Delta{Content: "a <tool_call>{\"name\": oops}</tool_call> b"}},
+		{"hermes unclosed but whole", hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"<\"}}",
+			Delta{Calls: []Call{{0, "f", `{"q":"\u003c"}`}}}},
+		{"hermes unclosed and cut", hermes, "<tool_call>\n{\"name\": \"f\", \"argu",
+			Delta{Content: "<tool_call>\n{\"name\": \"f\", \"argu"}},
+		{"hermes marker lookalike", hermes, "x <tool y <tool_cal z", Delta{Content: "x <tool y <tool_cal z"}},
+		{"no tools: calls are text", Options{Format: Hermes}, "<tool_call>{\"name\": \"f\"}</tool_call>",
+			Delta{Content: "<tool_call>{\"name\": \"f\"}</tool_call>"}},
+		{"think", think, "<think>\nhmm, 2 < 3\n</think>\n\nThe answer.", Delta{Reasoning: "\nhmm, 2 < 3\n", Content: "The answer."}},
+		{"think opened by the prompt", Options{Think: true, InThink: true}, "hmm</think>Yes", Delta{Reasoning: "hmm", Content: "Yes"}},
+		{"think never closed", think, "<think>still going", Delta{Reasoning: "still going"}},
+		{"think then call", Options{Format: Hermes, Tools: true, Think: true}, "<think>call f</think>\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+			Delta{Reasoning: "call f", Calls: []Call{{0, "f", `{}`}}}},
+		{"llama3 call", llama, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+			Delta{Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}}}},
+		{"llama3 two calls", llama, "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"k\": 1}}",
+			Delta{Calls: []Call{{0, "a", `{}`}, {1, "b", `{"k":1}`}}}},
+		{"llama3 text", llama, "Hello {there}", Delta{Content: "Hello {there}"}},
+		{"llama3 json that is no call", llama, "{\"answer\": 42}", Delta{Content: "{\"answer\": 42}"}},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range tests {
+		for _, ps := range splits(tc.out, rng) {
+			got := run(tc.o, ps)
+			if got.Content != tc.want.Content || got.Reasoning != tc.want.Reasoning || !reflect.DeepEqual(got.Calls, tc.want.Calls) {
+				t.Errorf("%s, in %d pieces: %+v, want %+v", tc.name, len(ps), got, tc.want)
+				break
+			}
+		}
+	}
+}
+
+func TestDetect(t *testing.T) {
+	for _, tc := range []struct {
+		src    string
+		f      Format
+		thinks bool
+	}{
+		{"{% if tools %}<tool_call>{% endif %}<think>", Hermes, true},
+		{"<|start_header_id|>{% if tools %}ipython{% endif %}", Llama3, false},
+		{"<|im_start|>", Plain, false},
+	} {
+		if f, th := Detect(tc.src); f != tc.f || th != tc.thinks {
+			t.Errorf("%q: %q %v", tc.src, f, th)
+		}
+	}
+	o := OptionsFor(Hermes, true, true, "<|im_start|>assistant\n<think>\n")
+	if !o.InThink || !o.Tools {
+		t.Errorf("a prompt ending in <think>: %+v", o)
+	}
+	if o := OptionsFor(Hermes, true, false, "<think>\n\n</think>\n\n"); o.InThink || o.Tools {
+		t.Errorf("a closed think block: %+v", o)
+	}
+}
+
+func TestCallGrammar(t *testing.T) {
+	tools := []Tool{{Name: "get_weather", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)},
+		{Name: `q"x`}}
+	for _, f := range []Format{Hermes, Llama3} {
+		spec, err := f.CallGrammar(tools, true)
+		if err != nil || len(spec.Alts) != 2 || !strings.Contains(spec.Alts[1].Prefix, `"q\"x"`) {
+			t.Errorf("%s: %+v %v", f, spec, err)
+		}
+	}
+	if _, err := Plain.CallGrammar(tools, false); err != ErrNoCallSyntax {
+		t.Errorf("plain: %v", err)
+	}
+	bad := []Tool{{Name: "f", Parameters: json.RawMessage(`{"type":"object","properties":{"a":{"type":"string","pattern":"x"}}}`)}}
+	if _, err := Hermes.CallGrammar(bad, false); err == nil || !strings.Contains(err.Error(), "tools[0] (f) parameters: json schema at /properties/a/pattern") {
+		t.Errorf("pattern: %v", err)
+	}
+}
+
+// Whatever the output and however it is cut, streaming gives what one
+// piece gives, nothing is lost (content, reasoning and call text account
+// for every non-space byte), and nothing panics.
+func FuzzParser(f *testing.F) {
+	f.Add("a<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call><think>x</think>y", uint8(3), uint8(0))
+	f.Add(" {\"name\": \"f\", \"parameters\": {}}; {", uint8(2), uint8(1))
+	f.Add("<think><tool_call></think>", uint8(1), uint8(2))
+	f.Fuzz(func(t *testing.T, s string, cut, kind uint8) {
+		o := []Options{{Format: Hermes, Tools: true, Think: true}, {Format: Llama3, Tools: true}, {Think: true, InThink: true}}[int(kind)%3]
+		whole := run(o, []string{s})
+		var ps []string
+		step := 1 + int(cut)%9
+		for i := 0; i < len(s); i += step {
+			ps = append(ps, s[i:min(i+step, len(s))])
+		}
+		got := run(o, ps)
+		if got.Content != whole.Content || got.Reasoning != whole.Reasoning || !reflect.DeepEqual(got.Calls, whole.Calls) {
+			t.Fatalf("%q in pieces of %d: %+v, whole: %+v", s, step, got, whole)
+		}
+		if len(whole.Calls) == 0 && !strings.Contains(s, thinkOpen) && !strings.Contains(s, thinkClose) && !o.InThink {
+			if strings.Join(strings.Fields(whole.Content), "") != strings.Join(strings.Fields(s), "") {
+				t.Fatalf("%q: content %q lost text", s, whole.Content)
+			}
+		}
+	})
+}

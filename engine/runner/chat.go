@@ -1,0 +1,117 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/orrery-cluster/orrery/engine/chatfmt"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// chat renders a chat request's prompt with its tools, and decides how its
+// output is parsed and whether a tool call is forced (req.Grammar).
+func (g *Generator) chat(req *Request) (string, error) {
+	o := model.ChatOptions{Kwargs: req.ChatKwargs}
+	tools, err := toolsOf(req.Tools)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if req.ToolChoice != "none" {
+		o.Tools = req.Tools
+	} else {
+		tools = nil
+	}
+	text, err := g.Tok.Chat(req.Messages, o)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	f, thinks := g.Tok.ChatFormat()
+	req.parse = chatfmt.OptionsFor(f, thinks, len(tools) > 0, text)
+	switch req.ToolChoice {
+	case "", "auto", "none":
+		return text, nil
+	case "required":
+	default:
+		var named []chatfmt.Tool
+		for _, t := range tools {
+			if t.Name == req.ToolChoice {
+				named = append(named, t)
+			}
+		}
+		if len(named) == 0 {
+			return "", fmt.Errorf("%w: tool_choice names %q, which is not among the tools", ErrBadRequest, req.ToolChoice)
+		}
+		tools = named
+	}
+	if req.Grammar != nil {
+		return "", fmt.Errorf("%w: a forced tool call and response_format cannot be combined", ErrBadRequest)
+	}
+	if len(tools) == 0 {
+		return "", fmt.Errorf("%w: tool_choice %q without tools", ErrBadRequest, req.ToolChoice)
+	}
+	if req.Grammar, err = f.CallGrammar(tools, req.ParallelToolCalls); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return text, nil
+}
+
+// toolsOf reads the name and parameters of each tool of OpenAI's tools
+// array.
+func toolsOf(raw json.RawMessage) ([]chatfmt.Tool, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var ts []struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &ts); err != nil {
+		return nil, fmt.Errorf("tools: %v", err)
+	}
+	out := make([]chatfmt.Tool, len(ts))
+	for i, t := range ts {
+		if t.Type != "function" || t.Function.Name == "" {
+			return nil, fmt.Errorf("tools[%d]: want {type: \"function\", function: {name, parameters}}", i)
+		}
+		out[i] = chatfmt.Tool{Name: t.Function.Name, Parameters: t.Function.Parameters}
+	}
+	return out, nil
+}
+
+// pieceParser splits the pieces' text into content, reasoning and tool
+// calls (when the request's options ask for it) on their way out.
+type pieceParser struct {
+	p    *chatfmt.Parser
+	send func(*Piece) error
+	last int
+}
+
+func newPieceParser(o chatfmt.Options, send func(*Piece) error) *pieceParser {
+	pp := &pieceParser{send: send}
+	if o.Active() {
+		pp.p = chatfmt.NewParser(o)
+	}
+	return pp
+}
+
+func (pp *pieceParser) emit(p Piece) error {
+	if pp.p != nil && !p.Echo {
+		d := pp.p.Add(p.Text)
+		p.Text, p.Reasoning, p.Calls = d.Content, d.Reasoning, d.Calls
+	}
+	pp.last = p.Index
+	return pp.send(&p)
+}
+
+// flush sends what the parser held back at the end, as one more piece.
+func (pp *pieceParser) flush() {
+	if pp.p == nil {
+		return
+	}
+	if d := pp.p.Flush(); d.Content != "" || d.Reasoning != "" || len(d.Calls) > 0 {
+		pp.send(&Piece{Index: pp.last + 1, Token: -1, Text: d.Content, Reasoning: d.Reasoning, Calls: d.Calls})
+	}
+}
