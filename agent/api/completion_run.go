@@ -15,11 +15,20 @@ import (
 // What the two OpenAI completion endpoints (chat and legacy) share: reading
 // and routing the request, and the event stream of an answer.
 
-// completionBody is an OpenAI completion request body (chat or legacy).
+// completionBody is a completion request body: OpenAI's chat or legacy,
+// or Ollama's chat or generate. writeError answers in its protocol's
+// error shape.
 type completionBody interface {
 	modelID() string
 	keepAlive() *KeepAlive
 	toRunner() (runner.Request, error)
+	writeError(w http.ResponseWriter, status int, typ, code, msg string)
+}
+
+// writeRunError answers err in body's protocol.
+func writeRunError(w http.ResponseWriter, body completionBody, err error) {
+	status, typ, code := inferenceStatus(err)
+	body.writeError(w, status, typ, code, err.Error())
 }
 
 // completionRun is a completion request read, routed to this node and
@@ -37,42 +46,42 @@ type completionRun struct {
 	release func()
 }
 
-// startCompletion reads an OpenAI completion request into body (what
+// startCompletion reads a completion request into body (what
 // names it in errors) and routes it: to another node, answering the
 // request (ok false), or to this one, with the trace and node headers set
 // and the instance held (the caller must call c.release).
 func (s *Server) startCompletion(w http.ResponseWriter, r *http.Request, forwarded bool, path, what, idPrefix string,
 	body completionBody) (c completionRun, ok bool) {
 	if s.Inference == nil {
-		openAIError(w, http.StatusNotFound, "invalid_request_error", "not_found", "this node serves no models")
+		body.writeError(w, http.StatusNotFound, "invalid_request_error", "not_found", "this node serves no models")
 		return c, false
 	}
 	if mt, _, _ := mimeType(r); mt != "application/json" {
-		openAIError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "invalid_content_type", "want Content-Type: application/json")
+		body.writeError(w, http.StatusUnsupportedMediaType, "invalid_request_error", "invalid_content_type", "want Content-Type: application/json")
 		return c, false
 	}
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "read body: "+err.Error())
+		body.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_body", "read body: "+err.Error())
 		return c, false
 	}
 	if err := json.Unmarshal(raw, body); err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", what+": "+err.Error())
+		body.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", what+": "+err.Error())
 		return c, false
 	}
 	req, err := body.toRunner()
 	if err != nil {
-		openAIError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", err.Error())
+		body.writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", err.Error())
 		return c, false
 	}
 	instanceID, node, err := s.Inference.Route(r.Context(), body.modelID(), body.keepAlive())
 	if err != nil {
-		inferenceError(w, err)
+		writeRunError(w, body, err)
 		return c, false
 	}
 	if node != s.NodeID {
 		if forwarded {
-			openAIError(w, http.StatusMisdirectedRequest, "server_error", "misrouted", fmt.Sprintf("instance %s is on %s, not here", instanceID, node))
+			body.writeError(w, http.StatusMisdirectedRequest, "server_error", "misrouted", fmt.Sprintf("instance %s is on %s, not here", instanceID, node))
 			return c, false
 		}
 		s.forward(w, r, node, path, raw)
@@ -80,7 +89,7 @@ func (s *Server) startCompletion(w http.ResponseWriter, r *http.Request, forward
 	}
 	release, err := s.Inference.Hold(instanceID, body.keepAlive())
 	if err != nil {
-		inferenceError(w, err)
+		writeRunError(w, body, err)
 		return c, false
 	}
 	c = completionRun{req: req, model: body.modelID(), instanceID: instanceID, created: time.Now().Unix(), start: time.Now(), release: release}

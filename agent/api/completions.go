@@ -45,6 +45,10 @@ func (c *completionRequest) modelID() string { return c.Model }
 
 func (c *completionRequest) keepAlive() *KeepAlive { return c.KeepAlive }
 
+func (c *completionRequest) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	openAIError(w, status, typ, code, msg)
+}
+
 // toRunner turns the request into the runner's terms.
 func (c *completionRequest) toRunner() (runner.Request, error) {
 	var req runner.Request

@@ -121,6 +121,10 @@ func (c *chatRequest) modelID() string { return c.Model }
 
 func (c *chatRequest) keepAlive() *KeepAlive { return c.KeepAlive }
 
+func (c *chatRequest) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	openAIError(w, status, typ, code, msg)
+}
+
 func (c *chatRequest) toRunner() (runner.Request, error) {
 	var req runner.Request
 	if c.Model == "" {
@@ -511,6 +515,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, node, path stri
 			return
 		}
 		if err != nil {
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-ndjson") {
+				b, _ := json.Marshal(map[string]any{"error": fmt.Sprintf("node %s broke off: %v", node, err)})
+				fmt.Fprintf(w, "\n%s\n", b)
+			}
 			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 				b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": fmt.Sprintf("node %s broke off: %v", node, err),
 					"type": "server_error", "code": "node_unreachable"}})

@@ -18,35 +18,8 @@ const sdkDir = "../../test/sdk"
 // The official openai npm SDK streams a completion from
 // /v1/chat/completions (and makes a non-streaming one and lists models).
 func TestOpenAISDK(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is needed for the SDK test: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(sdkDir, "node_modules", "openai", "package.json")); err != nil {
-		t.Fatalf("the openai SDK is not installed (run make deps, or npm ci in test/sdk): %v", err)
-	}
-	bin := buildBinary(t)
-	dir := t.TempDir()
-	modelID := genModel(t, bin, dir, "tiny-sdk", "--preset", "tiny", "--ctx", "2048") // room for the tools in the prompt
-	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
-	waitHealthy(t, p)
-	if code, body, err := p.post("/instance", `{"model":"`+modelID+`"}`); err != nil || code != http.StatusCreated {
-		t.Fatalf("POST /instance = %d %s %v", code, body, err)
-	}
-	poll(t, p, 30*time.Second, "a ready runner", func() (bool, string) {
-		_, body, _ := p.get("/state/runners")
-		return strings.Contains(string(body), `"status":"Ready"`), string(body)
-	})
-	cmd := exec.Command(node, "chat.mjs", "http://"+p.addr+"/v1", modelID)
-	cmd.Dir = sdkDir
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr string
-		if ee, ok := err.(*exec.ExitError); ok {
-			stderr = string(ee.Stderr)
-		}
-		t.Fatalf("node chat.mjs: %v\n%s\n%s", err, out, stderr)
-	}
+	p, modelID, node := startSDKAgent(t, "openai")
+	out := runNode(t, node, "chat.mjs", "http://"+p.addr+"/v1", modelID)
 	var got struct {
 		TraceID      string `json:"traceId"`
 		ContentType  string `json:"contentType"`
@@ -206,4 +179,47 @@ func checkSDKTools(t *testing.T, got sdkTools) {
 	if len(got.Named) != 1 || got.Named[0] != "get_time" {
 		t.Errorf("tool_choice get_time called %v", got.Named)
 	}
+}
+
+// startSDKAgent starts an agent serving a random-weight tiny model (with
+// room in its context for tools), placed and ready, and finds node and
+// the npm packages the client scripts need.
+func startSDKAgent(t *testing.T, pkg string) (p *agentProc, modelID, node string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed for the client tests: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(sdkDir, "node_modules", pkg, "package.json")); err != nil {
+		t.Fatalf("the %s client is not installed (run make deps, or npm ci in test/sdk): %v", pkg, err)
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	modelID = genModel(t, bin, dir, "tiny-sdk", "--preset", "tiny", "--ctx", "2048") // room for the tools in the prompt
+	p = startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	waitHealthy(t, p)
+	if code, body, err := p.post("/instance", `{"model":"`+modelID+`"}`); err != nil || code != http.StatusCreated {
+		t.Fatalf("POST /instance = %d %s %v", code, body, err)
+	}
+	poll(t, p, 30*time.Second, "a ready runner", func() (bool, string) {
+		_, body, _ := p.get("/state/runners")
+		return strings.Contains(string(body), `"status":"Ready"`), string(body)
+	})
+	return p, modelID, node
+}
+
+// runNode runs a client script of test/sdk and returns its stdout.
+func runNode(t *testing.T, node, script string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(node, append([]string{script}, args...)...)
+	cmd.Dir = sdkDir
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("node %s: %v\n%s\n%s", script, err, out, stderr)
+	}
+	return out
 }
