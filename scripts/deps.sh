@@ -22,10 +22,11 @@ if ((${#need_apt[@]})); then
 fi
 command -v go >/dev/null || { echo "deps: Go is missing; install Go 1.26 or newer" >&2; exit 1; }
 go mod download
-# The openai npm SDK drives the API in cmd/orrery's TestOpenAISDK.
+# The openai and Anthropic SDKs, zod and the ollama client drive the APIs in
+# cmd/orrery's TestOpenAISDK, TestAnthropicSDK and TestOllamaClient.
 command -v npm >/dev/null || { echo "deps: Node.js and npm are missing; install Node 20 or newer" >&2; exit 1; }
 if [[ ! -f test/sdk/node_modules/.package-lock.json || test/sdk/package-lock.json -nt test/sdk/node_modules/.package-lock.json ]]; then
-	echo "deps: npm ci in test/sdk (the openai SDK, for the API test)"
+	echo "deps: npm ci in test/sdk (the API clients, for the API tests)"
 	(cd test/sdk && npm ci --no-audit --no-fund --loglevel=error)
 fi
 # The web UI's build tools and unit tests (Svelte, Vite, vitest) and the

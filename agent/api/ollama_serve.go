@@ -26,7 +26,20 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request, forwarded bo
 	s.ollamaRun(ctx, w, &c, &body.ollamaCommon, true)
 }
 
+// jsonOnly refuses a body that is not JSON (415): a web page cannot send
+// JSON without a CORS preflight, which the API never approves.
+func jsonOnly(w http.ResponseWriter, r *http.Request) bool {
+	if mt, _, _ := mimeType(r); mt != "application/json" {
+		ollamaError(w, http.StatusUnsupportedMediaType, "want Content-Type: application/json")
+		return false
+	}
+	return true
+}
+
 func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, forwarded bool) {
+	if !jsonOnly(w, r) { // before a load-only request can place a model
+		return
+	}
 	raw, err := io.ReadAll(r.Body)
 	if err != nil {
 		ollamaError(w, http.StatusBadRequest, "read body: "+err.Error())
@@ -212,6 +225,9 @@ func (s *Server) ollamaVersion(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
+	if !jsonOnly(w, r) {
+		return
+	}
 	var body struct {
 		Model string `json:"model"`
 		Name  string `json:"name"` // the older field

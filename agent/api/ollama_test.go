@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -84,4 +85,22 @@ func FuzzOllamaRequest(f *testing.F) {
 			t.Fatalf("accepted an invalid request: %v", err)
 		}
 	})
+}
+
+// A body that is not JSON is refused before anything happens: a web page
+// could send text/plain without a preflight, and an empty generate would
+// otherwise place a model.
+func TestOllamaWantsJSON(t *testing.T) {
+	st, _ := newStore(8)
+	srv := serve(t, st)
+	for _, path := range []string{"/api/generate", "/api/show"} {
+		resp, err := http.Post(srv.URL+path, "text/plain", strings.NewReader(`{"model":"m","prompt":""}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnsupportedMediaType {
+			t.Errorf("%s as text/plain: %d, want 415", path, resp.StatusCode)
+		}
+	}
 }

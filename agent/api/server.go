@@ -24,8 +24,12 @@ import (
 
 // Limits.
 const (
-	// MaxBodyBytes caps every request body.
+	// MaxBodyBytes caps every request body but the inference ones.
 	MaxBodyBytes = 1 << 20
+	// MaxInferenceBodyBytes caps a completion request's body (chat,
+	// messages, generate): long conversations with tools run to
+	// megabytes.
+	MaxInferenceBodyBytes = 8 << 20
 	// DefaultEventsLimit and MaxEventsLimit bound one /events response.
 	DefaultEventsLimit = 1000
 	MaxEventsLimit     = 10000
@@ -127,6 +131,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/tokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.tokenize(w, r, false) }))
 	mux.Handle("/detokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.detokenize(w, r, false) }))
 	mux.Handle("/v1/models", onlyGET(s.models))
+	mux.Handle("/v1/messages", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.anthropicMessages(w, r, false) }))
 	// Ollama's API.
 	mux.Handle("/api/chat", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaChat(w, r, false) }))
 	mux.Handle("/api/generate", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaGenerate(w, r, false) }))
@@ -161,6 +166,7 @@ func (s *Server) PeerHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, true) }))
 	mux.Handle("/v1/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.completions(w, r, true) }))
+	mux.Handle("/v1/messages", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.anthropicMessages(w, r, true) }))
 	mux.Handle("/api/chat", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaChat(w, r, true) }))
 	mux.Handle("/api/generate", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaGenerate(w, r, true) }))
 	mux.Handle("/v1/cancel/{id}", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.cancel(w, r, true) }))
@@ -200,13 +206,33 @@ func allow(h http.HandlerFunc, methods ...string) http.Handler {
 
 func limitBody(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > MaxBodyBytes {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is %d bytes, limit %d", r.ContentLength, MaxBodyBytes))
+		limit, fail := int64(MaxBodyBytes), func(msg string) { writeError(w, http.StatusRequestEntityTooLarge, msg) }
+		if p := inferenceProtocol(r.URL.Path); p != nil {
+			// A conversation is larger than other bodies; too large, it
+			// is a 400 in the protocol's own error shape.
+			limit, fail = MaxInferenceBodyBytes, func(msg string) { p(w, http.StatusBadRequest, "invalid_request_error", "request_too_large", msg) }
+		}
+		if r.ContentLength > limit {
+			fail(fmt.Sprintf("request body is %d bytes, limit %d", r.ContentLength, limit))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// inferenceProtocol is the error writer of an inference path's protocol
+// (OpenAI's, Anthropic's or Ollama's), or nil for other paths.
+func inferenceProtocol(path string) func(w http.ResponseWriter, status int, typ, code, msg string) {
+	switch {
+	case path == "/v1/chat/completions" || path == "/v1/completions":
+		return openAIError
+	case path == "/v1/messages":
+		return func(w http.ResponseWriter, status int, typ, _, msg string) { anthropicError(w, status, typ, msg) }
+	case path == "/api/chat" || path == "/api/generate":
+		return func(w http.ResponseWriter, status int, _, _, msg string) { ollamaError(w, status, msg) }
+	}
+	return nil
 }
 
 // loopbackHostOnly refuses requests whose Host is not a loopback name, which

@@ -866,6 +866,29 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
+// A 10 MB conversation is a 400 in each protocol's own error shape, over a
+// real connection, with and without a Content-Length.
+func TestInferenceBodyLimit(t *testing.T) {
+	st, _ := newStore(8)
+	srv := serve(t, st)
+	big := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 10<<20) + `"}]}`
+	for _, tc := range []struct{ path, shape string }{
+		{"/v1/chat/completions", `"code":"request_too_large"`},
+		{"/v1/messages", `"type":"error"`},
+		{"/api/chat", `{"error":"request body is`},
+	} {
+		resp, err := http.Post(srv.URL+tc.path, "application/json", strings.NewReader(big))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.shape) {
+			t.Errorf("%s with 10 MB: %d %s, want 400 with %s", tc.path, resp.StatusCode, b, tc.shape)
+		}
+	}
+}
+
 // sseFrame is one Server-Sent Events frame.
 type sseFrame struct {
 	ID, Event, Data string
