@@ -9,8 +9,18 @@
 //     2.5 and 3, Hermes 2 Pro and many fine-tunes write;
 //   - Llama3: the whole answer a {"name": …, "parameters": {…}} object, as
 //     Llama 3.1–3.3 write (<|python_tag|> is a control token, not text);
+//   - Mistral: [TOOL_CALLS] then a JSON array of calls (Nemo, Small 3.1),
+//     or name[ARGS]{…} (Small 3.2, Magistral, Devstral);
+//   - DeepSeek: <｜tool▁calls▁begin｜> … <｜tool▁call▁begin｜>function<｜tool▁sep｜>name
+//     and a fenced JSON block (V3, R1), or name<｜tool▁sep｜>{…} (V3.1);
+//   - Harmony (gpt-oss): <|channel|>analysis is reasoning, final is the
+//     answer, commentary to=functions.name is a call;
 //   - reasoning between <think> and </think> (Qwen 3, DeepSeek R1, QwQ),
 //     including answers whose prompt already opened the block.
+//
+// Mistral's, DeepSeek's and Harmony's markers are control tokens, whose
+// text the runner passes to the parser (Format.Specials) but never
+// outputs.
 package chatfmt
 
 import (
@@ -27,16 +37,29 @@ type Format string
 
 const (
 	// Plain: no tool-call syntax known; output is content.
-	Plain  Format = ""
-	Hermes Format = "hermes"
-	Llama3 Format = "llama3"
+	Plain    Format = ""
+	Hermes   Format = "hermes"
+	Llama3   Format = "llama3"
+	Mistral  Format = "mistral"
+	DeepSeek Format = "deepseek"
+	Harmony  Format = "harmony"
 )
+
+// Specials reports whether the format's markers are control tokens, whose
+// text the parser must be given.
+func (f Format) Specials() bool { return f == Mistral || f == DeepSeek || f == Harmony }
 
 // Detect tells from a chat template's source how its family writes tool
 // calls, and whether it writes reasoning in <think> blocks.
 func Detect(template string) (f Format, thinks bool) {
 	thinks = strings.Contains(template, "<think>")
 	switch {
+	case strings.Contains(template, "<|channel|>"):
+		f = Harmony
+	case strings.Contains(template, "tool▁calls▁begin"):
+		f = DeepSeek
+	case strings.Contains(template, "[TOOL_CALLS]"):
+		f = Mistral
 	case strings.Contains(template, "<tool_call>"):
 		f = Hermes
 	case strings.Contains(template, "<|start_header_id|>") && strings.Contains(template, "tools"):
@@ -53,7 +76,7 @@ type Tool struct {
 
 // ErrNoCallSyntax is returned when a forced call is asked of a model whose
 // tool-call format is not known.
-var ErrNoCallSyntax = errors.New("this model's chat template has no tool-call format Orrery knows (Hermes <tool_call> or Llama 3 JSON), so tool_choice cannot force a call")
+var ErrNoCallSyntax = errors.New("tool_choice cannot force a call with this model: forcing needs a tool-call format written in text (Hermes <tool_call> or Llama 3 JSON); this model's is unknown or marked by control tokens")
 
 // CallGrammar is the grammar of one call of one of tools (or, with
 // parallel, one or more calls), in f's syntax, with each tool's
@@ -109,8 +132,9 @@ func OptionsFor(f Format, thinks, tools bool, prompt string) Options {
 	return o
 }
 
-// Active reports whether a Parser would change anything.
-func (o Options) Active() bool { return o.Tools || o.Think }
+// Active reports whether a Parser would change anything (Harmony's
+// channels are always parsed: their markup is never content).
+func (o Options) Active() bool { return o.Tools || o.Think || o.Format == Harmony }
 
 // Call is one parsed tool call. Arguments is a JSON object's text.
 type Call struct {

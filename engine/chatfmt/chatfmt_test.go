@@ -44,6 +44,9 @@ func TestParser(t *testing.T) {
 	hermes := Options{Format: Hermes, Tools: true}
 	llama := Options{Format: Llama3, Tools: true}
 	think := Options{Think: true}
+	mistral := Options{Format: Mistral, Tools: true}
+	deepseek := Options{Format: DeepSeek, Tools: true, Think: true}
+	harmony := Options{Format: Harmony, Tools: true}
 	tests := []struct {
 		name string
 		o    Options
@@ -74,6 +77,25 @@ func TestParser(t *testing.T) {
 			Delta{Calls: []Call{{0, "a", `{}`}, {1, "b", `{"k":1}`}}}},
 		{"llama3 text", llama, "Hello {there}", Delta{Content: "Hello {there}"}},
 		{"llama3 json that is no call", llama, "{\"answer\": 42}", Delta{Content: "{\"answer\": 42}"}},
+		{"mistral array", mistral, "Sure.[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]",
+			Delta{Content: "Sure.", Calls: []Call{{0, "a", `{"x":1}`}, {1, "b", `{}`}}}},
+		{"mistral args", mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]now[CALL_ID]c1[ARGS]{}",
+			Delta{Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}, {1, "now", `{}`}}}},
+		{"mistral broken", mistral, "[TOOL_CALLS][{\"name\": 3}]", Delta{Content: "[TOOL_CALLS][{\"name\": 3}]"}},
+		{"deepseek v3", deepseek, "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+			Delta{Content: "Checking.", Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}, {1, "now", `{}`}}}},
+		{"deepseek v3.1", deepseek, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+			Delta{Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}}}},
+		{"deepseek cut", deepseek, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{",
+			Delta{Content: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"}},
+		{"harmony answer", harmony, "<|channel|>analysis<|message|>Think 2+2.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>",
+			Delta{Reasoning: "Think 2+2.", Content: "4"}},
+		{"harmony call", harmony, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>",
+			Delta{Reasoning: "Need weather.", Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}}}},
+		{"harmony recipient first", harmony, "<|start|>assistant to=functions.now<|channel|>commentary json<|message|>{}<|call|>",
+			Delta{Calls: []Call{{0, "now", `{}`}}}},
+		{"harmony no tools", Options{Format: Harmony}, "<|channel|>commentary to=functions.x<|message|>{}<|call|>", Delta{Content: "{}"}},
+		{"harmony bare text", harmony, "just words", Delta{Content: "just words"}},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range tests {
@@ -95,6 +117,9 @@ func TestDetect(t *testing.T) {
 	}{
 		{"{% if tools %}<tool_call>{% endif %}<think>", Hermes, true},
 		{"<|start_header_id|>{% if tools %}ipython{% endif %}", Llama3, false},
+		{"{{'[TOOL_CALLS]'}}", Mistral, false},
+		{"<｜tool▁calls▁begin｜><think>", DeepSeek, true},
+		{"<|start|>{{ '<|channel|>' }}", Harmony, false},
 		{"<|im_start|>", Plain, false},
 	} {
 		if f, th := Detect(tc.src); f != tc.f || th != tc.thinks {
@@ -135,8 +160,13 @@ func FuzzParser(f *testing.F) {
 	f.Add("a<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call><think>x</think>y", uint8(3), uint8(0))
 	f.Add(" {\"name\": \"f\", \"parameters\": {}}; {", uint8(2), uint8(1))
 	f.Add("<think><tool_call></think>", uint8(1), uint8(2))
+	f.Add("[TOOL_CALLS]f[ARGS]{\"a\":[1]}", uint8(2), uint8(3))
+	f.Add("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜>", uint8(4), uint8(4))
+	f.Add("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b", uint8(5), uint8(5))
 	f.Fuzz(func(t *testing.T, s string, cut, kind uint8) {
-		o := []Options{{Format: Hermes, Tools: true, Think: true}, {Format: Llama3, Tools: true}, {Think: true, InThink: true}}[int(kind)%3]
+		opts := []Options{{Format: Hermes, Tools: true, Think: true}, {Format: Llama3, Tools: true}, {Think: true, InThink: true},
+			{Format: Mistral, Tools: true}, {Format: DeepSeek, Tools: true}, {Format: Harmony, Tools: true}}
+		o := opts[int(kind)%len(opts)]
 		whole := run(o, []string{s})
 		var ps []string
 		step := 1 + int(cut)%9
@@ -147,7 +177,7 @@ func FuzzParser(f *testing.F) {
 		if got.Content != whole.Content || got.Reasoning != whole.Reasoning || !reflect.DeepEqual(got.Calls, whole.Calls) {
 			t.Fatalf("%q in pieces of %d: %+v, whole: %+v", s, step, got, whole)
 		}
-		if len(whole.Calls) == 0 && !strings.Contains(s, thinkOpen) && !strings.Contains(s, thinkClose) && !o.InThink {
+		if len(whole.Calls) == 0 && !strings.Contains(s, thinkOpen) && !strings.Contains(s, thinkClose) && !o.InThink && o.Format != Harmony {
 			if strings.Join(strings.Fields(whole.Content), "") != strings.Join(strings.Fields(s), "") {
 				t.Fatalf("%q: content %q lost text", s, whole.Content)
 			}

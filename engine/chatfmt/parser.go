@@ -18,10 +18,12 @@ const (
 type mode int
 
 const (
-	inText  mode = iota
-	inThink      // between <think> and </think>
-	inCall       // after <tool_call>, until </tool_call>
-	inJSON       // Llama 3: the answer began with '{'
+	inText     mode = iota
+	inThink         // between <think> and </think>
+	inCall          // after <tool_call>, until </tool_call>
+	inJSON          // Llama 3: the answer began with '{'
+	inMistral       // after [TOOL_CALLS]
+	inDeepSeek      // after <｜tool▁calls▁begin｜>
 )
 
 // Parser splits output, as it streams, into content, reasoning and tool
@@ -38,6 +40,10 @@ type Parser struct {
 	text bool
 	// trim drops the space that follows a reasoning block.
 	trim bool
+	// h is where a Harmony answer is.
+	h harmonyState
+	// since is the count of calls when the current block of calls began.
+	since int
 }
 
 // maxHeld bounds what a parser holds back: a call longer than this is
@@ -82,7 +88,14 @@ func (p *Parser) Flush() Delta {
 // step consumes what it can of buf; more reports that another step may
 // consume more.
 func (p *Parser) step(final bool) (Delta, bool) {
+	if p.o.Format == Harmony {
+		return p.harmony(final)
+	}
 	switch p.mode {
+	case inMistral:
+		return p.mistral(final)
+	case inDeepSeek:
+		return p.deepseek(final)
 	case inThink:
 		return p.think(final)
 	case inCall:
@@ -128,8 +141,15 @@ func (p *Parser) plain(final bool) (Delta, bool) {
 	if p.o.Think {
 		markers = append(markers, thinkOpen)
 	}
-	if p.o.Tools && p.o.Format == Hermes {
-		markers = append(markers, callOpen)
+	if p.o.Tools {
+		switch p.o.Format {
+		case Hermes:
+			markers = append(markers, callOpen)
+		case Mistral:
+			markers = append(markers, mistralCalls)
+		case DeepSeek:
+			markers = append(markers, dsCallsBegin)
+		}
 	}
 	at, which := -1, ""
 	for _, m := range markers {
@@ -140,9 +160,14 @@ func (p *Parser) plain(final bool) (Delta, bool) {
 	if at >= 0 {
 		d := p.content(p.buf[:at])
 		p.buf = p.buf[at+len(which):]
-		if which == thinkOpen {
+		switch which {
+		case thinkOpen:
 			p.mode = inThink
-		} else {
+		case mistralCalls:
+			p.mode = inMistral
+		case dsCallsBegin:
+			p.mode, p.since = inDeepSeek, p.calls
+		default:
 			p.mode = inCall
 		}
 		return d, true

@@ -84,13 +84,14 @@ func toolsOf(raw json.RawMessage) ([]chatfmt.Tool, error) {
 // pieceParser splits the pieces' text into content, reasoning and tool
 // calls (when the request's options ask for it) on their way out.
 type pieceParser struct {
-	p    *chatfmt.Parser
-	send func(*Piece) error
-	last int
+	p        *chatfmt.Parser
+	specials bool // the format reads control tokens' text
+	send     func(*Piece) error
+	last     int
 }
 
 func newPieceParser(o chatfmt.Options, send func(*Piece) error) *pieceParser {
-	pp := &pieceParser{send: send}
+	pp := &pieceParser{send: send, specials: o.Format.Specials()}
 	if o.Active() {
 		pp.p = chatfmt.NewParser(o)
 	}
@@ -99,7 +100,11 @@ func newPieceParser(o chatfmt.Options, send func(*Piece) error) *pieceParser {
 
 func (pp *pieceParser) emit(p Piece) error {
 	if pp.p != nil && !p.Echo {
-		d := pp.p.Add(p.Text)
+		text := p.Text
+		if pp.specials {
+			text += p.Special
+		}
+		d := pp.p.Add(text)
 		p.Text, p.Reasoning, p.Calls = d.Content, d.Reasoning, d.Calls
 	}
 	pp.last = p.Index

@@ -141,6 +141,9 @@ type Piece struct {
 	// of the text: reasoning, and tool calls, each whole once it parses.
 	Reasoning string         `json:"reasoning,omitempty"`
 	Calls     []chatfmt.Call `json:"calls,omitempty"`
+	// Special is the text of a control token (never output), which some
+	// formats mark calls and channels with; rank 0's parser reads it.
+	Special string `json:"-"`
 }
 
 // Result is how a completion ended and what it cost.
@@ -280,11 +283,14 @@ func (o *output) add(tok *model.Tokenizer, id int32) (Piece, bool) {
 		o.done = true
 		return Piece{Text: o.flush()}, true
 	}
+	special := ""
 	if !tok.Special(id) {
 		s, err := tok.Decode([]int32{id})
 		if err == nil {
 			o.pending = append(o.pending, s...)
 		}
+	} else if s, err := tok.Decode([]int32{id}); err == nil {
+		special = s // for the formats that mark calls with control tokens
 	}
 	text := string(o.pending)
 	for _, st := range o.stop {
@@ -309,7 +315,7 @@ func (o *output) add(tok *model.Tokenizer, id int32) (Piece, bool) {
 		cut = lastRuneStart(text[:cut])
 	}
 	o.pending = append(o.pending[:0], text[cut:]...)
-	return Piece{Text: validPrefix(text[:cut])}, false
+	return Piece{Text: validPrefix(text[:cut]), Special: special}, false
 }
 
 // flush releases what is held back (invalid bytes become U+FFFD).
