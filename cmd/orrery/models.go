@@ -14,6 +14,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent"
 	"github.com/orrery-cluster/orrery/demo"
+	"github.com/orrery-cluster/orrery/engine/chattmpl"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
@@ -66,6 +67,7 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	typ := fs.String("type", "", "weight type: F32, F16, BF16, Q8_0 or Q4_0; MXFP4 for a mixture of experts (experts MXFP4, other matrices Q8_0)")
 	yarn := fs.Float64("yarn", 0, "YaRN RoPE scaling factor (> 1), from an original context of --ctx (not for gemma3, phi3 or llama3; gpt-oss has 32 over 4096 unless set)")
 	seed := fs.Uint64("seed", 0, "random seed")
+	template := fs.String("chat-template", "", "file holding a Jinja chat template to write instead of the default (ChatML, tools in Qwen 2.5's Hermes style)")
 	dataDir := fs.String("data-dir", agent.DefaultConfig().DataDir, "agent data directory; the model goes to <data-dir>/models unless -o")
 	name := fs.String("name", "", "model id (file name without .gguf; default orrery-<preset>)")
 	out := fs.String("o", "", "output file (default <data-dir>/models/<name>.gguf)")
@@ -99,19 +101,14 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 		o.Type = strings.ToUpper(*typ)
 	}
 	o.Seed = *seed
-	if *name == "" {
-		*name = "orrery-" + *preset
-		if *arch != "llama" {
-			*name += "-" + *arch
-		}
+	if o.ChatTemplate, err = readTemplate(*template); err != nil {
+		fmt.Fprintf(stderr, "orrery gen-model: --chat-template: %v\n", err)
+		return 2
 	}
-	path := *out
-	if path == "" {
-		if strings.ContainsAny(*name, `/\`) || strings.HasPrefix(*name, ".") {
-			fmt.Fprintf(stderr, "orrery gen-model: --name %q: want a plain file name\n", *name)
-			return 2
-		}
-		path = filepath.Join(*dataDir, "models", *name+".gguf")
+	path, err := genModelPath(*out, *dataDir, *name, *preset, *arch)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery gen-model: %v\n", err)
+		return 2
 	}
 	size, err := model.GenSize(o)
 	if err != nil {
@@ -214,4 +211,38 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// readTemplate is the chat template in file ("" for none), checked to
+// compile.
+func readTemplate(file string) (string, error) {
+	if file == "" {
+		return "", nil
+	}
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	if _, err := chattmpl.Compile(string(src)); err != nil {
+		return "", err
+	}
+	return string(src), nil
+}
+
+// genModelPath is where gen-model writes: out, or <dataDir>/models/<name>.gguf
+// with name orrery-<preset>[-<arch>] by default.
+func genModelPath(out, dataDir, name, preset, arch string) (string, error) {
+	if out != "" {
+		return out, nil
+	}
+	if name == "" {
+		name = "orrery-" + preset
+		if arch != "llama" {
+			name += "-" + arch
+		}
+	}
+	if strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
+		return "", fmt.Errorf("--name %q: want a plain file name", name)
+	}
+	return filepath.Join(dataDir, "models", name+".gguf"), nil
 }

@@ -45,6 +45,8 @@ type GenOptions struct {
 	// come from llama-quantize on a generated file.
 	Type string
 	Seed uint64
+	// ChatTemplate is written instead of ChatMLTemplate when set.
+	ChatTemplate string
 }
 
 // Presets are named shapes for gen-model.
@@ -386,7 +388,7 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(genUnk)},
 		{Key: "tokenizer.ggml.add_bos_token", Value: true},
 		{Key: "tokenizer.ggml.add_eos_token", Value: false},
-		{Key: "tokenizer.chat_template", Value: ChatMLTemplate},
+		{Key: "tokenizer.chat_template", Value: cmp.Or(o.ChatTemplate, ChatMLTemplate)},
 	}
 	if o.YaRN != 0 {
 		kvs = append(kvs, gguf.KV{Key: a + ".rope.scaling.type", Value: "yarn"},
