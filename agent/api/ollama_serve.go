@@ -26,18 +26,8 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request, forwarded bo
 	s.ollamaRun(ctx, w, &c, &body.ollamaCommon, true)
 }
 
-// jsonOnly refuses a body that is not JSON (415): a web page cannot send
-// JSON without a CORS preflight, which the API never approves.
-func jsonOnly(w http.ResponseWriter, r *http.Request) bool {
-	if mt, _, _ := mimeType(r); mt != "application/json" {
-		ollamaError(w, http.StatusUnsupportedMediaType, "want Content-Type: application/json")
-		return false
-	}
-	return true
-}
-
 func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request, forwarded bool) {
-	if !jsonOnly(w, r) { // before a load-only request can place a model
+	if !requireJSON(w, r, "generate") { // before a load-only request can place a model (Ollama's error shape is this one)
 		return
 	}
 	raw, err := io.ReadAll(r.Body)
@@ -225,7 +215,7 @@ func (s *Server) ollamaVersion(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
-	if !jsonOnly(w, r) {
+	if !requireJSON(w, r, "show") {
 		return
 	}
 	var body struct {
