@@ -53,6 +53,10 @@ func TestGeneratedTemplate(t *testing.T) {
 			t.Errorf("with tools, %q lacks %q", got, part)
 		}
 	}
+	again, err := tok.Chat(withCall, ChatOptions{Tools: tools, Kwargs: map[string]any{"messages": "x", "add_generation_prompt": false, "enable_thinking": false}})
+	if err != nil || again != got {
+		t.Errorf("keyword arguments replaced the request's own variables: %v\n%q", err, again)
+	}
 	if strings.Count(got, "be brief") != 1 {
 		t.Errorf("the system message is printed %d times", strings.Count(got, "be brief"))
 	}

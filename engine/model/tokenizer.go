@@ -162,6 +162,10 @@ func (t *Tokenizer) Chat(msgs []Message, o ChatOptions) (string, error) {
 		}
 	}
 	for k, v := range o.Kwargs {
+		switch k {
+		case "messages", "tools", "add_generation_prompt", "bos_token", "eos_token":
+			continue // the request's own; keyword arguments do not replace them
+		}
 		vars[k] = chattmpl.FromGo(v)
 	}
 	out, err := t.template.Render(vars)
