@@ -81,6 +81,7 @@ func TestParser(t *testing.T) {
 			Delta{Content: "Sure.", Calls: []Call{{0, "a", `{"x":1}`}, {1, "b", `{}`}}}},
 		{"mistral args", mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]now[CALL_ID]c1[ARGS]{}",
 			Delta{Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}, {1, "now", `{}`}}}},
+		{"mistral empty list", mistral, "[TOOL_CALLS][]0", Delta{Content: "[TOOL_CALLS][]0"}},
 		{"mistral broken", mistral, "[TOOL_CALLS][{\"name\": 3}]", Delta{Content: "[TOOL_CALLS][{\"name\": 3}]"}},
 		{"deepseek v3", deepseek, "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
 			Delta{Content: "Checking.", Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}, {1, "now", `{}`}}}},

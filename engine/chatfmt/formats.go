@@ -54,8 +54,8 @@ func (p *Parser) mistral(final bool) (Delta, bool) {
 			return p.giveUp(mistralCalls)
 		}
 		var items []json.RawMessage
-		if json.Unmarshal([]byte(raw), &items) != nil {
-			return p.giveUp(mistralCalls)
+		if json.Unmarshal([]byte(raw), &items) != nil || len(items) == 0 {
+			return p.giveUp(mistralCalls) // an empty list calls nothing: it stays text
 		}
 		var d Delta
 		for _, it := range items {

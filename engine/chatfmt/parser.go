@@ -44,6 +44,8 @@ type Parser struct {
 	h harmonyState
 	// since is the count of calls when the current block of calls began.
 	since int
+	// last is the text of the last Add.
+	last string
 }
 
 // maxHeld bounds what a parser holds back: a call longer than this is
@@ -62,6 +64,7 @@ func NewParser(o Options) *Parser {
 // Add takes the next piece of output and returns what it can tell so far.
 func (p *Parser) Add(s string) Delta {
 	p.buf += s
+	p.last = s
 	var d Delta
 	for {
 		out, more := p.step(false)
@@ -220,6 +223,10 @@ func (p *Parser) call(final bool) (Delta, bool) {
 }
 
 func (p *Parser) json(final bool) (Delta, bool) {
+	if !final && !strings.Contains(p.last, "}") && len(p.buf) < maxHeld {
+		// An object ends only at a '}': no need to decode it all again.
+		return Delta{}, false
+	}
 	dec := json.NewDecoder(strings.NewReader(p.buf))
 	var raw json.RawMessage
 	err := dec.Decode(&raw)
