@@ -15,17 +15,22 @@ import (
 // and the tools built on it work against any node unchanged.
 
 // anthropicError writes Anthropic's error shape.
-func anthropicError(w http.ResponseWriter, status int, typ, msg string) {
+func anthropicError(w http.ResponseWriter, status int, _, msg string) {
+	b, _ := json.Marshal(anthropicErrorBody(status, msg))
+	writeRaw(w, status, b)
+}
+
+// anthropicErrorBody is Anthropic's error object for a status: an answer,
+// or an error event in a stream.
+func anthropicErrorBody(status int, msg string) map[string]any {
+	typ := "invalid_request_error"
 	switch {
 	case status == http.StatusNotFound:
 		typ = "not_found_error"
 	case status >= 500:
 		typ = "api_error"
-	case typ != "invalid_request_error":
-		typ = "invalid_request_error"
 	}
-	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}})
-	writeRaw(w, status, b)
+	return map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}}
 }
 
 // anthropicBlock is one content block of a message.

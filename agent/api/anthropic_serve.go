@@ -189,11 +189,7 @@ func (s *Server) anthropicStream(ctx context.Context, w http.ResponseWriter, c *
 			return
 		}
 		status, _, _ := inferenceStatus(err)
-		typ := "api_error"
-		if status < 500 {
-			typ = "invalid_request_error"
-		}
-		ev.send("error", map[string]any{"error": map[string]any{"type": typ, "message": err.Error()}})
+		ev.send("error", anthropicErrorBody(status, err.Error()))
 		return
 	}
 	if start() != nil || ev.close() != nil {

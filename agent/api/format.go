@@ -41,13 +41,18 @@ func (f *responseFormat) grammar() (*grammar.Spec, error) {
 	default:
 		return nil, fmt.Errorf("response_format.type %q: want text, json_object or json_schema", f.Type)
 	}
+	return schemaSpec(schema, "response_format.json_schema.schema")
+}
+
+// schemaSpec is the grammar of a JSON value that schema admits, checked to
+// compile: a schema the grammar cannot enforce is an error naming what
+// (the request's field) and the schema's JSON pointer. Every protocol's
+// JSON constraint (response_format, Ollama's format, forced tools' parameters)
+// is checked here.
+func schemaSpec(schema json.RawMessage, what string) (*grammar.Spec, error) {
 	spec := &grammar.Spec{Alts: []grammar.Alt{{Schema: schema}}}
 	if _, err := grammar.Compile(*spec); err != nil {
-		var se *grammar.SchemaError
-		if errors.As(err, &se) {
-			return nil, fmt.Errorf("response_format.json_schema.schema: %w", err)
-		}
-		return nil, fmt.Errorf("response_format: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return spec, nil
 }

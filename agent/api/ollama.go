@@ -110,11 +110,7 @@ func ollamaFormat(raw json.RawMessage) (*grammar.Spec, error) {
 		}
 		schema = json.RawMessage(`{"type":"object"}`)
 	}
-	spec := &grammar.Spec{Alts: []grammar.Alt{{Schema: schema}}}
-	if _, err := grammar.Compile(*spec); err != nil {
-		return nil, fmt.Errorf("format: %w", err)
-	}
-	return spec, nil
+	return schemaSpec(schema, "format")
 }
 
 // ollamaMessage is one message of /api/chat.

@@ -7,7 +7,6 @@ import (
 	"regexp"
 
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
-	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
 )
@@ -101,8 +100,8 @@ func (c *chatRequest) applyTools(req *runner.Request) error {
 		}
 		found = true
 		if len(p) > 0 && string(p) != "null" {
-			if _, err := grammar.Compile(grammar.Spec{Alts: []grammar.Alt{{Schema: p}}}); err != nil {
-				return fmt.Errorf("tools[%d].function.parameters: %w", i, err)
+			if _, err := schemaSpec(p, fmt.Sprintf("tools[%d].function.parameters", i)); err != nil {
+				return err
 			}
 		}
 	}
