@@ -3,6 +3,8 @@ package ggmlintegration
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
@@ -195,41 +197,52 @@ func TestServerCompletion(t *testing.T) {
 	}
 }
 
-// Requests queue: a second request waits for the first and then runs.
+// Requests queue: with one slot a second request waits for the first and
+// then runs. The order is read from the server's own spans (traced
+// requests), not from when the client goroutines return: those can be
+// scheduled in either order on a loaded machine.
 func TestServerQueues(t *testing.T) {
 	_, c := newServer(t, genModel(t, "Q8_0"))
-	var mu sync.Mutex
-	var order []string
 	var wg sync.WaitGroup
 	started := make(chan struct{})
-	run := func(name string, n int, first bool) {
+	dones := make([]*runner.Done, 2)
+	run := func(i, n int) {
 		defer wg.Done()
 		once := sync.Once{}
-		done, err := c.Complete(context.Background(), runner.CompletionRequest{Request: runner.Request{Prompt: "hi", MaxTokens: n}},
-			func(runner.Piece) error {
-				if first {
-					once.Do(func() { close(started) })
-				}
-				return nil
-			})
+		req := runner.CompletionRequest{Request: runner.Request{Prompt: "hi", MaxTokens: n}, TraceID: fmt.Sprintf("q%d", i)}
+		done, err := c.Complete(context.Background(), req, func(runner.Piece) error {
+			if i == 0 {
+				once.Do(func() { close(started) })
+			}
+			return nil
+		})
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		mu.Lock()
-		order = append(order, name)
-		mu.Unlock()
-		if !first && done.QueueNs <= 0 {
-			t.Errorf("second request did not queue (%d ns)", done.QueueNs)
-		}
+		dones[i] = done
 	}
 	wg.Add(2)
-	go run("first", 200, true)
+	go run(0, 200)
 	<-started
-	go run("second", 2, false)
+	go run(1, 2)
 	wg.Wait()
-	if !slices.Equal(order, []string{"first", "second"}) {
-		t.Fatalf("finished in order %v", order)
+	if t.Failed() {
+		return
+	}
+	if dones[1].QueueNs <= 0 {
+		t.Errorf("second request did not queue (%d ns)", dones[1].QueueNs)
+	}
+	firstEnd, secondStart := int64(0), int64(math.MaxInt64)
+	for _, s := range dones[0].Spans {
+		firstEnd = max(firstEnd, s.EndNs())
+	}
+	for _, s := range dones[1].Spans {
+		secondStart = min(secondStart, s.StartNs)
+	}
+	if len(dones[0].Spans) == 0 || len(dones[1].Spans) == 0 || secondStart < firstEnd {
+		t.Fatalf("second request's work began at %d, before the first's ended at %d (%d and %d spans)",
+			secondStart, firstEnd, len(dones[0].Spans), len(dones[1].Spans))
 	}
 }
 
