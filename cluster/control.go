@@ -269,7 +269,7 @@ func (n *Node) handleProbe(c *conn, msg any, readAt time.Time) {
 		if m.NodeID != c.peer {
 			return
 		}
-		n.table.Heard(c.peer, m.StartedAt, readAt)
+		n.table.Announced(c.peer, m.StartedAt, readAt, m.MasterID, m.Term)
 		c.send(&wire.ProbeAck{NodeID: n.cfg.NodeID, Seq: m.Seq, T1: m.T1, T2: readAt.UnixNano()})
 		// Learning peers and catching up may take locks and send: off the
 		// read loop's probe path, in order with the link's other work.

@@ -9,8 +9,10 @@ import (
 )
 
 // Failure detection and election run on the node's tick: sweep members
-// silent for FailAfter, elect (ElectMaster), tell the application what
-// changed. Each heartbeat also announces this node to every peer.
+// silent for FailAfter, elect (Elect: the highest term's master, else
+// ElectMaster's choice), tell the application what changed. Each heartbeat
+// also announces this node, and the master and term it follows, to every
+// peer.
 
 const sweepsPerHeartbeat = 4
 
@@ -36,9 +38,14 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 func (n *Node) sweepAndElect(now time.Time) (alive []Member, master string, isMaster bool) {
 	gone := n.table.Sweep(now)
 	alive = n.table.Alive()
-	master = ElectMaster(alive)
 
 	n.mu.Lock()
+	for i := range alive {
+		if alive[i].Self {
+			alive[i].Follows, alive[i].Term = n.master, n.term
+		}
+	}
+	master, term := Elect(n.cfg.NodeID, alive)
 	for _, id := range gone {
 		if c := n.out[id]; c != nil {
 			c.close()
@@ -51,7 +58,10 @@ func (n *Node) sweepAndElect(now time.Time) (alive []Member, master string, isMa
 		delete(n.learned, id)
 	}
 	changed := master != n.master
-	n.master = master
+	if term != n.term {
+		n.log.Info("election term", "term", term, "master", master)
+	}
+	n.master, n.term = master, term
 	if changed {
 		n.needResync = master != n.cfg.NodeID
 	}
@@ -88,7 +98,7 @@ func (n *Node) sendHeartbeats(now time.Time, alive []Member, master string) uint
 	n.mu.Lock()
 	n.seq++
 	hb := &wire.Heartbeat{NodeID: n.cfg.NodeID, StartedAt: n.cfg.StartedAt, Seq: n.seq, T1: now.UnixNano(),
-		MasterID: master, LastIdx: idx, StateHash: hash, Members: ids}
+		MasterID: master, Term: n.term, LastIdx: idx, StateHash: hash, Members: ids}
 	for id, c := range n.out {
 		hb.Peers = append(hb.Peers, wire.PeerInfo{NodeID: id, Addr: c.addr})
 	}

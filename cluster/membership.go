@@ -20,7 +20,15 @@ type Member struct {
 	StartedAt time.Time `json:"startedAt"`
 	LastHeard time.Time `json:"lastHeard"`
 	Self      bool      `json:"self"`
+	// Follows is the master the member last announced it follows (itself
+	// when it is the master), in election term Term. Empty until its
+	// first heartbeat.
+	Follows string `json:"follows,omitempty"`
+	Term    uint64 `json:"term,omitempty"`
 }
+
+// claims reports whether m announced itself master.
+func (m Member) claims() bool { return m.Follows != "" && m.Follows == m.NodeID }
 
 // Table tracks the members heard from recently. Safe for concurrent use.
 type Table struct {
@@ -49,8 +57,28 @@ func (t *Table) Heard(id string, startedAt, now time.Time) (joined bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old, ok := t.members[id]
-	t.members[id] = Member{NodeID: id, StartedAt: startedAt, LastHeard: now}
-	return !ok || !old.StartedAt.Equal(startedAt)
+	joined = !ok || !old.StartedAt.Equal(startedAt)
+	m := Member{NodeID: id, StartedAt: startedAt, LastHeard: now}
+	if !joined {
+		m.Follows, m.Term = old.Follows, old.Term // a restart forgets them
+	}
+	t.members[id] = m
+	return joined
+}
+
+// Announced records a member's heartbeat: a sign of life with the master
+// it follows and that master's term.
+func (t *Table) Announced(id string, startedAt, now time.Time, follows string, term uint64) (joined bool) {
+	if id == t.self.NodeID {
+		return false
+	}
+	joined = t.Heard(id, startedAt, now)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.members[id]
+	m.Follows, m.Term = follows, term
+	t.members[id] = m
+	return joined
 }
 
 // Sweep removes members silent for longer than the fail-after time and
@@ -81,6 +109,48 @@ func (t *Table) Alive() []Member {
 	return out
 }
 
+// Elect decides the master self follows, and its term, from the members
+// alive (self included, with the master and term it follows now).
+//
+// Terms make a stale master step down: a member that announces itself
+// master (a claim) in the highest term is followed, ties broken by
+// ElectMaster's rule, so a master that was frozen or cut off, and comes
+// back still claiming its old term, loses to the one elected meanwhile.
+// With no claim alive (the master is gone, or the cluster is new),
+// ElectMaster's choice is followed; when that is self, it claims a term
+// above every term it has seen, which outranks the lost master's.
+func Elect(self string, members []Member) (master string, term uint64) {
+	var best *Member
+	var seen uint64
+	for i, m := range members {
+		seen = max(seen, m.Term)
+		if !m.claims() {
+			continue
+		}
+		if best == nil || m.Term > best.Term || m.Term == best.Term && older(m, *best) {
+			best = &members[i]
+		}
+	}
+	if best != nil {
+		return best.NodeID, best.Term
+	}
+	cand := ElectMaster(members)
+	if cand == self {
+		return self, seen + 1
+	}
+	for _, m := range members {
+		if m.NodeID == self {
+			return cand, m.Term // follow cand once it claims; keep our term
+		}
+	}
+	return cand, seen
+}
+
+// older reports whether a wins ElectMaster's rule against b.
+func older(a, b Member) bool {
+	return a.StartedAt.Before(b.StartedAt) || a.StartedAt.Equal(b.StartedAt) && a.NodeID < b.NodeID
+}
+
 // ElectMaster picks the master among members: the longest-running one
 // (earliest StartedAt), ties broken by the smaller node id. A node that
 // joins later never displaces the master, so the choice does not flap; a
@@ -88,8 +158,7 @@ func (t *Table) Alive() []Member {
 func ElectMaster(members []Member) string {
 	best := -1
 	for i, m := range members {
-		if best < 0 || m.StartedAt.Before(members[best].StartedAt) ||
-			m.StartedAt.Equal(members[best].StartedAt) && m.NodeID < members[best].NodeID {
+		if best < 0 || older(m, members[best]) {
 			best = i
 		}
 	}

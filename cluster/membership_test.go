@@ -70,3 +70,31 @@ func TestElectMasterStable(t *testing.T) {
 		t.Error("a master elected from no members")
 	}
 }
+
+func TestElectTerms(t *testing.T) {
+	old := Member{NodeID: "m", StartedAt: base}
+	w1 := Member{NodeID: "w1", StartedAt: base.Add(time.Second)}
+	w2 := Member{NodeID: "w2", StartedAt: base.Add(2 * time.Second)}
+	claim := func(m Member, term uint64) Member { m.Follows, m.Term = m.NodeID, term; return m }
+	follow := func(m Member, master string, term uint64) Member { m.Follows, m.Term = master, term; return m }
+	for _, c := range []struct {
+		name    string
+		self    string
+		members []Member
+		master  string
+		term    uint64
+	}{
+		{"a fresh node alone claims term 0's successor", "w1", []Member{w1}, "w1", 1},
+		{"the stale master, back in term 0, follows term 1", "m", []Member{claim(old, 0), claim(w1, 1), follow(w2, "w1", 1)}, "w1", 1},
+		{"the new master keeps its term against the stale claim", "w1", []Member{claim(old, 0), claim(w1, 1), follow(w2, "w1", 1)}, "w1", 1},
+		{"equal terms: the longest-running claim wins", "w1", []Member{claim(old, 2), claim(w1, 2)}, "m", 2},
+		{"master gone: the longest-running survivor claims above every term seen", "w1", []Member{follow(w1, "m", 3), follow(w2, "m", 4)}, "w1", 5},
+		{"master gone: others follow the survivor, keeping their term until it claims", "w2", []Member{follow(w1, "m", 3), follow(w2, "m", 3)}, "w1", 3},
+		{"a member not yet heard from claims nothing", "w2", []Member{w1, follow(w2, "w2", 0)}, "w2", 0},
+	} {
+		master, term := Elect(c.self, c.members)
+		if master != c.master || term != c.term {
+			t.Errorf("%s: Elect = %s in term %d, want %s in term %d", c.name, master, term, c.master, c.term)
+		}
+	}
+}

@@ -103,6 +103,7 @@ type Node struct {
 	out          map[string]*conn // outbound connection per peer node id
 	dialing      map[string]bool  // addresses being dialled
 	master       string
+	term         uint64 // the election term of master (Elect)
 	seq          uint64
 	pending      []wire.RawEvent // local events waiting for a master link
 	links        map[string]*linkStat
@@ -124,6 +125,7 @@ type Node struct {
 type Status struct {
 	NodeID              string   `json:"nodeId"`
 	MasterID            string   `json:"masterId"`
+	Term                uint64   `json:"term"`
 	IsMaster            bool     `json:"isMaster"`
 	Members             []Member `json:"members"`
 	LastEventAppliedIdx int64    `json:"lastEventAppliedIdx"`
@@ -238,6 +240,6 @@ func (n *Node) Status() Status {
 	n.appMu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return Status{NodeID: n.cfg.NodeID, MasterID: n.master, IsMaster: n.master == n.cfg.NodeID,
+	return Status{NodeID: n.cfg.NodeID, MasterID: n.master, Term: n.term, IsMaster: n.master == n.cfg.NodeID,
 		Members: n.table.Alive(), LastEventAppliedIdx: idx, StateHash: hash, Links: n.linksLocked()}
 }

@@ -259,3 +259,56 @@ func TestNodesOverTCP(t *testing.T) {
 		t.Errorf("echo %q", got)
 	}
 }
+
+// A master cut off from the others (a partition, or a stall: its links go
+// silent) comes back still claiming its old term. The others elected a
+// new master in a higher term meanwhile and sequenced events through it;
+// the old master must step down and adopt that history, not impose its
+// own.
+func TestStaleMasterStepsDown(t *testing.T) {
+	testutil.CheckLeaks(t)
+	nw := clustertest.NewNetwork()
+	now := time.Now()
+	nodes := clustertest.StartCluster(t, clustertest.Options{Network: nw,
+		StartedAt: []time.Time{now, now.Add(time.Second), now.Add(2 * time.Second)}}, "m", "w1", "w2")
+	testutil.WaitFor(t, "m elected", func() bool {
+		return clustertest.Converged(nodes) && nodes[1].Node.Status().MasterID == "m"
+	})
+	if st := nodes[0].Node.Status(); st.Term != 0 {
+		t.Fatalf("first master's term %d, want 0", st.Term)
+	}
+
+	nw.Isolate("m")
+	testutil.WaitFor(t, "w1 elected by w1 and w2 in term 1", func() bool {
+		a, b := nodes[1].Node.Status(), nodes[2].Node.Status()
+		return a.IsMaster && a.Term == 1 && b.MasterID == "w1" && b.Term == 1 && len(a.Members) == 2
+	})
+	// Writes during the split, through a worker of the new master; m,
+	// alone, stays its own master in term 0 and writes its own.
+	for i := range 5 {
+		nodes[2].Node.Publish(wire.RawEvent{Type: "Split", Event: []byte(fmt.Sprint(i))})
+		nodes[0].Node.Publish(wire.RawEvent{Type: "Stale", Event: []byte(fmt.Sprint(i))})
+	}
+	testutil.WaitFor(t, "split writes applied on w1 and w2", func() bool {
+		return clustertest.Converged(nodes[1:]) && nodes[1].Node.Status().LastEventAppliedIdx >= 4
+	})
+	if st := nodes[0].Node.Status(); !st.IsMaster || st.Term != 0 {
+		t.Fatalf("isolated m: master %s term %d, want itself in term 0", st.MasterID, st.Term)
+	}
+	interim := nodes[1].Node.Status()
+
+	nw.Heal("m")
+	testutil.WaitFor(t, "m steps down and adopts w1's history", func() bool {
+		return clustertest.Converged(nodes) && nodes[0].Node.Status().MasterID == "w1"
+	})
+	for _, n := range nodes {
+		st := n.Node.Status()
+		if st.MasterID != "w1" || st.Term != 1 || st.LastEventAppliedIdx < interim.LastEventAppliedIdx {
+			t.Errorf("%s: master %s term %d idx %d; want w1, term 1, idx ≥ %d", n.ID, st.MasterID, st.Term,
+				st.LastEventAppliedIdx, interim.LastEventAppliedIdx)
+		}
+	}
+	if m := nodes[0].App.Masters(); len(m) == 0 || m[len(m)-1] != "w1" {
+		t.Errorf("m's application was told of masters %v, want w1 last", m)
+	}
+}

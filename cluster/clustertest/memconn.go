@@ -79,6 +79,7 @@ func (d *deadline) wait() <-chan struct{} {
 // conn is one end of an in-memory connection. Safe for concurrent use,
 // like a net.Conn.
 type conn struct {
+	nw            *Network // nil: never severed
 	local, remote addr
 	in, out       *buffer
 	rd, wd        *deadline
@@ -89,10 +90,10 @@ type conn struct {
 var _ net.Conn = (*conn)(nil)
 
 // pipe returns the two ends of a new connection.
-func pipe(a, b addr) (*conn, *conn) {
+func pipe(nw *Network, a, b addr) (*conn, *conn) {
 	ab, ba := newBuffer(), newBuffer()
-	return &conn{local: a, remote: b, in: ba, out: ab, rd: newDeadline(), wd: newDeadline(), closed: make(chan struct{})},
-		&conn{local: b, remote: a, in: ab, out: ba, rd: newDeadline(), wd: newDeadline(), closed: make(chan struct{})}
+	return &conn{nw: nw, local: a, remote: b, in: ba, out: ab, rd: newDeadline(), wd: newDeadline(), closed: make(chan struct{})},
+		&conn{nw: nw, local: b, remote: a, in: ab, out: ba, rd: newDeadline(), wd: newDeadline(), closed: make(chan struct{})}
 }
 
 func (c *conn) Read(p []byte) (int, error) {
@@ -133,6 +134,9 @@ func (c *conn) Write(p []byte) (int, error) {
 	case <-c.wd.wait():
 		return 0, os.ErrDeadlineExceeded
 	default:
+	}
+	if c.nw != nil && c.nw.severed(c.local, c.remote) {
+		return len(p), nil // dropped on the way
 	}
 	b := c.out
 	b.mu.Lock()

@@ -14,6 +14,9 @@ import (
 // ErrRefused is what a dial to an address nobody listens on returns.
 var ErrRefused = errors.New("connection refused")
 
+// ErrUnreachable is what a dial from or to an isolated host returns.
+var ErrUnreachable = errors.New("network is unreachable")
+
 // Network is an in-memory network: hosts listen on and dial "host:port"
 // addresses, and connections are buffered in memory. Safe for concurrent
 // use.
@@ -21,11 +24,37 @@ type Network struct {
 	mu        sync.Mutex // guards the fields below
 	listeners map[string]*listener
 	nextPort  int
+	cut       map[string]bool // isolated hosts
+}
+
+// Isolate cuts host off the network, as a pulled cable would: its dials
+// and dials to it fail, and what either side writes on an existing
+// connection is dropped, so that links fall silent rather than close.
+func (nw *Network) Isolate(host string) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	nw.cut[host] = true
+}
+
+// Heal undoes Isolate.
+func (nw *Network) Heal(host string) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	delete(nw.cut, host)
+}
+
+// severed reports whether traffic between addresses a and b is dropped.
+func (nw *Network) severed(a, b addr) bool {
+	ha, _, _ := net.SplitHostPort(string(a))
+	hb, _, _ := net.SplitHostPort(string(b))
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.cut[ha] || nw.cut[hb]
 }
 
 // NewNetwork returns an empty network.
 func NewNetwork() *Network {
-	return &Network{listeners: map[string]*listener{}, nextPort: 10000}
+	return &Network{listeners: map[string]*listener{}, nextPort: 10000, cut: map[string]bool{}}
 }
 
 // Host returns the transport of host on the network: what it listens on
@@ -86,7 +115,10 @@ func (t *Transport) Dial(ctx context.Context, a string) (net.Conn, error) {
 	if l == nil {
 		return nil, fmt.Errorf("dial %s: %w", a, ErrRefused)
 	}
-	c, s := pipe(addr(net.JoinHostPort(t.host, strconv.Itoa(nw.portLocked()))), l.addr)
+	if h, _, _ := net.SplitHostPort(a); nw.cut[t.host] || nw.cut[h] {
+		return nil, fmt.Errorf("dial %s: %w", a, ErrUnreachable)
+	}
+	c, s := pipe(nw, addr(net.JoinHostPort(t.host, strconv.Itoa(nw.portLocked()))), l.addr)
 	select {
 	case l.conns <- s: // under nw.mu: Close has not drained yet
 		return c, nil

@@ -92,7 +92,7 @@ func TestTransport(t *testing.T) {
 
 // A reader blocked on a deadline wakes when it passes.
 func TestReadDeadlineWakesBlockedReader(t *testing.T) {
-	c, s := pipe("a:1", "b:1")
+	c, s := pipe(nil, "a:1", "b:1")
 	defer c.Close()
 	defer s.Close()
 	got := make(chan error, 1)

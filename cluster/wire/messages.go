@@ -168,9 +168,12 @@ type Heartbeat struct {
 	Seq       uint64    `json:"seq"`
 	T1        int64     `json:"t1"`
 	MasterID  string    `json:"masterId"`
-	LastIdx   int64     `json:"lastIdx"`
-	StateHash string    `json:"stateHash"`
-	Members   []string  `json:"members"`
+	// Term is the election term of the master the sender follows
+	// (cluster.Elect): a master in a higher term outranks it.
+	Term      uint64   `json:"term,omitempty"`
+	LastIdx   int64    `json:"lastIdx"`
+	StateHash string   `json:"stateHash"`
+	Members   []string `json:"members"`
 	// Peers are addresses the sender reaches other members at, so that a
 	// node given one static peer finds the rest of the cluster.
 	Peers []PeerInfo `json:"peers,omitempty"`

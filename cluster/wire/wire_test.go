@@ -18,7 +18,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
 	msgs := []Message{
 		&Hello{NodeID: "a", StartedAt: time.Unix(100, 0).UTC(), Version: "v1", PeerPort: 52417},
-		&Heartbeat{NodeID: "a", Seq: 7, T1: 123, MasterID: "b", LastIdx: 41, StateHash: "abc", Members: []string{"a", "b"}},
+		&Heartbeat{NodeID: "a", Seq: 7, T1: 123, MasterID: "b", Term: 3, LastIdx: 41, StateHash: "abc", Members: []string{"a", "b"}},
 		&ProbeAck{NodeID: "b", Seq: 7, T1: 123, T2: 130, T3: 131},
 		&Submit{Events: []RawEvent{{Type: "NodeMemoryMeasured", Event: json.RawMessage(`{"nodeId":"a"}`)}}},
 		&Events{MasterID: "b", Events: []IndexedEvent{{Idx: 5, Type: "X", Event: json.RawMessage(`{}`)}, {Idx: 6, Type: "Y", Event: json.RawMessage(`1`)}}},
