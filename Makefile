@@ -29,7 +29,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load stats-vs-python clean
+.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python clean
 
 all: build
 
@@ -117,6 +117,14 @@ bench:
 LOAD_TIME ?= 2m
 load: build
 	ORRERY_LOAD_DURATION=$(LOAD_TIME) $(GO) test -count=1 -timeout 30m -run TestServeLoad -v ./cmd/orrery/
+
+# chaos is TestChaos for CHAOS_TIME (CI runs 30 s): three agents in
+# network namespaces under partitions, stalls, crashes and runner kills,
+# with a client stream; it prints the figures and checks the invariants
+# (docs/cluster.md#reliability). Needs root and iproute2.
+CHAOS_TIME ?= 10m
+chaos: build
+	$(GO) test -tags netns -count=1 -timeout 40m -run TestChaos -v ./cmd/orrery/ -chaos.duration=$(CHAOS_TIME)
 
 # stats-vs-python times trace stats against the seed's Python on 1 M spans.
 stats-vs-python:

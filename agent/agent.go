@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/identity"
 	"github.com/orrery-cluster/orrery/agent/instance"
+	"github.com/orrery-cluster/orrery/agent/ownership"
 	"github.com/orrery-cluster/orrery/agent/peerapi"
 	"github.com/orrery-cluster/orrery/agent/replica"
 	"github.com/orrery-cluster/orrery/agent/shard"
@@ -40,7 +41,10 @@ type Agent struct {
 	node     *cluster.Node
 	disc     *discovery.Discovery
 	replica  *replica.Replica
-	traces   *tracestore.Store
+	// ledger records what this node owns and reconciles the state with
+	// it; it is the node's Sequencer (seq).
+	ledger *ownership.Ledger
+	traces *tracestore.Store
 	// tracer ships this node's spans and merges traces on the master;
 	// ring runs the ring benchmark.
 	tracer    *tracecollect.Tracer
@@ -175,7 +179,12 @@ func (a *Agent) wire(k keys, exe string) error {
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	a.node, a.seq = node, replica.Sequencer{Node: node}
+	a.node = node
+	if a.ledger, err = ownership.New(ownership.Config{Self: id, Path: filepath.Join(cfg.DataDir, ownership.FileName),
+		Store: a.store, Sequence: replica.Sequencer{Node: node}.Publish, Logger: a.log}); err != nil {
+		return fmt.Errorf("instances: %w", err)
+	}
+	a.seq = a.ledger
 	node.HandleStream(cluster.PurposeHTTP, func(_ context.Context, _, _ string, c net.Conn) { a.peerLn.Offer(c) })
 	node.HandleStream(cluster.PurposeRank, func(ctx context.Context, peer, id string, c net.Conn) {
 		stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -186,13 +195,17 @@ func (a *Agent) wire(k keys, exe string) error {
 		Node: node, Links: node.Links, BytesSent: node.BytesSent, State: a.store.State, History: a.store.History(),
 		Traces: a.traces, MergeTimeout: cfg.TraceMergeTimeout, Logger: a.log})
 	a.ring = ringbench.New(ringbench.Config{Node: node, OnRank: a.tracer.RingRank, Logger: a.log})
-	// Whoever becomes master must know every node's identity and models:
-	// republish them on each change. The master turns failure detection
-	// into state.
-	a.replica.OnMaster = func(string, bool) {
-		a.publishIdentity()
-		a.instances.PublishModels()
+	// Whoever becomes master must know what every node owns: each node
+	// asserts its part on every change, and after taking a snapshot. The
+	// master turns failure detection into state.
+	// A new master also gets the trace data its predecessor may have lost.
+	a.replica.OnMaster = func(_ string, self bool) {
+		if self { // a follower asserts once it has the new master's snapshot
+			a.ledger.Kick("became master")
+		}
+		a.tracer.MasterChanged()
 	}
+	a.replica.OnRestore = func() { a.ledger.Kick("snapshot restored") }
 	a.replica.OnGone = func(gone string) {
 		if err := a.seq.Publish(state.NodeGone{NodeID: gone}); err != nil {
 			a.log.Warn("publish node gone", "node", gone, "err", err)

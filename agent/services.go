@@ -61,7 +61,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.log.Info("agent started", "api", "http://"+a.ln.Addr().String(), "dataDir", a.cfg.DataDir,
 		"name", a.identity.FriendlyName, "version", a.cfg.Version)
 	// The identity is the node's first event: before any sampler runs.
+	// Instances restored from disk follow at once.
 	a.publishIdentity()
+	a.ledger.Kick("agent started")
 	go func() {
 		r.err = runAll(ctx, a.log, svcs)
 		a.shutdown()
@@ -132,6 +134,7 @@ func (a *Agent) services(ctx context.Context) []service {
 		{"cluster", a.node.Run},
 		{"discovery", a.disc.Run},
 		{"instances", a.instances.Run},
+		{"ownership", a.ledger.Run},
 		{"api", a.serveAPI},
 		{"peer api", a.servePeerAPI},
 	}

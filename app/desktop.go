@@ -65,6 +65,19 @@ func Main(args []string, icons Icons, version string) int {
 		exe, _ = filepath.EvalSymlinks(exe)
 	}
 
+	// One app per data dir: a second launch shows this one's window.
+	win := newWailsWindow(log.With("component", "window"))
+	inst, err := AcquireInstance(o.Agent.DataDir, win.Show)
+	switch {
+	case errors.Is(err, ErrRunning):
+		log.Info("Orrery is already running: asked it to show its window", "dataDir", o.Agent.DataDir, "detail", err)
+		return 0
+	case err != nil:
+		log.Warn("no single-instance lock; running anyway", "err", err)
+	default:
+		defer inst.Close()
+	}
+
 	api := o.API
 	if !o.NoAgent {
 		var stopAgent func()
@@ -83,7 +96,6 @@ func Main(args []string, icons Icons, version string) int {
 		return 1
 	}
 	home, _ := os.UserHomeDir()
-	win := newWailsWindow(log.With("component", "window"))
 	shell := &Shell{
 		Client: &Client{BaseURL: api},
 		APIURL: api,

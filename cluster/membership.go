@@ -113,21 +113,32 @@ func (t *Table) Alive() []Member {
 // alive (self included, with the master and term it follows now).
 //
 // Terms make a stale master step down: a member that announces itself
-// master (a claim) in the highest term is followed, ties broken by
-// ElectMaster's rule, so a master that was frozen or cut off, and comes
-// back still claiming its old term, loses to the one elected meanwhile.
-// With no claim alive (the master is gone, or the cluster is new),
-// ElectMaster's choice is followed; when that is self, it claims a term
-// above every term it has seen, which outranks the lost master's.
+// master (a claim) in the highest term is followed, so a master that was
+// frozen or cut off, and comes back still claiming its old term, loses to
+// the one elected meanwhile. Among claims in the same term the one more
+// members follow wins, then ElectMaster's rule. With no claim alive (the
+// master is gone, or the cluster is new), ElectMaster's choice is
+// followed; when that is self and another member is alive, it claims a
+// term above every term it has seen, which outranks the lost master's. A
+// node left alone claims no new term (as Raft's pre-vote, it could not win
+// one): a worker cut off for a while does not take the cluster over when
+// it comes back.
 func Elect(self string, members []Member) (master string, term uint64) {
-	var best *Member
+	support := map[string]int{}
 	var seen uint64
-	for i, m := range members {
+	for _, m := range members {
 		seen = max(seen, m.Term)
+		if m.Follows != "" {
+			support[m.Follows]++
+		}
+	}
+	var best *Member
+	for i, m := range members {
 		if !m.claims() {
 			continue
 		}
-		if best == nil || m.Term > best.Term || m.Term == best.Term && older(m, *best) {
+		if best == nil || m.Term > best.Term || m.Term == best.Term &&
+			(support[m.NodeID] > support[best.NodeID] || support[m.NodeID] == support[best.NodeID] && older(m, *best)) {
 			best = &members[i]
 		}
 	}
@@ -135,8 +146,11 @@ func Elect(self string, members []Member) (master string, term uint64) {
 		return best.NodeID, best.Term
 	}
 	cand := ElectMaster(members)
-	if cand == self {
+	switch {
+	case cand == self && len(members) > 1:
 		return self, seen + 1
+	case cand == self:
+		return self, seen
 	}
 	for _, m := range members {
 		if m.NodeID == self {

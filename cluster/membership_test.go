@@ -84,10 +84,12 @@ func TestElectTerms(t *testing.T) {
 		master  string
 		term    uint64
 	}{
-		{"a fresh node alone claims term 0's successor", "w1", []Member{w1}, "w1", 1},
+		{"a node alone claims no new term", "w1", []Member{follow(w1, "m", 3)}, "w1", 3},
 		{"the stale master, back in term 0, follows term 1", "m", []Member{claim(old, 0), claim(w1, 1), follow(w2, "w1", 1)}, "w1", 1},
 		{"the new master keeps its term against the stale claim", "w1", []Member{claim(old, 0), claim(w1, 1), follow(w2, "w1", 1)}, "w1", 1},
-		{"equal terms: the longest-running claim wins", "w1", []Member{claim(old, 2), claim(w1, 2)}, "m", 2},
+		{"equal terms: the claim more members follow wins", "m", []Member{claim(old, 2), claim(w1, 2), follow(w2, "w1", 2)}, "w1", 2},
+		{"equal terms and support: the longest-running claim wins", "w1", []Member{claim(old, 2), claim(w1, 2)}, "m", 2},
+		{"a worker back from a cut, alone in its term, does not take over", "w2", []Member{claim(w1, 4), follow(old, "w1", 4), claim(w2, 4)}, "w1", 4},
 		{"master gone: the longest-running survivor claims above every term seen", "w1", []Member{follow(w1, "m", 3), follow(w2, "m", 4)}, "w1", 5},
 		{"master gone: others follow the survivor, keeping their term until it claims", "w2", []Member{follow(w1, "m", 3), follow(w2, "m", 3)}, "w1", 3},
 		{"a member not yet heard from claims nothing", "w2", []Member{w1, follow(w2, "w2", 0)}, "w2", 0},

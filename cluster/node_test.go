@@ -311,4 +311,22 @@ func TestStaleMasterStepsDown(t *testing.T) {
 	if m := nodes[0].App.Masters(); len(m) == 0 || m[len(m)-1] != "w1" {
 		t.Errorf("m's application was told of masters %v, want w1 last", m)
 	}
+
+	// A worker cut off becomes its own master, in the same term (alone,
+	// it claims no new one); back, it does not take the cluster over.
+	nw.Isolate("w2")
+	testutil.WaitFor(t, "w2 alone", func() bool {
+		st := nodes[2].Node.Status()
+		return st.IsMaster && len(st.Members) == 1
+	})
+	if st := nodes[2].Node.Status(); st.Term != 1 {
+		t.Errorf("w2 alone claims term %d, want 1", st.Term)
+	}
+	nw.Heal("w2")
+	testutil.WaitFor(t, "w2 back under w1", func() bool {
+		return clustertest.Converged(nodes) && nodes[2].Node.Status().MasterID == "w1"
+	})
+	if st := nodes[1].Node.Status(); !st.IsMaster || st.Term != 1 {
+		t.Errorf("w1: master %s term %d after w2's return; want itself in term 1", st.MasterID, st.Term)
+	}
 }

@@ -240,6 +240,19 @@ NAME=org.kde.StatusNotifierItem-$dpid-1
 waitfor 30 "the in-process agent at :$P2" curl -fsS "http://127.0.0.1:$P2/healthz"
 waitfor 30 "the tray's DBus name $NAME" bus_has "$NAME"
 waitfor 20 "the in-process agent's status lines" menu_has "$NAME" "'Nodes: 1'"
+# A second launch on the same data dir shows the first one's window and
+# exits: no second tray icon, no second agent.
+mapped && fail "the window shows before the second launch"
+rc=0
+timeout 20 bin/orrery-desktop --api-addr "127.0.0.1:$P2" --peer-addr 127.0.0.1:0 --data-dir "$tmp/inproc" --mdns=false \
+	>"$OUT/desktop-second.log" 2>&1 || rc=$?
+[[ $rc -eq 0 ]] || fail "the second launch exited with $rc (see $OUT/desktop-second.log)"
+grep -q "already running" "$OUT/desktop-second.log" || fail "the second launch did not defer to the first ($OUT/desktop-second.log)"
+waitfor 20 "the first window to be mapped after the second launch" mapped
+[[ $(gdbus call --session --dest org.freedesktop.DBus --object-path /org/freedesktop/DBus \
+	--method org.freedesktop.DBus.ListNames | grep -o 'StatusNotifierItem-[0-9]*' | sort -u | wc -l) -eq 1 ]] ||
+	fail "more than one tray item on the bus after the second launch"
+echo "desktop-test: single instance: a second launch showed the first window and exited"
 quit "$NAME" "$dpid" "orrery-desktop with its agent"
 port_free "$P2" || fail "the in-process agent's port $P2 is still taken after Quit"
 echo "desktop-test: in-process agent: up, shown in the menu, stopped on Quit"

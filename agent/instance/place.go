@@ -230,7 +230,12 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instan
 		return state.Instance{}, fmt.Errorf("publish instance: %w", err)
 	}
 	if err := m.waitState(ctx, func(s state.State) bool { _, ok := s.Instances[in.InstanceID]; return ok }); err != nil {
-		return state.Instance{}, fmt.Errorf("instance %s: not in the state after %v: %w", in.InstanceID, placeWait, err)
+		// Not acknowledged, so not kept: this node's record drops it too,
+		// and asserts that once the master answers again.
+		if rerr := m.cfg.Publish(state.InstanceDeleted{NodeID: m.cfg.Self, InstanceID: in.InstanceID}); rerr != nil {
+			m.log.Warn("retract unacknowledged instance", "instance", in.InstanceID, "err", rerr)
+		}
+		return state.Instance{}, fmt.Errorf("instance %s: not in the state after %v (no master answered; placement withdrawn): %w", in.InstanceID, placeWait, err)
 	}
 	m.log.Info("instance placed", "instance", in.InstanceID, "model", req.Model, "ranks", len(in.Ranks))
 	return in, nil
@@ -268,7 +273,9 @@ func (m *Manager) Delete(ctx context.Context, instanceID string) error {
 		return fmt.Errorf("publish instance deletion: %w", err)
 	}
 	if err := m.waitState(ctx, func(s state.State) bool { _, ok := s.Instances[instanceID]; return !ok }); err != nil {
-		return fmt.Errorf("instance %s: still in the state after %v: %w", instanceID, placeWait, err)
+		// The runners are stopped and this node's record has dropped it:
+		// the deletion stands, and is asserted once a master answers.
+		return fmt.Errorf("instance %s: still in the state after %v (no master answered; the deletion stands and reaches the state when one does): %w", instanceID, placeWait, err)
 	}
 	m.log.Info("instance deleted", "instance", instanceID)
 	return nil

@@ -24,9 +24,12 @@ const hashRing = 1024
 type Replica struct {
 	store *state.Store
 	// OnMaster, when set, is called on every master change; OnGone when
-	// the master saw a member go. Set them before the node runs.
-	OnMaster func(master string, self bool)
-	OnGone   func(id string)
+	// the master saw a member go; OnRestore after a snapshot replaced the
+	// state (with the node's locks held: it must not block or publish).
+	// Set them before the node runs.
+	OnMaster  func(master string, self bool)
+	OnGone    func(id string)
+	OnRestore func()
 
 	mu     sync.Mutex // guards hashes and the cached hash
 	hashes map[int64]string
@@ -112,6 +115,9 @@ func (r *Replica) Restore(lastIdx int64, raw json.RawMessage) error {
 	clear(r.hashes)
 	r.mu.Unlock()
 	r.noteHash()
+	if r.OnRestore != nil {
+		r.OnRestore()
+	}
 	return nil
 }
 

@@ -63,6 +63,8 @@ func Apply(s State, ev Event) State {
 		if _, ok := s.Instances[e.Runner.InstanceID]; ok {
 			s.Runners = with(s.Runners, e.Runner.RunnerID, e.Runner)
 		}
+	case NodeStateAsserted:
+		s = applyAsserted(s, e)
 	case NodeGone:
 		s.NodeIdentities = without(s.NodeIdentities, e.NodeID)
 		s.NodeMemory = without(s.NodeMemory, e.NodeID)
@@ -71,15 +73,20 @@ func Apply(s State, ev Event) State {
 		s.NodeNetwork = without(s.NodeNetwork, e.NodeID)
 		s.NodeLinkTelemetry = without(s.NodeLinkTelemetry, e.NodeID)
 		s.NodeModels = without(s.NodeModels, e.NodeID)
-		// Instances with a rank on the node are down with it.
-		gone := map[string]bool{}
+		// The node's own instances leave with it (it asserts them again if
+		// it comes back); another owner's instance with a rank on it is
+		// Failed, saying why, for its owner to replace or delete.
+		s.Instances = withoutWhere(s.Instances, func(in Instance) bool { return in.NodeID == e.NodeID })
 		for id, in := range s.Instances {
-			if in.NodeID == e.NodeID || slices.ContainsFunc(in.Ranks, func(r ShardRange) bool { return r.NodeID == e.NodeID }) {
-				gone[id] = true
+			if in.Status != InstanceStatusFailed && slices.ContainsFunc(in.Ranks, func(r ShardRange) bool { return r.NodeID == e.NodeID }) {
+				in.Status, in.Error = InstanceStatusFailed, "node "+e.NodeID+" left the cluster"
+				s.Instances = with(s.Instances, id, in)
 			}
 		}
-		s.Instances = withoutWhere(s.Instances, func(in Instance) bool { return gone[in.InstanceID] })
-		s.Runners = withoutWhere(s.Runners, func(r Runner) bool { return r.NodeID == e.NodeID || gone[r.InstanceID] })
+		s.Runners = withoutWhere(s.Runners, func(r Runner) bool {
+			_, ok := s.Instances[r.InstanceID]
+			return r.NodeID == e.NodeID || !ok
+		})
 		s.Topology = withoutTopologyNode(s.Topology, e.NodeID)
 	}
 	return s

@@ -28,6 +28,7 @@ func sampleEvents(node string) []Event {
 		InstanceDeleted{NodeID: node, InstanceID: "inst-" + node},
 		InstanceFailed{NodeID: node, InstanceID: "inst-" + node, Error: "rank 1 failed"},
 		InstanceUsed{NodeID: node, InstanceID: "inst-" + node, Active: 0, ExpiresAt: &t0},
+		NodeStateAsserted{NodeID: node, Identity: &NodeIdentity{NodeID: node, FriendlyName: "asserted"}},
 	}
 }
 
@@ -198,6 +199,16 @@ func TestApplyInstanceLifecycle(t *testing.T) {
 	}
 	if other := Apply(s, NodeGone{NodeID: "n2"}); len(other.Instances) != 1 || len(other.Runners) != 1 {
 		t.Fatalf("NodeGone of another node dropped n1's instance")
+	}
+	// n1's instance with a rank on n2: n2 leaving fails it, saying why,
+	// and drops n2's runner; n1's own runner stays for its owner to stop.
+	two := s.Instances["inst-n1"]
+	two.Ranks = append(two.Ranks, ShardRange{Rank: 1, NodeID: "n2", FirstLayer: 4, LastLayer: 8})
+	s2 := Apply(s, InstanceCreated{NodeID: "n1", Instance: two})
+	s2 = Apply(s2, RunnerStatusChanged{NodeID: "n2", Runner: Runner{RunnerID: "inst-n1-1", InstanceID: "inst-n1", NodeID: "n2", Status: RunnerReady}})
+	left := Apply(s2, NodeGone{NodeID: "n2"})
+	if in := left.Instances["inst-n1"]; in.Status != InstanceStatusFailed || in.Error != "node n2 left the cluster" || len(left.Runners) != 1 {
+		t.Fatalf("after the rank's node left: %+v, runners %+v", in, left.Runners)
 	}
 	if len(s.Instances) != 1 || len(s.Runners) != 1 {
 		t.Fatal("Apply mutated its input")

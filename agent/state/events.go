@@ -157,6 +157,7 @@ var decoders = map[string]func([]byte) (Event, error){
 	"InstanceFailed":       decodeAs[InstanceFailed],
 	"InstanceUsed":         decodeAs[InstanceUsed],
 	"RunnerStatusChanged":  decodeAs[RunnerStatusChanged],
+	"NodeStateAsserted":    decodeAs[NodeStateAsserted],
 }
 
 func decodeAs[T Event](b []byte) (Event, error) {

@@ -46,26 +46,46 @@ var _ Node = (*cluster.Node)(nil)
 
 // Router routes this node's trace messages to the master, and takes other
 // nodes' messages into the local collector while this node is the master.
-// Safe for concurrent use.
+//
+// A master can change while a task's trace is being merged (it stalled,
+// crashed or was cut off): the Router keeps what it sent for Retain, and
+// sends it again to the new master, whose merge then yields the trace, or
+// a partial one. Safe for concurrent use.
 type Router struct {
-	node  Node
-	local *Collector
-	log   *slog.Logger
+	node   Node
+	local  *Collector
+	log    *slog.Logger
+	retain time.Duration
 
-	mu     sync.Mutex // guards the fields below; held while writing
-	peer   string     // the master conn goes to
-	conn   net.Conn   // nil: none open
-	idle   *time.Timer
-	closed bool
+	mu         sync.Mutex // guards the fields below; held while writing
+	peer       string     // the master conn goes to
+	conn       net.Conn   // nil: none open
+	idle       *time.Timer
+	closed     bool
+	lastMaster string    // the master of the last send
+	kept       []keptMsg // sent within retain, oldest first
+	keptBytes  int
 }
 
+// keptMsg is a message sent to master at time at.
+type keptMsg struct {
+	at     time.Time
+	master string
+	msg    wire.Message
+	size   int
+}
+
+// maxKept bounds the bytes a Router keeps for resending.
+const maxKept = 32 << 20
+
 // NewRouter returns a router for node, delivering to local (this node's
-// collector), and registers its stream handler with node.
-func NewRouter(node Node, local *Collector, log *slog.Logger) *Router {
+// collector), and registers its stream handler with node. It keeps what
+// it sends for retain (the master's merge timeout and a margin).
+func NewRouter(node Node, local *Collector, retain time.Duration, log *slog.Logger) *Router {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Router{node: node, local: local, log: log.With("component", "tracecollect")}
+	r := &Router{node: node, local: local, retain: retain, log: log.With("component", "tracecollect")}
 	node.HandleStream(Purpose, r.serve)
 	return r
 }
@@ -75,7 +95,7 @@ func (r *Router) Task(ctx context.Context, m *wire.TraceTask) (string, error) {
 	if err := m.Validate(); err != nil {
 		return "", fmt.Errorf("ship trace: %w", err)
 	}
-	return r.send(ctx, m, func(self string) error { return r.local.Task(self, m) })
+	return r.send(ctx, m, 256+len(m.Ranks)*64)
 }
 
 // Chunk sends a chunk of a rank's spans to the master. It returns the
@@ -84,25 +104,88 @@ func (r *Router) Chunk(ctx context.Context, m *wire.TraceChunk) (string, error) 
 	if err := m.Validate(); err != nil {
 		return "", fmt.Errorf("ship trace: %w", err)
 	}
-	return r.send(ctx, m, func(self string) error { return r.local.Chunk(self, m) })
+	return r.send(ctx, m, 256+len(m.Data))
 }
 
-// send delivers msg locally when this node is the master, else writes it
-// on the stream to the master, opening one if needed. It blocks while the
-// master reads slowly, until ctx ends.
-func (r *Router) send(ctx context.Context, msg wire.Message, deliver func(self string) error) (string, error) {
-	self, master := r.node.ID(), r.node.Master()
-	if master == self {
-		return master, deliver(self)
-	}
-	typ, b, err := wire.Encode(msg)
-	if err != nil {
-		return master, err
-	}
+// send delivers msg to the master (first sending again what earlier
+// masters may have lost, if the master changed) and keeps it for resends.
+// It blocks while the master reads slowly, until ctx ends.
+func (r *Router) send(ctx context.Context, msg wire.Message, size int) (string, error) {
+	master := r.node.Master()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return master, errors.New("ship trace: router closed")
+	}
+	r.resendLocked(ctx, master)
+	err := r.deliverLocked(ctx, master, msg)
+	r.keepLocked(keptMsg{at: time.Now(), master: master, msg: msg, size: size})
+	return master, err
+}
+
+// Resend sends again, to the master of now, what was sent to another one
+// within retain. The node calls it when the master changes.
+func (r *Router) Resend(ctx context.Context) {
+	master := r.node.Master()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.resendLocked(ctx, master)
+	}
+}
+
+func (r *Router) resendLocked(ctx context.Context, master string) {
+	if master == r.lastMaster {
+		return
+	}
+	r.lastMaster = master
+	cut := time.Now().Add(-r.retain)
+	n := 0
+	for i := range r.kept {
+		k := &r.kept[i]
+		if k.master == master || k.at.Before(cut) {
+			continue
+		}
+		if err := r.deliverLocked(ctx, master, k.msg); err != nil {
+			r.log.Debug("resend trace to the new master", "master", master, "err", err)
+		}
+		k.master = master
+		n++
+	}
+	if n > 0 {
+		r.log.Info("trace data sent again to the new master", "master", master, "messages", n)
+	}
+}
+
+// keepLocked keeps a sent message for resends, dropping what is older than
+// retain or over maxKept.
+func (r *Router) keepLocked(k keptMsg) {
+	cut := time.Now().Add(-r.retain)
+	i := 0
+	for i < len(r.kept) && (r.kept[i].at.Before(cut) || r.keptBytes+k.size > maxKept) {
+		r.keptBytes -= r.kept[i].size
+		i++
+	}
+	r.kept = append(r.kept[i:], k)
+	r.keptBytes += k.size
+}
+
+// deliverLocked hands msg to the local collector when this node is the
+// master, else writes it on the stream to the master, opening one if
+// needed.
+func (r *Router) deliverLocked(ctx context.Context, master string, msg wire.Message) error {
+	if self := r.node.ID(); master == self {
+		switch m := msg.(type) {
+		case *wire.TraceTask:
+			return r.local.Task(self, m)
+		case *wire.TraceChunk:
+			return r.local.Chunk(self, m)
+		}
+		return fmt.Errorf("ship trace: %T", msg)
+	}
+	typ, b, err := wire.Encode(msg)
+	if err != nil {
+		return err
 	}
 	if r.conn != nil && r.peer != master {
 		r.dropLocked()
@@ -110,7 +193,7 @@ func (r *Router) send(ctx context.Context, msg wire.Message, deliver func(self s
 	if r.conn == nil {
 		c, err := r.node.DialStream(ctx, master, Purpose, "")
 		if err != nil {
-			return master, fmt.Errorf("ship trace to master %s: %w", master, err)
+			return fmt.Errorf("ship trace to master %s: %w", master, err)
 		}
 		r.conn, r.peer = c, master
 		r.idle = time.AfterFunc(idleClose, r.closeIdle)
@@ -126,9 +209,9 @@ func (r *Router) send(ctx context.Context, msg wire.Message, deliver func(self s
 	stop()
 	if err != nil {
 		r.dropLocked() // a failed or timed-out write leaves the stream unusable
-		return master, fmt.Errorf("ship trace to master %s: %w", master, err)
+		return fmt.Errorf("ship trace to master %s: %w", master, err)
 	}
-	return master, nil
+	return nil
 }
 
 func (r *Router) dropLocked() {

@@ -22,7 +22,7 @@ func TestRouterShipsToTheMaster(t *testing.T) {
 	for i, n := range nodes {
 		saves[i] = &saved{}
 		cols[i] = New(Config{Timeout: time.Hour, Save: saves[i].save, Self: n.ID})
-		routers[i] = NewRouter(n.Node, cols[i], nil)
+		routers[i] = NewRouter(n.Node, cols[i], time.Minute, nil)
 		t.Cleanup(routers[i].Close)
 	}
 	testutil.WaitFor(t, "3 members everywhere", func() bool { return clustertest.Converged(nodes) })
@@ -70,4 +70,49 @@ func TestRouterShipsToTheMaster(t *testing.T) {
 		}
 	}
 	cols[0].Close()
+}
+
+// The master dies after the ranks shipped a task's trace to it: on the
+// master change every node sends its part again, and the new master
+// merges the whole trace.
+func TestRouterResendsToANewMaster(t *testing.T) {
+	testutil.CheckLeaks(t)
+	nodes := clustertest.StartCluster(t, clustertest.Options{}, "a", "b", "c")
+	cols := make([]*Collector, len(nodes))
+	routers := make([]*Router, len(nodes))
+	saves := make([]*saved, len(nodes))
+	for i, n := range nodes {
+		saves[i] = &saved{}
+		cols[i] = New(Config{Timeout: time.Hour, Save: saves[i].save, Self: n.ID})
+		routers[i] = NewRouter(n.Node, cols[i], time.Minute, nil)
+		t.Cleanup(routers[i].Close)
+		t.Cleanup(cols[i].Close)
+	}
+	testutil.WaitFor(t, "3 members everywhere", func() bool { return clustertest.Converged(nodes) })
+	ctx := context.Background()
+	if _, err := routers[2].Chunk(ctx, chunk(t, "t2", 1, 0, true, span("c", 5, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := routers[1].Chunk(ctx, chunk(t, "t2", 0, 0, true, span("b", 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	announce := &wire.TraceTask{Task: "t2", Kind: "test", Ranks: []wire.TraceRank{{Rank: 0, Node: "b"}, {Rank: 1, Node: "c"}}}
+	if got, err := routers[1].Task(ctx, announce); err != nil || got != "a" {
+		t.Fatalf("announce: master %q, %v", got, err)
+	}
+	nodes[0].Stop(t) // a dies with the trace in memory
+	testutil.WaitFor(t, "b is the master of b and c", func() bool {
+		return nodes[1].Node.Master() == "b" && nodes[2].Node.Master() == "b"
+	})
+	routers[2].Resend(ctx)
+	routers[1].Resend(ctx)
+	if res := wait(t, cols[1], "t2"); res.Spans != 2 || len(res.Missing) != 0 || res.Err != nil {
+		t.Fatalf("merged on the new master: %+v, want 2 spans and no missing rank", res)
+	}
+	// Sent again only once: a second Resend to the same master sends
+	// nothing (the collector would refuse a second announcement).
+	routers[1].Resend(ctx)
+	if trs, _ := saves[1].get(); len(trs) != 1 {
+		t.Errorf("%d traces saved on b, want 1", len(trs))
+	}
 }

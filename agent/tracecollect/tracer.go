@@ -61,7 +61,11 @@ func NewTracer(cfg TracerConfig) *Tracer {
 	}
 	t := &Tracer{cfg: cfg, log: log.With("component", "tracecollect")}
 	t.collector = New(Config{Timeout: cfg.MergeTimeout, ClockOffsets: t.clockOffsets, Self: cfg.Self, Save: t.save, Logger: log})
-	t.router = NewRouter(cfg.Node, t.collector, log)
+	retain := cfg.MergeTimeout
+	if retain <= 0 {
+		retain = DefaultTimeout
+	}
+	t.router = NewRouter(cfg.Node, t.collector, retain+resendMargin, log)
 	return t
 }
 
@@ -71,6 +75,22 @@ func (t *Tracer) Close() {
 	t.bg.Wait()
 	t.router.Close()
 	t.collector.Close()
+}
+
+// resendMargin is kept beyond the merge timeout for resends: the master
+// change itself takes FailAfter to be noticed.
+const resendMargin = 5 * time.Second
+
+// MasterChanged sends the trace data of tasks still being merged to the
+// new master (in the background): the old one may never save them.
+func (t *Tracer) MasterChanged() {
+	t.bg.Add(1)
+	go func() {
+		defer t.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
+		defer cancel()
+		t.router.Resend(ctx)
+	}()
 }
 
 // newShipper starts tracing this node's rank of task.

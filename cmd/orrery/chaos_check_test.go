@@ -1,0 +1,394 @@
+//go:build netns
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/agent/state"
+)
+
+// Request bounds: an operation that has not ended by then is hung.
+const (
+	chaosOpBound   = 60 * time.Second
+	chaosMaxLive   = 4 // acknowledged instances kept at once
+	chaosWorkers   = 2
+	chaosCPUWindow = 10 * time.Second
+)
+
+// chaosWorkload is the client stream: placements, deletions, chats and
+// traced ring benchmarks through random nodes, with what was acknowledged.
+type chaosWorkload struct {
+	nodes []*chaosNode
+	seed  int64
+	ctx   context.Context
+	halt  context.CancelFunc
+	wg    sync.WaitGroup
+
+	mu         sync.Mutex
+	ops        map[string]int // "place ok", "chat error", …
+	placed     map[string]string
+	deleted    map[string]bool
+	seenFailed map[string]string // acknowledged instance → the error it was seen Failed with
+	traces     []string
+	hung       []string
+	samples    map[string]string // an error of each "op result", for the figures
+}
+
+func newChaosWorkload(nodes []*chaosNode, seed int64) *chaosWorkload {
+	ctx, halt := context.WithCancel(context.Background())
+	return &chaosWorkload{nodes: nodes, seed: seed, ctx: ctx, halt: halt, ops: map[string]int{},
+		placed: map[string]string{}, deleted: map[string]bool{}, seenFailed: map[string]string{}, samples: map[string]string{}}
+}
+
+func (w *chaosWorkload) start() {
+	for i := range chaosWorkers {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			rng := rand.New(rand.NewSource(w.seed*100 + int64(i)))
+			for w.ctx.Err() == nil {
+				w.one(rng)
+				time.Sleep(time.Duration(100+rng.Intn(400)) * time.Millisecond)
+			}
+		}()
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for w.ctx.Err() == nil {
+			w.watch()
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+}
+
+// stop ends the stream and waits for the operations in flight (each is
+// bounded).
+func (w *chaosWorkload) stop() {
+	w.halt()
+	w.wg.Wait()
+}
+
+func (w *chaosWorkload) count(op string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	res := "ok"
+	var ae *client.Error
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "Client.Timeout"):
+		res = "hung"
+		w.hung = append(w.hung, op+": "+err.Error())
+	case errors.As(err, &ae):
+		res = fmt.Sprintf("refused %d", ae.Status)
+	default:
+		res = "error"
+	}
+	w.ops[op+" "+res]++
+	if _, ok := w.samples[op+" "+res]; err != nil && !ok {
+		msg := err.Error()
+		if errors.As(err, &ae) {
+			msg = ae.Message
+		}
+		w.samples[op+" "+res] = msg[:min(len(msg), 160)]
+	}
+}
+
+// one runs one random operation through a random node.
+func (w *chaosWorkload) one(rng *rand.Rand) {
+	n := w.nodes[rng.Intn(len(w.nodes))]
+	c := n.api(chaosOpBound)
+	ctx, cancel := context.WithTimeout(context.Background(), chaosOpBound)
+	defer cancel()
+	w.mu.Lock()
+	var live []string
+	for id := range w.placed {
+		if !w.deleted[id] {
+			live = append(live, id)
+		}
+	}
+	w.mu.Unlock()
+	slices.Sort(live)
+	switch r := rng.Intn(10); {
+	case r < 3 && len(live) < chaosMaxLive:
+		owner := w.nodes[rng.Intn(len(w.nodes))]
+		req := api.PlaceRequest{Model: owner.model, Nodes: []string{owner.id}}
+		if o := w.nodes[rng.Intn(len(w.nodes))]; o != owner {
+			req.Nodes = append(req.Nodes, o.id)
+		}
+		resp, err := c.Place(ctx, req)
+		w.count("place", err)
+		if err == nil {
+			w.mu.Lock()
+			w.placed[resp.Instance.InstanceID] = resp.Instance.NodeID
+			w.mu.Unlock()
+		}
+	case r < 5 && len(live) > 0:
+		id := live[rng.Intn(len(live))]
+		err := c.DeleteInstance(ctx, id)
+		w.count("delete", err)
+		if err == nil {
+			w.mu.Lock()
+			w.deleted[id] = true
+			w.mu.Unlock()
+		}
+	case r < 9:
+		model := w.nodes[rng.Intn(len(w.nodes))].model
+		var hdr http.Header
+		code, b, err := chaosPost(ctx, n, "/v1/chat/completions",
+			`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0}`, &hdr)
+		if err == nil && code != http.StatusOK {
+			err = &client.Error{Method: "POST", URL: "/v1/chat/completions", Status: code, Message: string(b)}
+		}
+		w.count("chat", err)
+		if id := hdr.Get(api.TraceIDHeader); err == nil && id != "" {
+			w.mu.Lock()
+			w.traces = append(w.traces, id)
+			w.mu.Unlock()
+		}
+	default:
+		res, err := c.RingBench(ctx, api.RingBenchRequest{SizeBytes: 1 << 20, Rounds: 2})
+		w.count("ring-bench", err)
+		if err == nil && res.TraceID != "" {
+			w.mu.Lock()
+			w.traces = append(w.traces, res.TraceID)
+			w.mu.Unlock()
+		}
+	}
+}
+
+// chaosPost posts a JSON body inside n's namespace.
+func chaosPost(ctx context.Context, n *chaosNode, path, body string, hdr *http.Header) (int, []byte, error) {
+	c := n.api(chaosOpBound)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	*hdr = resp.Header
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, b, err
+}
+
+// watch notes the acknowledged instances that any node shows Failed.
+func (w *chaosWorkload) watch() {
+	for _, n := range w.nodes {
+		ctx, cancel := context.WithTimeout(w.ctx, time.Second)
+		st, err := n.api(time.Second).State(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		w.mu.Lock()
+		for id := range w.placed {
+			if in, ok := st.Instances[id]; ok && in.Status == state.InstanceStatusFailed {
+				w.seenFailed[id] = in.Error
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// chaosCheck checks the invariants on the healed cluster and prints the
+// figures.
+func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[string]string, faults map[string]int, conv []time.Duration) {
+	final := chaosPoll(t, nodes, 30*time.Second, "final convergence", func() (bool, string) { return chaosConverged(nodes) })
+	for _, n := range nodes {
+		var id string
+		if err := n.cur().getJSON("/node_id", &id); err != nil || id != ids[n.name] {
+			t.Errorf("%s: node id %q after the run, was %q (%v)", n.name, id, ids[n.name], err)
+		}
+	}
+	st, err := nodes[0].api(5 * time.Second).State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	var lost, resurrected, failed []string
+	for id, owner := range w.placed {
+		in, ok := st.Instances[id]
+		switch {
+		case w.deleted[id] && ok:
+			resurrected = append(resurrected, id)
+		case w.deleted[id]:
+		case !ok && w.seenFailed[id] == "":
+			lost = append(lost, fmt.Sprintf("%s (owner %.8s)", id, owner))
+		case !ok || in.Status == state.InstanceStatusFailed:
+			failed = append(failed, id)
+		}
+	}
+	placed, deleted, traces, hung := len(w.placed), len(w.deleted), slices.Clone(w.traces), slices.Clone(w.hung)
+	ops, samples := maps.Clone(w.ops), maps.Clone(w.samples)
+	w.mu.Unlock()
+
+	orphans, phantoms := chaosRunners(t, nodes)
+	missing := chaosTraces(t, nodes, traces)
+	cpu := chaosCPU(nodes)
+
+	sort.Slice(conv, func(i, j int) bool { return conv[i] < conv[j] })
+	pct := func(p float64) time.Duration {
+		if len(conv) == 0 {
+			return 0
+		}
+		return conv[min(len(conv)-1, int(p*float64(len(conv))))].Round(time.Millisecond)
+	}
+	var f strings.Builder
+	fmt.Fprintf(&f, "faults injected: %d %v\n", sumCounts(faults), faults)
+	fmt.Fprintf(&f, "operations: %d %v\n", sumCounts(ops), ops)
+	for _, k := range slices.Sorted(maps.Keys(samples)) {
+		fmt.Fprintf(&f, "  e.g. %s: %s\n", k, samples[k])
+	}
+	fmt.Fprintf(&f, "acknowledged placements %d, deletions %d; lost acknowledged writes %d (placements lost %d, deletions undone %d); placements failed with a reason %d\n",
+		placed, deleted, len(lost)+len(resurrected), len(lost), len(resurrected), len(failed))
+	fmt.Fprintf(&f, "orphan runner processes %d, runners in the state without a process %d\n", len(orphans), len(phantoms))
+	fmt.Fprintf(&f, "hung requests %d (bound %v)\n", len(hung), chaosOpBound)
+	fmt.Fprintf(&f, "convergence after a heal: p50 %v, p99 %v, max %v over %d heals; final %v\n", pct(0.5), pct(0.99), pct(1), len(conv), final.Round(time.Millisecond))
+	fmt.Fprintf(&f, "traces: %d asked, %d missing\n", len(traces), len(missing))
+	fmt.Fprintf(&f, "agent CPU over %v after the end: %s\n", chaosCPUWindow, cpu.text)
+	t.Logf("chaos figures:\n%s", f.String())
+	if len(lost)+len(resurrected) > 0 {
+		t.Errorf("lost acknowledged writes: placements %v, deletions undone %v", lost, resurrected)
+	}
+	if len(orphans)+len(phantoms) > 0 {
+		t.Errorf("runners: orphan processes %v, state runners without a process %v", orphans, phantoms)
+	}
+	if len(hung) > 0 {
+		t.Errorf("hung requests: %v", hung)
+	}
+	if m := pct(1); m > 5*time.Second {
+		t.Errorf("a heal took %v to converge, over 5 s", m)
+	}
+	if len(missing) > 0 {
+		t.Errorf("traces missing: %v", missing)
+	}
+	if cpu.over != "" {
+		t.Errorf("agent CPU after the faults: %s", cpu.over)
+	}
+}
+
+func sumCounts(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func mapsValues(m map[string]string) []string { return slices.Sorted(maps.Values(m)) }
+
+// chaosRunners waits (30 s at most) for the runner processes of every node
+// to match the runners its state shows, and returns what still differs.
+func chaosRunners(t *testing.T, nodes []*chaosNode) (orphans, phantoms []string) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		orphans, phantoms = nil, nil
+		st, err := nodes[0].api(5 * time.Second).State(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			procs := runnerPids(n.cur().cmd.Process.Pid)
+			known := map[int]bool{}
+			for _, r := range st.Runners {
+				in, ok := st.Instances[r.InstanceID]
+				if r.NodeID != n.id || !ok || in.Status == state.InstanceStatusFailed || r.Pid == 0 {
+					continue
+				}
+				known[r.Pid] = true
+				if (r.Status == state.RunnerReady || r.Status == state.RunnerRunning) && !slices.Contains(procs, r.Pid) {
+					phantoms = append(phantoms, fmt.Sprintf("%s (pid %d on %s)", r.RunnerID, r.Pid, n.name))
+				}
+			}
+			for _, p := range procs {
+				if !known[p] {
+					orphans = append(orphans, fmt.Sprintf("pid %d on %s", p, n.name))
+				}
+			}
+		}
+		if len(orphans)+len(phantoms) == 0 || time.Now().After(deadline) {
+			return orphans, phantoms
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// chaosTraces waits (20 s at most) for every trace id to have a trace file
+// on some node, and returns those that do not.
+func chaosTraces(t *testing.T, nodes []*chaosNode, ids []string) []string {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var missing []string
+		for _, id := range ids {
+			found := false
+			for _, n := range nodes {
+				if _, err := os.Stat(filepath.Join(n.dir, "traces", id+".json")); err == nil {
+					found = true
+				}
+			}
+			if !found {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			return missing
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+type chaosCPUResult struct{ text, over string }
+
+// chaosCPU measures each agent's CPU time over chaosCPUWindow.
+func chaosCPU(nodes []*chaosNode) chaosCPUResult {
+	before := make([]float64, len(nodes))
+	for i, n := range nodes {
+		before[i] = cpuSeconds(n.cur().cmd.Process.Pid)
+	}
+	time.Sleep(chaosCPUWindow)
+	var r chaosCPUResult
+	for i, n := range nodes {
+		pct := 100 * (cpuSeconds(n.cur().cmd.Process.Pid) - before[i]) / chaosCPUWindow.Seconds()
+		r.text += fmt.Sprintf("%s %.1f %% ", n.name, pct)
+		if pct > 5 {
+			r.over += fmt.Sprintf("%s %.1f %% of a core; ", n.name, pct)
+		}
+	}
+	return r
+}
+
+// cpuSeconds is a process's user+system CPU time (clock ticks of 1/100 s,
+// as Linux reports them to user space).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	var utime, stime float64
+	if len(f) > 12 {
+		fmt.Sscan(f[11], &utime)
+		fmt.Sscan(f[12], &stime)
+	}
+	return (utime + stime) / 100
+}
