@@ -226,6 +226,7 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			n.mu.Unlock()
 		}
 	}()
+	limit, throttled := newFrameLimiter(linkFramesPerSec, linkFrameBurst, time.Now()), false
 	for {
 		// A silent peer is gone after FailAfter; give reads a bit more.
 		c.tc.SetReadDeadline(time.Now().Add(n.cfg.FailAfter + n.cfg.Heartbeat))
@@ -237,6 +238,17 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			return
 		}
 		readAt := time.Now()
+		if d := limit.take(readAt); d > 0 {
+			if !throttled {
+				throttled = true
+				n.log.Warn("peer sends more than the control link's frame rate; throttling it", "peer", c.peer, "framesPerSec", linkFramesPerSec)
+			}
+			select {
+			case <-time.After(d):
+			case <-c.done:
+				return
+			}
+		}
 		c.traffic.recv.Add(uint64(5 + len(payload)))
 		msg, err := wire.Decode(typ, payload)
 		if err != nil {

@@ -71,6 +71,11 @@ type Config struct {
 	// discovery can say why a peer is unreachable.
 	DialResult func(p PeerAddr, err error)
 	App        Application
+	// Clock is the wall clock the node stamps its probes and echoes with,
+	// from which peers derive clock offsets (nil: time.Now; tests skew
+	// it). Nothing else depends on agreeing clocks: the master orders
+	// events.
+	Clock func() time.Time
 	// Heartbeat is the heartbeat/probe period (1 s); FailAfter is the
 	// silence after which a member is gone (3 s).
 	Heartbeat, FailAfter time.Duration
@@ -146,6 +151,9 @@ func NewNode(cfg Config) (*Node, error) {
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
 	}
 	if cfg.FailAfter <= 0 {
 		cfg.FailAfter = DefaultFailAfter

@@ -41,10 +41,10 @@ func (n *Node) echoProbes(c *conn) {
 		if _, err := io.ReadFull(c.tc, in[:]); err != nil {
 			return
 		}
-		t2 := time.Now().UnixNano()
+		t2 := n.cfg.Clock().UnixNano()
 		copy(out[:probeLen], in[:])
 		binary.BigEndian.PutUint64(out[16:], uint64(t2))
-		binary.BigEndian.PutUint64(out[24:], uint64(time.Now().UnixNano()))
+		binary.BigEndian.PutUint64(out[24:], uint64(n.cfg.Clock().UnixNano()))
 		c.tc.SetWriteDeadline(time.Now().Add(probeTimeout))
 		if _, err := c.tc.Write(out[:]); err != nil {
 			return
@@ -117,7 +117,7 @@ func (n *Node) runProbeLink(ctx context.Context, peer string) {
 		if _, err := io.ReadFull(tc, buf[:]); err != nil {
 			return
 		}
-		t4 := time.Now()
+		t4 := n.cfg.Clock()
 		t.recv.Add(echoLen)
 		seq := binary.BigEndian.Uint64(buf[0:])
 		t1 := int64(binary.BigEndian.Uint64(buf[8:]))
@@ -162,7 +162,7 @@ func (n *Node) sendProbe(pl *probeLink, seq uint64) {
 	n.linkLocked(pl.peer).probeSent(seq)
 	n.mu.Unlock()
 	pl.mu.Lock()
-	binary.BigEndian.PutUint64(b[8:], uint64(time.Now().UnixNano()))
+	binary.BigEndian.PutUint64(b[8:], uint64(n.cfg.Clock().UnixNano()))
 	pl.tc.SetWriteDeadline(time.Now().Add(probeTimeout))
 	_, err := pl.tc.Write(b[:])
 	pl.mu.Unlock()

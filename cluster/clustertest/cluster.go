@@ -35,6 +35,9 @@ type Options struct {
 	// (earliest wins); nil: now, one second apart in id order, so the
 	// first node is the master.
 	StartedAt []time.Time
+	// Clocks, when set, are the nodes' clocks (cluster.Config.Clock; nil
+	// entries: time.Now).
+	Clocks []func() time.Time
 	// DialResult, when set, is each node's cluster.Config.DialResult.
 	DialResult func(node string, p cluster.PeerAddr, err error)
 }
@@ -115,6 +118,9 @@ func StartCluster(tb testing.TB, opts Options, ids ...string) []*Node {
 			PeerPort: port, ServerTLS: srv, ClientTLS: cli, PeerID: PeerID, App: n.App,
 			Peers:     func() []cluster.PeerAddr { return *n.peers.Load() },
 			Heartbeat: Heartbeat, FailAfter: FailAfter, Logger: Logger(id)}
+		if opts.Clocks != nil {
+			cfg.Clock = opts.Clocks[i]
+		}
 		if opts.DialResult != nil {
 			cfg.DialResult = func(p cluster.PeerAddr, err error) { opts.DialResult(id, p, err) }
 		}
