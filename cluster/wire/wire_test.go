@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/internal/ident"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 func TestFrameRoundTrip(t *testing.T) {

@@ -300,10 +300,14 @@ func TestClusterProcesses(t *testing.T) {
 	// /metrics, parsed as Prometheus does: memory series for every node,
 	// link series for every link of every node (all nodes export the
 	// cluster, from the replicated state), the trace store.
-	code, body, err := worker.get("/metrics")
-	if err != nil || code != 200 {
-		t.Fatalf("GET /metrics: %d %v", code, err)
-	}
+	// Link MB/s come from a node's second published link sample (a rate
+	// needs two), within 10 s (linkRepublish): wait for them.
+	var body []byte
+	pollAll(t, ps, 15*time.Second, "/metrics with link MB/s", func() (bool, string) {
+		code, b, err := worker.get("/metrics")
+		body = b
+		return err == nil && code == 200 && bytes.Contains(b, []byte("orrery_link_send_bytes_per_second{")), fmt.Sprint(code, err)
+	})
 	var tp expfmt.TextParser
 	fams, err := tp.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {

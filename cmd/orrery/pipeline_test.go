@@ -208,11 +208,15 @@ func TestPipelineProcesses(t *testing.T) {
 	}
 	freshRunners := waitReadyRanks(t, a, fresh)
 
-	// A node that leaves takes its instances down: kill -9 B's agent.
+	// A node that leaves fails the instances with a rank on it, saying
+	// why (the owner, A, replaces it at the next request): kill -9 B's
+	// agent. Whichever comes first names the cause: a rank whose link to
+	// B broke, or B leaving the cluster.
 	b.cmd.Process.Kill()
-	poll(t, a, 15*time.Second, "the instance gone with node B", func() (bool, string) {
-		n := len(instancesOf(t, a))
-		return n == 0, fmt.Sprint(n, " instances")
+	poll(t, a, 15*time.Second, "the instance failed with node B gone", func() (bool, string) {
+		in := instancesOf(t, a)[fresh.InstanceID]
+		why := strings.Contains(in.Error, fresh.Ranks[1].NodeID+" left the cluster") || strings.Contains(in.Error, "rank link lost")
+		return in.Status == "Failed" && why, fmt.Sprintf("%+v", in)
 	})
 	for _, rk := range []int{0, 2} {
 		pid := freshRunners[rk].Pid
