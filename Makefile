@@ -118,13 +118,14 @@ LOAD_TIME ?= 2m
 load: build
 	ORRERY_LOAD_DURATION=$(LOAD_TIME) $(GO) test -count=1 -timeout 30m -run TestServeLoad -v ./cmd/orrery/
 
-# chaos is TestChaos for CHAOS_TIME (CI runs 30 s): three agents in
+# chaos is TestChaos for CHAOS_TIME (CI runs 45 s): CHAOS_NODES agents in
 # network namespaces under partitions, stalls, crashes and runner kills,
 # with a client stream; it prints the figures and checks the invariants
 # (docs/cluster.md#reliability). Needs root and iproute2.
 CHAOS_TIME ?= 10m
+CHAOS_NODES ?= 3
 chaos: build
-	$(GO) test -tags netns -count=1 -timeout 40m -run TestChaos -v ./cmd/orrery/ -chaos.duration=$(CHAOS_TIME)
+	$(GO) test -tags netns -count=1 -timeout 40m -run TestChaos -v ./cmd/orrery/ -chaos.duration=$(CHAOS_TIME) -chaos.nodes=$(CHAOS_NODES)
 
 # stats-vs-python times trace stats against the seed's Python on 1 M spans.
 stats-vs-python:

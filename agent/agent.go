@@ -195,12 +195,13 @@ func (a *Agent) wire(k keys, exe string) error {
 		Node: node, Links: node.Links, BytesSent: node.BytesSent, State: a.store.State, History: a.store.History(),
 		Traces: a.traces, MergeTimeout: cfg.TraceMergeTimeout, Logger: a.log})
 	a.ring = ringbench.New(ringbench.Config{Node: node, OnRank: a.tracer.RingRank, Logger: a.log})
-	// Whoever becomes master must know what every node owns: each node
-	// asserts its part on every change, and after taking a snapshot. The
-	// master turns failure detection into state.
-	// A new master also gets the trace data its predecessor may have lost.
+	// Whoever becomes master must know what every node owns: the new
+	// master asserts its own part at once, a follower once it has taken
+	// the new master's snapshot (OnRestore). The new master also gets the
+	// trace data its predecessor may have lost. The master turns failure
+	// detection into state (OnGone).
 	a.replica.OnMaster = func(_ string, self bool) {
-		if self { // a follower asserts once it has the new master's snapshot
+		if self {
 			a.ledger.Kick("became master")
 		}
 		a.tracer.MasterChanged()

@@ -113,32 +113,25 @@ func (t *Table) Alive() []Member {
 // alive (self included, with the master and term it follows now).
 //
 // Terms make a stale master step down: a member that announces itself
-// master (a claim) in the highest term is followed, so a master that was
-// frozen or cut off, and comes back still claiming its old term, loses to
-// the one elected meanwhile. Among claims in the same term the one more
-// members follow wins, then ElectMaster's rule. With no claim alive (the
-// master is gone, or the cluster is new), ElectMaster's choice is
-// followed; when that is self and another member is alive, it claims a
-// term above every term it has seen, which outranks the lost master's. A
-// node left alone claims no new term (as Raft's pre-vote, it could not win
-// one): a worker cut off for a while does not take the cluster over when
-// it comes back.
+// master (a claim) in the highest term is followed, ties broken by
+// ElectMaster's rule, so a master that was frozen or cut off, and comes
+// back still claiming its old term, loses to the one elected meanwhile.
+// With no claim alive (the master is gone, or the cluster is new),
+// ElectMaster's choice is followed; when that is self and another member
+// is alive, it claims a term above every term it has seen, which outranks
+// the lost master's. A node left alone claims no new term (as Raft's
+// pre-vote, it could not win one): a worker cut off for a while comes
+// back in the cluster's term, where the master, the longest-running of
+// those that elected it, wins the tie.
 func Elect(self string, members []Member) (master string, term uint64) {
-	support := map[string]int{}
-	var seen uint64
-	for _, m := range members {
-		seen = max(seen, m.Term)
-		if m.Follows != "" {
-			support[m.Follows]++
-		}
-	}
 	var best *Member
+	var seen uint64
 	for i, m := range members {
+		seen = max(seen, m.Term)
 		if !m.claims() {
 			continue
 		}
-		if best == nil || m.Term > best.Term || m.Term == best.Term &&
-			(support[m.NodeID] > support[best.NodeID] || support[m.NodeID] == support[best.NodeID] && older(m, *best)) {
+		if best == nil || m.Term > best.Term || m.Term == best.Term && older(m, *best) {
 			best = &members[i]
 		}
 	}

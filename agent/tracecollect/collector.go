@@ -186,6 +186,7 @@ func (c *Collector) Task(from string, m *wire.TraceTask) error {
 		p.ranks[r.Rank] = r.Node
 	}
 	if c.completeLocked(p) {
+		c.merging.Add(1) // under mu, so that Close's Wait comes after it
 		c.mu.Unlock()
 		c.mergeAsync(p)
 		return nil
@@ -260,6 +261,9 @@ func (c *Collector) Chunk(from string, m *wire.TraceChunk) error {
 	rd.counters = append(rd.counters, d.Counters...)
 	rd.final = m.Final
 	done := m.Final && c.completeLocked(p)
+	if done {
+		c.merging.Add(1) // under mu, so that Close's Wait comes after it
+	}
 	c.mu.Unlock()
 	if done {
 		c.mergeAsync(p)
@@ -269,8 +273,8 @@ func (c *Collector) Chunk(from string, m *wire.TraceChunk) error {
 
 // mergeAsync merges off the caller's goroutine: Task and Chunk run on a
 // peer link's goroutine, which must not wait for a large trace's save.
+// The caller has done c.merging.Add(1), holding c.mu.
 func (c *Collector) mergeAsync(p *pending) {
-	c.merging.Add(1)
 	go func() {
 		defer c.merging.Done()
 		c.merge(p)
