@@ -1,0 +1,470 @@
+package pull
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
+)
+
+// Downloads: a file is fetched in ranged chunks by several workers into
+// <dest>.part, with the chunks done recorded in <dest>.part.json after
+// each one, so that a download cut off (a dropped connection, kill -9 of
+// the agent) resumes where it was. When every chunk is in, the part's
+// sha256 is checked against the source's digest and the part is renamed
+// to dest: a model is never visible half written, nor unverified.
+
+// Fetcher defaults.
+const (
+	DefaultChunk       = 8 << 20
+	DefaultWorkers     = 4
+	DefaultMaxAttempts = 8
+	// maxBackoff bounds the wait between attempts, Retry-After included.
+	maxBackoff = 60 * time.Second
+	// MaxFileSize refuses absurd sizes from a source.
+	MaxFileSize = 10 << 40
+	partSuffix  = ".part"
+	stateSuffix = ".part.json"
+)
+
+// Target is one file to fetch.
+type Target struct {
+	URL  string
+	Size int64
+	// SHA256 is the file's digest, lowercase hex.
+	SHA256 string
+	// Dest is where the verified file goes.
+	Dest string
+}
+
+// Stats says what a Fetch did.
+type Stats struct {
+	// Resumed is how many bytes were already there from an earlier run;
+	// Fetched how many this run received (refetched chunks included).
+	Resumed, Fetched int64
+	// Attempts counts the requests, retries included.
+	Attempts int64
+	// Ranged is false when the server ignored Range and the file came in
+	// one stream.
+	Ranged bool
+}
+
+// Fetcher downloads files. The zero value is usable.
+type Fetcher struct {
+	Client *http.Client
+	// Header goes on every request (e.g. Authorization); Go drops it on
+	// a redirect to another host.
+	Header      http.Header
+	Chunk       int64
+	Workers     int
+	MaxAttempts int
+	// Sleep waits between attempts (nil: a timer, ended by ctx).
+	Sleep func(ctx context.Context, d time.Duration) error
+	// FreeBytes reports the free space of a directory (nil: statfs).
+	FreeBytes func(dir string) (uint64, error)
+}
+
+// partState is <dest>.part.json: what a resumed download must match.
+type partState struct {
+	URL    string `json:"url"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Chunk  int64  `json:"chunk"`
+	Done   []bool `json:"done"`
+}
+
+func (f *Fetcher) defaults() {
+	if f.Client == nil {
+		f.Client = http.DefaultClient
+	}
+	if f.Chunk <= 0 {
+		f.Chunk = DefaultChunk
+	}
+	if f.Workers <= 0 {
+		f.Workers = DefaultWorkers
+	}
+	if f.MaxAttempts <= 0 {
+		f.MaxAttempts = DefaultMaxAttempts
+	}
+	if f.Sleep == nil {
+		f.Sleep = sleepCtx
+	}
+	if f.FreeBytes == nil {
+		f.FreeBytes = freeBytes
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Fetch downloads t, resuming a part left by an earlier run, and calls
+// progress (done of size bytes) as bytes arrive, from several goroutines
+// one at a time.
+func (f *Fetcher) Fetch(ctx context.Context, t Target, progress func(done, size int64)) (Stats, error) {
+	f.defaults()
+	var st Stats
+	if t.Size < 0 || t.Size > MaxFileSize {
+		return st, fmt.Errorf("%s: size %d bytes is absurd (limit %d)", t.URL, t.Size, int64(MaxFileSize))
+	}
+	if len(t.SHA256) != 64 {
+		return st, fmt.Errorf("%s: no sha256 digest to verify against", t.URL)
+	}
+	if fi, err := os.Stat(t.Dest); err == nil && fi.Size() == t.Size {
+		return st, nil // already there (verified when it was written)
+	}
+	if err := os.MkdirAll(filepath.Dir(t.Dest), 0o755); err != nil {
+		return st, err
+	}
+	ps := f.loadState(t)
+	for i, d := range ps.Done {
+		if d {
+			st.Resumed += chunkLen(ps, i)
+		}
+	}
+	if need := t.Size - st.Resumed; need > 0 {
+		free, err := f.FreeBytes(filepath.Dir(t.Dest))
+		if err == nil && uint64(need) > free {
+			return st, fmt.Errorf("%s needs %d more bytes, but %s has %d free", filepath.Base(t.Dest), need, filepath.Dir(t.Dest), free)
+		}
+	}
+	part, err := os.OpenFile(t.Dest+partSuffix, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return st, err
+	}
+	defer part.Close()
+	if err := part.Truncate(t.Size); err != nil {
+		return st, err
+	}
+	m := &meter{size: t.Size, fn: progress}
+	m.set(st.Resumed)
+	ranged, err := f.fetchChunks(ctx, t, part, ps, m, &st)
+	st.Ranged = ranged
+	if err != nil {
+		return st, err
+	}
+	if err := part.Sync(); err != nil {
+		return st, err
+	}
+	if err := verify(part, t.SHA256); err != nil {
+		os.Remove(t.Dest + partSuffix)
+		os.Remove(t.Dest + stateSuffix)
+		return st, fmt.Errorf("%s: %w; the download was deleted", filepath.Base(t.Dest), err)
+	}
+	if err := os.Rename(t.Dest+partSuffix, t.Dest); err != nil {
+		return st, err
+	}
+	os.Remove(t.Dest + stateSuffix)
+	return st, nil
+}
+
+// loadState reads the part's state, or starts afresh when there is none
+// or it belongs to another file.
+func (f *Fetcher) loadState(t Target) *partState {
+	fresh := &partState{URL: t.URL, Size: t.Size, SHA256: t.SHA256, Chunk: f.Chunk,
+		Done: make([]bool, (t.Size+f.Chunk-1)/f.Chunk)}
+	b, err := os.ReadFile(t.Dest + stateSuffix)
+	if err != nil {
+		return fresh
+	}
+	var ps partState
+	if json.Unmarshal(b, &ps) != nil || ps.Size != t.Size || ps.SHA256 != t.SHA256 || ps.Chunk <= 0 ||
+		int64(len(ps.Done)) != (t.Size+ps.Chunk-1)/ps.Chunk {
+		return fresh
+	}
+	if fi, err := os.Stat(t.Dest + partSuffix); err != nil || fi.Size() != t.Size {
+		return fresh
+	}
+	ps.URL = t.URL // a signed URL may change between runs
+	return &ps
+}
+
+// meter counts the bytes in place and reports them.
+type meter struct {
+	mu   sync.Mutex
+	done int64
+	size int64
+	fn   func(done, size int64)
+}
+
+func (m *meter) add(n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.done += n
+	if m.fn != nil {
+		m.fn(m.done, m.size)
+	}
+}
+
+func (m *meter) set(v int64) {
+	m.mu.Lock()
+	m.done = 0
+	m.mu.Unlock()
+	m.add(v)
+}
+
+func chunkLen(ps *partState, i int) int64 {
+	return min(ps.Chunk, ps.Size-int64(i)*ps.Chunk)
+}
+
+// fetchChunks fetches the chunks not done yet with f.Workers workers. It
+// reports false when the server ignored Range (the file was then fetched
+// in one stream).
+func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *partState, m *meter, st *Stats) (bool, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu      sync.Mutex // guards ps.Done, next and the state file
+		next    int
+		noRange atomic.Bool
+		wg      sync.WaitGroup
+	)
+	take := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		for next < len(ps.Done) && ps.Done[next] {
+			next++
+		}
+		if next == len(ps.Done) {
+			return -1
+		}
+		next++
+		return next - 1
+	}
+	finish := func(i int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ps.Done[i] = true
+		b, _ := json.Marshal(ps)
+		return atomicfile.Write(t.Dest+stateSuffix, b, 0o644)
+	}
+	for range min(f.Workers, max(len(ps.Done), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := take(); i >= 0 && ctx.Err() == nil; i = take() {
+				off, n := int64(i)*ps.Chunk, chunkLen(ps, i)
+				err := f.retry(ctx, st, func() error { return f.getRange(ctx, t, part, off, n, m.add, st) })
+				if errors.Is(err, errNoRange) {
+					noRange.Store(true)
+					cancel(err)
+					return
+				}
+				if err == nil {
+					err = finish(i)
+				}
+				if err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if !noRange.Load() {
+		return true, context.Cause(ctx)
+	}
+	// The whole file in one stream, from its start: nothing is kept.
+	os.Remove(t.Dest + stateSuffix)
+	pctx := context.WithoutCancel(ctx)
+	if parent := context.Cause(ctx); !errors.Is(parent, errNoRange) {
+		return false, parent
+	}
+	return false, f.retry(pctx, st, func() error {
+		m.set(0)
+		return f.getAll(pctx, t, part, m.add, st)
+	})
+}
+
+// errNoRange says the server answered a ranged request with the whole
+// file.
+var errNoRange = errors.New("the server ignores Range")
+
+// retryable is an error worth another attempt, after wait (0: backoff).
+type retryable struct {
+	err  error
+	wait time.Duration
+}
+
+func (r *retryable) Error() string { return r.err.Error() }
+func (r *retryable) Unwrap() error { return r.err }
+
+// retry runs do until it succeeds, fails for good, or MaxAttempts ran,
+// waiting between attempts (exponential backoff from 500 ms, or the
+// server's Retry-After).
+func (f *Fetcher) retry(ctx context.Context, st *Stats, do func() error) error {
+	backoff := 500 * time.Millisecond
+	var err error
+	for attempt := 1; attempt <= f.MaxAttempts; attempt++ {
+		atomic.AddInt64(&st.Attempts, 1)
+		if err = do(); err == nil {
+			return nil
+		}
+		var r *retryable
+		if !errors.As(err, &r) || ctx.Err() != nil {
+			return err
+		}
+		wait := backoff
+		if r.wait > 0 {
+			wait = r.wait
+		}
+		if err := f.Sleep(ctx, min(wait, maxBackoff)); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+	return fmt.Errorf("after %d attempts: %w", f.MaxAttempts, err)
+}
+
+// get sends a GET for t's URL with an optional Range, and sorts the
+// answer's status into success, retryable and fatal.
+func (f *Fetcher) get(ctx context.Context, t Target, rng string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range f.Header {
+		req.Header[k] = v
+	}
+	if rng != "" {
+		req.Header.Set("Range", rng)
+	}
+	resp, err := f.Client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &retryable{err: err}
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent:
+		return resp, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		resp.Body.Close()
+		return nil, &retryable{err: fmt.Errorf("GET %s: %s", t.URL, resp.Status), wait: retryAfter(resp.Header.Get("Retry-After"))}
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s (a gated or private model needs HF_TOKEN)", t.URL, resp.Status)
+	}
+	resp.Body.Close()
+	return nil, fmt.Errorf("GET %s: %s", t.URL, resp.Status)
+}
+
+// retryAfter reads Retry-After: seconds or an HTTP date (0: absent).
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(time.Until(at), 0)
+	}
+	return 0
+}
+
+// getRange fetches bytes [off, off+n) into part. A cut mid-chunk is
+// retried from the chunk's start; what was received counts as fetched.
+func (f *Fetcher) getRange(ctx context.Context, t Target, part *os.File, off, n int64, report func(int64), st *Stats) error {
+	resp, err := f.get(ctx, t, fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusPartialContent {
+		if t.Size <= n && off == 0 && resp.ContentLength == t.Size {
+			// The whole (small) file was asked for and came whole.
+		} else {
+			return errNoRange
+		}
+	}
+	if cr := resp.Header.Get("Content-Range"); resp.StatusCode == http.StatusPartialContent &&
+		cr != fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, t.Size) {
+		return fmt.Errorf("GET %s: Content-Range %q for bytes %d-%d of %d", t.URL, cr, off, off+n-1, t.Size)
+	}
+	got, err := copyAt(part, io.LimitReader(resp.Body, n), off, report)
+	atomic.AddInt64(&st.Fetched, got)
+	if err == nil && got < n {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		report(-got) // the chunk starts over
+		return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: %w", t.URL, off, off+n-1, err)}
+	}
+	return nil
+}
+
+// getAll fetches the whole file in one stream, from its start.
+func (f *Fetcher) getAll(ctx context.Context, t Target, part *os.File, report func(int64), st *Stats) error {
+	resp, err := f.get(ctx, t, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	got, err := copyAt(part, io.LimitReader(resp.Body, t.Size), 0, report)
+	atomic.AddInt64(&st.Fetched, got)
+	if err == nil && got < t.Size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return &retryable{err: fmt.Errorf("GET %s: %w", t.URL, err)}
+	}
+	return nil
+}
+
+// copyAt copies r into w from off, reporting every write.
+func copyAt(w io.WriterAt, r io.Reader, off int64, report func(int64)) (int64, error) {
+	buf := make([]byte, 256<<10)
+	var total int64
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := w.WriteAt(buf[:n], off+total); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+			report(int64(n))
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// verify checks the file's sha256.
+func verify(f *os.File, want string) error {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return fmt.Errorf("sha256 mismatch: got %s, want %s", got, want)
+	}
+	return nil
+}
