@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 )
 
 func content(n int, seed int64) []byte {
@@ -21,9 +23,9 @@ func content(n int, seed int64) []byte {
 
 // target resolves repo's quant file on the fake hub into a fetch target
 // in a fresh cache dir.
-func target(t *testing.T, h *fakeHub, ref string) (HF, HFCache, HFFile, Target) {
+func target(t *testing.T, h *pulltest.Hub, ref string) (HF, HFCache, HFFile, Target) {
 	t.Helper()
-	hf := HF{Endpoint: h.hub.URL}
+	hf := HF{Endpoint: h.URL()}
 	r, ok, err := ParseHFRef(ref)
 	if !ok || err != nil {
 		t.Fatalf("parse %s: %v %v", ref, ok, err)
@@ -49,10 +51,10 @@ func noSleep(waits *[]time.Duration, mu *sync.Mutex) func(context.Context, time.
 // A pull through the hub's redirect to the CDN, in parallel ranged
 // chunks, lands verified in the HF cache layout.
 func TestPullIntoHFCache(t *testing.T) {
-	h := newFakeHub(t)
+	h := pulltest.NewHub(t)
 	data := content(1<<20+12345, 1)
-	h.add("org/Model-GGUF", "model-Q4_K_M.gguf", data)
-	h.add("org/Model-GGUF", "model-Q8_0.gguf", content(1000, 2))
+	h.Add("org/Model-GGUF", "model-Q4_K_M.gguf", data)
+	h.Add("org/Model-GGUF", "model-Q8_0.gguf", content(1000, 2))
 	hf, cache, file, tg := target(t, h, "hf.co/org/Model-GGUF")
 	if file.Path != "model-Q4_K_M.gguf" {
 		t.Fatalf("default quant picked %s", file.Path)
@@ -66,7 +68,7 @@ func TestPullIntoHFCache(t *testing.T) {
 	if !bytes.Equal(got, data) || last != int64(len(data)) || !st.Ranged || st.Fetched != int64(len(data)) {
 		t.Fatalf("fetched %d bytes (equal %v), progress %d, stats %+v", len(got), bytes.Equal(got, data), last, st)
 	}
-	if n := h.requests.Load(); n != 17 {
+	if n := h.Requests.Load(); n != 17 {
 		t.Errorf("%d CDN requests for 17 chunks", n)
 	}
 	commit, err := hf.Commit(context.Background(), "org/Model-GGUF")
@@ -96,11 +98,11 @@ func TestPullIntoHFCache(t *testing.T) {
 // and started again: the file completes, and the bytes already in are
 // not fetched again.
 func TestPullResumes(t *testing.T) {
-	h := newFakeHub(t)
+	h := pulltest.NewHub(t)
 	data := content(2<<20, 3)
-	h.add("org/R", "r-Q4_K_M.gguf", data)
+	h.Add("org/R", "r-Q4_K_M.gguf", data)
 	_, _, _, tg := target(t, h, "hf.co/org/R")
-	h.cutAfter, h.cutTimes = 10_000, 3
+	h.CutAfter, h.CutTimes = 10_000, 3
 	var waits []time.Duration
 	var mu sync.Mutex
 	f := &Fetcher{Chunk: 128 << 10, Workers: 2, Sleep: noSleep(&waits, &mu)}
@@ -115,7 +117,7 @@ func TestPullResumes(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("run 1: %v, want canceled", err)
 	}
-	served1 := h.served.Load()
+	served1 := h.Served.Load()
 	// Run 2: a new fetcher, as after a restart.
 	st, err := (&Fetcher{Chunk: 64 << 10, Workers: 4}).Fetch(context.Background(), tg, nil)
 	if err != nil {
@@ -124,7 +126,7 @@ func TestPullResumes(t *testing.T) {
 	if got, _ := os.ReadFile(tg.Dest); !bytes.Equal(got, data) {
 		t.Fatal("resumed file differs")
 	}
-	served := h.served.Load()
+	served := h.Served.Load()
 	t.Logf("resume: %d bytes served for a %d-byte file (run 1: %d, of which 30 000 in 3 cut responses; run 2 resumed %d, fetched %d)",
 		served, len(data), served1, st.Resumed, st.Fetched)
 	if st.Resumed < int64(len(data))/2-128<<10 || st.Resumed+st.Fetched != int64(len(data)) {
@@ -142,11 +144,11 @@ func TestPullResumes(t *testing.T) {
 // digest deletes the download and says so.
 func TestPullFaults(t *testing.T) {
 	t.Run("retry-after", func(t *testing.T) {
-		h := newFakeHub(t)
+		h := pulltest.NewHub(t)
 		data := content(300_000, 4)
-		h.add("org/B", "b-Q4_K_M.gguf", data)
+		h.Add("org/B", "b-Q4_K_M.gguf", data)
 		_, _, _, tg := target(t, h, "hf.co/org/B")
-		h.busy = 2
+		h.Busy = 2
 		var waits []time.Duration
 		var mu sync.Mutex
 		st, err := (&Fetcher{Chunk: 1 << 20, Sleep: noSleep(&waits, &mu)}).Fetch(context.Background(), tg, nil)
@@ -158,11 +160,11 @@ func TestPullFaults(t *testing.T) {
 		}
 	})
 	t.Run("ignores range", func(t *testing.T) {
-		h := newFakeHub(t)
+		h := pulltest.NewHub(t)
 		data := content(500_000, 5)
-		h.add("org/I", "i-Q4_K_M.gguf", data)
+		h.Add("org/I", "i-Q4_K_M.gguf", data)
 		_, _, _, tg := target(t, h, "hf.co/org/I")
-		h.ignoreRng = true
+		h.IgnoreRange = true
 		st, err := (&Fetcher{Chunk: 64 << 10, Workers: 4}).Fetch(context.Background(), tg, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -172,11 +174,11 @@ func TestPullFaults(t *testing.T) {
 		}
 	})
 	t.Run("slow", func(t *testing.T) {
-		h := newFakeHub(t)
+		h := pulltest.NewHub(t)
 		data := content(100_000, 6)
-		h.add("org/S", "s-Q4_K_M.gguf", data)
+		h.Add("org/S", "s-Q4_K_M.gguf", data)
 		_, _, _, tg := target(t, h, "hf.co/org/S")
-		h.slowPerSec = 50_000
+		h.SlowPerSec = 50_000
 		var reports int
 		start := time.Now()
 		if _, err := (&Fetcher{Chunk: 1 << 20}).Fetch(context.Background(), tg, func(int64, int64) { reports++ }); err != nil {
@@ -188,9 +190,9 @@ func TestPullFaults(t *testing.T) {
 		}
 	})
 	t.Run("wrong digest", func(t *testing.T) {
-		h := newFakeHub(t)
-		h.add("org/W", "w-Q4_K_M.gguf", content(200_000, 7))
-		h.sha["org/W/w-Q4_K_M.gguf"] = strings.Repeat("ab", 32)
+		h := pulltest.NewHub(t)
+		h.Add("org/W", "w-Q4_K_M.gguf", content(200_000, 7))
+		h.SHA["org/W/w-Q4_K_M.gguf"] = strings.Repeat("ab", 32)
 		_, _, _, tg := target(t, h, "hf.co/org/W")
 		_, err := (&Fetcher{Chunk: 64 << 10}).Fetch(context.Background(), tg, nil)
 		if err == nil || !strings.Contains(err.Error(), "sha256 mismatch") || !strings.Contains(err.Error(), "deleted") {
@@ -203,8 +205,8 @@ func TestPullFaults(t *testing.T) {
 		}
 	})
 	t.Run("disk full", func(t *testing.T) {
-		h := newFakeHub(t)
-		h.add("org/D", "d-Q4_K_M.gguf", content(200_000, 8))
+		h := pulltest.NewHub(t)
+		h.Add("org/D", "d-Q4_K_M.gguf", content(200_000, 8))
 		_, _, _, tg := target(t, h, "hf.co/org/D")
 		f := &Fetcher{FreeBytes: func(string) (uint64, error) { return 1000, nil }}
 		if _, err := f.Fetch(context.Background(), tg, nil); err == nil || !strings.Contains(err.Error(), "needs 200000 more bytes") {
@@ -255,10 +257,10 @@ func TestPullRefusesBadInput(t *testing.T) {
 		t.Errorf("split: %+v %v", fs, err)
 	}
 	// Endless redirects end with an error that says so.
-	h := newFakeHub(t)
-	h.add("org/L", "l-Q4_K_M.gguf", content(1000, 9))
+	h := pulltest.NewHub(t)
+	h.Add("org/L", "l-Q4_K_M.gguf", content(1000, 9))
 	_, _, _, tg := target(t, h, "hf.co/org/L")
-	h.redirects = 50
+	h.Redirects = 50
 	if _, err := (&Fetcher{MaxAttempts: 1}).Fetch(context.Background(), tg, nil); err == nil || !strings.Contains(err.Error(), "redirects") {
 		t.Errorf("endless redirects: %v", err)
 	}

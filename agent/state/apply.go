@@ -63,6 +63,8 @@ func Apply(s State, ev Event) State {
 		if _, ok := s.Instances[e.Runner.InstanceID]; ok {
 			s.Runners = with(s.Runners, e.Runner.RunnerID, e.Runner)
 		}
+	case DownloadProgress:
+		s.Downloads = withDownload(s.Downloads, e.NodeID, e.Download)
 	case NodeStateAsserted:
 		s = applyAsserted(s, e)
 	case NodeGone:
@@ -73,6 +75,7 @@ func Apply(s State, ev Event) State {
 		s.NodeNetwork = without(s.NodeNetwork, e.NodeID)
 		s.NodeLinkTelemetry = without(s.NodeLinkTelemetry, e.NodeID)
 		s.NodeModels = without(s.NodeModels, e.NodeID)
+		s.Downloads = withoutWhere(s.Downloads, func(d Download) bool { return d.NodeID == e.NodeID })
 		// The node's own instances leave with it (it asserts them again if
 		// it comes back); another owner's instance with a rank on it is
 		// Failed, saying why, for its owner to replace or delete.

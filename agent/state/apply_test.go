@@ -29,6 +29,7 @@ func sampleEvents(node string) []Event {
 		InstanceFailed{NodeID: node, InstanceID: "inst-" + node, Error: "rank 1 failed"},
 		InstanceUsed{NodeID: node, InstanceID: "inst-" + node, Active: 0, ExpiresAt: &t0},
 		NodeStateAsserted{NodeID: node, Identity: &NodeIdentity{NodeID: node, FriendlyName: "asserted"}},
+		DownloadProgress{NodeID: node, Download: Download{ID: "dl-" + node, Ref: "hf.co/org/repo", Status: DownloadRunning, Bytes: 5, Size: 10}},
 	}
 }
 

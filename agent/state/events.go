@@ -158,6 +158,7 @@ var decoders = map[string]func([]byte) (Event, error){
 	"InstanceUsed":         decodeAs[InstanceUsed],
 	"RunnerStatusChanged":  decodeAs[RunnerStatusChanged],
 	"NodeStateAsserted":    decodeAs[NodeStateAsserted],
+	"DownloadProgress":     decodeAs[DownloadProgress],
 }
 
 func decodeAs[T Event](b []byte) (Event, error) {

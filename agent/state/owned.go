@@ -32,6 +32,7 @@ type NodeStateAsserted struct {
 	Models    *NodeModels   `json:"models,omitempty"`
 	Instances []Instance    `json:"instances"`
 	Runners   []Runner      `json:"runners"`
+	Downloads []Download    `json:"downloads,omitempty"`
 }
 
 func (NodeStateAsserted) Type() string   { return "NodeStateAsserted" }
@@ -89,6 +90,10 @@ func applyAsserted(s State, e NodeStateAsserted) State {
 		}
 	}
 	s.Runners = withoutWhere(s.Runners, func(r Runner) bool { return r.NodeID == n && !runs[r.RunnerID] })
+	s.Downloads = withoutWhere(s.Downloads, func(d Download) bool { return d.NodeID == n })
+	for _, d := range e.Downloads {
+		s.Downloads = withDownload(s.Downloads, n, d)
+	}
 	return s
 }
 
@@ -99,11 +104,13 @@ type Owned struct {
 	a         NodeStateAsserted // measurements; Instances and Runners unused
 	instances map[string]Instance
 	runners   map[string]Runner
+	downloads map[string]Download
 }
 
 // NewOwned returns node's empty record.
 func NewOwned(node string) *Owned {
-	return &Owned{node: node, a: NodeStateAsserted{NodeID: node}, instances: map[string]Instance{}, runners: map[string]Runner{}}
+	return &Owned{node: node, a: NodeStateAsserted{NodeID: node}, instances: map[string]Instance{}, runners: map[string]Runner{},
+		downloads: map[string]Download{}}
 }
 
 // Record folds an event this node publishes into the record. It reports
@@ -150,6 +157,8 @@ func (o *Owned) Record(ev Event) (instancesChanged bool) {
 		if in, ok := o.instances[e.InstanceID]; ok {
 			o.instances[e.InstanceID] = Apply(State{Instances: map[string]Instance{in.InstanceID: in}}, e).Instances[in.InstanceID]
 		}
+	case DownloadProgress:
+		o.downloads = withDownload(o.downloads, o.node, e.Download)
 	case RunnerStatusChanged:
 		if e.Runner.Status == RunnerShutdown {
 			delete(o.runners, e.Runner.RunnerID) // stopped: nothing left to assert
@@ -170,6 +179,9 @@ func (o *Owned) Assertion() NodeStateAsserted {
 	a := o.a
 	a.Instances = o.Instances()
 	a.Runners = sortedValues(o.runners, func(r Runner) string { return r.RunnerID })
+	if len(o.downloads) > 0 {
+		a.Downloads = sortedValues(o.downloads, func(d Download) string { return d.ID })
+	}
 	return a
 }
 
@@ -239,6 +251,11 @@ func (o *Owned) Diff(s State) string {
 	for id, r := range s.Runners {
 		if _, ok := o.runners[id]; !ok && r.NodeID == n && r.Status != RunnerShutdown {
 			d = append(d, "runner "+id+" not running")
+		}
+	}
+	for id, dl := range o.downloads {
+		if cur, ok := s.Downloads[id]; !ok || cur.Status != dl.Status {
+			d = append(d, "download "+id)
 		}
 	}
 	slices.Sort(d)

@@ -2,8 +2,10 @@ package state
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func inst(id, owner string, rankNodes ...string) Instance {
@@ -144,4 +146,32 @@ func roundTrip(t *testing.T, ev NodeStateAsserted) Event {
 		t.Fatal(err)
 	}
 	return ie.Event
+}
+
+// Downloads are their node's: kept per node up to a bound, gone with the
+// node, and asserted again like the rest.
+func TestDownloads(t *testing.T) {
+	s := New()
+	at := t0
+	for i := range MaxFinishedDownloads + 3 {
+		at = at.Add(time.Second)
+		s = Apply(s, DownloadProgress{NodeID: "a", Download: Download{ID: fmt.Sprint("d", i), Status: DownloadDone, UpdatedAt: at}})
+	}
+	s = Apply(s, DownloadProgress{NodeID: "a", Download: Download{ID: "run", Status: DownloadRunning, UpdatedAt: t0}})
+	s = Apply(s, DownloadProgress{NodeID: "b", Download: Download{ID: "b1", Status: DownloadDone, UpdatedAt: t0}})
+	if len(s.Downloads) != MaxFinishedDownloads+2 {
+		t.Fatalf("%d downloads kept, want %d finished of a, a running one and b's", len(s.Downloads), MaxFinishedDownloads)
+	}
+	if _, ok := s.Downloads["d0"]; ok || s.Downloads["run"].NodeID != "a" {
+		t.Error("the oldest finished download was kept, or the running one lost its node")
+	}
+	own := NewOwned("b")
+	own.Record(DownloadProgress{NodeID: "b", Download: Download{ID: "b1", Status: DownloadDone, UpdatedAt: t0}})
+	lost := Apply(s, NodeGone{NodeID: "b"})
+	if _, ok := lost.Downloads["b1"]; ok || own.Diff(lost) != "download b1" {
+		t.Fatalf("after b left: %v, diff %q", lost.Downloads["b1"], own.Diff(lost))
+	}
+	if back := Apply(lost, own.Assertion()); back.Downloads["b1"].Status != DownloadDone {
+		t.Error("b's download not asserted back")
+	}
 }

@@ -187,6 +187,8 @@ type State struct {
 	Instances           map[string]Instance     `json:"instances"`
 	Runners             map[string]Runner       `json:"runners"`
 	Topology            Topology                `json:"topology"`
+	// Downloads are model pulls, running and recent, by id.
+	Downloads map[string]Download `json:"downloads"`
 }
 
 // New returns the empty state, before any event: index -1 so that the first
@@ -198,6 +200,7 @@ func New() State {
 		NodeMemory:          map[string]NodeMemory{},
 		NodeSystem:          map[string]NodeSystem{},
 		NodeDisk:            map[string]NodeDisk{},
+		Downloads:           map[string]Download{},
 		NodeNetwork:         map[string]NodeNetwork{},
 		NodeLinkTelemetry:   map[string]NodeLinks{},
 		NodeModels:          map[string]NodeModels{},

@@ -1,4 +1,7 @@
-package pull
+// Package pulltest serves the parts of the Hugging Face hub protocol a
+// pull uses, in process, with faults to switch on: for tests of
+// agent/pull and of the orrery command.
+package pulltest
 
 import (
 	"crypto/sha256"
@@ -15,58 +18,67 @@ import (
 	"time"
 )
 
-// fakeHub serves the parts of the Hugging Face hub protocol a pull uses,
-// as the hub does: the tree API with lfs.oid and sizes, the revision API,
-// and /resolve/main/{file} answering 302 to a second server (the CDN),
-// which serves Range requests with 206, Content-Range, ETag, and the hub's
-// X-Linked-ETag / X-Linked-Size on the redirect. Faults are switched on by
-// the test.
-type fakeHub struct {
+// Hub serves the hub as the real one answers: the tree API with lfs.oid
+// and sizes, the revision API, and /resolve/main/{file} answering 302 to
+// a second server (the CDN), which serves Range requests with 206,
+// Content-Range and ETag; the redirect carries X-Linked-ETag and
+// X-Linked-Size. Set the faults before a pull starts.
+type Hub struct {
 	hub, cdn *httptest.Server
 	files    map[string][]byte // repo/path → content
-	sha      map[string]string // repo/path → sha256 advertised
+	// SHA is the sha256 advertised per repo/path (Add sets the real one).
+	SHA map[string]string
 
 	mu sync.Mutex
 	// Faults.
-	cutAfter   int64         // close the connection after this many bytes of a response (0: off)
-	cutTimes   int           // how many responses to cut
-	busy       int           // answer 503 with Retry-After: 1 this many times
-	ignoreRng  bool          // answer 200 with the whole file to ranged requests
-	slowPerSec int64         // bytes per second per response (0: full speed)
-	served     atomic.Int64  // bytes of file content sent
-	requests   atomic.Int64  // CDN requests
-	redirects  int           // extra redirects before the CDN (endless: > 20)
-	wait       time.Duration // seen Retry-After honoured: time of the last 503
-	last503    time.Time
-	gapAfter   []time.Duration
+	CutAfter    int64 // drop the connection after this many body bytes (0: off)
+	CutTimes    int   // how many responses to cut
+	Busy        int   // answer 503 with Retry-After: 1 this many times
+	IgnoreRange bool  // answer ranged requests with 200 and the whole file
+	SlowPerSec  int64 // bytes per second per response (0: full speed)
+	Redirects   int   // extra redirects before the CDN (endless: over 10)
+
+	// Served counts the file bytes the CDN sent; Requests its requests.
+	Served, Requests atomic.Int64
 }
 
-func newFakeHub(t *testing.T) *fakeHub {
-	h := &fakeHub{files: map[string][]byte{}, sha: map[string]string{}}
+// NewHub starts a hub and its CDN, closed when the test ends.
+func NewHub(tb testing.TB) *Hub {
+	h := &Hub{files: map[string][]byte{}, SHA: map[string]string{}}
 	h.cdn = httptest.NewServer(http.HandlerFunc(h.serveCDN))
 	h.hub = httptest.NewServer(http.HandlerFunc(h.serveHub))
-	t.Cleanup(func() { h.hub.Close(); h.cdn.Close() })
+	tb.Cleanup(func() { h.hub.Close(); h.cdn.Close() })
 	return h
 }
 
-// add puts a file in a repo; its advertised sha256 is the real one.
-func (h *fakeHub) add(repo, path string, content []byte) {
+// URL is the hub's endpoint (what HF_ENDPOINT would be).
+func (h *Hub) URL() string { return h.hub.URL }
+
+// Add puts a file in a repo; its advertised sha256 is the real one.
+func (h *Hub) Add(repo, path string, content []byte) {
 	sum := sha256.Sum256(content)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	h.files[repo+"/"+path] = content
-	h.sha[repo+"/"+path] = hex.EncodeToString(sum[:])
+	h.SHA[repo+"/"+path] = hex.EncodeToString(sum[:])
 }
 
-func (h *fakeHub) serveHub(w http.ResponseWriter, r *http.Request) {
+// Commit is the commit the revision API names.
+const Commit = "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c"
+
+func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case strings.HasPrefix(p, "/api/models/") && strings.HasSuffix(p, "/tree/main"):
 		repo := strings.TrimSuffix(strings.TrimPrefix(p, "/api/models/"), "/tree/main")
 		var tree []map[string]any
+		h.mu.Lock()
+		defer h.mu.Unlock()
 		for k, b := range h.files {
 			if path, ok := strings.CutPrefix(k, repo+"/"); ok {
 				tree = append(tree, map[string]any{"type": "file", "path": path, "size": len(b),
 					"oid": "0123456789abcdef0123456789abcdef01234567",
-					"lfs": map[string]any{"oid": h.sha[k], "size": len(b), "pointerSize": 134}})
+					"lfs": map[string]any{"oid": h.SHA[k], "size": len(b), "pointerSize": 134}})
 			}
 		}
 		if tree == nil {
@@ -75,60 +87,57 @@ func (h *fakeHub) serveHub(w http.ResponseWriter, r *http.Request) {
 		}
 		json.NewEncoder(w).Encode(tree)
 	case strings.HasPrefix(p, "/api/models/") && strings.HasSuffix(p, "/revision/main"):
-		json.NewEncoder(w).Encode(map[string]any{"sha": "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c"})
+		json.NewEncoder(w).Encode(map[string]any{"sha": Commit})
 	case strings.Contains(p, "/resolve/main/"):
 		repo, file, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/resolve/main/")
+		h.mu.Lock()
 		b, ok := h.files[repo+"/"+file]
+		sha, extra := h.SHA[repo+"/"+file], h.Redirects
+		h.mu.Unlock()
 		if !ok {
 			http.NotFound(w, r)
 			return
 		}
-		h.mu.Lock()
-		extra := h.redirects
-		h.mu.Unlock()
 		if n, _ := strconv.Atoi(r.URL.Query().Get("hop")); n < extra {
 			http.Redirect(w, r, fmt.Sprintf("%s?hop=%d", p, n+1), http.StatusFound)
 			return
 		}
-		w.Header().Set("X-Linked-ETag", `"`+h.sha[repo+"/"+file]+`"`)
+		w.Header().Set("X-Linked-ETag", `"`+sha+`"`)
 		w.Header().Set("X-Linked-Size", strconv.Itoa(len(b)))
-		w.Header().Set("X-Repo-Commit", "4f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c")
+		w.Header().Set("X-Repo-Commit", Commit)
 		http.Redirect(w, r, h.cdn.URL+"/blob/"+repo+"/"+file, http.StatusFound)
 	default:
 		http.NotFound(w, r)
 	}
 }
 
-func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request) {
-	h.requests.Add(1)
+func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
+	h.Requests.Add(1)
 	key := strings.TrimPrefix(r.URL.Path, "/blob/")
+	h.mu.Lock()
 	b, ok := h.files[key]
+	sha := h.SHA[key]
 	if !ok {
+		h.mu.Unlock()
 		http.NotFound(w, r)
 		return
 	}
-	h.mu.Lock()
-	if h.busy > 0 {
-		h.busy--
-		h.last503 = time.Now()
+	if h.Busy > 0 {
+		h.Busy--
 		h.mu.Unlock()
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "busy", http.StatusServiceUnavailable)
 		return
 	}
 	cut := int64(0)
-	if h.cutTimes > 0 && h.cutAfter > 0 {
-		h.cutTimes--
-		cut = h.cutAfter
+	if h.CutTimes > 0 && h.CutAfter > 0 {
+		h.CutTimes--
+		cut = h.CutAfter
 	}
-	ignore, slow := h.ignoreRng, h.slowPerSec
-	if !h.last503.IsZero() {
-		h.gapAfter = append(h.gapAfter, time.Since(h.last503))
-		h.last503 = time.Time{}
-	}
+	ignore, slow := h.IgnoreRange, h.SlowPerSec
 	h.mu.Unlock()
 	body, status := b, http.StatusOK
-	w.Header().Set("ETag", `"`+h.sha[key]+`"`)
+	w.Header().Set("ETag", `"`+sha+`"`)
 	w.Header().Set("Accept-Ranges", "bytes")
 	if rng := r.Header.Get("Range"); rng != "" && !ignore {
 		var from, to int64
@@ -143,7 +152,7 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(status)
 	if cut > 0 && cut < int64(len(body)) {
 		w.Write(body[:cut])
-		h.served.Add(cut)
+		h.Served.Add(cut)
 		panic(http.ErrAbortHandler) // the connection drops mid-body
 	}
 	if slow > 0 {
@@ -151,12 +160,12 @@ func (h *fakeHub) serveCDN(w http.ResponseWriter, r *http.Request) {
 			n := min(int64(len(body)), slow/10)
 			w.Write(body[:n])
 			w.(http.Flusher).Flush()
-			h.served.Add(n)
+			h.Served.Add(n)
 			body = body[n:]
 			time.Sleep(100 * time.Millisecond)
 		}
 		return
 	}
 	w.Write(body)
-	h.served.Add(int64(len(body)))
+	h.Served.Add(int64(len(body)))
 }
