@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/instance"
 	"github.com/orrery-cluster/orrery/agent/ownership"
 	"github.com/orrery-cluster/orrery/agent/peerapi"
+	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/replica"
 	"github.com/orrery-cluster/orrery/agent/shard"
 	"github.com/orrery-cluster/orrery/agent/state"
@@ -52,6 +53,7 @@ type Agent struct {
 	sup       *supervisor.Supervisor
 	relay     *supervisor.Relay
 	instances *instance.Manager
+	pulls     *pull.Puller
 	shards    *shard.Cache
 	peerLn    *peerapi.Listener // stream links from peers, for the peer API
 	peerHTTP  *http.Client      // to other nodes' peer APIs
@@ -233,6 +235,7 @@ func (a *Agent) wireServing(exe string) {
 		ShipTrace: func(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string) {
 			a.tracer.ShipTask(task, kind, spans, ranks, errText)
 		}})
+	a.pulls = newPuller(cfg, id, publish, a.instances.PublishModels, a.log)
 	a.shards = shard.New(shard.Config{Dir: filepath.Join(cfg.DataDir, "shards"), Self: id, Models: models,
 		Peer: a.peerHTTP, State: a.store.State, Holder: a.instances.PickNode, Logger: a.log})
 	a.relay = a.sup.Relay(supervisor.RelayConfig{Self: id, State: a.store.State,

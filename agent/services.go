@@ -135,6 +135,7 @@ func (a *Agent) services(ctx context.Context) []service {
 		{"discovery", a.disc.Run},
 		{"instances", a.instances.Run},
 		{"ownership", a.ledger.Run},
+		{"pulls", func(ctx context.Context) error { <-ctx.Done(); a.pulls.Close(); return nil }},
 		{"api", a.serveAPI},
 		{"peer api", a.servePeerAPI},
 	}
@@ -172,7 +173,7 @@ func (a *Agent) samplers() []sampler {
 func (a *Agent) apiServer() *api.Server {
 	return &api.Server{NodeID: a.identity.NodeID, Version: a.cfg.Version, Store: a.store, Logger: a.log,
 		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser,
-		Inference: a.instances,
+		Inference: a.instances, Pulls: pullsView{a.pulls},
 		TraceHome: func() string { return a.node.Status().MasterID }, UI: frontend.Handler(),
 		Metrics: api.NewMetrics(a.store, a.traces)}
 }

@@ -55,6 +55,9 @@ type Server struct {
 	// Inference, when set, serves /v1/chat/completions, /v1/models and
 	// /instance.
 	Inference Inference
+	// Pulls, when set, serves POST /models/pull and DELETE
+	// /models/pull/{id}.
+	Pulls Pulls
 	// TraceHome, when set, names the node that keeps the cluster's traces
 	// (the master); trace reads on other nodes are forwarded there.
 	TraceHome func() string
@@ -142,6 +145,8 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, false) }))
 	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, false) }, http.MethodDelete))
 	mux.Handle("/instance/previews", onlyGET(func(w http.ResponseWriter, r *http.Request) { s.previews(w, r, false) }))
+	mux.Handle("/models/pull", onlyPOST(s.pullModel))
+	mux.Handle("/models/pull/{id}", allow(s.cancelPull, http.MethodDelete))
 	if s.UI != nil {
 		mux.Handle("/ui/", http.StripPrefix("/ui", s.UI))
 		mux.Handle("/{$}", onlyGET(func(w http.ResponseWriter, r *http.Request) {

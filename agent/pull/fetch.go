@@ -20,9 +20,10 @@ import (
 )
 
 // Downloads: a file is fetched in ranged chunks by several workers into
-// <dest>.part, with the chunks done recorded in <dest>.part.json after
-// each one, so that a download cut off (a dropped connection, kill -9 of
-// the agent) resumes where it was. When every chunk is in, the part's
+// <dest>.part, with the bytes each chunk has in recorded in
+// <dest>.part.json (every MiB, and at each chunk's end), so that a
+// download cut off (a dropped connection, kill -9 of the agent) resumes
+// where it was. When every chunk is in, the part's
 // sha256 is checked against the source's digest and the part is renamed
 // to dest: a model is never visible half written, nor unverified.
 
@@ -82,8 +83,12 @@ type partState struct {
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
 	Chunk  int64  `json:"chunk"`
-	Done   []bool `json:"done"`
+	// Have is, per chunk, how many of its bytes (from its start) are in.
+	Have []int64 `json:"have"`
 }
+
+// saveEvery is how often (in bytes of a chunk) the state file is written.
+const saveEvery = 1 << 20
 
 func (f *Fetcher) defaults() {
 	if f.Client == nil {
@@ -136,10 +141,8 @@ func (f *Fetcher) Fetch(ctx context.Context, t Target, progress func(done, size 
 		return st, err
 	}
 	ps := f.loadState(t)
-	for i, d := range ps.Done {
-		if d {
-			st.Resumed += chunkLen(ps, i)
-		}
+	for _, h := range ps.Have {
+		st.Resumed += h
 	}
 	if need := t.Size - st.Resumed; need > 0 {
 		free, err := f.FreeBytes(filepath.Dir(t.Dest))
@@ -181,15 +184,20 @@ func (f *Fetcher) Fetch(ctx context.Context, t Target, progress func(done, size 
 // or it belongs to another file.
 func (f *Fetcher) loadState(t Target) *partState {
 	fresh := &partState{URL: t.URL, Size: t.Size, SHA256: t.SHA256, Chunk: f.Chunk,
-		Done: make([]bool, (t.Size+f.Chunk-1)/f.Chunk)}
+		Have: make([]int64, (t.Size+f.Chunk-1)/f.Chunk)}
 	b, err := os.ReadFile(t.Dest + stateSuffix)
 	if err != nil {
 		return fresh
 	}
 	var ps partState
 	if json.Unmarshal(b, &ps) != nil || ps.Size != t.Size || ps.SHA256 != t.SHA256 || ps.Chunk <= 0 ||
-		int64(len(ps.Done)) != (t.Size+ps.Chunk-1)/ps.Chunk {
+		int64(len(ps.Have)) != (t.Size+ps.Chunk-1)/ps.Chunk {
 		return fresh
+	}
+	for i, h := range ps.Have {
+		if h < 0 || h > chunkLen(&ps, i) {
+			return fresh
+		}
 	}
 	if fi, err := os.Stat(t.Dest + partSuffix); err != nil || fi.Size() != t.Size {
 		return fresh
@@ -233,7 +241,7 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
-		mu      sync.Mutex // guards ps.Done, next and the state file
+		mu      sync.Mutex // guards ps.Have, next and the state file
 		next    int
 		noRange atomic.Bool
 		wg      sync.WaitGroup
@@ -241,36 +249,52 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 	take := func() int {
 		mu.Lock()
 		defer mu.Unlock()
-		for next < len(ps.Done) && ps.Done[next] {
+		for next < len(ps.Have) && ps.Have[next] == chunkLen(ps, next) {
 			next++
 		}
-		if next == len(ps.Done) {
+		if next == len(ps.Have) {
 			return -1
 		}
 		next++
 		return next - 1
 	}
-	finish := func(i int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		ps.Done[i] = true
+	save := func() error {
 		b, _ := json.Marshal(ps)
 		return atomicfile.Write(t.Dest+stateSuffix, b, 0o644)
 	}
-	for range min(f.Workers, max(len(ps.Done), 1)) {
+	// have records n more bytes of chunk i, saving the state every
+	// saveEvery bytes and at the chunk's end; it returns where the chunk
+	// stands.
+	have := func(i int, n int64) (int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		before := ps.Have[i]
+		ps.Have[i] += n
+		if ps.Have[i] == chunkLen(ps, i) || ps.Have[i]/saveEvery != before/saveEvery {
+			return ps.Have[i], save()
+		}
+		return ps.Have[i], nil
+	}
+	for range min(f.Workers, max(len(ps.Have), 1)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := take(); i >= 0 && ctx.Err() == nil; i = take() {
-				off, n := int64(i)*ps.Chunk, chunkLen(ps, i)
-				err := f.retry(ctx, st, func() error { return f.getRange(ctx, t, part, off, n, m.add, st) })
+				err := f.retry(ctx, st, func() error {
+					mu.Lock()
+					from := ps.Have[i]
+					mu.Unlock()
+					off, n := int64(i)*ps.Chunk, chunkLen(ps, i)
+					return f.getRange(ctx, t, part, off+from, n-from, func(k int64) error {
+						m.add(k)
+						_, err := have(i, k)
+						return err
+					}, st)
+				})
 				if errors.Is(err, errNoRange) {
 					noRange.Store(true)
 					cancel(err)
 					return
-				}
-				if err == nil {
-					err = finish(i)
 				}
 				if err != nil {
 					cancel(err)
@@ -281,6 +305,9 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 	}
 	wg.Wait()
 	if !noRange.Load() {
+		mu.Lock()
+		save() // what came since the last save, for a resume
+		mu.Unlock()
 		return true, context.Cause(ctx)
 	}
 	// The whole file in one stream, from its start: nothing is kept.
@@ -383,32 +410,38 @@ func retryAfter(v string) time.Duration {
 	return 0
 }
 
-// getRange fetches bytes [off, off+n) into part. A cut mid-chunk is
-// retried from the chunk's start; what was received counts as fetched.
-func (f *Fetcher) getRange(ctx context.Context, t Target, part *os.File, off, n int64, report func(int64), st *Stats) error {
+// getRange fetches bytes [off, off+n) into part, calling got for every
+// write; a cut mid-way keeps what came, and the retry asks for the rest.
+func (f *Fetcher) getRange(ctx context.Context, t Target, part *os.File, off, n int64, got func(int64) error, st *Stats) error {
 	resp, err := f.get(ctx, t, fmt.Sprintf("bytes=%d-%d", off, off+n-1))
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusPartialContent {
-		if t.Size <= n && off == 0 && resp.ContentLength == t.Size {
-			// The whole (small) file was asked for and came whole.
-		} else {
+		if off != 0 || resp.ContentLength != t.Size || t.Size != n {
 			return errNoRange
 		}
+		// The whole (small) file was asked for and came whole.
 	}
 	if cr := resp.Header.Get("Content-Range"); resp.StatusCode == http.StatusPartialContent &&
 		cr != fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, t.Size) {
 		return fmt.Errorf("GET %s: Content-Range %q for bytes %d-%d of %d", t.URL, cr, off, off+n-1, t.Size)
 	}
-	got, err := copyAt(part, io.LimitReader(resp.Body, n), off, report)
-	atomic.AddInt64(&st.Fetched, got)
-	if err == nil && got < n {
+	var werr error
+	k, err := copyAt(part, io.LimitReader(resp.Body, n), off, func(k int64) {
+		atomic.AddInt64(&st.Fetched, k)
+		if e := got(k); e != nil && werr == nil {
+			werr = e
+		}
+	})
+	if werr != nil {
+		return werr
+	}
+	if err == nil && k < n {
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {
-		report(-got) // the chunk starts over
 		return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: %w", t.URL, off, off+n-1, err)}
 	}
 	return nil
@@ -421,8 +454,10 @@ func (f *Fetcher) getAll(ctx context.Context, t Target, part *os.File, report fu
 		return err
 	}
 	defer resp.Body.Close()
-	got, err := copyAt(part, io.LimitReader(resp.Body, t.Size), 0, report)
-	atomic.AddInt64(&st.Fetched, got)
+	got, err := copyAt(part, io.LimitReader(resp.Body, t.Size), 0, func(k int64) {
+		atomic.AddInt64(&st.Fetched, k)
+		report(k)
+	})
 	if err == nil && got < t.Size {
 		err = io.ErrUnexpectedEOF
 	}

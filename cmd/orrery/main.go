@@ -30,6 +30,7 @@ Usage:
   orrery bench --model M      benchmark a running cluster: tok/s, TTFT, memory, energy per placement
   orrery trace SUB [flags]    the agent's traces: ls, stats ID, export ID -o FILE, open ID (Perfetto)
   orrery models ls [flags]    list the GGUF models on this machine
+  orrery pull hf.co/ORG/REPO[:QUANT]  pull a GGUF model from Hugging Face through a running agent
   orrery tokenize --model ID TEXT  print the token ids and pieces of TEXT (- for stdin) via a running agent
   orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
   orrery engine-bench [flags] time prefill and decode of a model on this machine, in process
@@ -40,7 +41,7 @@ Usage:
   orrery key fingerprint      print the key's public fingerprint
   orrery version              print the version
 
-Run "orrery agent -h" (or demo -h, doctor -h, ring-bench -h, bench -h, tokenize -h) for a command's flags.
+Run "orrery agent -h" (or demo -h, doctor -h, ring-bench -h, bench -h, tokenize -h, pull -h) for a command's flags.
 `
 
 func main() {
@@ -69,6 +70,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runModels(args[1:], stdout, stderr)
 	case "tokenize":
 		return runTokenize(context.Background(), args[1:], os.Stdin, stdout, stderr)
+	case "pull":
+		// Ctrl-C cancels the pull on the agent (its part stays for a resume).
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return runPull(ctx, args[1:], stdout, stderr)
 	case "gen-model":
 		return runGenModel(args[1:], stdout, stderr)
 	case "engine-bench":

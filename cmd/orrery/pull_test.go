@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
+	"github.com/orrery-cluster/orrery/agent/state"
+)
+
+// A model pulled from a hub (the fake one: the hub's protocol, a CDN
+// redirect, ranges), through the CLI and a real agent, lands in the HF
+// cache, is listed and answers a chat. A pull cut off by kill -9 of the
+// agent resumes after a restart without fetching again what was in.
+func TestPullProcess(t *testing.T) {
+	bin := buildBinary(t)
+	src := filepath.Join(t.TempDir(), "src")
+	genModel(t, bin, src, "tiny-F32", "--preset", "tiny", "--seed", "7")
+	data, err := os.ReadFile(filepath.Join(src, "models", "tiny-F32.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	genModel(t, bin, src, "small-Q8_0", "--preset", "small")
+	big, err := os.ReadFile(filepath.Join(src, "models", "small-Q8_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := pulltest.NewHub(t)
+	hub.Add("org/Tiny-GGUF", "tiny-F32.gguf", data)
+	hub.Add("org/Big-GGUF", "big-Q8_0.gguf", big)
+	home, dir := t.TempDir(), t.TempDir()
+	env := []string{"HOME=" + home, "HF_ENDPOINT=" + hub.URL(), "HF_HUB_CACHE=", "HF_HOME="}
+	addr := freeAddr(t)
+	p := startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir())
+	waitHealthy(t, p)
+
+	out, err := exec.Command(bin, "pull", "--api", "http://"+addr, "hf.co/org/Tiny-GGUF:F32").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "model org/Tiny-GGUF/tiny-F32 is in") {
+		t.Fatalf("orrery pull: %v\n%s", err, out)
+	}
+	snap := filepath.Join(home, ".cache", "huggingface", "hub", "models--org--Tiny-GGUF", "snapshots", pulltest.Commit, "tiny-F32.gguf")
+	if got, err := os.ReadFile(snap); err != nil || len(got) != len(data) {
+		t.Fatalf("pulled file %s: %d bytes, %v", snap, len(got), err)
+	}
+	poll(t, p, 15*time.Second, "the pulled model in /v1/models", func() (bool, string) {
+		_, b, _ := p.get("/v1/models")
+		return strings.Contains(string(b), `"org/Tiny-GGUF/tiny-F32"`), string(b)
+	})
+	code, _, ans := chat(t, p, `{"model":"org/Tiny-GGUF/tiny-F32","messages":[{"role":"user","content":"hi"}],"max_tokens":4,"temperature":0}`)
+	if code != http.StatusOK || ans.Usage.CompletionTokens == 0 {
+		t.Fatalf("chat with the pulled model: %d %+v", code, ans)
+	}
+
+	// kill -9 mid-pull, restart, pull again: it resumes.
+	hub.SlowPerSec = int64(len(big)) / 12 // 4 chunks at once: about 3 s for the file
+	d, err := p.api().Pull(context.Background(), "hf.co/org/Big-GGUF:Q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, p, 20*time.Second, "a third of the second pull in", func() (bool, string) {
+		cur, err := p.api().Download(context.Background(), d.ID)
+		return err == nil && cur.Bytes > int64(len(big))/3, cur.Status
+	})
+	p.cmd.Process.Kill()
+	<-p.done
+	servedBefore := hub.Served.Load()
+	hub.SlowPerSec = 0
+	p = startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir())
+	waitHealthy(t, p)
+	d2, err := p.api().Pull(context.Background(), "hf.co/org/Big-GGUF:Q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done state.Download
+	poll(t, p, 30*time.Second, "the resumed pull done", func() (bool, string) {
+		done, err = p.api().Download(context.Background(), d2.ID)
+		return err == nil && done.Status == state.DownloadDone, done.Status + " " + done.Error
+	})
+	again := hub.Served.Load() - servedBefore
+	// Fetched twice at most: what each of the 4 chunks in flight had
+	// received since its last saved MiB.
+	waste := again + done.Resumed - int64(len(big))
+	t.Logf("resume after kill -9: %d of %d bytes were in (resumed); the restart fetched %d (%d twice)", done.Resumed, len(big), again, waste)
+	if done.Resumed == 0 || waste < 0 || waste > 4<<20 {
+		t.Errorf("resumed %d bytes, fetched %d more of %d", done.Resumed, again, len(big))
+	}
+	// A bad reference is refused with the reason.
+	out, err = exec.Command(bin, "pull", "--api", "http://"+addr, "hf.co/../etc:Q4").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no '..'") {
+		t.Errorf("bad reference: %v\n%s", err, out)
+	}
+	stop(t, p)
+}
