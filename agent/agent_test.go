@@ -94,6 +94,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"bad addr":      func(c *Config) { c.APIAddr = "nonsense" },
 		"bad peer addr": func(c *Config) { c.PeerAddr = "nonsense" },
 		"fail-after":    func(c *Config) { c.FailAfter = c.Heartbeat },
+		"registry path": func(c *Config) { c.Registry = "https://registry.example/v2" },
+		"registry ftp":  func(c *Config) { c.Registry = "ftp://registry.example" },
 	} {
 		cfg := testConfig(t)
 		mut(&cfg)

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/api"
@@ -40,6 +42,9 @@ type Config struct {
 	// LoopbackDir, when set, lets agents on one machine find each other
 	// through records in this directory, without multicast.
 	LoopbackDir string
+	// Registry is the OCI registry `orrery pull name:tag` pulls from
+	// ("": Ollama's).
+	Registry string
 	// Heartbeat and FailAfter tune failure detection: a peer silent for
 	// FailAfter is gone.
 	Heartbeat, FailAfter time.Duration
@@ -115,6 +120,11 @@ func (c Config) validate() error {
 	}
 	if c.Parallel < 0 || c.Parallel > backend.MaxParallel {
 		return fmt.Errorf("parallel %d: want 1..%d", c.Parallel, backend.MaxParallel)
+	}
+	if c.Registry != "" {
+		if u, err := url.Parse(c.Registry); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
+			return fmt.Errorf("registry %q: want http(s)://host[:port]", c.Registry)
+		}
 	}
 	if c.DataDir == "" {
 		return errors.New("data dir is empty")

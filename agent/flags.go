@@ -20,6 +20,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) (finish func()) {
 	})
 	fs.Var(&c.KeepAlive, "keep-alive", "how long a model loaded on demand stays loaded after its last request (5m, 1h, seconds; 0 unloads at once, -1 never); a request's keep_alive wins")
 	fs.BoolVar(&c.MDNS, "mdns", c.MDNS, "advertise and browse _orrery._tcp with mDNS")
+	fs.StringVar(&c.Registry, "registry", "", "the registry that pulls of name:tag models come from (default https://registry.ollama.ai); hf.co/ pulls use HF_ENDPOINT")
 	loopback := fs.Bool("loopback", false, "find other agents on this machine without multicast (records in the loopback dir)")
 	fs.StringVar(&c.LoopbackDir, "loopback-dir", "", "directory for loopback discovery records (implies --loopback; default $TMPDIR/orrery-loopback-$UID)")
 	return func() {

@@ -11,9 +11,10 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 )
 
-// newPuller pulls into the Hugging Face cache the scanner reads (or
-// <data-dir>/huggingface when there is no home), honouring HF_ENDPOINT,
-// HF_TOKEN and HF_HUB_OFFLINE as the huggingface_hub tools do.
+// newPuller pulls hf.co models into the Hugging Face cache the scanner
+// reads (or <data-dir>/huggingface when there is no home), honouring
+// HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE as the huggingface_hub tools
+// do, and registry models into Ollama's store (OLLAMA_MODELS).
 func newPuller(cfg Config, self string, publish func(state.Event) error, pulled func(), log *slog.Logger) *pull.Puller {
 	dir := cfg.modelDirs().HuggingFace
 	if dir == "" {
@@ -21,7 +22,8 @@ func newPuller(cfg Config, self string, publish func(state.Event) error, pulled 
 	}
 	off := strings.ToLower(cfg.Getenv("HF_HUB_OFFLINE"))
 	return pull.New(pull.Config{Self: self, HFCache: dir,
-		HF:      pull.HF{Endpoint: cfg.Getenv("HF_ENDPOINT"), Token: cfg.Getenv("HF_TOKEN")},
+		HF:        pull.HF{Endpoint: cfg.Getenv("HF_ENDPOINT"), Token: cfg.Getenv("HF_TOKEN")},
+		OllamaDir: cfg.modelDirs().Ollama, Registry: pull.Registry{URL: cfg.Registry},
 		Offline: off == "1" || off == "true" || off == "yes" || off == "on",
 		Publish: publish, Pulled: pulled, Logger: log})
 }

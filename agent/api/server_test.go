@@ -277,7 +277,7 @@ func TestGetPaths(t *testing.T) {
 		{"/state", 200, func(t *testing.T, b []byte) {
 			m := object(t, b)
 			wantKeys(t, m, "lastEventAppliedIdx", "nodeIdentities", "nodeMemory", "nodeSystem",
-				"nodeDisk", "nodeNetwork", "nodeLinkTelemetry", "nodeModels", "instances", "runners", "topology")
+				"nodeDisk", "nodeNetwork", "nodeLinkTelemetry", "nodeModels", "instances", "runners", "topology", "downloads")
 			wantRaw(t, m, "lastEventAppliedIdx", "4")
 			for _, k := range []string{"nodeIdentities", "nodeMemory", "nodeSystem", "nodeDisk", "nodeNetwork"} {
 				wantKeys(t, object(t, m[k]), testNode)

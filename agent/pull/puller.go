@@ -39,9 +39,12 @@ var (
 // Config wires a Puller.
 type Config struct {
 	Self string
-	// HFCache is the hub cache dir the files go to.
-	HFCache string
-	HF      HF
+	// HFCache is the hub cache dir hf.co pulls go to; OllamaDir the
+	// Ollama store registry pulls go to.
+	HFCache   string
+	HF        HF
+	OllamaDir string
+	Registry  Registry
 	// Offline refuses pulls (HF_HUB_OFFLINE).
 	Offline bool
 	Fetcher *Fetcher
@@ -93,19 +96,30 @@ func New(cfg Config) *Puller {
 	return &Puller{cfg: cfg, log: cfg.Logger.With("component", "pull"), base: base, stop: stop, jobs: map[string]*job{}}
 }
 
-// Pull starts pulling ref and returns its download at once. A pull of the
-// same reference already running is returned instead of a second one.
+// Pull starts pulling ref (hf.co/{org}/{repo}[:{quant}], or
+// [namespace/]name[:tag] from the registry) and returns its download at
+// once. A pull of the same reference already running is returned instead
+// of a second one.
 func (p *Puller) Pull(ref string) (state.Download, error) {
-	r, ok, err := ParseHFRef(ref)
-	switch {
-	case !ok:
-		return state.Download{}, fmt.Errorf("%w: %q: pull takes hf.co/{org}/{repo}[:{quant}]", ErrBadRef, ref)
-	case err != nil:
-		return state.Download{}, fmt.Errorf("%w: %v", ErrBadRef, err)
-	case p.cfg.Offline:
-		return state.Download{}, ErrOffline
+	var norm string
+	var fetch func(ctx context.Context, j *job) error
+	if r, ok, err := ParseHFRef(ref); ok {
+		if err != nil {
+			return state.Download{}, fmt.Errorf("%w: %v", ErrBadRef, err)
+		}
+		if p.cfg.Offline {
+			return state.Download{}, ErrOffline
+		}
+		norm = "hf.co/" + r.Repo + ":" + r.Quant
+		fetch = func(ctx context.Context, j *job) error { return p.fetchHF(ctx, j, r) }
+	} else {
+		r, err := ParseOllamaRef(ref)
+		if err != nil {
+			return state.Download{}, fmt.Errorf("%w: %v (or hf.co/{org}/{repo}[:{quant}])", ErrBadRef, err)
+		}
+		norm = r.String()
+		fetch = func(ctx context.Context, j *job) error { return p.fetchOllama(ctx, j, r) }
 	}
-	norm := "hf.co/" + r.Repo + ":" + r.Quant
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, j := range p.jobs {
@@ -128,7 +142,7 @@ func (p *Puller) Pull(ref string) (state.Download, error) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		p.run(ctx, j, r, first.ID)
+		p.run(ctx, j, fetch, first.ID)
 	}()
 	return first, nil
 }
@@ -167,7 +181,7 @@ func (p *Puller) publish(d state.Download) {
 }
 
 // run pulls one reference: list, fetch each file, link it into the cache.
-func (p *Puller) run(ctx context.Context, j *job, r HFRef, id string) {
+func (p *Puller) run(ctx context.Context, j *job, fetch func(context.Context, *job) error, id string) {
 	defer func() {
 		p.mu.Lock()
 		delete(p.jobs, id)
@@ -186,7 +200,7 @@ func (p *Puller) run(ctx context.Context, j *job, r HFRef, id string) {
 			}
 		}
 	}()
-	err := p.fetchAll(ctx, j, r)
+	err := fetch(ctx, j)
 	close(tickDone)
 	j.mu.Lock()
 	switch {
@@ -210,7 +224,8 @@ func (p *Puller) run(ctx context.Context, j *job, r HFRef, id string) {
 	p.cfg.Pulled()
 }
 
-func (p *Puller) fetchAll(ctx context.Context, j *job, r HFRef) error {
+// fetchHF pulls a repo's quant from the hub into the HF cache.
+func (p *Puller) fetchHF(ctx context.Context, j *job, r HFRef) error {
 	files, err := p.cfg.HF.Files(ctx, r)
 	if err != nil {
 		return err
@@ -246,6 +261,41 @@ func (p *Puller) fetchAll(ctx context.Context, j *job, r HFRef) error {
 		}
 	}
 	return nil
+}
+
+// fetchOllama pulls a model from the registry into the Ollama store:
+// every blob, then the manifest.
+func (p *Puller) fetchOllama(ctx context.Context, j *job, r OllamaRef) error {
+	if p.cfg.OllamaDir == "" {
+		return errors.New("no Ollama store to pull into (no home directory, and OLLAMA_MODELS unset)")
+	}
+	m, raw, err := p.cfg.Registry.Manifest(ctx, r)
+	if err != nil {
+		return err
+	}
+	store, host := OllamaStore{Dir: p.cfg.OllamaDir}, p.cfg.Registry.Host()
+	layers := append([]Layer{m.Config}, m.Layers...)
+	j.mu.Lock()
+	for _, l := range layers {
+		j.dl.Files = append(j.dl.Files, state.DownloadFile{Name: l.MediaType + " " + l.Digest[:19], Size: l.Size})
+		j.dl.Size += l.Size
+	}
+	j.dl.Model = store.ModelID(host, r)
+	j.mu.Unlock()
+	f := *p.cfg.Fetcher
+	for i, l := range layers {
+		t := Target{URL: p.cfg.Registry.BlobURL(r, l.Digest), Size: l.Size, SHA256: strings.TrimPrefix(l.Digest, "sha256:"),
+			Dest: store.Blob(l.Digest)}
+		st, err := f.Fetch(ctx, t, func(done, _ int64) { j.setFile(i, done) })
+		j.mu.Lock()
+		j.dl.Resumed += st.Resumed
+		j.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		j.setFile(i, l.Size)
+	}
+	return store.WriteManifest(host, r, raw)
 }
 
 func (j *job) setFile(i int, done int64) {

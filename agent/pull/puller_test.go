@@ -53,8 +53,10 @@ func TestPullerPublishesProgress(t *testing.T) {
 	if _, err := os.Stat(snap); err != nil {
 		t.Error(err)
 	}
-	if _, err := p.Pull("qwen3:8b"); !errors.Is(err, ErrBadRef) {
-		t.Errorf("an Ollama name: %v", err)
+	for _, bad := range []string{"Bad Name", "hf.co/../x", "../../etc/passwd"} {
+		if _, err := p.Pull(bad); !errors.Is(err, ErrBadRef) {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 }
 

@@ -30,7 +30,7 @@ Usage:
   orrery bench --model M      benchmark a running cluster: tok/s, TTFT, memory, energy per placement
   orrery trace SUB [flags]    the agent's traces: ls, stats ID, export ID -o FILE, open ID (Perfetto)
   orrery models ls [flags]    list the GGUF models on this machine
-  orrery pull hf.co/ORG/REPO[:QUANT]  pull a GGUF model from Hugging Face through a running agent
+  orrery pull REF             pull a model (hf.co/ORG/REPO[:QUANT], or NAME[:TAG] from the Ollama registry) through a running agent
   orrery tokenize --model ID TEXT  print the token ids and pieces of TEXT (- for stdin) via a running agent
   orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
   orrery engine-bench [flags] time prefill and decode of a model on this machine, in process

@@ -14,16 +14,21 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 )
 
-const pullUsage = `Usage: orrery pull [--api URL] [--detach] hf.co/{org}/{repo}[:{quant}]
+const pullUsage = `Usage: orrery pull [--api URL] [--detach] hf.co/{org}/{repo}[:{quant}] | [namespace/]name[:tag]
 
-Asks the running agent to pull a GGUF model from Hugging Face, as Ollama's
-hf.co names it: the quant tag picks the file (default Q4_K_M), and every
-part of a split GGUF comes along. Files go to the Hugging Face cache
-(HF_HOME, HF_HUB_CACHE), in parallel ranged chunks, verified by sha256;
-a pull cut off resumes where it was. The agent honours HF_ENDPOINT,
-HF_TOKEN and HF_HUB_OFFLINE. Progress prints here until the model is in
-(Ctrl-C cancels the pull), or, with --detach, shows under
-/state/downloads/{id}.
+Asks the running agent to pull a GGUF model onto its machine:
+
+  hf.co/{org}/{repo}[:{quant}]  from Hugging Face, as Ollama's hf.co names
+      it: the quant tag picks the file (default Q4_K_M), every part of a
+      split GGUF comes along; into the Hugging Face cache (HF_HOME,
+      HF_HUB_CACHE). The agent honours HF_ENDPOINT, HF_TOKEN and
+      HF_HUB_OFFLINE.
+  [namespace/]name[:tag]  from the Ollama registry (the agent's
+      --registry), manifest and blobs, into Ollama's store (OLLAMA_MODELS).
+
+Files come in parallel ranged chunks, verified by sha256; a pull cut off
+resumes where it was. Progress prints here until the model is in (Ctrl-C
+cancels the pull), or, with --detach, shows under /state/downloads/{id}.
 
 Flags:
 `

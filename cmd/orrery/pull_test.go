@@ -16,8 +16,9 @@ import (
 
 // A model pulled from a hub (the fake one: the hub's protocol, a CDN
 // redirect, ranges), through the CLI and a real agent, lands in the HF
-// cache, is listed and answers a chat. A pull cut off by kill -9 of the
-// agent resumes after a restart without fetching again what was in.
+// cache, is listed and answers a chat; one from the registry lands in
+// Ollama's store and is listed. A pull cut off by kill -9 of the agent
+// resumes after a restart without fetching again what was in.
 func TestPullProcess(t *testing.T) {
 	bin := buildBinary(t)
 	src := filepath.Join(t.TempDir(), "src")
@@ -34,10 +35,12 @@ func TestPullProcess(t *testing.T) {
 	hub := pulltest.NewHub(t)
 	hub.Add("org/Tiny-GGUF", "tiny-F32.gguf", data)
 	hub.Add("org/Big-GGUF", "big-Q8_0.gguf", big)
+	hub.AddOllama("library", "tiny", "f32", map[string][]byte{"application/vnd.ollama.image.model": data,
+		"application/vnd.ollama.image.params": []byte(`{"temperature":0}`)})
 	home, dir := t.TempDir(), t.TempDir()
-	env := []string{"HOME=" + home, "HF_ENDPOINT=" + hub.URL(), "HF_HUB_CACHE=", "HF_HOME="}
+	env := []string{"HOME=" + home, "HF_ENDPOINT=" + hub.URL(), "HF_HUB_CACHE=", "HF_HOME=", "OLLAMA_MODELS="}
 	addr := freeAddr(t)
-	p := startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir())
+	p := startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL())
 	waitHealthy(t, p)
 
 	out, err := exec.Command(bin, "pull", "--api", "http://"+addr, "hf.co/org/Tiny-GGUF:F32").CombinedOutput()
@@ -57,6 +60,21 @@ func TestPullProcess(t *testing.T) {
 		t.Fatalf("chat with the pulled model: %d %+v", code, ans)
 	}
 
+	// From the registry, into Ollama's store.
+	out, err = exec.Command(bin, "pull", "--api", "http://"+addr, "tiny:f32").CombinedOutput()
+	host := strings.TrimPrefix(hub.URL(), "http://")
+	if err != nil || !strings.Contains(string(out), "model "+host+"/library/tiny:f32 is in") {
+		t.Fatalf("orrery pull tiny:f32: %v\n%s", err, out)
+	}
+	manifest := filepath.Join(home, ".ollama", "models", "manifests", host, "library", "tiny", "f32")
+	if _, err := os.Stat(manifest); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, p, 15*time.Second, "the registry model in /v1/models", func() (bool, string) {
+		_, b, _ := p.get("/v1/models")
+		return strings.Contains(string(b), `"`+host+`/library/tiny:f32"`), string(b)
+	})
+
 	// kill -9 mid-pull, restart, pull again: it resumes.
 	hub.SlowPerSec = int64(len(big)) / 12 // 4 chunks at once: about 3 s for the file
 	d, err := p.api().Pull(context.Background(), "hf.co/org/Big-GGUF:Q8_0")
@@ -71,7 +89,7 @@ func TestPullProcess(t *testing.T) {
 	<-p.done
 	servedBefore := hub.Served.Load()
 	hub.SlowPerSec = 0
-	p = startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir())
+	p = startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL())
 	waitHealthy(t, p)
 	d2, err := p.api().Pull(context.Background(), "hf.co/org/Big-GGUF:Q8_0")
 	if err != nil {

@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +29,8 @@ type Hub struct {
 	hub, cdn *httptest.Server
 	files    map[string][]byte // repo/path → content
 	// SHA is the sha256 advertised per repo/path (Add sets the real one).
-	SHA map[string]string
+	SHA       map[string]string
+	manifests map[string][]byte // registry path → manifest
 
 	mu sync.Mutex
 	// Faults.
@@ -88,6 +91,19 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(tree)
 	case strings.HasPrefix(p, "/api/models/") && strings.HasSuffix(p, "/revision/main"):
 		json.NewEncoder(w).Encode(map[string]any{"sha": Commit})
+	case strings.HasPrefix(p, "/v2/") && strings.Contains(p, "/manifests/"):
+		h.mu.Lock()
+		b, ok := h.manifests[p]
+		h.mu.Unlock()
+		if !ok {
+			http.Error(w, `{"errors":[{"code":"MANIFEST_UNKNOWN"}]}`, http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/vnd.docker.distribution.manifest.v2+json")
+		w.Write(b)
+	case strings.HasPrefix(p, "/v2/") && strings.Contains(p, "/blobs/"):
+		_, digest, _ := strings.Cut(p, "/blobs/")
+		http.Redirect(w, r, h.cdn.URL+"/blob/v2blobs/"+digest, http.StatusTemporaryRedirect)
 	case strings.Contains(p, "/resolve/main/"):
 		repo, file, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/resolve/main/")
 		h.mu.Lock()
@@ -168,4 +184,46 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Write(body)
 	h.Served.Add(int64(len(body)))
+}
+
+// AddOllama serves a model from the registry API on the hub's address:
+// /v2/{namespace}/{name}/manifests/{tag} lists a config blob and the
+// layers (media type → content), each at /v2/{namespace}/{name}/blobs/
+// {digest}, which redirects to the CDN. It returns the manifest.
+func (h *Hub) AddOllama(namespace, name, tag string, layers map[string][]byte) []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	blob := func(b []byte) map[string]any {
+		sum := sha256.Sum256(b)
+		d := "sha256:" + hex.EncodeToString(sum[:])
+		h.files["v2blobs/"+d] = b
+		h.SHA["v2blobs/"+d] = hex.EncodeToString(sum[:])
+		return map[string]any{"digest": d, "size": len(b)}
+	}
+	cfg := blob([]byte(`{"model_format":"gguf","model_family":"llama"}`))
+	cfg["mediaType"] = "application/vnd.docker.container.image.v1+json"
+	m := map[string]any{"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json", "config": cfg}
+	var ls []map[string]any
+	for _, mt := range slices.Sorted(maps.Keys(layers)) {
+		l := blob(layers[mt])
+		l["mediaType"] = mt
+		ls = append(ls, l)
+	}
+	m["layers"] = ls
+	b, _ := json.Marshal(m)
+	if h.manifests == nil {
+		h.manifests = map[string][]byte{}
+	}
+	h.manifests["/v2/"+namespace+"/"+name+"/manifests/"+tag] = b
+	return b
+}
+
+// SetManifest serves raw as a manifest (to test bad ones).
+func (h *Hub) SetManifest(namespace, name, tag string, raw []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.manifests == nil {
+		h.manifests = map[string][]byte{}
+	}
+	h.manifests["/v2/"+namespace+"/"+name+"/manifests/"+tag] = raw
 }

@@ -53,6 +53,13 @@ export interface State {
   instances: Record<string, Instance>;
   runners: Record<string, Runner>;
   topology: { nodes: { nodeId: string }[]; connections: Connection[] };
+  downloads?: Record<string, Download>;
+}
+
+export interface Download {
+  id: string; nodeId: string; ref: string; model?: string; status: string; error?: string;
+  files: { name: string; bytes: number; size: number }[]; bytes: number; size: number;
+  mbps?: number; etaSeconds?: number; resumed?: number; startedAt: string; updatedAt: string;
 }
 
 export interface ClusterStatus { nodeId: string; masterId: string; isMaster: boolean; members: { nodeId: string }[] }
