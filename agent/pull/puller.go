@@ -248,14 +248,9 @@ func (p *Puller) fetchHF(ctx context.Context, j *job, r HFRef) error {
 	for i, file := range files {
 		t := Target{URL: p.cfg.HF.ResolveURL(r.Repo, file.Path), Size: file.Size, SHA256: file.SHA256,
 			Dest: cache.Blob(r.Repo, file.SHA256)}
-		st, err := f.Fetch(ctx, t, func(done, _ int64) { j.setFile(i, done) })
-		j.mu.Lock()
-		j.dl.Resumed += st.Resumed
-		j.mu.Unlock()
-		if err != nil {
+		if err := j.fetch(ctx, &f, i, t); err != nil {
 			return err
 		}
-		j.setFile(i, file.Size)
 		if _, err := cache.Link(r.Repo, commit, file); err != nil {
 			return fmt.Errorf("link %s: %w", file.Path, err)
 		}
@@ -286,16 +281,25 @@ func (p *Puller) fetchOllama(ctx context.Context, j *job, r OllamaRef) error {
 	for i, l := range layers {
 		t := Target{URL: p.cfg.Registry.BlobURL(r, l.Digest), Size: l.Size, SHA256: strings.TrimPrefix(l.Digest, "sha256:"),
 			Dest: store.Blob(l.Digest)}
-		st, err := f.Fetch(ctx, t, func(done, _ int64) { j.setFile(i, done) })
-		j.mu.Lock()
-		j.dl.Resumed += st.Resumed
-		j.mu.Unlock()
-		if err != nil {
+		if err := j.fetch(ctx, &f, i, t); err != nil {
 			return err
 		}
-		j.setFile(i, l.Size)
 	}
 	return store.WriteManifest(host, r, raw)
+}
+
+// fetch fetches file i of the download, counting its progress and the
+// bytes resumed.
+func (j *job) fetch(ctx context.Context, f *Fetcher, i int, t Target) error {
+	st, err := f.Fetch(ctx, t, func(done, _ int64) { j.setFile(i, done) })
+	j.mu.Lock()
+	j.dl.Resumed += st.Resumed
+	j.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	j.setFile(i, t.Size)
+	return nil
 }
 
 func (j *job) setFile(i int, done int64) {
