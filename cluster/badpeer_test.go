@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,29 +54,36 @@ func writeMsg(t *testing.T, c net.Conn, m wire.Message) {
 func TestFloodingPeerIsThrottled(t *testing.T) {
 	testutil.CheckLeaks(t)
 	ca := clustertest.NewCA(t)
-	nodes := clustertest.StartCluster(t, clustertest.Options{TCP: true, CA: ca}, "m", "w")
+	// The production failure timeout: a loaded test machine must not split
+	// the pair on its own.
+	nodes := clustertest.StartCluster(t, clustertest.Options{TCP: true, CA: ca, FailAfter: cluster.DefaultFailAfter}, "m", "w")
 	testutil.WaitFor(t, "pair formed", func() bool { return clustertest.Converged(nodes) })
 	c := badPeer(t, ca, "flood", nodes[0].Addr)
 	sub, _ := json.Marshal(&wire.Submit{Events: []wire.RawEvent{{Type: "Flood", Event: []byte(`{}`)}}})
 	before := nodes[0].Node.Status().LastEventAppliedIdx
 	start := time.Now()
-	// The flood goes on for 2 s, and until the worker's events are in (10
-	// s at most).
+	// The flood goes on for 2 s at least, until the worker's events are in
+	// and until it has written well past what the link lets through (10 s
+	// at most). Writes block once the master throttles and TCP's window
+	// fills: that is the point.
 	const perSec, most = 10000, 10 * time.Second
-	sent := 0
+	// The link's bucket: 2000 frames, refilled at 1000/s; some slack.
+	limitAt := func(d time.Duration) float64 { return 2000 + 1000*d.Seconds() + 300 }
+	var sent atomic.Int64
 	stop, done := make(chan struct{}), make(chan struct{})
+	c.SetWriteDeadline(start.Add(most + time.Second))
 	go func() {
 		defer close(done)
-		for i := 0; time.Since(start) < most; i++ {
+		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-			if wire.WriteFrame(c, wire.TypeSubmit, sub) == nil {
-				sent++
+			if err := wire.WriteFrame(c, wire.TypeSubmit, sub); err != nil {
+				return
 			}
+			sent.Add(1)
 			if i%10 == 9 { // paced: 10 frames a millisecond
 				time.Sleep(time.Until(start.Add(time.Duration(i+1) * time.Second / perSec)))
 			}
@@ -97,22 +105,28 @@ func TestFloodingPeerIsThrottled(t *testing.T) {
 		return n == 10
 	})
 	workSeen := time.Since(start)
-	time.Sleep(time.Until(start.Add(2 * time.Second)))
+	for time.Since(start) < 2*time.Second || float64(sent.Load()) < limitAt(time.Since(start))+1000 {
+		if time.Since(start) > most {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	close(stop)
+	c.SetWriteDeadline(time.Now()) // a write blocked by the throttle ends
 	<-done
 	elapsed := time.Since(start)
 	applied := nodes[0].Node.Status().LastEventAppliedIdx - before - 10
-	limit := 2000 + 1000*elapsed.Seconds() + 300
+	limit := limitAt(elapsed)
 	t.Logf("flood: %d frames written in %v, %d applied by the master (limit %.0f); the worker's events all in after %v",
-		sent, elapsed.Round(time.Millisecond), applied, limit, workSeen.Round(time.Millisecond))
+		sent.Load(), elapsed.Round(time.Millisecond), applied, limit, workSeen.Round(time.Millisecond))
 	if float64(applied) > limit {
 		t.Errorf("master applied %d flooded events in %v, over the link's rate (%.0f)", applied, elapsed, limit)
 	}
-	if workSeen >= most {
+	if workSeen >= elapsed {
 		t.Errorf("the worker's events came in only after the flood (%v)", workSeen)
 	}
-	if float64(sent) <= limit {
-		t.Errorf("the flood wrote only %d frames: not a flood past the limit", sent)
+	if float64(sent.Load()) <= limit {
+		t.Errorf("the flood wrote only %d frames in %v: not a flood past the limit", sent.Load(), elapsed)
 	}
 	if !nodes[0].Node.Status().IsMaster || len(nodes[1].Node.Status().Members) < 2 {
 		t.Error("the flood broke the pair")

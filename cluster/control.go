@@ -264,11 +264,23 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			// Everything else may apply events, hash state or snapshot:
 			// it runs on the link's worker so probes are never stuck
 			// behind it.
+			// A full queue holds the reader back (TCP then slows the
+			// peer); a peer whose work has not drained within FailAfter
+			// is dropped.
 			select {
 			case work <- msg:
 			default:
-				n.log.Warn("peer sends faster than we apply; dropping link", "peer", c.peer)
-				return
+				t := time.NewTimer(n.cfg.FailAfter)
+				select {
+				case work <- msg:
+					t.Stop()
+				case <-t.C:
+					n.log.Warn("peer sends faster than we apply; dropping link", "peer", c.peer)
+					return
+				case <-c.done:
+					t.Stop()
+					return
+				}
 			}
 		}
 	}

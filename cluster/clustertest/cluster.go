@@ -35,6 +35,8 @@ type Options struct {
 	// (earliest wins); nil: now, one second apart in id order, so the
 	// first node is the master.
 	StartedAt []time.Time
+	// FailAfter, when set, replaces the test FailAfter.
+	FailAfter time.Duration
 	// Clocks, when set, are the nodes' clocks (cluster.Config.Clock; nil
 	// entries: time.Now).
 	Clocks []func() time.Time
@@ -118,6 +120,9 @@ func StartCluster(tb testing.TB, opts Options, ids ...string) []*Node {
 			PeerPort: port, ServerTLS: srv, ClientTLS: cli, PeerID: PeerID, App: n.App,
 			Peers:     func() []cluster.PeerAddr { return *n.peers.Load() },
 			Heartbeat: Heartbeat, FailAfter: FailAfter, Logger: Logger(id)}
+		if opts.FailAfter > 0 {
+			cfg.FailAfter = opts.FailAfter
+		}
 		if opts.Clocks != nil {
 			cfg.Clock = opts.Clocks[i]
 		}
