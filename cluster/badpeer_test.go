@@ -49,8 +49,9 @@ func writeMsg(t *testing.T, c net.Conn, m wire.Message) {
 }
 
 // A member that floods its control link with valid frames (10 000 event
-// submissions a second, to the master) is throttled to the link's rate;
-// the other members' replication goes on unaffected.
+// submissions a second, to the master) is throttled to the link's rate
+// for submitted events; the other members' replication goes on
+// unaffected.
 func TestFloodingPeerIsThrottled(t *testing.T) {
 	testutil.CheckLeaks(t)
 	ca := clustertest.NewCA(t)
@@ -67,8 +68,9 @@ func TestFloodingPeerIsThrottled(t *testing.T) {
 	// at most). Writes block once the master throttles and TCP's window
 	// fills: that is the point.
 	const perSec, most = 10000, 10 * time.Second
-	// The link's bucket: 2000 frames, refilled at 1000/s; some slack.
-	limitAt := func(d time.Duration) float64 { return 2000 + 1000*d.Seconds() + 300 }
+	// The link's bucket for submitted events: 1000, refilled at 200/s;
+	// some slack.
+	limitAt := func(d time.Duration) float64 { return 1000 + 200*d.Seconds() + 100 }
 	var sent atomic.Int64
 	stop, done := make(chan struct{}), make(chan struct{})
 	c.SetWriteDeadline(start.Add(most + time.Second))

@@ -227,6 +227,7 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 		}
 	}()
 	limit, throttled := newFrameLimiter(linkFramesPerSec, linkFrameBurst, time.Now()), false
+	submits := newFrameLimiter(submitEventsPerSec, submitEventBurst, time.Now())
 	for {
 		// A silent peer is gone after FailAfter; give reads a bit more.
 		c.tc.SetReadDeadline(time.Now().Add(n.cfg.FailAfter + n.cfg.Heartbeat))
@@ -254,6 +255,19 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 		if err != nil {
 			n.log.Warn("bad frame from peer; closing link", "peer", c.peer, "err", err)
 			return
+		}
+		if sub, ok := msg.(*wire.Submit); ok {
+			if d := submits.takeN(time.Now(), float64(len(sub.Events))); d > 0 {
+				if !throttled {
+					throttled = true
+					n.log.Warn("peer submits more events than the link's rate; throttling it", "peer", c.peer, "eventsPerSec", submitEventsPerSec)
+				}
+				select {
+				case <-time.After(d):
+				case <-c.done:
+					return
+				}
+			}
 		}
 		switch m := msg.(type) {
 		case *wire.Heartbeat, *wire.ProbeAck:

@@ -8,9 +8,17 @@ import "time"
 // is empty, so TCP's flow control slows the sender and nothing queues up.
 // Legitimate control traffic is a heartbeat a second and batches of
 // events, far below the rate.
+//
+// Events submitted to the master get a bucket of their own: the master
+// sends each to every follower, so a member submitting too many would
+// load them all. A node publishes a few events a second (and a queue of
+// at most 256 after a gap), so 200/s with a burst of 1000 holds back only
+// a runaway.
 const (
-	linkFramesPerSec = 1000
-	linkFrameBurst   = 2000
+	linkFramesPerSec   = 1000
+	linkFrameBurst     = 2000
+	submitEventsPerSec = 200
+	submitEventBurst   = 1000
 )
 
 // frameLimiter is a token bucket; not safe for concurrent use (one per
@@ -27,10 +35,13 @@ func newFrameLimiter(rate, burst float64, now time.Time) *frameLimiter {
 
 // take spends a token for a frame read at now and returns how long the
 // reader must wait before the next read (0: none).
-func (l *frameLimiter) take(now time.Time) time.Duration {
+func (l *frameLimiter) take(now time.Time) time.Duration { return l.takeN(now, 1) }
+
+// takeN spends n tokens.
+func (l *frameLimiter) takeN(now time.Time, n float64) time.Duration {
 	l.tokens = min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
 	l.last = now
-	l.tokens--
+	l.tokens -= n
 	if l.tokens >= 0 {
 		return 0
 	}
