@@ -239,16 +239,8 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			return
 		}
 		readAt := time.Now()
-		if d := limit.take(readAt); d > 0 {
-			if !throttled {
-				throttled = true
-				n.log.Warn("peer sends more than the control link's frame rate; throttling it", "peer", c.peer, "framesPerSec", linkFramesPerSec)
-			}
-			select {
-			case <-time.After(d):
-			case <-c.done:
-				return
-			}
+		if !n.pace(c, limit.take(readAt), &throttled, "framesPerSec", linkFramesPerSec) {
+			return
 		}
 		c.traffic.recv.Add(uint64(5 + len(payload)))
 		msg, err := wire.Decode(typ, payload)
@@ -256,18 +248,9 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			n.log.Warn("bad frame from peer; closing link", "peer", c.peer, "err", err)
 			return
 		}
-		if sub, ok := msg.(*wire.Submit); ok {
-			if d := submits.takeN(time.Now(), float64(len(sub.Events))); d > 0 {
-				if !throttled {
-					throttled = true
-					n.log.Warn("peer submits more events than the link's rate; throttling it", "peer", c.peer, "eventsPerSec", submitEventsPerSec)
-				}
-				select {
-				case <-time.After(d):
-				case <-c.done:
-					return
-				}
-			}
+		if sub, ok := msg.(*wire.Submit); ok &&
+			!n.pace(c, submits.takeN(time.Now(), float64(len(sub.Events))), &throttled, "eventsPerSec", submitEventsPerSec) {
+			return
 		}
 		switch m := msg.(type) {
 		case *wire.Heartbeat, *wire.ProbeAck:
@@ -278,25 +261,51 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			// Everything else may apply events, hash state or snapshot:
 			// it runs on the link's worker so probes are never stuck
 			// behind it.
-			// A full queue holds the reader back (TCP then slows the
-			// peer); a peer whose work has not drained within FailAfter
-			// is dropped.
-			select {
-			case work <- msg:
-			default:
-				t := time.NewTimer(n.cfg.FailAfter)
-				select {
-				case work <- msg:
-					t.Stop()
-				case <-t.C:
-					n.log.Warn("peer sends faster than we apply; dropping link", "peer", c.peer)
-					return
-				case <-c.done:
-					t.Stop()
-					return
-				}
+			if !n.enqueue(c, work, msg) {
+				return
 			}
 		}
+	}
+}
+
+// pace holds a link's reader back for d (0: not at all), logging the
+// first time a link is throttled. It reports false if the link closed
+// meanwhile.
+func (n *Node) pace(c *conn, d time.Duration, throttled *bool, unit string, rate int) bool {
+	if d <= 0 {
+		return true
+	}
+	if !*throttled {
+		*throttled = true
+		n.log.Warn("peer sends over its control link's rate; throttling it", "peer", c.peer, unit, rate)
+	}
+	select {
+	case <-time.After(d):
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// enqueue hands msg to the link's worker. A full queue holds the reader
+// back (TCP then slows the peer); a peer whose work has not drained within
+// FailAfter is dropped (false).
+func (n *Node) enqueue(c *conn, work chan<- any, msg any) bool {
+	select {
+	case work <- msg:
+		return true
+	default:
+	}
+	t := time.NewTimer(n.cfg.FailAfter)
+	defer t.Stop()
+	select {
+	case work <- msg:
+		return true
+	case <-t.C:
+		n.log.Warn("peer sends faster than we apply; dropping link", "peer", c.peer)
+		return false
+	case <-c.done:
+		return false
 	}
 }
 
