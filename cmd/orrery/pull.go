@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"time"
 
@@ -62,12 +61,7 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &client.Client{BaseURL: base, Timeout: 30 * time.Second}
 	d, err := c.Pull(ctx, pos[0])
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "%s: no agent answers at %s: %v — start one with `orrery agent`\n", name, base, ue.Err)
-		} else {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		}
+		reportAPIError(stderr, name, base, err)
 		return 1
 	}
 	if *detach {

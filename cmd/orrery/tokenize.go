@@ -74,12 +74,7 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	c := &client.Client{BaseURL: base, Timeout: tokenizeTimeout}
 	tokens, err := c.Tokenize(ctx, *modelID, text, !*noSpecial)
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "%s: no agent answers at %s: %v — start one with `orrery agent`\n", name, base, ue.Err)
-		} else {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		}
+		reportAPIError(stderr, name, base, err)
 		return 1
 	}
 	switch {
@@ -100,4 +95,15 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fmt.Fprintf(stdout, "%d tokens\n", len(tokens))
 	}
 	return 0
+}
+
+// reportAPIError prints a command's failed request to an agent: when no
+// agent answers at base, it says so and how to start one.
+func reportAPIError(stderr io.Writer, name, base string, err error) {
+	var ue *url.Error
+	if errors.As(err, &ue) && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "%s: no agent answers at %s: %v — start one with `orrery agent`\n", name, base, ue.Err)
+		return
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 }

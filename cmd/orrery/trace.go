@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"text/tabwriter"
 	"time"
 
@@ -111,12 +110,7 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = c.open(ctx, stdout, stderr, id)
 	}
 	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) && !errors.Is(err, context.Canceled) {
-			fmt.Fprintf(stderr, "%s: no agent answers at %s: %v — start one with `orrery agent`\n", name, base, ue.Err)
-		} else {
-			fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		}
+		reportAPIError(stderr, name, base, err)
 		return 1
 	}
 	return 0
