@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
+	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -51,7 +52,18 @@ type Config struct {
 	// ShipTrace ships rank 0's spans of a traced task to the master and
 	// announces the task with its ranks. It must not block.
 	ShipTrace func(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string)
-	Logger    *slog.Logger
+	// Sources, when set, lets this node place an hf.co model that no
+	// node has: its ranks then pull their shards from the hub.
+	Sources Sources
+	Logger  *slog.Logger
+}
+
+// Sources (pull.Puller) tells the model ids that name a source (hf.co
+// references), resolves one to its file there, and reads its header.
+type Sources interface {
+	IsSource(id string) bool
+	Resolve(ctx context.Context, ref string) (state.ModelSource, error)
+	Header(ctx context.Context, src state.ModelSource) (*gguf.File, int64, error)
 }
 
 // Manager is this node's part of serving models. Safe for concurrent use.

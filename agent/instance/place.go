@@ -19,11 +19,23 @@ import (
 	"github.com/orrery-cluster/orrery/engine/runner"
 )
 
-// layout reads a local model's placement layout.
-func (m *Manager) layout(modelID string) (model.Entry, placement.Layout, error) {
+// modelLayout is what placing a model needs to know of it.
+type modelLayout struct {
+	size   uint64
+	layout placement.Layout
+	// source is where ranks pull their shards from (nil: a node has it).
+	source *state.ModelSource
+}
+
+// layout reads a model's placement layout: from this node's copy, else
+// (for an hf.co reference no node has) from the header at its source.
+func (m *Manager) layout(ctx context.Context, modelID string) (modelLayout, error) {
 	e, ok := m.cfg.Models.Find(modelID)
 	if !ok {
-		return e, placement.Layout{}, fmt.Errorf("%w: %q is not on node %s (see orrery models ls)", api.ErrModelNotFound, modelID, m.cfg.Self)
+		if m.cfg.Sources != nil && m.cfg.Sources.IsSource(modelID) {
+			return m.sourceLayout(ctx, modelID)
+		}
+		return modelLayout{}, fmt.Errorf("%w: %q is not on node %s (see orrery models ls)", api.ErrModelNotFound, modelID, m.cfg.Self)
 	}
 	// Found by a fresh scan (a file added since the last models sample):
 	// tell the cluster now rather than at the next sample, so that other
@@ -32,17 +44,38 @@ func (m *Manager) layout(modelID string) (model.Entry, placement.Layout, error) 
 		m.PublishModels()
 	}
 	if e.Error != "" {
-		return e, placement.Layout{}, fmt.Errorf("%w: %s cannot run here: %s", api.ErrModelNotFound, modelID, e.Error)
+		return modelLayout{}, fmt.Errorf("%w: %s cannot run here: %s", api.ErrModelNotFound, modelID, e.Error)
 	}
 	f, err := gguf.ReadFile(e.Path)
 	if err != nil {
-		return e, placement.Layout{}, err
+		return modelLayout{}, err
 	}
 	cfg, err := model.FromGGUF(f)
 	if err != nil {
-		return e, placement.Layout{}, err
+		return modelLayout{}, err
 	}
-	return e, placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), nil
+	return modelLayout{size: uint64(e.SizeBytes), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel)}, nil
+}
+
+// sourceLayout resolves an hf.co reference and reads its file's header
+// from the hub: the ranks will pull only their own tensors.
+func (m *Manager) sourceLayout(ctx context.Context, ref string) (modelLayout, error) {
+	src, err := m.cfg.Sources.Resolve(ctx, ref)
+	if err != nil {
+		return modelLayout{}, fmt.Errorf("%w: no node has %s, and its source: %v", api.ErrModelNotFound, ref, err)
+	}
+	f, _, err := m.cfg.Sources.Header(ctx, src)
+	if err != nil {
+		return modelLayout{}, fmt.Errorf("%w: %v", api.ErrModelNotFound, err)
+	}
+	cfg, err := model.FromGGUF(f)
+	if err == nil {
+		_, err = model.NewTokenizer(f)
+	}
+	if err != nil {
+		return modelLayout{}, fmt.Errorf("%w: %s cannot run: %v", api.ErrModelNotFound, ref, err)
+	}
+	return modelLayout{size: uint64(src.Size), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), source: &src}, nil
 }
 
 // candidates are the cluster's members with their available memory: the
@@ -143,7 +176,8 @@ const memoryWait = 3 * time.Second
 // Previews lists the candidate placements of a model on this node's
 // cluster (this node must have the model: the API forwards otherwise).
 func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
-	e, l, err := m.layout(modelID)
+	ml, err := m.layout(context.Background(), modelID)
+	l := ml.layout
 	if err != nil {
 		return api.PreviewsResponse{}, err
 	}
@@ -155,14 +189,15 @@ func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
 	for _, b := range l.Block {
 		total += b
 	}
-	return api.PreviewsResponse{Model: modelID, Layers: l.Layers, ModelBytes: uint64(e.SizeBytes), ContextLen: l.ContextLen,
+	return api.PreviewsResponse{Model: modelID, Layers: l.Layers, ModelBytes: ml.size, ContextLen: l.ContextLen,
 		Previews: placement.Previews(l, nodes)}, nil
 }
 
 // Place creates an instance of a model that is on this node: on the
 // ranks, nodes or node the request names, else the best placement.
 func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instance, error) {
-	_, l, err := m.layout(req.Model)
+	ml, err := m.layout(ctx, req.Model)
+	l := ml.layout
 	if err != nil {
 		return state.Instance{}, err
 	}
@@ -217,7 +252,8 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instan
 	var b [4]byte
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
-		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1)}
+		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1),
+		Source: ml.source}
 	if k := req.KeepAlive; k != nil && !k.Pinned() {
 		// Unloaded if its first request does not come (or comes and ends).
 		exp := in.CreatedAt.Add(k.D + firstUseGrace)

@@ -248,7 +248,8 @@ func (m *Manager) Progress(instanceID string) (api.LoadProgress, error) {
 }
 
 // PickNode is this node if it has the model, else the first node (by id)
-// that has it without error.
+// that has it without error, else this node for an hf.co reference (its
+// ranks pull their shards from the hub).
 func (m *Manager) PickNode(modelID string) (string, error) {
 	st := m.cfg.Store.State()
 	has := func(node string) bool {
@@ -268,6 +269,9 @@ func (m *Manager) PickNode(modelID string) (string, error) {
 		if has(n) {
 			return n, nil
 		}
+	}
+	if m.cfg.Sources != nil && m.cfg.Sources.IsSource(modelID) {
+		return m.cfg.Self, nil // placed from its source, here
 	}
 	return "", fmt.Errorf("%w: no node has a model %q (see GET /v1/models, or orrery models ls on each machine)", api.ErrModelNotFound, modelID)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,18 @@ type Target struct {
 	SHA256 string
 	// Dest is where the verified file goes.
 	Dest string
+	// Ranges, when set, are the only bytes wanted: {offset, length}
+	// pairs, sorted and disjoint. Fetch then leaves them in the sparse
+	// <Dest>.part for the caller to read and remove (PartPath): no
+	// digest covers part of a file, so each range is checked against
+	// the Content-Range it came with instead.
+	Ranges [][2]int64
 }
+
+// PartPath is where Fetch leaves a Target's bytes while (and, with
+// Ranges, after) it fetches them; StatePath records which are in.
+func PartPath(dest string) string  { return dest + partSuffix }
+func StatePath(dest string) string { return dest + stateSuffix }
 
 // Stats says what a Fetch did.
 type Stats struct {
@@ -83,9 +95,46 @@ type partState struct {
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
 	Chunk  int64  `json:"chunk"`
+	// Spans are the chunks {offset, length} of a Target with Ranges
+	// (nil: the file cut every Chunk bytes).
+	Spans [][2]int64 `json:"spans,omitempty"`
 	// Have is, per chunk, how many of its bytes (from its start) are in.
 	Have []int64 `json:"have"`
 }
+
+// span is chunk i's offset and length.
+func (ps *partState) span(i int) (off, n int64) {
+	if ps.Spans != nil {
+		return ps.Spans[i][0], ps.Spans[i][1]
+	}
+	return int64(i) * ps.Chunk, min(ps.Chunk, ps.Size-int64(i)*ps.Chunk)
+}
+
+func (ps *partState) chunks() int {
+	if ps.Spans != nil {
+		return len(ps.Spans)
+	}
+	return int((ps.Size + ps.Chunk - 1) / ps.Chunk)
+}
+
+// spansOf cuts ranges into chunks of at most chunk bytes, checking that
+// they lie in a file of size bytes, sorted and disjoint.
+func spansOf(ranges [][2]int64, chunk, size int64) ([][2]int64, error) {
+	var out [][2]int64
+	end := int64(0)
+	for _, r := range ranges {
+		if r[0] < end || r[1] <= 0 || r[1] > size-r[0] {
+			return nil, fmt.Errorf("range {%d, %d} of a %d-byte file: out of order, empty or past its end", r[0], r[1], size)
+		}
+		for off := r[0]; off < r[0]+r[1]; off += chunk {
+			out = append(out, [2]int64{off, min(chunk, r[0]+r[1]-off)})
+		}
+		end = r[0] + r[1]
+	}
+	return out, nil
+}
+
+func (ps *partState) spanLen(i int) int64 { _, n := ps.span(i); return n }
 
 // saveEvery is how often (in bytes of a chunk) the state file is written.
 const saveEvery = 1 << 20
@@ -134,17 +183,23 @@ func (f *Fetcher) Fetch(ctx context.Context, t Target, progress func(done, size 
 	if len(t.SHA256) != 64 {
 		return st, fmt.Errorf("%s: no sha256 digest to verify against", t.URL)
 	}
-	if fi, err := os.Stat(t.Dest); err == nil && fi.Size() == t.Size {
+	if fi, err := os.Stat(t.Dest); err == nil && fi.Size() == t.Size && t.Ranges == nil {
 		return st, nil // already there (verified when it was written)
 	}
 	if err := os.MkdirAll(filepath.Dir(t.Dest), 0o755); err != nil {
 		return st, err
 	}
-	ps := f.loadState(t)
-	for _, h := range ps.Have {
-		st.Resumed += h
+	ps, err := f.loadState(t)
+	if err != nil {
+		return st, err
 	}
-	if need := t.Size - st.Resumed; need > 0 {
+	want := int64(0)
+	for i := range ps.chunks() {
+		_, n := ps.span(i)
+		want += n
+		st.Resumed += ps.Have[i]
+	}
+	if need := want - st.Resumed; need > 0 {
 		free, err := f.FreeBytes(filepath.Dir(t.Dest))
 		if err == nil && uint64(need) > free {
 			return st, fmt.Errorf("%s needs %d more bytes, but %s has %d free", filepath.Base(t.Dest), need, filepath.Dir(t.Dest), free)
@@ -158,7 +213,7 @@ func (f *Fetcher) Fetch(ctx context.Context, t Target, progress func(done, size 
 	if err := part.Truncate(t.Size); err != nil {
 		return st, err
 	}
-	m := &meter{size: t.Size, fn: progress}
+	m := &meter{size: want, fn: progress}
 	m.set(st.Resumed)
 	ranged, err := f.fetchChunks(ctx, t, part, ps, m, &st)
 	st.Ranged = ranged
@@ -167,6 +222,9 @@ func (f *Fetcher) Fetch(ctx context.Context, t Target, progress func(done, size 
 	}
 	if err := part.Sync(); err != nil {
 		return st, err
+	}
+	if t.Ranges != nil {
+		return st, nil
 	}
 	if err := verify(part, t.SHA256); err != nil {
 		os.Remove(t.Dest + partSuffix)
@@ -182,28 +240,36 @@ func (f *Fetcher) Fetch(ctx context.Context, t Target, progress func(done, size 
 
 // loadState reads the part's state, or starts afresh when there is none
 // or it belongs to another file.
-func (f *Fetcher) loadState(t Target) *partState {
-	fresh := &partState{URL: t.URL, Size: t.Size, SHA256: t.SHA256, Chunk: f.Chunk,
-		Have: make([]int64, (t.Size+f.Chunk-1)/f.Chunk)}
+func (f *Fetcher) loadState(t Target) (*partState, error) {
+	fresh := &partState{URL: t.URL, Size: t.Size, SHA256: t.SHA256, Chunk: f.Chunk}
+	if t.Ranges != nil {
+		spans, err := spansOf(t.Ranges, f.Chunk, t.Size)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", t.URL, err)
+		}
+		fresh.Spans = spans
+	}
+	fresh.Have = make([]int64, fresh.chunks())
 	b, err := os.ReadFile(t.Dest + stateSuffix)
 	if err != nil {
-		return fresh
+		return fresh, nil
 	}
 	var ps partState
 	if json.Unmarshal(b, &ps) != nil || ps.Size != t.Size || ps.SHA256 != t.SHA256 || ps.Chunk <= 0 ||
-		int64(len(ps.Have)) != (t.Size+ps.Chunk-1)/ps.Chunk {
-		return fresh
+		(ps.Spans == nil) != (fresh.Spans == nil) || ps.Spans != nil && !slices.Equal(ps.Spans, fresh.Spans) ||
+		len(ps.Have) != ps.chunks() {
+		return fresh, nil
 	}
 	for i, h := range ps.Have {
-		if h < 0 || h > chunkLen(&ps, i) {
-			return fresh
+		if _, n := ps.span(i); h < 0 || h > n {
+			return fresh, nil
 		}
 	}
 	if fi, err := os.Stat(t.Dest + partSuffix); err != nil || fi.Size() != t.Size {
-		return fresh
+		return fresh, nil
 	}
 	ps.URL = t.URL // a signed URL may change between runs
-	return &ps
+	return &ps, nil
 }
 
 // meter counts the bytes in place and reports them.
@@ -230,10 +296,6 @@ func (m *meter) set(v int64) {
 	m.add(v)
 }
 
-func chunkLen(ps *partState, i int) int64 {
-	return min(ps.Chunk, ps.Size-int64(i)*ps.Chunk)
-}
-
 // fetchChunks fetches the chunks not done yet with f.Workers workers. It
 // reports false when the server ignored Range (the file was then fetched
 // in one stream).
@@ -249,7 +311,7 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 	take := func() int {
 		mu.Lock()
 		defer mu.Unlock()
-		for next < len(ps.Have) && ps.Have[next] == chunkLen(ps, next) {
+		for next < len(ps.Have) && ps.Have[next] == ps.spanLen(next) {
 			next++
 		}
 		if next == len(ps.Have) {
@@ -270,7 +332,7 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 		defer mu.Unlock()
 		before := ps.Have[i]
 		ps.Have[i] += n
-		if ps.Have[i] == chunkLen(ps, i) || ps.Have[i]/saveEvery != before/saveEvery {
+		if ps.Have[i] == ps.spanLen(i) || ps.Have[i]/saveEvery != before/saveEvery {
 			return ps.Have[i], save()
 		}
 		return ps.Have[i], nil
@@ -284,7 +346,7 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 					mu.Lock()
 					from := ps.Have[i]
 					mu.Unlock()
-					off, n := int64(i)*ps.Chunk, chunkLen(ps, i)
+					off, n := ps.span(i)
 					return f.getRange(ctx, t, part, off+from, n-from, func(k int64) error {
 						m.add(k)
 						_, err := have(i, k)
@@ -309,6 +371,9 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 		save() // what came since the last save, for a resume
 		mu.Unlock()
 		return true, context.Cause(ctx)
+	}
+	if t.Ranges != nil {
+		return false, fmt.Errorf("%s: the server ignores Range, so only the whole file could come", t.URL)
 	}
 	// The whole file in one stream, from its start: nothing is kept.
 	os.Remove(t.Dest + stateSuffix)

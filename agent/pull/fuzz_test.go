@@ -64,21 +64,28 @@ func FuzzServerLists(f *testing.F) {
 // A part's state file from disk, whatever it holds, either matches the
 // target or is started afresh; it never claims more than a chunk holds.
 func FuzzPartState(f *testing.F) {
-	f.Add([]byte(`{"url":"u","size":100,"sha256":"s","chunk":64,"have":[64,3]}`))
-	f.Add([]byte(`{"size":100,"chunk":0,"have":[]}`))
-	f.Add([]byte(`{"size":100,"sha256":"s","chunk":64,"have":[65,-1]}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Add([]byte(`{"url":"u","size":100,"sha256":"s","chunk":64,"have":[64,3]}`), false)
+	f.Add([]byte(`{"size":100,"chunk":0,"have":[]}`), false)
+	f.Add([]byte(`{"size":100,"sha256":"s","chunk":64,"have":[65,-1]}`), false)
+	f.Add([]byte(`{"size":100,"sha256":"s","chunk":64,"spans":[[10,30],[50,40]],"have":[30,2]}`), true)
+	f.Add([]byte(`{"size":100,"sha256":"s","chunk":64,"spans":[[10,300]],"have":[300]}`), true)
+	f.Fuzz(func(t *testing.T, b []byte, ranged bool) {
 		dir := t.TempDir()
 		tg := Target{URL: "u", Size: 100, SHA256: "s", Dest: filepath.Join(dir, "f")}
+		chunks := 2
+		if ranged {
+			tg.Ranges = [][2]int64{{10, 30}, {50, 40}}
+		}
 		os.WriteFile(tg.Dest+stateSuffix, b, 0o644)
 		os.WriteFile(tg.Dest+partSuffix, make([]byte, 100), 0o644)
-		ps := (&Fetcher{Chunk: 64}).loadState(tg)
-		if ps.Chunk <= 0 || int64(len(ps.Have)) != (100+ps.Chunk-1)/ps.Chunk {
-			t.Fatalf("state %+v", ps)
+		ps, err := (&Fetcher{Chunk: 64}).loadState(tg)
+		if err != nil || ps.Chunk <= 0 || len(ps.Have) != chunks || ps.chunks() != chunks {
+			t.Fatalf("state %+v, %v", ps, err)
 		}
 		for i, h := range ps.Have {
-			if h < 0 || h > chunkLen(ps, i) {
-				t.Fatalf("chunk %d has %d", i, h)
+			off, n := ps.span(i)
+			if h < 0 || h > n || off < 0 || off+n > 100 || ranged && off != tg.Ranges[i][0] {
+				t.Fatalf("chunk %d at %d+%d has %d", i, off, n, h)
 			}
 		}
 	})

@@ -70,7 +70,8 @@ type Puller struct {
 // job is one running pull.
 type job struct {
 	cancel context.CancelFunc
-	mu     sync.Mutex // guards dl and samples
+	done   chan struct{} // closed once dl holds the outcome
+	mu     sync.Mutex    // guards dl and samples
 	dl     state.Download
 	// samples are (time, bytes) for the rate, over rateWindow.
 	samples []sample
@@ -101,21 +102,27 @@ func New(cfg Config) *Puller {
 // once. A pull of the same reference already running is returned instead
 // of a second one.
 func (p *Puller) Pull(ref string) (state.Download, error) {
+	_, d, err := p.start(ref)
+	return d, err
+}
+
+// start is Pull, also returning the job.
+func (p *Puller) start(ref string) (*job, state.Download, error) {
 	var norm string
 	var fetch func(ctx context.Context, j *job) error
 	if r, ok, err := ParseHFRef(ref); ok {
 		if err != nil {
-			return state.Download{}, fmt.Errorf("%w: %v", ErrBadRef, err)
+			return nil, state.Download{}, fmt.Errorf("%w: %v", ErrBadRef, err)
 		}
 		if p.cfg.Offline {
-			return state.Download{}, ErrOffline
+			return nil, state.Download{}, ErrOffline
 		}
 		norm = "hf.co/" + r.Repo + ":" + r.Quant
 		fetch = func(ctx context.Context, j *job) error { return p.fetchHF(ctx, j, r) }
 	} else {
 		r, err := ParseOllamaRef(ref)
 		if err != nil {
-			return state.Download{}, fmt.Errorf("%w: %v (or hf.co/{org}/{repo}[:{quant}])", ErrBadRef, err)
+			return nil, state.Download{}, fmt.Errorf("%w: %v (or hf.co/{org}/{repo}[:{quant}])", ErrBadRef, err)
 		}
 		norm = r.String()
 		fetch = func(ctx context.Context, j *job) error { return p.fetchOllama(ctx, j, r) }
@@ -124,17 +131,17 @@ func (p *Puller) Pull(ref string) (state.Download, error) {
 	defer p.mu.Unlock()
 	for _, j := range p.jobs {
 		if d := j.snapshot(); d.Ref == norm && d.Status == state.DownloadRunning {
-			return d, nil
+			return j, d, nil
 		}
 	}
 	if len(p.jobs) >= MaxRunning {
-		return state.Download{}, fmt.Errorf("%w: %d at once (wait for one to end)", ErrTooMany, MaxRunning)
+		return nil, state.Download{}, fmt.Errorf("%w: %d at once (wait for one to end)", ErrTooMany, MaxRunning)
 	}
 	var b [4]byte
 	rand.Read(b[:])
 	now := time.Now().UTC()
 	ctx, cancel := context.WithCancel(p.base)
-	j := &job{cancel: cancel, dl: state.Download{ID: "pull-" + hex.EncodeToString(b[:]), NodeID: p.cfg.Self, Ref: norm,
+	j := &job{cancel: cancel, done: make(chan struct{}), dl: state.Download{ID: "pull-" + hex.EncodeToString(b[:]), NodeID: p.cfg.Self, Ref: norm,
 		Status: state.DownloadRunning, Files: []state.DownloadFile{}, StartedAt: now, UpdatedAt: now}}
 	first := j.dl
 	p.jobs[first.ID] = j
@@ -144,7 +151,7 @@ func (p *Puller) Pull(ref string) (state.Download, error) {
 		defer p.wg.Done()
 		p.run(ctx, j, fetch, first.ID)
 	}()
-	return first, nil
+	return j, first, nil
 }
 
 // Cancel stops a running pull; its part files stay, for a later pull of
@@ -215,6 +222,7 @@ func (p *Puller) run(ctx context.Context, j *job, fetch func(context.Context, *j
 	d := j.progress(time.Now())
 	d.MBps, d.EtaSeconds = nil, nil
 	p.publish(d)
+	defer close(j.done)
 	if err != nil {
 		p.log.Warn("pull failed", "ref", d.Ref, "download", d.ID, "err", err)
 		return

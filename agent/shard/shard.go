@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -32,6 +33,9 @@ type Config struct {
 	State func() state.State
 	// Holder names a node that has the model (this one first).
 	Holder func(modelID string) (string, error)
+	// Puller pulls the shards of an instance placed from its source
+	// (nil: shards come from peers only).
+	Puller *pull.Puller
 	Logger *slog.Logger
 }
 
@@ -41,6 +45,7 @@ type Cache struct {
 	log    *slog.Logger
 	hashes hashCache
 	cutMu  sync.Mutex // serialises cutting shards
+	pullMu sync.Mutex // serialises shard pulls (two ranks of one shard)
 }
 
 // New returns a cache over cfg.Dir (created when the first shard is).
@@ -54,10 +59,15 @@ func New(cfg Config) *Cache {
 
 // ModelFile is supervisor.Config.ModelFile: the whole model for a
 // one-rank instance on a node that has it; otherwise the rank's shard,
-// from the shard cache, cut here, or fetched from a node with the model.
+// from the shard cache, cut here, pulled from the model's source (only
+// the rank's tensors), or fetched from a node with the model.
 func (c *Cache) ModelFile(ctx context.Context, in state.Instance, rank int, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
 	rg := in.Ranks[rank]
-	e, local := c.cfg.Models.Find(in.ModelID)
+	id := in.ModelID
+	if in.Source != nil {
+		id = in.Source.Model // as a node that pulled it whole lists it
+	}
+	e, local := c.cfg.Models.Find(id)
 	if local && e.Error == "" && rg.FirstLayer == 0 && rg.LastLayer == e.Layers {
 		return e.Path, supervisor.ShardInfo{How: "model"}, nil
 	}
@@ -69,7 +79,54 @@ func (c *Cache) ModelFile(ctx context.Context, in state.Instance, rank int, prog
 		path, n, err := c.cut(e.Path, hash, rg.FirstLayer, rg.LastLayer)
 		return path, supervisor.ShardInfo{How: "built", Bytes: n}, err
 	}
-	return c.fetch(ctx, in, rg, progress)
+	if in.Source != nil && c.cfg.Puller != nil {
+		path, info, err := c.pull(ctx, in, rank, progress)
+		if err == nil || ctx.Err() != nil {
+			return path, info, err
+		}
+		// The peer link, if a node has the model whole.
+		if _, herr := c.cfg.Holder(id); herr != nil {
+			return "", supervisor.ShardInfo{}, err
+		}
+		c.log.Warn("shard pull failed; fetching from a node with the model", "ref", in.Source.Ref, "err", err)
+	}
+	return c.fetch(ctx, in, id, rg, progress)
+}
+
+// pull gets the rank's part of an instance placed from its source: the
+// whole file when it has one rank (its sha256 checked), else only the
+// rank's tensors.
+func (c *Cache) pull(ctx context.Context, in state.Instance, rank int, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
+	src, rg := *in.Source, in.Ranks[rank]
+	report := func(done, size int64) { progress(supervisor.Progress{From: src.Ref, Done: done, Size: size}) }
+	if len(in.Ranks) == 1 {
+		d, err := c.cfg.Puller.Whole(ctx, src, report)
+		if err != nil {
+			return "", supervisor.ShardInfo{}, err
+		}
+		e, ok := c.cfg.Models.Find(src.Model)
+		if !ok || e.Error != "" {
+			return "", supervisor.ShardInfo{}, fmt.Errorf("pulled %s, but no model %s is listed here: %s", src.Ref, src.Model, e.Error)
+		}
+		return e.Path, supervisor.ShardInfo{How: "pull", From: src.Ref, Bytes: d.Bytes - d.Resumed}, nil
+	}
+	if len(src.SHA256) != 64 {
+		return "", supervisor.ShardInfo{}, fmt.Errorf("source %s: sha256 %q", src.Ref, src.SHA256)
+	}
+	dst := filepath.Join(c.cfg.Dir, shardName(src.SHA256, rg.FirstLayer, rg.LastLayer))
+	c.pullMu.Lock()
+	defer c.pullMu.Unlock()
+	if _, err := os.Stat(dst); err == nil {
+		return dst, supervisor.ShardInfo{How: "model"}, nil // pulled or cut before
+	}
+	if err := os.MkdirAll(c.cfg.Dir, 0o700); err != nil {
+		return "", supervisor.ShardInfo{}, err
+	}
+	st, err := c.cfg.Puller.Shard(ctx, src, rg.FirstLayer, rg.LastLayer, dst, report)
+	if err != nil {
+		return "", supervisor.ShardInfo{}, err
+	}
+	return dst, supervisor.ShardInfo{How: "pull", From: src.Ref, Bytes: st.Header + st.Fetched}, nil
 }
 
 func shardName(hash string, first, last int) string {

@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orrery-cluster/orrery/agent/pull"
+	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -112,5 +116,83 @@ func TestServeRefusesBadRanges(t *testing.T) {
 	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, Path+"?model=nope&first=0&last=1", nil))
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("unknown model: %d", rec.Code)
+	}
+}
+
+// sourced is the instance as placed from the hub, where a's model also
+// is, and b with a puller that reaches that hub.
+func sourced(t *testing.T, a, b *Cache, in state.Instance) (*pulltest.Hub, state.Instance, *Cache) {
+	t.Helper()
+	e, _ := a.cfg.Models.Find("tiny")
+	data, err := os.ReadFile(e.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := pulltest.NewHub(t)
+	h.Add("org/Tiny-GGUF", "tiny-F32.gguf", data)
+	p := pull.New(pull.Config{Self: "b", HF: pull.HF{Endpoint: h.URL()}, HFCache: t.TempDir(),
+		Fetcher: &pull.Fetcher{MaxAttempts: 2}, Publish: func(state.Event) error { return nil }})
+	t.Cleanup(p.Close)
+	src, err := p.Resolve(context.Background(), "hf.co/org/Tiny-GGUF:F32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Model = "tiny" // as a names it, so that a is its holder
+	in.ModelID, in.Source = src.Ref, &src
+	cfg := b.cfg
+	cfg.Puller = p
+	return h, in, New(cfg)
+}
+
+// A rank of an instance placed from the hub pulls only its tensors, and
+// the shard is the one a cuts from the whole file.
+func TestPullFromSource(t *testing.T) {
+	a, b, in := twoNodes(t)
+	h, in, b := sourced(t, a, b, in)
+	var last supervisor.Progress
+	path, info, err := b.ModelFile(context.Background(), in, 1, func(p supervisor.Progress) { last = p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.How != "pull" || info.From != in.Source.Ref || info.Bytes != h.Served.Load() || info.Bytes >= in.Source.Size {
+		t.Fatalf("info %+v; the hub served %d bytes of a %d-byte model", info, h.Served.Load(), in.Source.Size)
+	}
+	if last.From != in.Source.Ref || last.Done != last.Size || last.Size == 0 {
+		t.Errorf("last progress %+v", last)
+	}
+	in.ModelID, in.Source = "tiny", nil
+	cut, _, err := a.ModelFile(context.Background(), in, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	want, _ := os.ReadFile(cut)
+	if len(want) == 0 || !bytes.Equal(got, want) {
+		t.Fatalf("the pulled shard (%d bytes) differs from a's cut (%d)", len(got), len(want))
+	}
+}
+
+// When the hub stops serving the tensors, the rank falls back to a node
+// that has the model whole, over the peer link.
+func TestPullFallsBackToPeer(t *testing.T) {
+	a, b, in := twoNodes(t)
+	h, in, b := sourced(t, a, b, in)
+	h.FailRanges = http.StatusNotFound
+	path, info, err := b.ModelFile(context.Background(), in, 1, func(supervisor.Progress) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.How != "transfer" || info.From != "a" {
+		t.Fatalf("info %+v, want a transfer from a", info)
+	}
+	if _, err := gguf.ReadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	// With no node to fall back to, the error is the pull's.
+	b.cfg.Holder = func(id string) (string, error) { return "", errors.New("no node has " + id) }
+	in.Ranks[1].FirstLayer = 1 // another shard: not cached
+	in.Ranks[0].LastLayer = 1
+	if _, _, err := b.ModelFile(context.Background(), in, 1, func(supervisor.Progress) {}); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("got %v, want the hub's 404", err)
 	}
 }

@@ -28,12 +28,12 @@ const HashHeader = "X-Orrery-Model-Hash"
 
 // fetch receives the shard from a node that has the model, over the peer
 // API, into the shard cache (atomically), reporting progress.
-func (c *Cache) fetch(ctx context.Context, in state.Instance, rg state.ShardRange, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
-	src, err := c.source(in)
+func (c *Cache) fetch(ctx context.Context, in state.Instance, modelID string, rg state.ShardRange, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
+	src, err := c.source(in, modelID)
 	if err != nil {
 		return "", supervisor.ShardInfo{}, err
 	}
-	q := url.Values{"model": {in.ModelID}, "first": {strconv.Itoa(rg.FirstLayer)}, "last": {strconv.Itoa(rg.LastLayer)}}
+	q := url.Values{"model": {modelID}, "first": {strconv.Itoa(rg.FirstLayer)}, "last": {strconv.Itoa(rg.LastLayer)}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+src+Path+"?"+q.Encode(), nil)
 	if err != nil {
 		return "", supervisor.ShardInfo{}, err
@@ -76,23 +76,24 @@ func (c *Cache) fetch(ctx context.Context, in state.Instance, rg state.ShardRang
 	if err != nil {
 		return "", supervisor.ShardInfo{}, fmt.Errorf("shard from %s: %w", src, err)
 	}
-	c.log.Info("shard received", "from", src, "model", in.ModelID, "first", rg.FirstLayer, "last", rg.LastLayer, "bytes", done)
+	c.log.Info("shard received", "from", src, "model", modelID, "first", rg.FirstLayer, "last", rg.LastLayer, "bytes", done)
 	return dst, supervisor.ShardInfo{How: "transfer", From: src, Bytes: done}, nil
 }
 
 // source is the node to fetch from: the instance's owner placed it from
-// its own copy of the model; if it is gone, any node that has the model.
-func (c *Cache) source(in state.Instance) (string, error) {
+// its own copy of the model (unless it placed it from its source); if it
+// is gone, any node that has the model.
+func (c *Cache) source(in state.Instance, modelID string) (string, error) {
 	src := in.NodeID
-	if _, member := c.cfg.State().NodeIdentities[src]; member && src != c.cfg.Self {
+	if _, member := c.cfg.State().NodeIdentities[src]; member && src != c.cfg.Self && in.Source == nil {
 		return src, nil
 	}
-	src, err := c.cfg.Holder(in.ModelID)
+	src, err := c.cfg.Holder(modelID)
 	if err != nil {
 		return "", err
 	}
 	if src == c.cfg.Self {
-		return "", fmt.Errorf("model %s is listed here but not found", in.ModelID)
+		return "", fmt.Errorf("model %s is listed here but not found", modelID)
 	}
 	return src, nil
 }

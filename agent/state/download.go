@@ -80,3 +80,17 @@ func withDownload(m map[string]Download, node string, d Download) map[string]Dow
 	}
 	return withoutWhere(m, func(x Download) bool { return drop[x.ID] })
 }
+
+// ModelSource is the file an instance's ranks fetch their own tensors
+// from when no node has the model: a shard-only pull.
+type ModelSource struct {
+	// Ref is the reference placed, e.g. hf.co/org/repo:Q4_K_M.
+	Ref string `json:"ref"`
+	// File is the GGUF's path in the repo; Size and SHA256 pin it.
+	File   string `json:"file"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Model is the id the model has on a node that pulled it whole,
+	// which can then serve shards over the peer link.
+	Model string `json:"model"`
+}

@@ -246,7 +246,10 @@ type Instance struct {
 	ModelID    string       `json:"modelId"`
 	NodeID     string       `json:"nodeId"` // the node that owns (placed) it
 	Ranks      []ShardRange `json:"ranks"`
-	CreatedAt  time.Time    `json:"createdAt"`
+	// Source is where ranks fetch their tensors from when no node has
+	// the model (nil: from a node that has it).
+	Source    *ModelSource `json:"source,omitempty"`
+	CreatedAt time.Time    `json:"createdAt"`
 	// Status is "Active", or "Failed" once a rank failed (Error names
 	// it); a failed instance's runners are stopped and the next request
 	// for its model places a new one.

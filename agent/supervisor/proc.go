@@ -208,8 +208,11 @@ func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, error) {
 		return path, nil, nil
 	}
 	cat, name := "load/shard-build", "cut shard"
-	if info.How == "transfer" {
+	switch info.How {
+	case "transfer":
 		cat, name = "load/shard-transfer", "shard from "+info.From
+	case "pull":
+		cat, name = "load/shard-pull", "pull from "+info.From
 	}
 	return path, []trace.Span{{Name: name, Cat: cat, Node: cfg.NodeID, Rank: p.rank,
 		StartNs: loadStart.UnixNano(), DurNs: time.Since(loadStart).Nanoseconds(), Args: trace.Args{}.WithBytes(info.Bytes)}}, nil

@@ -41,8 +41,9 @@ var ErrRunnerFailed = errors.New("runner failed")
 
 // ShardInfo says how a rank's model file was obtained.
 type ShardInfo struct {
-	// How is "model" (the whole model, on disk here), "built" (cut from
-	// it here) or "transfer" (received from From).
+	// How is "model" (the whole model, or a shard, on disk here),
+	// "built" (cut from it here), "transfer" (received from node From)
+	// or "pull" (its tensors fetched from source From).
 	How   string
 	From  string
 	Bytes int64

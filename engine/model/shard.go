@@ -1,11 +1,14 @@
 package model
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -73,22 +76,31 @@ func WriteShard(src, dst string, first, last int, sourceHash string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := FromGGUF(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", src, err)
-	}
-	if cfg.ShardLast != 0 {
-		return fmt.Errorf("%s is itself a shard", src)
-	}
-	ts, err := ShardTensors(f, cfg, first, last)
-	if err != nil {
-		return err
-	}
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	if err := WriteShardFrom(f, in, dst, first, last, sourceHash); err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	return nil
+}
+
+// WriteShardFrom is WriteShard from a model's header f and data r, which
+// need hold only the shard's tensors (a sparse file of their ranges).
+func WriteShardFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, sourceHash string) error {
+	cfg, err := FromGGUF(f)
+	if err != nil {
+		return err
+	}
+	if cfg.ShardLast != 0 {
+		return errors.New("the model is itself a shard")
+	}
+	ts, err := ShardTensors(f, cfg, first, last)
+	if err != nil {
+		return err
+	}
 	kvs := make([]gguf.KV, 0, len(f.KV)+4)
 	for _, kv := range f.KV {
 		if !strings.HasPrefix(kv.Key, "orrery.shard.") {
@@ -99,10 +111,9 @@ func WriteShard(src, dst string, first, last int, sourceHash string) error {
 		gguf.KV{Key: KeyShardTied, Value: cfg.TiedOutput}, gguf.KV{Key: KeyShardSource, Value: sourceHash})
 	wts := make([]gguf.WriteTensor, len(ts))
 	for i, t := range ts {
-		off := f.DataOffset + int64(t.Offset)
-		size := int64(t.Size)
+		off, size := TensorRange(f, t)
 		wts[i] = gguf.WriteTensor{Name: t.Name, Type: t.Type, Dims: t.Dims, Data: func(w io.Writer) error {
-			n, err := io.Copy(w, io.NewSectionReader(in, off, size))
+			n, err := io.Copy(w, io.NewSectionReader(r, off, size))
 			if err == nil && n != size {
 				err = fmt.Errorf("tensor %s: copied %d of %d bytes", t.Name, n, size)
 			}
@@ -110,6 +121,48 @@ func WriteShard(src, dst string, first, last int, sourceHash string) error {
 		}}
 	}
 	return gguf.WriteFile(dst, kvs, wts)
+}
+
+// TensorRange is where a tensor's data lies in its file: offset, length.
+func TensorRange(f *gguf.File, t gguf.TensorInfo) (int64, int64) {
+	return f.DataOffset + int64(t.Offset), int64(t.Size)
+}
+
+// rangeGap is the most bytes between two wanted tensors that ShardRanges
+// fetches rather than split the range: a request costs more.
+const rangeGap = 64 << 10
+
+// ShardRanges are the byte ranges {offset, length} of the file that rank
+// [first, last) needs, sorted, with adjacent tensors merged: what a node
+// fetches to build its shard without the rest of the model.
+func ShardRanges(f *gguf.File, first, last int) ([][2]int64, error) {
+	cfg, err := FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := ShardTensors(f, cfg, first, last)
+	if err != nil {
+		return nil, err
+	}
+	var rs [][2]int64
+	for _, t := range ts {
+		off, n := TensorRange(f, t)
+		if n > 0 {
+			rs = append(rs, [2]int64{off, n})
+		}
+	}
+	slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	var out [][2]int64
+	for _, r := range rs {
+		if k := len(out) - 1; k >= 0 && r[0] <= out[k][0]+out[k][1]+rangeGap {
+			// Adjacent but for alignment padding (or, in a malformed
+			// file, overlapping): one range.
+			out[k][1] = max(out[k][1], r[0]+r[1]-out[k][0])
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // FileHash is the sha256 of a file, hex: a model's identity across nodes.

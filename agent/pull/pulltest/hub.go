@@ -40,6 +40,9 @@ type Hub struct {
 	IgnoreRange bool  // answer ranged requests with 200 and the whole file
 	SlowPerSec  int64 // bytes per second per response (0: full speed)
 	Redirects   int   // extra redirects before the CDN (endless: over 10)
+	// FailRanges answers ranged requests that do not start at byte 0
+	// with this status (0: off): the header reads, the tensors do not.
+	FailRanges int
 
 	// Served counts the file bytes the CDN sent; Requests its requests.
 	Served, Requests atomic.Int64
@@ -150,8 +153,12 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 		h.CutTimes--
 		cut = h.CutAfter
 	}
-	ignore, slow := h.IgnoreRange, h.SlowPerSec
+	ignore, slow, failRanges := h.IgnoreRange, h.SlowPerSec, h.FailRanges
 	h.mu.Unlock()
+	if rng := r.Header.Get("Range"); failRanges != 0 && rng != "" && !strings.HasPrefix(rng, "bytes=0-") {
+		http.Error(w, "ranges failed", failRanges)
+		return
+	}
 	body, status := b, http.StatusOK
 	w.Header().Set("ETag", `"`+sha+`"`)
 	w.Header().Set("Accept-Ranges", "bytes")

@@ -34,7 +34,10 @@ export interface Instance {
   instanceId: string; modelId: string; nodeId: string; ranks: ShardRange[]; createdAt: string; status: string; error?: string;
   // Keep-alive: pinned ones stay until deleted; the others unload at expiresAt (absent while requests run).
   pinned?: boolean; keepAliveMs?: number; expiresAt?: string; active?: number;
+  // Placed from the hub: the ranks pull their own tensors from this file.
+  source?: ModelSource;
 }
+export interface ModelSource { ref: string; file: string; size: number; sha256: string; model: string }
 export interface Transfer { from: string; bytes: Bytes; total: Bytes; mbps?: number | null; etaSeconds?: number | null }
 export interface Runner {
   runnerId: string; instanceId: string; nodeId: string; rank: number; status: string;
