@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/instance"
 	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/state"
 )
@@ -28,8 +29,14 @@ func newPuller(cfg Config, self string, publish func(state.Event) error, pulled 
 		Publish: publish, Pulled: pulled, Logger: log})
 }
 
-// pullsView is the Puller as the API sees it.
-type pullsView struct{ p *pull.Puller }
+// pullsView is the Puller, and the model deletion of the instance
+// manager, as the API sees them.
+type pullsView struct {
+	p *pull.Puller
+	m *instance.Manager
+}
+
+func (v pullsView) DeleteModel(id string) (api.ModelDeleted, error) { return v.m.DeleteModel(id) }
 
 func (v pullsView) Pull(ref string) (state.Download, error) {
 	d, err := v.p.Pull(ref)

@@ -35,6 +35,16 @@ func (f *fakePulls) CancelPull(id string) error {
 	return nil
 }
 
+func (f *fakePulls) DeleteModel(id string) (ModelDeleted, error) {
+	switch id {
+	case "busy":
+		return ModelDeleted{}, fmt.Errorf("%w: instance inst-1 uses it", ErrConflict)
+	case "m/x:1":
+		return ModelDeleted{Model: id, Node: "self", Files: []string{"/m"}, FreedBytes: 9}, nil
+	}
+	return ModelDeleted{}, fmt.Errorf("%w: %q", ErrModelNotFound, id)
+}
+
 func TestPullRoutes(t *testing.T) {
 	st, _ := newStore(16)
 	s := newAPI(st)
@@ -75,5 +85,22 @@ func TestPullRoutes(t *testing.T) {
 	}
 	if r := get(t, srv.URL+"/models/pull"); r.code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /models/pull = %d", r.code)
+	}
+	// Model deletion: by query, for this node; another node's unknown.
+	for _, c := range []struct {
+		q    string
+		code int
+		has  string
+	}{
+		{"model=m%2Fx%3A1", http.StatusOK, `"freedBytes":9`},
+		{"model=busy", http.StatusConflict, "inst-1"},
+		{"model=nope", http.StatusNotFound, "not found"},
+		{"", http.StatusBadRequest, "is required"},
+		{"model=m&node=../x", http.StatusBadRequest, "node"},
+		{"model=m&node=" + strings.Repeat("a", 8) + "-aaaa-aaaa-aaaa-" + strings.Repeat("a", 12), http.StatusNotFound, "not a member"},
+	} {
+		if r := do(t, http.MethodDelete, srv.URL+"/models?"+c.q, nil); r.code != c.code || !strings.Contains(string(r.body), c.has) {
+			t.Errorf("DELETE /models?%s = %d %s, want %d with %q", c.q, r.code, r.body, c.code, c.has)
+		}
 	}
 }

@@ -55,8 +55,8 @@ type Server struct {
 	// Inference, when set, serves /v1/chat/completions, /v1/models and
 	// /instance.
 	Inference Inference
-	// Pulls, when set, serves POST /models/pull and DELETE
-	// /models/pull/{id}.
+	// Pulls, when set, serves POST /models/pull, DELETE
+	// /models/pull/{id} and DELETE /models (each for any node: forwarded).
 	Pulls Pulls
 	// TraceHome, when set, names the node that keeps the cluster's traces
 	// (the master); trace reads on other nodes are forwarded there.
@@ -145,8 +145,9 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, false) }))
 	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, false) }, http.MethodDelete))
 	mux.Handle("/instance/previews", onlyGET(func(w http.ResponseWriter, r *http.Request) { s.previews(w, r, false) }))
-	mux.Handle("/models/pull", onlyPOST(s.pullModel))
-	mux.Handle("/models/pull/{id}", allow(s.cancelPull, http.MethodDelete))
+	mux.Handle("/models", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteModel(w, r, false) }, http.MethodDelete))
+	mux.Handle("/models/pull", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.pullModel(w, r, false) }))
+	mux.Handle("/models/pull/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.cancelPull(w, r, false) }, http.MethodDelete))
 	if s.UI != nil {
 		mux.Handle("/ui/", http.StripPrefix("/ui", s.UI))
 		mux.Handle("/{$}", onlyGET(func(w http.ResponseWriter, r *http.Request) {
@@ -166,7 +167,8 @@ func (s *Server) Handler() http.Handler {
 
 // PeerHandler serves the requests other nodes forward here over
 // authenticated stream links: completions for instances on this node and
-// placement on it. They are answered here, never forwarded again.
+// placement on it, model pulls and deletions. They are answered here,
+// never forwarded again.
 func (s *Server) PeerHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, true) }))
@@ -180,6 +182,9 @@ func (s *Server) PeerHandler() http.Handler {
 	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, true) }))
 	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, true) }, http.MethodDelete))
 	mux.Handle("/instance/previews", onlyGET(func(w http.ResponseWriter, r *http.Request) { s.previews(w, r, true) }))
+	mux.Handle("/models", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteModel(w, r, true) }, http.MethodDelete))
+	mux.Handle("/models/pull", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.pullModel(w, r, true) }))
+	mux.Handle("/models/pull/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.cancelPull(w, r, true) }, http.MethodDelete))
 	// Trace reads forwarded by nodes that do not keep the traces.
 	mux.Handle("/v1/traces", onlyGET(s.traceList))
 	mux.Handle("/v1/traces/{id}", allow(s.traceItem, http.MethodGet, http.MethodHead, http.MethodDelete))

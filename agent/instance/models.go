@@ -2,10 +2,13 @@ package instance
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -70,4 +73,35 @@ func (m *modelsSampler) listLocked() state.NodeModelsMeasured {
 		ms = []state.ModelInfo{}
 	}
 	return state.NodeModelsMeasured{NodeID: m.nodeID, Models: state.NodeModels{Models: ms, SampledAt: time.Now().UTC()}}
+}
+
+// DeleteModel removes a model from this node's stores (model.Scanner.
+// Remove) and publishes the new list. It refuses while an instance that
+// is not failed uses the model here: a rank of it runs here, or this node
+// placed it (and serves its shards).
+func (m *Manager) DeleteModel(id string) (api.ModelDeleted, error) {
+	for iid, in := range m.cfg.Store.State().Instances {
+		if in.Status == state.InstanceStatusFailed || in.ModelID != id && (in.Source == nil || in.Source.Model != id) {
+			continue
+		}
+		here := in.NodeID == m.cfg.Self
+		for _, rk := range in.Ranks {
+			here = here || rk.NodeID == m.cfg.Self
+		}
+		if here {
+			return api.ModelDeleted{}, fmt.Errorf("%w: instance %s uses %s on node %s: delete the instance first", api.ErrConflict, iid, id, m.cfg.Self)
+		}
+	}
+	r, err := m.cfg.Models.Remove(id)
+	if errors.Is(err, model.ErrNoModel) {
+		return api.ModelDeleted{}, fmt.Errorf("%w: %v", api.ErrModelNotFound, err)
+	}
+	if len(r.Files) > 0 {
+		m.log.Info("model deleted", "model", id, "source", r.Entry.Source, "files", len(r.Files), "freed", r.Freed, "err", err)
+		m.PublishModels()
+	}
+	if err != nil {
+		return api.ModelDeleted{}, err
+	}
+	return api.ModelDeleted{Model: id, Node: m.cfg.Self, Files: r.Files, FreedBytes: r.Freed}, nil
 }

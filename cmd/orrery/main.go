@@ -29,7 +29,7 @@ Usage:
   orrery ring-bench [flags]   time a payload around the cluster, hop by hop
   orrery bench --model M      benchmark a running cluster: tok/s, TTFT, memory, energy per placement
   orrery trace SUB [flags]    the agent's traces: ls, stats ID, export ID -o FILE, open ID (Perfetto)
-  orrery models ls [flags]    list the GGUF models on this machine
+  orrery models ls|rm [flags] list the GGUF models on this machine, or delete one through the agent
   orrery pull REF             pull a model (hf.co/ORG/REPO[:QUANT], or NAME[:TAG] from the Ollama registry) through a running agent
   orrery tokenize --model ID TEXT  print the token ids and pieces of TEXT (- for stdin) via a running agent
   orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "trace":
 		return runTrace(context.Background(), args[1:], stdout, stderr)
 	case "models":
-		return runModels(args[1:], stdout, stderr)
+		return runModels(context.Background(), args[1:], stdout, stderr)
 	case "tokenize":
 		return runTokenize(context.Background(), args[1:], os.Stdin, stdout, stderr)
 	case "pull":

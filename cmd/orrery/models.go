@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent"
+	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/demo"
 	"github.com/orrery-cluster/orrery/engine/chattmpl"
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -146,18 +149,27 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 }
 
 const modelsUsage = `Usage: orrery models ls [--data-dir DIR] [--json]
+       orrery models rm [--api URL] [--node ID] MODEL
 
-Lists the GGUF models on this machine: <data-dir>/models, and read-only
-Ollama's store (~/.ollama/models or $OLLAMA_MODELS), LM Studio
+ls lists the GGUF models on this machine: <data-dir>/models, Ollama's store (~/.ollama/models or $OLLAMA_MODELS), LM Studio
 (~/.lmstudio/models) and the Hugging Face cache (~/.cache/huggingface/hub,
 or $HF_HUB_CACHE / $HF_HOME/hub), with size, architecture, layers,
 quantization (llama.cpp's name for the file type, e.g. Q4_K_M) and the
 tensor type mix by bytes. A model this runner cannot serve (an unsupported
 architecture or tensor type) is listed with the reason.
+
+rm asks the running agent to delete a model from its machine (or, with
+--node, from another node of its cluster), as the store's own tool would:
+every part of the GGUF; in the Hugging Face cache its snapshot links and
+the blobs nothing else links to; in Ollama's store the manifest and the
+blobs no other manifest names. A model an instance uses there is refused.
 `
 
-// runModels runs "orrery models ls".
-func runModels(args []string, stdout, stderr io.Writer) int {
+// runModels runs "orrery models ls" and "orrery models rm".
+func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "rm" {
+		return runModelsRm(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "ls" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprint(stdout, modelsUsage)
@@ -245,4 +257,36 @@ func genModelPath(out, dataDir, name, preset, arch string) (string, error) {
 		return "", fmt.Errorf("--name %q: want a plain file name", name)
 	}
 	return filepath.Join(dataDir, "models", name+".gguf"), nil
+}
+
+func runModelsRm(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	const name = "orrery models rm"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, modelsUsage); fs.PrintDefaults() }
+	apiURL := fs.String("api", client.DefaultBaseURL, "API URL of the agent")
+	node := fs.String("node", "", "node to delete the model from (default: the agent's own)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "%s: want one model id, got %d\n\n%s", name, len(pos), modelsUsage)
+		return 2
+	}
+	base, err := client.ParseBaseURL(*apiURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *apiURL, err)
+		return 2
+	}
+	d, err := client.New(base).DeleteModel(ctx, pos[0], *node)
+	if err != nil {
+		reportAPIError(stderr, name, base, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "deleted %s from node %s: %d files, %s freed\n", d.Model, d.Node, len(d.Files), humanBytes(d.FreedBytes))
+	return 0
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -136,6 +137,28 @@ func TestShardPullProcesses(t *testing.T) {
 	if !strings.Contains(string(mustBody(t, a, "/v1/models")), "org/Small-GGUF/small-Q8_0") {
 		t.Error("the pulled model is not listed")
 	}
+
+	// Deleted from B through A: refused while the instance uses it, then
+	// gone from B's cache and from the lists.
+	rm := func() (string, error) {
+		out, err := exec.Command(bin, "models", "rm", "--api", "http://"+a.addr, "--node", ids[1], "org/Small-GGUF/small-Q8_0").CombinedOutput()
+		return string(out), err
+	}
+	if out, err := rm(); err == nil || !strings.Contains(out, "delete the instance first") {
+		t.Fatalf("models rm while an instance uses it: %v %s", err, out)
+	}
+	deleteInstance(t, a, whole.InstanceID)
+	if out, err := rm(); err != nil || !strings.Contains(out, fmt.Sprintf("from node %s: 2 files", ids[1])) {
+		t.Fatalf("models rm: %v %s", err, out)
+	}
+	blobs, _ := os.ReadDir(filepath.Join(dirs[1], ".cache", "huggingface", "hub", "models--org--Small-GGUF", "blobs"))
+	if _, err := os.Lstat(snap); !os.IsNotExist(err) || len(blobs) != 0 {
+		t.Fatalf("after models rm: %s %v, blobs %v", snap, err, blobs)
+	}
+	poll(t, a, 15*time.Second, "the deleted model gone from /v1/models", func() (bool, string) {
+		b := mustBody(t, a, "/v1/models")
+		return !strings.Contains(string(b), "org/Small-GGUF/small-Q8_0"), string(b)
+	})
 }
 
 func mustBody(t *testing.T, p *agentProc, path string) []byte {

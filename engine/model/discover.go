@@ -53,6 +53,8 @@ type Entry struct {
 	// Error says why the model cannot run here (unreadable, or an
 	// unsupported architecture); such entries are listed, not served.
 	Error string `json:"error,omitempty"`
+
+	manifest string // an Ollama model's manifest file
 }
 
 // Dirs are the places models are looked for; an empty field is skipped.
@@ -98,7 +100,7 @@ type Scanner struct {
 	cache map[string]Entry
 }
 
-type candidate struct{ id, source, path string }
+type candidate struct{ id, source, path, manifest string }
 
 // Scan lists the models in every directory, sorted by id. A directory
 // that does not exist is not an error.
@@ -131,7 +133,7 @@ func (s *Scanner) Scan() []Entry {
 			e = describe(c.path)
 			e.SizeBytes, e.ModTime = st.Size(), st.ModTime().UTC()
 		}
-		e.ID, e.Source, e.Path = c.id, c.source, c.path
+		e.ID, e.Source, e.Path, e.manifest = c.id, c.source, c.path, c.manifest
 		next[key] = e
 		out = append(out, e)
 	}
@@ -222,7 +224,7 @@ func scanOrrery(dir string) []candidate {
 	var out []candidate
 	for _, e := range ents {
 		if !e.IsDir() && isGGUF(e.Name()) && !strings.HasPrefix(e.Name(), ".") {
-			out = append(out, candidate{strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())), SourceOrrery, filepath.Join(dir, e.Name())})
+			out = append(out, candidate{strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())), SourceOrrery, filepath.Join(dir, e.Name()), ""})
 		}
 	}
 	return out
@@ -253,7 +255,7 @@ func scanOllama(dir string) []candidate {
 		if !(parts[0] == "registry.ollama.ai" && parts[1] == "library") {
 			id = strings.Join(parts[:3], "/") + ":" + parts[3]
 		}
-		out = append(out, candidate{id, SourceOllama, filepath.Join(dir, "blobs", blob)})
+		out = append(out, candidate{id, SourceOllama, filepath.Join(dir, "blobs", blob), path})
 	})
 	return out
 }
@@ -316,7 +318,7 @@ func scanLMStudio(dir string) []candidate {
 			return
 		}
 		rel, _ := filepath.Rel(dir, path)
-		out = append(out, candidate{strings.TrimSuffix(filepath.ToSlash(rel), filepath.Ext(rel)), SourceLMStudio, path})
+		out = append(out, candidate{strings.TrimSuffix(filepath.ToSlash(rel), filepath.Ext(rel)), SourceLMStudio, path, ""})
 	})
 	return out
 }
@@ -336,7 +338,7 @@ func scanHF(dir string) []candidate {
 		}
 		repo := strings.ReplaceAll(strings.TrimPrefix(parts[0], "models--"), "--", "/")
 		file := strings.Join(parts[3:], "/")
-		out = append(out, candidate{repo + "/" + strings.TrimSuffix(file, filepath.Ext(file)), SourceHuggingFace, path})
+		out = append(out, candidate{repo + "/" + strings.TrimSuffix(file, filepath.Ext(file)), SourceHuggingFace, path, ""})
 	})
 	return out
 }
