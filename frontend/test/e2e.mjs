@@ -8,8 +8,9 @@
 // E2E_OUT (default ../test-output/e2e), E2E_BASE_PORT (default 52616),
 // E2E_SPANS (the benchmark trace's size, default 100000).
 import { spawn } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -57,7 +58,62 @@ for (let i = 0; i < 3; i++) {
   mkdirSync(join(dir, `node-${i}`, 'traces'), { recursive: true });
   writeFileSync(join(dir, `node-${i}`, 'traces', `${synthId}.json`), synth);
 }
-const demo = spawn(bin, ['demo', '--dir', dir, '--base-port', String(basePort)], { stdio: ['ignore', 'pipe', 'pipe'] });
+// A stand-in for the Hugging Face hub, for the Models page's pulls: the
+// tree and revision APIs, and /resolve/main/ with Range. Slow-GGUF trickles
+// (to be canceled); Demo-GGUF serves the demo's own model file.
+const hubFiles = new Map(); // repo/file → {data, slow}
+const hub = createServer((req, res) => {
+  const u = new URL(req.url, 'http://hub');
+  let m = u.pathname.match(/^\/api\/models\/(.+)\/tree\/main$/);
+  if (m) {
+    const tree = [...hubFiles].filter(([k]) => k.startsWith(m[1] + '/')).map(([k, f]) => {
+      const path = k.slice(m[1].length + 1);
+      return { type: 'file', path, size: f.data.length, lfs: { oid: createHash('sha256').update(f.data).digest('hex'), size: f.data.length } };
+    });
+    res.writeHead(tree.length ? 200 : 404, { 'Content-Type': 'application/json' });
+    return res.end(JSON.stringify(tree.length ? tree : { error: 'Repository not found' }));
+  }
+  if (/^\/api\/models\/.+\/revision\/main$/.test(u.pathname)) {
+    res.writeHead(200, { 'Content-Type': 'application/json' });
+    return res.end(JSON.stringify({ sha: '0123456789abcdef0123456789abcdef01234567' }));
+  }
+  m = u.pathname.match(/^\/(.+)\/resolve\/main\/(.+)$/);
+  const f = m && hubFiles.get(m[1] + '/' + m[2]);
+  if (!f) {
+    res.writeHead(404);
+    return res.end();
+  }
+  let body = f.data, status = 200;
+  const headers = { 'Accept-Ranges': 'bytes', 'Content-Type': 'application/octet-stream' };
+  const r = (req.headers.range ?? '').match(/^bytes=(\d+)-(\d+)$/);
+  if (r) {
+    body = f.data.subarray(Number(r[1]), Number(r[2]) + 1);
+    status = 206;
+    headers['Content-Range'] = `bytes ${r[1]}-${r[2]}/${f.data.length}`;
+  }
+  headers['Content-Length'] = body.length;
+  res.writeHead(status, headers);
+  if (!f.slow) return res.end(body);
+  let off = 0;
+  const tick = setInterval(() => {
+    if (res.destroyed || off >= body.length) {
+      clearInterval(tick);
+      return res.end();
+    }
+    res.write(body.subarray(off, off + 10000)); // 100 KB/s
+    off += 10000;
+  }, 100);
+  res.on('close', () => clearInterval(tick));
+});
+await new Promise((r) => hub.listen(0, '127.0.0.1', r));
+hubFiles.set('org/Slow-GGUF/slow-Q8_0.gguf', { data: randomBytes(8 << 20), slow: true });
+
+const demo = spawn(bin, ['demo', '--dir', dir, '--base-port', String(basePort)], {
+  stdio: ['ignore', 'pipe', 'pipe'],
+  // Pulls go to the stand-in hub, into a cache of the test's own (shared
+  // by the demo's agents, which all run as this user).
+  env: { ...process.env, HF_ENDPOINT: `http://127.0.0.1:${hub.address().port}`, HF_HUB_CACHE: join(dir, 'hf-cache'), HF_TOKEN: '', HF_HUB_OFFLINE: '' },
+});
 let demoOut = '';
 demo.stdout.on('data', (b) => (demoOut += b));
 demo.stderr.on('data', (b) => (demoOut += b));
@@ -136,6 +192,44 @@ try {
   await page.waitForSelector('[data-testid=previews] tbody tr');
   check((await page.$$('[data-testid=previews] tbody tr')).length === 3, 'placement previews for 1, 2 and 3 nodes');
   await page.screenshot({ path: join(out, 'instances.png') });
+
+  // Models: every node's models; a pull canceled mid-way; a pull onto
+  // another node, then deleted from it.
+  const demoModel = readdirSync(dir, { recursive: true }).find((p) => /node-\d\/models\/[^/]+\.gguf$/.test(p));
+  hubFiles.set('org/Demo-GGUF/demo-Q8_0.gguf', { data: readFileSync(join(dir, demoModel)) });
+  await page.goto(`${api}/ui/#/models`);
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=node-models]').length === 3, null, { timeout: 15000 });
+  const rows = await page.$$eval('[data-testid=model-row]', (els) => els.map((e) => e.getAttribute('data-model')));
+  check(rows.length > 0, `the models page lists the nodes' models (${rows.join(', ')})`);
+  await page.fill('[data-testid=pull-ref]', 'hf.co/org/Slow-GGUF:Q8_0');
+  await page.click('form button[type=submit]');
+  await page.waitForFunction(() => {
+    const r = document.querySelector('[data-testid=download][data-status=Running]');
+    return r && Number(r.dataset.bytes) > 0 && /MB\/s/.test(r.textContent);
+  }, null, { timeout: 20000 });
+  const running = await page.textContent('[data-testid=download][data-status=Running]');
+  check(/hf\.co\/org\/Slow-GGUF:Q8_0/.test(running), `a pull shows its progress (${running.replace(/\s+/g, ' ').trim().slice(0, 120)})`);
+  await page.screenshot({ path: join(out, 'models-pulling.png') });
+  await page.click('[data-testid=download][data-status=Running] [data-testid=cancel-pull]');
+  await page.waitForSelector('[data-testid=download][data-status=Canceled]', { timeout: 15000 });
+  check(true, 'Cancel stops the pull (Canceled)');
+  const self = (await (await fetch(`${api}/cluster`)).json()).nodeId;
+  const other = ids.find((id) => id !== self);
+  await page.fill('[data-testid=pull-ref]', 'hf.co/org/Demo-GGUF:Q8_0');
+  await page.selectOption('[data-testid=pull-node]', other);
+  await page.click('form button[type=submit]');
+  await page.waitForSelector(`[data-testid=download][data-status=Done][data-node="${other}"]`, { timeout: 30000 });
+  const doneRow = await page.textContent(`[data-testid=download][data-status=Done][data-node="${other}"]`);
+  check(doneRow.includes('org/Demo-GGUF/demo-Q8_0'), `a pull onto another node completes (${doneRow.replace(/\s+/g, ' ').trim().slice(0, 120)})`);
+  const row = `[data-testid=node-models][data-node="${other}"] [data-testid=model-row][data-model="org/Demo-GGUF/demo-Q8_0"]`;
+  await page.waitForSelector(row, { timeout: 20000 });
+  await page.click(`${row} [data-testid=delete-model]`);
+  check((await page.textContent(`${row} [data-testid=delete-model]`)) === 'Confirm delete', 'Delete asks for a second click');
+  await page.click(`${row} [data-testid=delete-model]`);
+  await page.waitForSelector(row, { state: 'detached', timeout: 20000 });
+  const delMsg = await page.textContent('[data-testid=models-msg]');
+  check(/deleted org\/Demo-GGUF\/demo-Q8_0 from .*: 2 files, .* freed/.test(delMsg), `the model is deleted from that node (${delMsg})`);
+  await page.screenshot({ path: join(out, 'models.png'), fullPage: true });
 
   // Traces: the demo's traces are listed.
   await page.goto(`${api}/ui/#/traces`);
@@ -267,6 +361,8 @@ try {
   await browser?.close().catch(() => {});
   demo.kill('SIGTERM');
   await Promise.race([demoExit, new Promise((r) => setTimeout(r, 15000))]);
+  hub.closeAllConnections();
+  hub.close();
   rmSync(dir, { recursive: true, force: true });
 }
 console.log(failures ? `e2e: ${failures} failed (screenshots in ${out})` : `e2e: all passed (screenshots in ${out})`);
