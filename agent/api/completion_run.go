@@ -92,7 +92,7 @@ func (s *Server) startCompletion(w http.ResponseWriter, r *http.Request, forward
 		writeRunError(w, body, err)
 		return c, false
 	}
-	c = completionRun{req: req, model: body.modelID(), instanceID: instanceID, created: time.Now().Unix(), start: time.Now(), release: release}
+	c = completionRun{req: s.withDefaults(body, req), model: body.modelID(), instanceID: instanceID, created: time.Now().Unix(), start: time.Now(), release: release}
 	unique := newTraceID()
 	if !strings.EqualFold(r.Header.Get(TraceHeader), "off") {
 		c.traceID = unique

@@ -284,3 +284,27 @@ func TestKeepAlive(t *testing.T) {
 		t.Fatalf("after keep_alive -1: %+v %v", got, ok)
 	}
 }
+
+// The models sampler publishes a list only when it changed (and every
+// 10th scan regardless).
+func TestModelsSamplerSkipsUnchanged(t *testing.T) {
+	m, _ := oneNode(t)
+	s := m.ModelsSampler()
+	var published int
+	for range 10 {
+		ev, err := s.Sample(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev != nil {
+			published++
+		}
+	}
+	if published != 2 { // the first scan and the 10th
+		t.Fatalf("10 scans of an unchanged list published %d times", published)
+	}
+	os.Remove(m.cfg.Models.Scan()[0].Path)
+	if ev, _ := s.Sample(context.Background()); ev == nil {
+		t.Fatal("a removed model was not published")
+	}
+}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"reflect"
 	"sync"
 	"time"
 
@@ -48,7 +48,8 @@ func (m *modelsSampler) Sample(context.Context) (state.Event, error) {
 	defer m.mu.Unlock()
 	m.n++
 	ev := m.listLocked()
-	if m.last != nil && slices.EqualFunc(ev.Models.Models, m.last, func(a, b state.ModelInfo) bool { return a == b }) && m.n%10 != 0 {
+	// Deep: Size and Defaults are pointers, fresh on every scan.
+	if m.last != nil && reflect.DeepEqual(ev.Models.Models, m.last) && m.n%10 != 0 {
 		return nil, nil
 	}
 	m.last = ev.Models.Models
@@ -66,8 +67,12 @@ func (m *modelsSampler) list() state.NodeModelsMeasured {
 func (m *modelsSampler) listLocked() state.NodeModelsMeasured {
 	var ms []state.ModelInfo
 	for _, e := range m.scan.Scan() {
-		ms = append(ms, state.ModelInfo{ID: e.ID, Source: e.Source, Path: e.Path, Size: state.Bytes(uint64(e.SizeBytes)),
-			Arch: e.Arch, Layers: e.Layers, Quantization: e.Quantization, Params: e.Params, ContextLen: e.ContextLen, Error: e.Error})
+		mi := state.ModelInfo{ID: e.ID, Source: e.Source, Path: e.Path, Size: state.Bytes(uint64(e.SizeBytes)),
+			Arch: e.Arch, Layers: e.Layers, Quantization: e.Quantization, Params: e.Params, ContextLen: e.ContextLen, Error: e.Error}
+		if d := e.Defaults; d != nil {
+			mi.Defaults = &state.ModelDefaults{Temperature: d.Temperature, TopP: d.TopP, TopK: d.TopK, NumPredict: d.NumPredict, Stop: d.Stop}
+		}
+		ms = append(ms, mi)
 	}
 	if ms == nil {
 		ms = []state.ModelInfo{}

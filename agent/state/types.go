@@ -223,6 +223,19 @@ type ModelInfo struct {
 	ContextLen   int     `json:"contextLength,omitempty"`
 	// Error says why the node cannot serve the model.
 	Error string `json:"error,omitempty"`
+	// Defaults are the model's own generation settings (an Ollama
+	// model's params layer), for requests that do not set them.
+	Defaults *ModelDefaults `json:"defaults,omitempty"`
+}
+
+// ModelDefaults are generation settings a model comes with.
+type ModelDefaults struct {
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"topP,omitempty"`
+	TopK        *int     `json:"topK,omitempty"`
+	// NumPredict caps the completion's tokens.
+	NumPredict *int     `json:"numPredict,omitempty"`
+	Stop       []string `json:"stop,omitempty"`
 }
 
 // NodeModels is a node's model list, from its last scan.

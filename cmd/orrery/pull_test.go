@@ -74,6 +74,11 @@ func TestPullProcess(t *testing.T) {
 		_, b, _ := p.get("/v1/models")
 		return strings.Contains(string(b), `"`+host+`/library/tiny:f32"`), string(b)
 	})
+	// Its params layer is the model's defaults, in the state.
+	poll(t, p, 15*time.Second, "the registry model's params as its defaults", func() (bool, string) {
+		_, b, _ := p.get("/state/nodeModels")
+		return strings.Contains(string(b), `"id":"`+host+`/library/tiny:f32"`) && strings.Contains(string(b), `"defaults":{"temperature":0}`), string(b)
+	})
 
 	// kill -9 mid-pull, restart, pull again: it resumes.
 	hub.SlowPerSec = int64(len(big)) / 12 // 4 chunks at once: about 3 s for the file

@@ -54,6 +54,10 @@ type Entry struct {
 	// unsupported architecture); such entries are listed, not served.
 	Error string `json:"error,omitempty"`
 
+	// Defaults are the generation settings of an Ollama model's params
+	// layer (nil: none).
+	Defaults *Defaults `json:"defaults,omitempty"`
+
 	manifest string // an Ollama model's manifest file
 }
 
@@ -134,6 +138,10 @@ func (s *Scanner) Scan() []Entry {
 			e.SizeBytes, e.ModTime = st.Size(), st.ModTime().UTC()
 		}
 		e.ID, e.Source, e.Path, e.manifest = c.id, c.source, c.path, c.manifest
+		if c.manifest != "" {
+			// Per manifest, not per file: two tags may share a blob.
+			e.Defaults = ollamaDefaults(s.Dirs.Ollama, c.manifest)
+		}
 		next[key] = e
 		out = append(out, e)
 	}

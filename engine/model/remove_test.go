@@ -1,6 +1,8 @@
 package model
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -116,5 +118,50 @@ func TestRemoveOllama(t *testing.T) {
 	}
 	if got := ids(s); !slices.Equal(got, []string{"two:latest"}) {
 		t.Fatalf("left %v", got)
+	}
+}
+
+// An Ollama model's params layer becomes its defaults; a model without
+// one, or with one that does not parse, has none.
+func TestOllamaDefaults(t *testing.T) {
+	store := t.TempDir()
+	blob := func(b []byte) string {
+		sum := sha256.Sum256(b)
+		h := hex.EncodeToString(sum[:])
+		writeBytes(t, filepath.Join(store, "blobs", "sha256-"+h), b)
+		return "sha256:" + h
+	}
+	weights := blob([]byte("not a real gguf"))
+	good := blob([]byte(`{"temperature":0.6,"top_k":20,"stop":["<|im_end|>"],"num_ctx":4096}`))
+	bad := blob([]byte(`{"stop":"not a list"}`))
+	manifest := func(name string, params string) {
+		layers := `{"mediaType":"application/vnd.ollama.image.model","digest":"` + weights + `"}`
+		if params != "" {
+			layers += `,{"mediaType":"application/vnd.ollama.image.params","digest":"` + params + `"}`
+		}
+		writeBytes(t, filepath.Join(store, "manifests", "registry.ollama.ai", "library", name, "latest"),
+			[]byte(`{"config":{"digest":"`+weights+`"},"layers":[`+layers+`]}`))
+	}
+	manifest("with", good)
+	manifest("without", "")
+	manifest("broken", bad)
+	got := map[string]*Defaults{}
+	for _, e := range (&Scanner{Dirs: Dirs{Ollama: store}}).Scan() {
+		got[e.ID] = e.Defaults
+	}
+	d := got["with:latest"]
+	if d == nil || *d.Temperature != 0.6 || *d.TopK != 20 || !slices.Equal(d.Stop, []string{"<|im_end|>"}) || d.TopP != nil {
+		t.Fatalf("with params: %+v", d)
+	}
+	if got["without:latest"] != nil || got["broken:latest"] != nil || len(got) != 3 {
+		t.Fatalf("defaults %+v", got)
+	}
+}
+
+func writeBytes(t *testing.T, path string, b []byte) {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

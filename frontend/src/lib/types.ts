@@ -43,7 +43,11 @@ export interface Runner {
   runnerId: string; instanceId: string; nodeId: string; rank: number; status: string;
   layersLoaded: number; totalLayers: number; error?: string; pid?: number; transfer?: Transfer; since: string;
 }
-export interface ModelInfo { id: string; source: string; size?: Bytes | null; arch?: string; layers?: number; quantization?: string; error?: string }
+export interface ModelInfo {
+  id: string; source: string; size?: Bytes | null; arch?: string; layers?: number; quantization?: string; error?: string;
+  // An Ollama model's params layer: what requests that do not set them get.
+  defaults?: { temperature?: number; topP?: number; topK?: number; numPredict?: number; stop?: string[] };
+}
 
 export interface State {
   lastEventAppliedIdx: number;
