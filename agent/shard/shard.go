@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 
 	"github.com/orrery-cluster/orrery/agent/pull"
@@ -110,8 +111,8 @@ func (c *Cache) pull(ctx context.Context, in state.Instance, rank int, progress 
 		}
 		return e.Path, supervisor.ShardInfo{How: "pull", From: src.Ref, Bytes: d.Bytes - d.Resumed}, nil
 	}
-	if len(src.SHA256) != 64 {
-		return "", supervisor.ShardInfo{}, fmt.Errorf("source %s: sha256 %q", src.Ref, src.SHA256)
+	if !sha256Hex.MatchString(src.SHA256) { // it names the shard's file
+		return "", supervisor.ShardInfo{}, fmt.Errorf("source %s: sha256 %q refused", src.Ref, src.SHA256)
 	}
 	dst := filepath.Join(c.cfg.Dir, shardName(src.SHA256, rg.FirstLayer, rg.LastLayer))
 	c.pullMu.Lock()
@@ -128,6 +129,8 @@ func (c *Cache) pull(ctx context.Context, in state.Instance, rank int, progress 
 	}
 	return dst, supervisor.ShardInfo{How: "pull", From: src.Ref, Bytes: st.Header + st.Fetched}, nil
 }
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 func shardName(hash string, first, last int) string {
 	return fmt.Sprintf("%.16s-%d-%d.gguf", hash, first, last)

@@ -195,4 +195,16 @@ func TestPullFallsBackToPeer(t *testing.T) {
 	if _, _, err := b.ModelFile(context.Background(), in, 1, func(supervisor.Progress) {}); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("got %v, want the hub's 404", err)
 	}
+	// A source whose digest is not one never names a file.
+	bad := *in.Source
+	bad.SHA256 = "../outside-shard" + strings.Repeat("0", 48) // 64 characters
+	outside := filepath.Join(filepath.Dir(b.cfg.Dir), "outside-shard-1-4.gguf")
+	if err := os.WriteFile(outside, []byte("not a shard"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	evil := in
+	evil.Source = &bad
+	if _, _, err := b.ModelFile(context.Background(), evil, 1, func(supervisor.Progress) {}); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("a path as the source's sha256: %v", err)
+	}
 }
