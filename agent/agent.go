@@ -229,18 +229,22 @@ func (a *Agent) wireServing(exe string) {
 			return a.shards.ModelFile(ctx, in, rank, p)
 		},
 		Publish: publish, Logger: a.log,
-		OnLoaded: func(in state.Instance, rank int, spans []trace.Span) { a.tracer.Loaded(in, rank, spans) }})
+		OnLoaded: func(in state.Instance, rank int, spans []trace.Span, counters []trace.CounterSample) {
+			a.tracer.Loaded(in, rank, spans, counters)
+		}})
 	a.pulls = newPuller(cfg, id, publish, func() { a.instances.PublishModels() }, a.log)
 	a.instances = instance.New(instance.Config{Self: id, Store: a.store, Publish: publish, Models: models,
 		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, KeepAlive: &cfg.KeepAlive, Parallel: cfg.Parallel, Logger: a.log,
 		Sources: a.pulls,
-		ShipTrace: func(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string) {
-			a.tracer.ShipTask(task, kind, spans, ranks, errText)
+		ShipTrace: func(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange, errText string) {
+			a.tracer.ShipTask(task, kind, spans, counters, ranks, errText)
 		}})
 	a.shards = shard.New(shard.Config{Dir: filepath.Join(cfg.DataDir, "shards"), Self: id, Models: models,
 		Peer: a.peerHTTP, State: a.store.State, Holder: a.instances.PickNode, Puller: a.pulls, Logger: a.log})
 	a.relay = a.sup.Relay(supervisor.RelayConfig{Self: id, State: a.store.State,
-		ShipRank: func(task string, rank int, spans []trace.Span) { a.tracer.ShipRank(task, rank, spans) },
+		ShipRank: func(task string, rank int, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange) {
+			a.tracer.ShipRank(task, rank, spans, counters, ranks)
+		},
 		DialPeer: func(ctx context.Context, node, streamID string) (net.Conn, error) {
 			return a.node.DialStream(ctx, node, cluster.PurposeRank, streamID)
 		}})

@@ -21,9 +21,10 @@ func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req 
 	done, err := m.cfg.Runners.Complete(ctx, instanceID, runner.CompletionRequest{Request: req, TraceID: traceID}, onPiece)
 	if traceID != "" {
 		var spans []trace.Span
+		var counters []trace.CounterSample
 		errText := ""
 		if done != nil {
-			spans = done.Spans
+			spans, counters = done.Spans, done.Counters
 		}
 		if err != nil {
 			errText = err.Error()
@@ -32,7 +33,7 @@ func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req 
 		if in, ok := m.cfg.Store.State().Instances[instanceID]; ok {
 			ranks = in.Ranks
 		}
-		m.cfg.ShipTrace(traceID, "chat", spans, ranks, truncate(errText, 1024))
+		m.cfg.ShipTrace(traceID, "chat", spans, counters, ranks, truncate(errText, 1024))
 	}
 	if err != nil && done != nil && len(done.Spans) == 0 && done.CompletionTokens == 0 {
 		done = nil

@@ -130,7 +130,7 @@ func (p *proc) run() {
 // exits or the proc is halted.
 func (p *proc) runOnce(log *slog.Logger) error {
 	loadStart := time.Now()
-	path, fileSpans, err := p.modelFile(loadStart)
+	path, fileSpans, fileCounters, err := p.modelFile(loadStart)
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func (p *proc) runOnce(log *slog.Logger) error {
 		spans, err := client.LoadSpans(lctx)
 		cancel()
 		if err == nil {
-			cfg.OnLoaded(p.inst, p.rank, append(fileSpans, spans...))
+			cfg.OnLoaded(p.inst, p.rank, append(fileSpans, spans...), fileCounters)
 		}
 	}
 	p.mu.Lock()
@@ -174,8 +174,9 @@ func (p *proc) runOnce(log *slog.Logger) error {
 }
 
 // modelFile obtains the file the rank loads, publishing transfer progress
-// (at most every 0.5 s), and the span of cutting or fetching it.
-func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, error) {
+// (at most every 0.5 s), and the span of cutting or fetching it, with the
+// MB/s track of the bytes it received (transferSample).
+func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, []trace.CounterSample, error) {
 	cfg := p.s.cfg
 	fctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -186,8 +187,12 @@ func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, error) {
 		}
 	}()
 	lastPub := time.Time{}
+	got := []receivedAt{{loadStart, 0}}
 	path, info, err := cfg.ModelFile(fctx, p.inst, p.rank, func(pr Progress) {
 		now := time.Now()
+		if now.Sub(got[len(got)-1].t) >= transferSample {
+			got = append(got, receivedAt{now, pr.Done})
+		}
 		if now.Sub(lastPub) < 500*time.Millisecond && pr.Done < pr.Size {
 			return
 		}
@@ -199,23 +204,54 @@ func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, error) {
 	if err != nil {
 		select {
 		case <-p.stop:
-			return "", nil, errStopped
+			return "", nil, nil, errStopped
 		default:
 		}
-		return "", nil, fmt.Errorf("model file for rank %d: %w", p.rank, err)
+		return "", nil, nil, fmt.Errorf("model file for rank %d: %w", p.rank, err)
 	}
 	if info.How == "model" {
-		return path, nil, nil
+		return path, nil, nil, nil
 	}
-	cat, name := "load/shard-build", "cut shard"
+	cat, name, track := "load/shard-build", "cut shard", ""
 	switch info.How {
 	case "transfer":
-		cat, name = "load/shard-transfer", "shard from "+info.From
+		cat, name, track = "load/shard-transfer", "shard from "+info.From, "link "+info.From+"→"+cfg.NodeID
 	case "pull":
-		cat, name = "load/shard-pull", "pull from "+info.From
+		cat, name, track = "load/shard-pull", "pull from "+info.From, "pull "+info.From
 	}
+	got = append(got, receivedAt{time.Now(), info.Bytes})
 	return path, []trace.Span{{Name: name, Cat: cat, Node: cfg.NodeID, Rank: p.rank,
-		StartNs: loadStart.UnixNano(), DurNs: time.Since(loadStart).Nanoseconds(), Args: trace.Args{}.WithBytes(info.Bytes)}}, nil
+			StartNs: loadStart.UnixNano(), DurNs: time.Since(loadStart).Nanoseconds(), Args: trace.Args{}.WithBytes(info.Bytes)}},
+		rateTrack(cfg.NodeID, track, got), nil
+}
+
+// transferSample is how often a shard's transfer is sampled for its
+// load trace's MB/s track.
+const transferSample = 100 * time.Millisecond
+
+// receivedAt is how many bytes of a shard were in at t.
+type receivedAt struct {
+	t    time.Time
+	done int64
+}
+
+// rateTrack is the MB/s between each two samples, as counter samples of
+// track on node (none for an unnamed track), then a 0 at the last.
+func rateTrack(node, track string, got []receivedAt) []trace.CounterSample {
+	if track == "" {
+		return nil
+	}
+	out := make([]trace.CounterSample, 0, len(got))
+	for i, g := range got {
+		v := 0.0
+		if i+1 < len(got) {
+			if dt := got[i+1].t.Sub(g.t).Seconds(); dt > 0 && got[i+1].done >= g.done {
+				v = float64(got[i+1].done-g.done) / 1e6 / dt
+			}
+		}
+		out = append(out, trace.CounterSample{Node: node, Name: track, Unit: "MB/s", TsNs: g.t.UnixNano(), Value: v})
+	}
+	return out
 }
 
 // transferOf is a shard transfer's progress as the state shows it.

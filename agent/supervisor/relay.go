@@ -40,9 +40,9 @@ type RelayConfig struct {
 	// DialPeer opens a rank stream link to node, naming the receiving
 	// rank with id (see RankStreamID).
 	DialPeer func(ctx context.Context, node, id string) (net.Conn, error)
-	// ShipRank ships a rank's spans of a traced task to the master. It
-	// must not block.
-	ShipRank func(task string, rank int, spans []trace.Span)
+	// ShipRank ships a rank's spans and counter samples of a traced task
+	// to the master; ranks are its instance's. It must not block.
+	ShipRank func(task string, rank int, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange)
 }
 
 // Relay serves this node's runners their rank links and takes their spans.
@@ -172,7 +172,7 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 }
 
 func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {
-	_, rank, ok := r.runnerAuth(req)
+	in, rank, ok := r.runnerAuth(req)
 	if !ok {
 		http.Error(w, "unknown runner token", http.StatusUnauthorized)
 		return
@@ -186,6 +186,6 @@ func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	r.cfg.ShipRank(b.TraceID, rank, b.Spans)
+	r.cfg.ShipRank(b.TraceID, rank, b.Spans, b.Counters, in.Ranks)
 	w.WriteHeader(http.StatusNoContent)
 }

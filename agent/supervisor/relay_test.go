@@ -41,7 +41,9 @@ func testRelay(t *testing.T, st state.State) (*Relay, *[]string) {
 			t.Error("dialled a peer")
 			return nil, io.EOF
 		},
-		ShipRank: func(task string, rank int, spans []trace.Span) { shipped = append(shipped, task) }})
+		ShipRank: func(task string, rank int, _ []trace.Span, _ []trace.CounterSample, _ []state.ShardRange) {
+			shipped = append(shipped, task)
+		}})
 	return r, &shipped
 }
 

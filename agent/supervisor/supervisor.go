@@ -76,8 +76,9 @@ type Config struct {
 	// Publish sends a runner's status changes into the cluster state.
 	Publish func(state.Event) error
 	// OnLoaded, when set, gets the spans of a rank's load (shard transfer
-	// included), once per successful load.
-	OnLoaded func(in state.Instance, rank int, spans []trace.Span)
+	// included), once per successful load, and the MB/s track of its
+	// shard's transfer or pull.
+	OnLoaded func(in state.Instance, rank int, spans []trace.Span, counters []trace.CounterSample)
 	// ReadyTimeout defaults to DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 	Logger       *slog.Logger

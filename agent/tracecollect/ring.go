@@ -68,10 +68,17 @@ func (t *Tracer) RingRank(start wire.RingStart) func(*wire.RingReport, error) {
 	if start.NoTrace || rank < 0 {
 		return nil
 	}
-	sh := t.newShipper(start.Bench, rank)
+	sh := t.newShipper(start.Bench, rank, true)
 	return func(rep *wire.RingReport, err error) {
 		if rep != nil {
-			sh.Add(ringSpans(start, rank, rep, t.cfg.Self)...)
+			spans := ringSpans(start, rank, rep, t.cfg.Self)
+			sh.Add(spans...)
+			sh.AddCounters(sentTracks(t.cfg.Self, spans, func(r int) string {
+				if r >= 0 && r < len(start.Order) {
+					return start.Order[r]
+				}
+				return ""
+			})...)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
 		defer cancel()

@@ -82,6 +82,14 @@ func NewShipper(cfg ShipperConfig) *Shipper {
 	return s
 }
 
+// AddCounters adds counter samples taken elsewhere; they are shipped with
+// the next chunk.
+func (s *Shipper) AddCounters(cs ...trace.CounterSample) {
+	s.mu.Lock()
+	s.counters = append(s.counters, cs...)
+	s.mu.Unlock()
+}
+
 // Recorder is the rank's recorder: pass it to the code that does the work.
 func (s *Shipper) Recorder() *trace.Recorder { return s.rec }
 

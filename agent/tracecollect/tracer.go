@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -93,23 +92,29 @@ func (t *Tracer) MasterChanged() {
 	}()
 }
 
-// newShipper starts tracing this node's rank of task.
-func (t *Tracer) newShipper(task string, rank int) *Shipper {
-	return NewShipper(ShipperConfig{
+// newShipper starts tracing this node's rank of task. A live shipper
+// (one started when the task starts) also samples the node's per-peer
+// traffic into link tracks; one for spans taken after the fact does not.
+func (t *Tracer) newShipper(task string, rank int, live bool) *Shipper {
+	cfg := ShipperConfig{
 		Task: task, Rank: rank, Node: t.cfg.Self,
 		Send: func(ctx context.Context, c *wire.TraceChunk) error {
 			_, err := t.router.Chunk(ctx, c)
 			return err
 		},
-		LinkBytes: t.cfg.BytesSent,
-		Options:   trace.Options{NodeName: t.cfg.NodeName},
-	})
+		Options: trace.Options{NodeName: t.cfg.NodeName},
+	}
+	if live {
+		cfg.LinkBytes = t.cfg.BytesSent
+	}
+	return NewShipper(cfg)
 }
 
-// ShipTask sends rank 0's spans of a task to the master and announces the
-// task with its ranks (rank 0 on this node when ranks is empty). It returns
-// at once; the shipping runs in the background.
-func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, ranks []state.ShardRange, errText string) {
+// ShipTask sends rank 0's spans and counter samples of a task to the
+// master and announces the task with its ranks (rank 0 on this node when
+// ranks is empty). It returns at once; the shipping runs in the
+// background.
+func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange, errText string) {
 	tr := []wire.TraceRank{{Rank: 0, Node: t.cfg.Self}}
 	if len(ranks) > 0 {
 		tr = tr[:0]
@@ -122,7 +127,7 @@ func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, ranks []state.S
 		defer t.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
 		defer cancel()
-		t.ship(ctx, task, tr[0].Rank, spans)
+		t.ship(ctx, task, tr[0].Rank, spans, counters, ranks)
 		m := &wire.TraceTask{Task: task, Kind: kind, Ranks: tr, Error: truncate(errText, maxErrorText)}
 		if _, err := t.router.Task(ctx, m); err != nil {
 			t.log.Warn("announce trace", "task", task, "err", err)
@@ -130,21 +135,30 @@ func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, ranks []state.S
 	}()
 }
 
-// ShipRank ships one rank's spans of a task to the master (the task's
-// announcement comes from rank 0's node). It returns at once.
-func (t *Tracer) ShipRank(task string, rank int, spans []trace.Span) {
+// ShipRank ships one rank's spans and counter samples of a task to the
+// master (the task's announcement comes from rank 0's node). ranks names
+// the nodes of the instance's ranks. It returns at once.
+func (t *Tracer) ShipRank(task string, rank int, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange) {
 	t.bg.Add(1)
 	go func() {
 		defer t.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
 		defer cancel()
-		t.ship(ctx, task, rank, spans)
+		t.ship(ctx, task, rank, spans, counters, ranks)
 	}()
 }
 
-func (t *Tracer) ship(ctx context.Context, task string, rank int, spans []trace.Span) {
-	sh := t.newShipper(task, rank)
+func (t *Tracer) ship(ctx context.Context, task string, rank int, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange) {
+	sh := t.newShipper(task, rank, false)
 	sh.Add(spans...)
+	sh.AddCounters(linkTracks(t.cfg.Self, counters, spans, func(r int) string {
+		for _, rk := range ranks {
+			if rk.Rank == r {
+				return rk.NodeID
+			}
+		}
+		return ""
+	})...)
 	if err := sh.Finish(ctx); err != nil {
 		t.log.Warn("ship trace", "task", task, "rank", rank, "err", err)
 	}
@@ -152,11 +166,11 @@ func (t *Tracer) ship(ctx context.Context, task string, rank int, spans []trace.
 
 // Loaded traces a rank's load as its own one-rank task,
 // load-<instance>-r<rank> (supervisor.Config.OnLoaded).
-func (t *Tracer) Loaded(in state.Instance, rank int, spans []trace.Span) {
+func (t *Tracer) Loaded(in state.Instance, rank int, spans []trace.Span, counters []trace.CounterSample) {
 	for i := range spans {
 		spans[i].Rank = 0 // one-rank task; the name says which rank
 	}
-	t.ShipTask(fmt.Sprintf("load-%s-r%d", in.InstanceID, rank), "load", spans, nil, "")
+	t.ShipTask(fmt.Sprintf("load-%s-r%d", in.InstanceID, rank), "load", spans, counters, nil, "")
 }
 
 // clockOffsets is every peer's clock minus ours, from the link probes.
@@ -189,16 +203,7 @@ func (t *Tracer) save(tr *trace.Trace, info Info) error {
 	for id := range nodes {
 		tr.Processes[id] = name(id)
 	}
-	// A link track sits on its sending node's process: name it by the
-	// receiving end (friendly names alone may repeat, e.g. on one machine).
-	for i := range tr.Counters {
-		c := &tr.Counters[i]
-		if rest, ok := strings.CutPrefix(c.Name, "link "); ok {
-			if _, to, ok := strings.Cut(rest, "→"); ok {
-				c.Name = "link → " + name(to)
-			}
-		}
-	}
+	nameLinks(tr.Counters, name)
 	var first, last int64
 	for _, s := range tr.Spans {
 		if first == 0 || s.StartNs < first {
@@ -207,30 +212,12 @@ func (t *Tracer) save(tr *trace.Trace, info Info) error {
 		last = max(last, s.EndNs())
 	}
 	if first != 0 {
-		tr.Counters = append(tr.Counters, memoryCounters(t.cfg.History, nodes, t.clockOffsets(), first, last)...)
+		tr.Counters = append(tr.Counters, memoryCounters(t.cfg.History, nodes, sharedMachines(st, nodes), t.clockOffsets(), first, last)...)
 	}
 	meta := tracestore.Meta{TaskID: tr.TaskID, Kind: info.Kind, Spans: len(tr.Spans), Nodes: len(nodes),
 		Partial: len(info.Missing) > 0, MissingRanks: info.Missing, Error: info.Error}
 	_, err := t.cfg.Traces.Save(meta, func(w io.Writer) error { return trace.WriteChrome(w, tr) })
 	return err
-}
-
-// memoryCounters are the memory-use samples of nodes from a second before
-// first until a second after last (our clock), each moved from its node's
-// clock onto ours.
-func memoryCounters(hist *state.MemoryHistory, nodes map[string]bool, offsets map[string]time.Duration, first, last int64) []trace.CounterSample {
-	var out []trace.CounterSample
-	for id := range nodes {
-		samples, _ := hist.Get(id)
-		for _, m := range samples {
-			t := m.T.UnixNano() - int64(offsets[id])
-			if t < first-int64(time.Second) || t > last+int64(time.Second) || m.RAMTotal == nil || m.RAMAvailable == nil {
-				continue
-			}
-			out = append(out, trace.MemorySample(id, time.Unix(0, t), float64(m.RAMTotal.InBytes-m.RAMAvailable.InBytes)))
-		}
-	}
-	return out
 }
 
 func truncate(s string, n int) string {

@@ -175,6 +175,26 @@ func TestPipelineProcesses(t *testing.T) {
 	if n := strings.Count(string(raw), `"ph":"s"`); n == 0 || n != strings.Count(string(raw), `"ph":"f"`) {
 		t.Errorf("flows: %d starts, %d ends", n, strings.Count(string(raw), `"ph":"f"`))
 	}
+	// Every rank's link track carried what its send spans say.
+	checkLinkTracks(t, raw, 3)
+	// Rank 0's load (on A) received its shard from C: A's link from C
+	// shows it.
+	loadTrace := fmt.Sprintf("load-%s-r0", three.InstanceID)
+	poll(t, master, 15*time.Second, "rank 0's load trace with the shard's traffic from C", func() (bool, string) {
+		_, lraw, _ := master.get("/v1/traces/" + loadTrace + "/raw")
+		var lt struct{ TraceEvents []chromeEvent }
+		json.Unmarshal(lraw, &lt)
+		var cs []string
+		for _, e := range lt.TraceEvents {
+			if v, _ := e.Args["MB/s"].(float64); e.Ph == "C" && strings.HasPrefix(e.Name, "link ← ") && strings.Contains(e.Name, ids[2][:8]) && v > 0 {
+				return true, ""
+			}
+			if e.Ph == "C" || e.Ph == "X" {
+				cs = append(cs, fmt.Sprintf("%s %s %.0f+%.0f %v", e.Ph, e.Name, e.Ts, e.Dur, e.Args))
+			}
+		}
+		return false, strings.Join(cs, "\n")
+	})
 
 	// kill -9 of rank 1 mid-stream, streaming through A.
 	streamTrace := killMidStream(t, a, `{"model":"`+modelID+`","stream":true,"messages":[{"role":"user","content":"hi"}],"max_tokens":1900,"ignore_eos":true}`, runners[1].Pid)

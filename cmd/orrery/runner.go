@@ -98,8 +98,8 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		defer ln.Close()
 		cfg.RankListener = ln
 		cfg.DialNext = func(ctx context.Context) (net.Conn, error) { return runner.DialRankLink(ctx, *agentAPI, token) }
-		cfg.OnStageTrace = func(id string, spans []trace.Span, err error) {
-			t := runner.RankTrace{TraceID: id, Spans: spans}
+		cfg.OnStageTrace = func(id string, spans []trace.Span, counters []trace.CounterSample, err error) {
+			t := runner.RankTrace{TraceID: id, Spans: spans, Counters: counters}
 			if err != nil {
 				t.Error = err.Error()
 			}

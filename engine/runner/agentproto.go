@@ -51,7 +51,10 @@ const (
 type RankTrace struct {
 	TraceID string       `json:"traceId"`
 	Spans   []trace.Span `json:"spans"`
-	Error   string       `json:"error,omitempty"`
+	// Counters are the rank's counter samples (its outbound link's bytes,
+	// LinkCounter).
+	Counters []trace.CounterSample `json:"counters,omitempty"`
+	Error    string                `json:"error,omitempty"`
 }
 
 // DialRankLink asks the agent at agentAPI (host:port) for this rank's

@@ -8,9 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // Rank links carry a pipeline between the ranks of one instance: hidden
@@ -153,4 +157,41 @@ func (l *Link) handshake(me linkHello, want func(linkHello) error) error {
 func SendAuth(c net.Conn, token string) error {
 	l := NewLink(c)
 	return l.sendJSON(frameHello, linkHello{Token: token})
+}
+
+// LinkSampleEvery is how often a traced request's rank samples the bytes
+// its outbound link has sent (plus once when the request starts on the
+// rank and once when it ends there).
+const LinkSampleEvery = 100 * time.Millisecond
+
+// LinkCounter names the counter of the bytes rank to's inbound link has
+// received from this rank so far (frames, headers included): the agent
+// turns its samples into the link's MB/s track.
+func LinkCounter(to int) string { return linkCounterPrefix + strconv.Itoa(to) }
+
+const linkCounterPrefix = "link → rank "
+
+// ParseLinkCounter is the rank a LinkCounter name names.
+func ParseLinkCounter(name string) (int, bool) {
+	r, ok := strings.CutPrefix(name, linkCounterPrefix)
+	n, err := strconv.Atoi(r)
+	return n, ok && err == nil && n >= 0
+}
+
+// sampleLink records l's sent bytes as counter samples of rec: now, every
+// LinkSampleEvery, and when stop is called. A nil rec or l records none.
+func sampleLink(rec *trace.Recorder, l *Link, to int) (stop func()) {
+	if rec == nil || l == nil {
+		return func() {}
+	}
+	name := LinkCounter(to)
+	return trace.Periodic(LinkSampleEvery, func() { s, _ := l.Bytes(); rec.Counter(name, "bytes", float64(s)) })
+}
+
+// outbound is rank 0's link to rank 1 (nil with one rank, or before it
+// connected).
+func (s *Server) outbound() *Link {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.out
 }

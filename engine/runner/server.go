@@ -65,8 +65,9 @@ type Config struct {
 	// ContextShift lets rank 0's generations run past the context
 	// (Scheduler.ContextShift).
 	ContextShift bool
-	// OnStageTrace gets the spans of each traced request on ranks > 0.
-	OnStageTrace func(traceID string, spans []trace.Span, err error)
+	// OnStageTrace gets the spans and counter samples of each traced
+	// request on ranks > 0.
+	OnStageTrace func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
 }
 
 // Health is GET /health.
@@ -109,6 +110,9 @@ type StreamMsg struct {
 type Done struct {
 	Result
 	Spans []trace.Span `json:"spans,omitempty"`
+	// Counters are rank 0's counter samples: the bytes its outbound link
+	// sent (LinkCounter), sampled while the request ran.
+	Counters []trace.CounterSample `json:"counters,omitempty"`
 	// QueueNs is how long the request waited for the ones before it.
 	QueueNs int64 `json:"queueNs"`
 }
@@ -505,6 +509,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	if req.TraceID != "" {
 		rec = trace.NewRecorder(0, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
 	}
+	stopLink := sampleLink(rec, s.outbound(), 1)
 	// Every token is sent, with empty text while text is held back, so
 	// that the client can count and time tokens.
 	job := sched.Submit(r.Context(), &req.Request, prompt, req.TraceID, rec)
@@ -513,7 +518,8 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		out.flush()
 	}
-	done := &Done{Result: res, Spans: rec.Drain(0), QueueNs: job.QueueNs()}
+	stopLink()
+	done := &Done{Result: res, Spans: rec.Drain(0), Counters: rec.DrainCounters(), QueueNs: job.QueueNs()}
 	if err != nil {
 		if r.Context().Err() == nil {
 			// The spans so far go with the error: the trace keeps them.

@@ -23,9 +23,10 @@ type Stage struct {
 	Rank, N int
 	// Node and NodeName stamp the spans.
 	Node, NodeName string
-	// OnTrace gets each traced request's spans when it ends (or when the
-	// pipeline breaks during it, with the error).
-	OnTrace func(traceID string, spans []trace.Span, err error)
+	// OnTrace gets each traced request's spans and counter samples (its
+	// outbound link's bytes) when it ends (or when the pipeline breaks
+	// during it, with the error).
+	OnTrace func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
 	// Tok is the vocabulary grammars constrain sampling with (the last
 	// rank samples).
 	Tok *model.Tokenizer
@@ -80,10 +81,11 @@ type stageRun struct {
 // stageSlot is one slot's request on this rank: its trace and the span of
 // its current step.
 type stageSlot struct {
-	rec     *trace.Recorder
-	traceID string
-	phase   trace.Token
-	open    bool
+	rec      *trace.Recorder
+	stopLink func() // ends the sampling of Out's bytes
+	traceID  string
+	phase    trace.Token
+	open     bool
 }
 
 // finish ends slot's trace, handing its spans to OnTrace.
@@ -93,8 +95,12 @@ func (r *stageRun) finish(slot int, err error) {
 		ss.phase.End(trace.Args{})
 		ss.open = false
 	}
+	if ss.stopLink != nil {
+		ss.stopLink()
+		ss.stopLink = nil
+	}
 	if ss.rec != nil && r.s.OnTrace != nil {
-		r.s.OnTrace(ss.traceID, ss.rec.Drain(0), err)
+		r.s.OnTrace(ss.traceID, ss.rec.Drain(0), ss.rec.DrainCounters(), err)
 	}
 	ss.rec = nil
 }
@@ -131,6 +137,7 @@ func (r *stageRun) begin(payload []byte) error {
 	ss.traceID = b.TraceID
 	if b.TraceID != "" {
 		ss.rec = trace.NewRecorder(r.s.Rank, r.s.Node, trace.Options{NodeName: r.s.NodeName})
+		ss.stopLink = sampleLink(ss.rec, r.s.Out, r.next)
 	}
 	// Rank 0 kept what it could; every rank holds the same positions, so
 	// keeping them here cannot fail.

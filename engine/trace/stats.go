@@ -1,6 +1,8 @@
 package trace
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -27,7 +29,10 @@ type RankStats struct {
 // breakdown that sums to the total).
 type PhaseStats struct {
 	CategoryStats
-	Sub map[string]CategoryStats `json:"sub"`
+	// WallUs is the wall time the phase's own spans cover, overlaps
+	// counted once (TotalUs sums them over ranks and slots).
+	WallUs int64                    `json:"wallUs"`
+	Sub    map[string]CategoryStats `json:"sub"`
 }
 
 // StepStats describes the steps of one step category. A step is a span whose
@@ -144,12 +149,17 @@ func ComputeStats(spans []Span) Stats {
 	t := tally{catID: map[string]int32{}, lastRnk: spans[0].Rank, lastRi: -1}
 	minUs := spans[0].StartNs / 1000
 	maxUs := minUs + spans[0].DurNs/1000
+	top := map[int32][][2]int64{} // a phase's spans: [start, end) µs
 	for i := range spans {
 		s := &spans[i]
 		start, dur := s.StartNs/1000, s.DurNs/1000
 		minUs = min(minUs, start)
 		maxUs = max(maxUs, start+dur)
-		t.add(t.category(s.Cat), t.rank(s.Rank), dur)
+		c := t.category(s.Cat)
+		t.add(c, t.rank(s.Rank), dur)
+		if strings.IndexByte(s.Cat, '/') < 0 {
+			top[c] = append(top[c], [2]int64{start, start + dur})
+		}
 	}
 	st.TotalWallTimeUs = maxUs - minUs
 
@@ -160,8 +170,31 @@ func ComputeStats(spans []Span) Stats {
 	}
 	t.rankStats(&st)
 	phaseStats(&st, t.cats, all)
+	for c, iv := range top {
+		if p, ok := st.Phases[t.cats[c]]; ok {
+			p.WallUs = unionUs(iv)
+			st.Phases[t.cats[c]] = p
+		}
+	}
 	stepStats(&st, t.cats, all)
 	return st
+}
+
+// unionUs is the length of the union of intervals (sorted here).
+func unionUs(iv [][2]int64) int64 {
+	slices.SortFunc(iv, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
+	var total, end int64
+	for i, v := range iv {
+		switch {
+		case i == 0 || v[0] >= end:
+			total += v[1] - v[0]
+			end = v[1]
+		case v[1] > end:
+			total += v[1] - end
+			end = v[1]
+		}
+	}
+	return total
 }
 
 // tally is ComputeStats' pass over the spans: it sums durations by rank and

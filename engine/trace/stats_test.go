@@ -67,15 +67,16 @@ func TestComputeStatsGolden(t *testing.T) {
 			}},
 		},
 		Phases: map[string]PhaseStats{
-			"decode": {CategoryStats: cs(220, 2, 100, 120), Sub: map[string]CategoryStats{
+			// Wall: A and D do not overlap, 100 + 120.
+			"decode": {CategoryStats: cs(220, 2, 100, 120), WallUs: 220, Sub: map[string]CategoryStats{
 				"compute": cs(180, 3, 40, 80),
 				"comms":   cs(45, 2, 20, 25),
 			}},
-			"prefill": {CategoryStats: cs(50, 1, 50, 50), Sub: map[string]CategoryStats{
+			"prefill": {CategoryStats: cs(50, 1, 50, 50), WallUs: 50, Sub: map[string]CategoryStats{
 				"comms":      cs(30, 1, 30, 30),
 				"comms/recv": cs(10, 1, 10, 10),
 			}},
-			"step": {CategoryStats: cs(300, 1, 300, 300), Sub: map[string]CategoryStats{
+			"step": {CategoryStats: cs(300, 1, 300, 300), WallUs: 300, Sub: map[string]CategoryStats{
 				"compute": cs(200, 1, 200, 200),
 			}},
 		},
@@ -162,5 +163,24 @@ func TestStatsEdgeCases(t *testing.T) {
 	}
 	if math.IsNaN(st.ByRankShare["-3"].ComputeShare) {
 		t.Error("share is NaN")
+	}
+}
+
+// A phase's wall time counts overlapping spans (of several ranks) once;
+// its total sums them.
+func TestPhaseWallTime(t *testing.T) {
+	us := int64(1000)
+	st := ComputeStats([]Span{
+		{Cat: "decode", Rank: 0, StartNs: 0, DurNs: 100 * us},
+		{Cat: "decode", Rank: 1, StartNs: 50 * us, DurNs: 100 * us},
+		{Cat: "decode/compute", Rank: 1, StartNs: 60 * us, DurNs: 500 * us},
+		{Cat: "decode", Rank: 2, StartNs: 200 * us, DurNs: 50 * us},
+		{Cat: "prefill", Rank: 0, StartNs: 300 * us, DurNs: 10 * us},
+	})
+	if p := st.Phases["decode"]; p.WallUs != 200 || p.TotalUs != 250 {
+		t.Errorf("decode: wall %d µs, total %d µs; want 200 and 250", p.WallUs, p.TotalUs)
+	}
+	if p := st.Phases["prefill"]; p.WallUs != 10 {
+		t.Errorf("prefill: wall %d µs", p.WallUs)
 	}
 }

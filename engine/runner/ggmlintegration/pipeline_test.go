@@ -80,7 +80,7 @@ func startPipelineN(t *testing.T, path string, ranges [][2]int, parallel int) *p
 				p.mu.Unlock()
 				return c, nil
 			},
-			OnStageTrace: func(id string, spans []trace.Span, err error) {
+			OnStageTrace: func(id string, spans []trace.Span, _ []trace.CounterSample, err error) {
 				p.mu.Lock()
 				p.traces[r] = append(p.traces[r], spans...)
 				p.mu.Unlock()
