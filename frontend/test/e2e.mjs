@@ -35,7 +35,27 @@ window.addEventListener('message', async (ev) => {
   if (!p) return;
   const digest = await crypto.subtle.digest('SHA-256', p.buffer);
   const sha256 = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
-  window.__received = { pings, title: p.title, size: p.buffer.byteLength, sha256, from: ev.origin };
+  // What Perfetto's JSON importer would take as counter tracks: "C"
+  // events, every arg a number; a track per (process, name, arg).
+  let counters = { events: 0, numeric: true, tracks: [], busyLinks: 0 };
+  try {
+    const evs = JSON.parse(new TextDecoder().decode(p.buffer)).traceEvents ?? [];
+    const tracks = new Map();
+    for (const e of evs) {
+      if (e.ph !== 'C') continue;
+      counters.events++;
+      for (const [k, v] of Object.entries(e.args ?? {})) {
+        if (typeof v !== 'number') counters.numeric = false;
+        const key = e.pid + ' ' + e.name + ' ' + k;
+        tracks.set(key, Math.max(tracks.get(key) ?? 0, v));
+      }
+    }
+    counters.tracks = [...tracks.keys()];
+    counters.busyLinks = [...tracks].filter(([k, max]) => k.includes(' link ') && k.endsWith(' MB/s') && max > 0).length;
+  } catch (err) {
+    counters.error = String(err);
+  }
+  window.__received = { pings, title: p.title, size: p.buffer.byteLength, sha256, from: ev.origin, counters };
 });
 </script>`;
 
@@ -167,6 +187,28 @@ try {
   const master = (await (await fetch(`${api}/cluster`)).json()).masterId;
   check((await page.$eval(`[data-node="${master}"] .node`, (e) => e.classList.contains('master'))), 'the master is marked');
   await page.screenshot({ path: join(out, 'cluster.png') });
+  // Node cards: no two lines of text overlap, and none leaves its card, at
+  // a phone's, a tablet's and a desktop's width.
+  for (const width of [320, 768, 1400]) {
+    await page.setViewportSize({ width, height: 900 });
+    await page.waitForTimeout(200);
+    const clashes = await page.$$eval('[data-testid=topo-node]', (nodes) => {
+      const out = [];
+      const inside = (a, b) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5 && a.top >= b.top - 0.5 && a.bottom <= b.bottom + 0.5;
+      const meet = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+      for (const n of nodes) {
+        const card = n.querySelector('rect').getBoundingClientRect();
+        const texts = [...n.querySelectorAll('[data-testid=card-text]')].map((t) => [t.textContent, t.getBoundingClientRect()]);
+        for (const [s, r] of texts) if (!inside(r, card)) out.push(`"${s}" leaves its card`);
+        for (let i = 0; i < texts.length; i++)
+          for (let j = i + 1; j < texts.length; j++) if (meet(texts[i][1], texts[j][1])) out.push(`"${texts[i][0]}" overlaps "${texts[j][0]}"`);
+      }
+      return out;
+    });
+    check(clashes.length === 0, `at ${width} px, no text of a node card overlaps another or leaves its card${clashes.length ? ': ' + clashes.slice(0, 3).join('; ') : ''}`);
+    await page.screenshot({ path: join(out, `cluster-${width}.png`) });
+  }
+  await page.setViewportSize({ width: 1400, height: 900 });
 
   // Live: the event counter moves without a reload.
   const idx0 = await page.textContent('[data-testid=live-status]');
@@ -249,6 +291,10 @@ try {
   check(got.pings > 0, `the page pinged until PONG (${got.pings} PING)`);
   check(got.title === `Orrery ${chatTrace}`, `title "${got.title}"`);
   check(got.size === raw.length && got.sha256 === createHash('sha256').update(raw).digest('hex'), `the posted buffer equals /raw (${got.size} bytes, sha256 ${got.sha256.slice(0, 16)}…)`);
+  const ct = got.counters;
+  check(ct.events > 0 && ct.numeric && !ct.error && ct.tracks.some((k) => / memory.* bytes$/.test(k)),
+    `Perfetto gets the counter tracks as "C" events with numeric args (${ct.events} events, ${ct.tracks.length} tracks${ct.error ? ', ' + ct.error : ''})`);
+  check(ct.busyLinks === 3, `each of the 3 ranks' link MB/s tracks shows traffic (${ct.busyLinks}: ${ct.tracks.filter((k) => /link/.test(k)).join(' | ')})`);
   await popup.close();
   await page.waitForSelector('[data-testid=trace-msg]');
   check(/Sent to Perfetto/.test(await page.textContent('[data-testid=trace-msg]')), 'the page says the trace was sent');
@@ -264,6 +310,11 @@ try {
   check(drawn.length === lanes.length && drawn.every((n) => n > 0), `every lane draws spans (${drawn.join(', ')})`);
   const phases = await page.$$eval('[data-testid=phases] tr', (els) => els.map((e) => e.textContent));
   check(phases.some((p) => p.includes('decode')) && phases.some((p) => p.includes('prefill')), 'the phases show prefill and decode');
+  const heads = await page.$$eval('[data-testid=phases] th', (els) => els.map((e) => e.textContent.trim()));
+  const decodeRow = await page.$$eval('[data-testid=phases] tbody tr', (els) => els.map((e) => [...e.querySelectorAll('td')].map((td) => td.textContent.trim())).find((r) => r[0] === 'decode'));
+  const msOf = (t) => (t.endsWith(' s') ? 1000 * parseFloat(t) : parseFloat(t));
+  check(heads.includes('wall') && heads.includes('Σ ranks') && decodeRow && msOf(decodeRow[2]) <= msOf(decodeRow[3]),
+    `the phases show each phase's wall time and its sum over ranks (decode: wall ${decodeRow?.[2]}, Σ ranks ${decodeRow?.[3]})`);
   const ranks = await page.$$eval('[data-testid=ranks] tbody tr', (els) => els.map((e) => e.textContent));
   check(ranks.length === 3 && ranks.filter((r) => r.includes('slowest')).length === 1, 'per rank compute vs comms, the slowest called out');
   // Hover a span for its tooltip.

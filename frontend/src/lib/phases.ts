@@ -5,9 +5,12 @@ import type { TraceStats } from './types';
 
 export interface PhaseBar {
   name: string;
+  // wallUs is the wall time the phase's spans cover (overlapping spans of
+  // several ranks once); totalUs sums them over ranks.
+  wallUs: number;
   totalUs: number;
   count: number;
-  share: number; // of the wall time, 0..1 (capped at 1)
+  share: number; // wallUs of the trace's wall time, 0..1
 }
 
 export interface RankShare {
@@ -25,8 +28,12 @@ export function phasesFromStats(st: TraceStats): { phases: PhaseBar[]; ranks: Ra
   // Phases are the top-level categories (no '/').
   const phases = Object.entries(st.byCategory)
     .filter(([cat]) => !cat.includes('/'))
-    .map(([name, c]) => ({ name, totalUs: c.totalUs, count: c.count, share: Math.min(c.totalUs / wall, 1) }))
-    .sort((a, b) => b.totalUs - a.totalUs || a.name.localeCompare(b.name));
+    .map(([name, c]) => {
+      // Traces from before wallUs, or exo's: the sum, capped at the wall.
+      const wallUs = st.phases?.[name]?.wallUs ?? Math.min(c.totalUs, wall);
+      return { name, wallUs, totalUs: c.totalUs, count: c.count, share: Math.min(wallUs / wall, 1) };
+    })
+    .sort((a, b) => b.wallUs - a.wallUs || a.name.localeCompare(b.name));
   const shares = st.byRankShare ?? {};
   const ranks = Object.keys(st.byRank ?? {})
     .sort((a, b) => Number(a) - Number(b))

@@ -101,16 +101,22 @@ export function layoutTimeline(events: TraceEvent[]): Layout {
       t1 = Math.max(t1, end);
       spanCount++;
     } else if (e.ph === 'C' && e.ts != null && e.pid != null) {
-      const key = `${e.pid}:${e.name}`;
-      let c = counters.get(key);
-      if (!c) {
-        c = { key, pid: e.pid, name: e.name ?? '', process: procName.get(e.pid) ?? `process ${e.pid}`, points: [], min: Infinity, max: -Infinity };
-        counters.set(key, c);
+      // A track per numeric arg, named "name arg" as Perfetto does (a link
+      // has "MB/s" and "bytes sent" series under one name).
+      for (const [arg, raw] of Object.entries(e.args ?? {})) {
+        const v = Number(raw);
+        if (!Number.isFinite(v)) continue;
+        const key = `${e.pid}:${e.name}:${arg}`;
+        let c = counters.get(key);
+        if (!c) {
+          const name = arg === 'value' ? e.name ?? '' : `${e.name ?? ''} ${arg}`;
+          c = { key, pid: e.pid, name, process: procName.get(e.pid) ?? `process ${e.pid}`, points: [], min: Infinity, max: -Infinity };
+          counters.set(key, c);
+        }
+        c.points.push([e.ts, v]);
+        c.min = Math.min(c.min, v);
+        c.max = Math.max(c.max, v);
       }
-      const v = Number(Object.values(e.args ?? {})[0] ?? 0);
-      c.points.push([e.ts, v]);
-      c.min = Math.min(c.min, v);
-      c.max = Math.max(c.max, v);
     } else if ((e.ph === 's' || e.ph === 'f') && e.ts != null && e.pid != null && e.tid != null && e.id != null) {
       (e.ph === 's' ? flowStarts : flowEnds).set(String(e.id), { lane: lane(e.pid, e.tid), t: e.ts });
     }

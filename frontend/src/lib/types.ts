@@ -87,6 +87,7 @@ export interface TraceStats {
   taskId: string; totalWallTimeUs: number;
   byCategory: Record<string, CategoryStats>;
   byRank: Record<string, { byCategory: Record<string, CategoryStats> }>;
-  phases?: Record<string, CategoryStats & { share?: number }>;
+  // wallUs: the wall time a phase's spans cover (overlaps once); totalUs sums them over ranks.
+  phases?: Record<string, CategoryStats & { wallUs?: number; share?: number }>;
   byRankShare?: Record<string, ShareStats>;
 }

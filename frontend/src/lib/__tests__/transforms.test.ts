@@ -98,6 +98,16 @@ describe('phasesFromStats', () => {
     expect(ranks[1].slowest).toBe(true);
     expect(ranks[0].busyUs).toBe(500);
   });
+  it('shows each phase by its wall time, beside the sum over ranks', () => {
+    // decode ran on 3 ranks at once: 1400 µs summed, 500 µs of wall time.
+    const withWall: TraceStats = {
+      ...stats,
+      byCategory: { ...stats.byCategory, decode: { totalUs: 1400, count: 30, minUs: 40, maxUs: 60, avgUs: 46 } },
+      phases: { decode: { totalUs: 1400, count: 30, minUs: 40, maxUs: 60, avgUs: 46, wallUs: 500 }, prefill: { totalUs: 300, count: 1, minUs: 300, maxUs: 300, avgUs: 300, wallUs: 300 } },
+    };
+    const { phases } = phasesFromStats(withWall);
+    expect(phases.map((p) => [p.name, p.wallUs, p.totalUs, p.share])).toEqual([['decode', 500, 1400, 0.5], ['prefill', 300, 300, 0.3]]);
+  });
   it('names no slowest rank for one rank', () => {
     expect(phasesFromStats({ ...stats, byRank: { '0': { byCategory: {} } } }).slowest).toBeNull();
   });
@@ -144,6 +154,15 @@ describe('layoutTimeline', () => {
     expect(l.arrows[0].to).toEqual({ lane: 1, t: 140, depth: 0 });
     expect(l.counters[0].points).toEqual([[50, 3], [100, 5]]);
     expect([l.counters[0].min, l.counters[0].max]).toEqual([3, 5]);
+  });
+  it('makes a counter track per arg: a link\'s MB/s and bytes sent apart', () => {
+    const l = layoutTimeline([
+      { ph: 'C', name: 'link → b', ts: 0, pid: 1, args: { 'MB/s': 2.5 } },
+      { ph: 'C', name: 'link → b', ts: 5, pid: 1, args: { 'bytes sent': 4000 } },
+      { ph: 'C', name: 'link → b', ts: 9, pid: 1, args: { 'MB/s': 0 } },
+      { ph: 'C', name: 'load', ts: 9, pid: 1, args: { value: 1, note: 'x' } },
+    ]);
+    expect(l.counters.map((c) => [c.name, c.points.length, c.max])).toEqual([['link → b bytes sent', 1, 4000], ['link → b MB/s', 2, 2.5], ['load', 1, 1]]);
   });
   it('culls to the visible time range, long spans included', () => {
     const l = layoutTimeline(ev);
