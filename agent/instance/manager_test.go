@@ -255,7 +255,10 @@ func TestKeepAlive(t *testing.T) {
 	if got.Active != 0 || got.ExpiresAt == nil || time.Since(*got.ExpiresAt) > time.Minute || got.ExpiresAt.After(time.Now()) {
 		t.Fatalf("released with keep-alive 0: %+v", got)
 	}
-	m.reap(ctx, m.cfg.Store.State(), time.Now())
+	// Reaped a second past the expiry rather than "now", so that the test
+	// does not rest on the wall clock having moved since the release (it
+	// failed here once in CI, cause not found).
+	m.reap(ctx, m.cfg.Store.State(), got.ExpiresAt.Add(time.Second))
 	if _, err := m.Hold(in.InstanceID, nil); !errors.Is(err, api.ErrUnloading) && !errors.Is(err, api.ErrModelNotRunning) {
 		t.Fatalf("Hold while unloading: %v", err)
 	}
