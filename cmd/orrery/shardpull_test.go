@@ -74,6 +74,13 @@ func TestShardPullProcesses(t *testing.T) {
 		p.mustGet(t, "/node_id", &ids[i])
 	}
 	a := ps[0]
+	// A knows every node, and C's model, before it places on them.
+	poll(t, a, 20*time.Second, "every node and C's model in A's state", func() (bool, string) {
+		var idents map[string]any
+		a.mustGet(t, "/state/nodeIdentities", &idents)
+		_, body, _ := a.get("/v1/models")
+		return len(idents) == 3 && strings.Contains(string(body), modelID), fmt.Sprintf("%d identities; %s", len(idents), body)
+	})
 
 	// The reference: the model whole, from C's disk.
 	one := placeJSON(t, a, `{"model":"`+modelID+`","node":"`+ids[2]+`"}`)
