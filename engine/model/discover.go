@@ -1,8 +1,6 @@
 package model
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -104,7 +102,9 @@ type Scanner struct {
 	cache map[string]Entry
 }
 
-type candidate struct{ id, source, path, manifest string }
+// candidate is a model file a scan found; manifest and params are an
+// Ollama model's manifest and params layer ("" elsewhere).
+type candidate struct{ id, source, path, manifest, params string }
 
 // Scan lists the models in every directory, sorted by id. A directory
 // that does not exist is not an error.
@@ -138,9 +138,10 @@ func (s *Scanner) Scan() []Entry {
 			e.SizeBytes, e.ModTime = st.Size(), st.ModTime().UTC()
 		}
 		e.ID, e.Source, e.Path, e.manifest = c.id, c.source, c.path, c.manifest
-		if c.manifest != "" {
+		e.Defaults = nil
+		if c.params != "" {
 			// Per manifest, not per file: two tags may share a blob.
-			e.Defaults = ollamaDefaults(s.Dirs.Ollama, c.manifest)
+			e.Defaults = readDefaults(c.params)
 		}
 		next[key] = e
 		out = append(out, e)
@@ -232,14 +233,11 @@ func scanOrrery(dir string) []candidate {
 	var out []candidate
 	for _, e := range ents {
 		if !e.IsDir() && isGGUF(e.Name()) && !strings.HasPrefix(e.Name(), ".") {
-			out = append(out, candidate{strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())), SourceOrrery, filepath.Join(dir, e.Name()), ""})
+			out = append(out, candidate{strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())), SourceOrrery, filepath.Join(dir, e.Name()), "", ""})
 		}
 	}
 	return out
 }
-
-// ollamaDigest is the only digest form turned into a blob path.
-var ollamaDigest = regexp.MustCompile(`^sha256[:-]([0-9a-f]{64})$`)
 
 // scanOllama reads manifests/<host>/<namespace>/<model>/<tag>; the model
 // layer's digest names the blob.
@@ -255,49 +253,25 @@ func scanOllama(dir string) []candidate {
 		if len(parts) != 4 {
 			return
 		}
-		blob, err := ollamaModelBlob(path)
+		m, err := readOllamaManifest(path)
 		if err != nil {
 			return
+		}
+		blob, err := m.modelBlob()
+		if err != nil {
+			return
+		}
+		params := ""
+		if p, ok := m.paramsBlob(); ok {
+			params = filepath.Join(dir, "blobs", p)
 		}
 		id := parts[2] + ":" + parts[3]
 		if !(parts[0] == "registry.ollama.ai" && parts[1] == "library") {
 			id = strings.Join(parts[:3], "/") + ":" + parts[3]
 		}
-		out = append(out, candidate{id, SourceOllama, filepath.Join(dir, "blobs", blob), path})
+		out = append(out, candidate{id, SourceOllama, filepath.Join(dir, "blobs", blob), path, params})
 	})
 	return out
-}
-
-func ollamaModelBlob(manifest string) (string, error) {
-	b, err := readSmall(manifest, 1<<20)
-	if err != nil {
-		return "", err
-	}
-	return parseOllamaManifest(b)
-}
-
-// parseOllamaManifest returns the blob file name of a manifest's model
-// layer: sha256-<64 hex digits>, nothing else.
-func parseOllamaManifest(b []byte) (string, error) {
-	var m struct {
-		Layers []struct {
-			MediaType string `json:"mediaType"`
-			Digest    string `json:"digest"`
-		} `json:"layers"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return "", err
-	}
-	for _, l := range m.Layers {
-		if l.MediaType == "application/vnd.ollama.image.model" {
-			mm := ollamaDigest.FindStringSubmatch(l.Digest)
-			if mm == nil {
-				return "", fmt.Errorf("digest %q", l.Digest)
-			}
-			return "sha256-" + mm[1], nil
-		}
-	}
-	return "", errors.New("no model layer")
 }
 
 func readSmall(path string, limit int64) ([]byte, error) {
@@ -326,7 +300,7 @@ func scanLMStudio(dir string) []candidate {
 			return
 		}
 		rel, _ := filepath.Rel(dir, path)
-		out = append(out, candidate{strings.TrimSuffix(filepath.ToSlash(rel), filepath.Ext(rel)), SourceLMStudio, path, ""})
+		out = append(out, candidate{strings.TrimSuffix(filepath.ToSlash(rel), filepath.Ext(rel)), SourceLMStudio, path, "", ""})
 	})
 	return out
 }
@@ -346,7 +320,7 @@ func scanHF(dir string) []candidate {
 		}
 		repo := strings.ReplaceAll(strings.TrimPrefix(parts[0], "models--"), "--", "/")
 		file := strings.Join(parts[3:], "/")
-		out = append(out, candidate{repo + "/" + strings.TrimSuffix(file, filepath.Ext(file)), SourceHuggingFace, path, ""})
+		out = append(out, candidate{repo + "/" + strings.TrimSuffix(file, filepath.Ext(file)), SourceHuggingFace, path, "", ""})
 	})
 	return out
 }

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -168,26 +167,9 @@ func (r *Removed) removeOllama(store, manifest string) error {
 // manifestBlobs are the blob file names (sha256-<hex>) a manifest names:
 // its config and every layer.
 func manifestBlobs(path string) (map[string]bool, error) {
-	b, err := readSmall(path, 1<<20)
+	m, err := readOllamaManifest(path)
 	if err != nil {
 		return nil, err
 	}
-	var m struct {
-		Config struct{ Digest string }   `json:"config"`
-		Layers []struct{ Digest string } `json:"layers"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", path, err)
-	}
-	ds := []string{m.Config.Digest}
-	for _, l := range m.Layers {
-		ds = append(ds, l.Digest)
-	}
-	out := map[string]bool{}
-	for _, d := range ds {
-		if mm := ollamaDigest.FindStringSubmatch(d); mm != nil {
-			out["sha256-"+mm[1]] = true
-		}
-	}
-	return out, nil
+	return m.blobs(), nil
 }
