@@ -187,11 +187,11 @@ func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, []trace.Cou
 		}
 	}()
 	lastPub := time.Time{}
-	got := []receivedAt{{loadStart, 0}}
+	got := []trace.CounterSample{{TsNs: loadStart.UnixNano()}} // bytes in so far
 	path, info, err := cfg.ModelFile(fctx, p.inst, p.rank, func(pr Progress) {
 		now := time.Now()
-		if now.Sub(got[len(got)-1].t) >= transferSample {
-			got = append(got, receivedAt{now, pr.Done})
+		if now.UnixNano()-got[len(got)-1].TsNs >= int64(transferSample) {
+			got = append(got, trace.CounterSample{TsNs: now.UnixNano(), Value: float64(pr.Done)})
 		}
 		if now.Sub(lastPub) < 500*time.Millisecond && pr.Done < pr.Size {
 			return
@@ -219,7 +219,7 @@ func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, []trace.Cou
 	case "pull":
 		cat, name, track = "load/shard-pull", "pull from "+info.From, "pull "+info.From
 	}
-	got = append(got, receivedAt{time.Now(), info.Bytes})
+	got = append(got, trace.CounterSample{TsNs: time.Now().UnixNano(), Value: float64(info.Bytes)})
 	return path, []trace.Span{{Name: name, Cat: cat, Node: cfg.NodeID, Rank: p.rank,
 			StartNs: loadStart.UnixNano(), DurNs: time.Since(loadStart).Nanoseconds(), Args: trace.Args{}.WithBytes(info.Bytes)}},
 		rateTrack(cfg.NodeID, track, got), nil
@@ -229,29 +229,13 @@ func (p *proc) modelFile(loadStart time.Time) (string, []trace.Span, []trace.Cou
 // load trace's MB/s track.
 const transferSample = 100 * time.Millisecond
 
-// receivedAt is how many bytes of a shard were in at t.
-type receivedAt struct {
-	t    time.Time
-	done int64
-}
-
-// rateTrack is the MB/s between each two samples, as counter samples of
-// track on node (none for an unnamed track), then a 0 at the last.
-func rateTrack(node, track string, got []receivedAt) []trace.CounterSample {
+// rateTrack is the MB/s track of a shard's bytes in so far (none for an
+// unnamed track: a shard cut here).
+func rateTrack(node, track string, got []trace.CounterSample) []trace.CounterSample {
 	if track == "" {
 		return nil
 	}
-	out := make([]trace.CounterSample, 0, len(got))
-	for i, g := range got {
-		v := 0.0
-		if i+1 < len(got) {
-			if dt := got[i+1].t.Sub(g.t).Seconds(); dt > 0 && got[i+1].done >= g.done {
-				v = float64(got[i+1].done-g.done) / 1e6 / dt
-			}
-		}
-		out = append(out, trace.CounterSample{Node: node, Name: track, Unit: "MB/s", TsNs: g.t.UnixNano(), Value: v})
-	}
-	return out
+	return trace.RateTrack(node, track, got)
 }
 
 // transferOf is a shard transfer's progress as the state shows it.

@@ -36,16 +36,7 @@ func linkTracks(self string, counters []trace.CounterSample, spans []trace.Span,
 	}
 	for peer, cs := range byPeer {
 		slices.SortFunc(cs, func(a, b trace.CounterSample) int { return cmp.Compare(a.TsNs, b.TsNs) })
-		name := "link " + self + "→" + peer
-		for i, c := range cs {
-			v := 0.0
-			if i+1 < len(cs) {
-				if dt := cs[i+1].TsNs - c.TsNs; dt > 0 && cs[i+1].Value >= c.Value {
-					v = (cs[i+1].Value - c.Value) / 1e6 / (float64(dt) / 1e9)
-				}
-			}
-			out = append(out, trace.CounterSample{Node: self, Name: name, Unit: "MB/s", TsNs: c.TsNs, Value: v})
-		}
+		out = append(out, trace.RateTrack(self, "link "+self+"→"+peer, cs)...)
 	}
 	return append(out, sentTracks(self, spans, nodeOf)...)
 }

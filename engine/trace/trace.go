@@ -47,6 +47,24 @@ func LinkSample(from, to string, t time.Time, mbps float64) CounterSample {
 	return CounterSample{Node: from, Name: "link " + from + "→" + to, Unit: "MB/s", TsNs: t.UnixNano(), Value: mbps}
 }
 
+// RateTrack turns samples of a cumulative byte count (Value at TsNs, in
+// time order) into the MB/s track name on node: each interval between two
+// samples an exact value, held from its start, and 0 at the last sample
+// (the count stopped there). An interval whose count went down is 0.
+func RateTrack(node, name string, cum []CounterSample) []CounterSample {
+	out := make([]CounterSample, 0, len(cum))
+	for i, c := range cum {
+		v := 0.0
+		if i+1 < len(cum) {
+			if dt := cum[i+1].TsNs - c.TsNs; dt > 0 && cum[i+1].Value >= c.Value {
+				v = (cum[i+1].Value - c.Value) / 1e6 / (float64(dt) / 1e9)
+			}
+		}
+		out = append(out, CounterSample{Node: node, Name: name, Unit: "MB/s", TsNs: c.TsNs, Value: v})
+	}
+	return out
+}
+
 // FlowPhase is the end of a flow an event marks.
 type FlowPhase byte
 
