@@ -483,15 +483,8 @@ func (f *Fetcher) getRange(ctx context.Context, t Target, part *os.File, off, n 
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusPartialContent {
-		if off != 0 || resp.ContentLength != t.Size || t.Size != n {
-			return errNoRange
-		}
-		// The whole (small) file was asked for and came whole.
-	}
-	if cr := resp.Header.Get("Content-Range"); resp.StatusCode == http.StatusPartialContent &&
-		cr != fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, t.Size) {
-		return fmt.Errorf("GET %s: Content-Range %q for bytes %d-%d of %d", t.URL, cr, off, off+n-1, t.Size)
+	if err := checkRange(resp, t, off, n); err != nil {
+		return err
 	}
 	var werr error
 	k, err := copyAt(part, io.LimitReader(resp.Body, n), off, func(k int64) {
@@ -508,6 +501,23 @@ func (f *Fetcher) getRange(ctx context.Context, t Target, part *os.File, off, n 
 	}
 	if err != nil {
 		return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: %w", t.URL, off, off+n-1, err)}
+	}
+	return nil
+}
+
+// checkRange checks the answer to a GET of bytes [off, off+n) of t: a
+// 206 must name exactly that range of a file of t's size; a 200 is the
+// whole file, right only when the whole file was asked for (else
+// errNoRange).
+func checkRange(resp *http.Response, t Target, off, n int64) error {
+	if resp.StatusCode != http.StatusPartialContent {
+		if off != 0 || resp.ContentLength != t.Size || t.Size != n {
+			return errNoRange
+		}
+		return nil
+	}
+	if cr := resp.Header.Get("Content-Range"); cr != fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, t.Size) {
+		return fmt.Errorf("GET %s: Content-Range %q for bytes %d-%d of %d", t.URL, cr, off, off+n-1, t.Size)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path"
 	"strings"
@@ -140,12 +139,8 @@ func (f *Fetcher) span(ctx context.Context, t Target, off, n int64) ([]byte, err
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusPartialContent {
-		if off != 0 || resp.ContentLength != n { // not the whole file
-			return nil, fmt.Errorf("GET %s: %w", t.URL, errNoRange)
-		}
-	} else if cr := resp.Header.Get("Content-Range"); cr != fmt.Sprintf("bytes %d-%d/%d", off, off+n-1, t.Size) {
-		return nil, fmt.Errorf("GET %s: Content-Range %q for bytes %d-%d of %d", t.URL, cr, off, off+n-1, t.Size)
+	if err := checkRange(resp, t, off, n); err != nil {
+		return nil, err
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, n))
 	if err == nil && int64(len(b)) < n {
