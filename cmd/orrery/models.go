@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -266,23 +265,11 @@ func runModelsRm(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.Usage = func() { fmt.Fprint(stderr, modelsUsage); fs.PrintDefaults() }
 	apiURL := fs.String("api", client.DefaultBaseURL, "API URL of the agent")
 	node := fs.String("node", "", "node to delete the model from (default: the agent's own)")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	id, base, code, ok := oneArgAndAPI(fs, args, name, "model id", modelsUsage, apiURL, stderr)
+	if !ok {
+		return code
 	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "%s: want one model id, got %d\n\n%s", name, len(pos), modelsUsage)
-		return 2
-	}
-	base, err := client.ParseBaseURL(*apiURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *apiURL, err)
-		return 2
-	}
-	d, err := client.New(base).DeleteModel(ctx, pos[0], *node)
+	d, err := client.New(base).DeleteModel(ctx, id, *node)
 	if err != nil {
 		reportAPIError(stderr, name, base, err)
 		return 1

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,24 +41,12 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, pullUsage); fs.PrintDefaults() }
 	apiURL := fs.String("api", client.DefaultBaseURL, "API URL of the agent that pulls (the model goes to its machine)")
 	detach := fs.Bool("detach", false, "start the pull and print its id, without waiting")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "%s: want one model reference, got %d\n\n%s", name, len(pos), pullUsage)
-		return 2
-	}
-	base, err := client.ParseBaseURL(*apiURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *apiURL, err)
-		return 2
+	ref, base, code, ok := oneArgAndAPI(fs, args, name, "model reference", pullUsage, apiURL, stderr)
+	if !ok {
+		return code
 	}
 	c := &client.Client{BaseURL: base, Timeout: 30 * time.Second}
-	d, err := c.Pull(ctx, pos[0])
+	d, err := c.Pull(ctx, ref)
 	if err != nil {
 		reportAPIError(stderr, name, base, err)
 		return 1

@@ -97,6 +97,29 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	return 0
 }
 
+// oneArgAndAPI parses the flags of a command that asks an agent about
+// one thing (what names it in errors) and its --api URL (apiURL, once
+// parsed). ok false means exit with code.
+func oneArgAndAPI(fs *flag.FlagSet, args []string, name, what, usage string, apiURL *string, stderr io.Writer) (arg, base string, code int, ok bool) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", "", 0, false
+		}
+		return "", "", 2, false
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "%s: want one %s, got %d\n\n%s", name, what, len(pos), usage)
+		return "", "", 2, false
+	}
+	base, err = client.ParseBaseURL(*apiURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *apiURL, err)
+		return "", "", 2, false
+	}
+	return pos[0], base, 0, true
+}
+
 // reportAPIError prints a command's failed request to an agent: when no
 // agent answers at base, it says so and how to start one.
 func reportAPIError(stderr io.Writer, name, base string, err error) {
