@@ -256,8 +256,7 @@ func TestKeepAlive(t *testing.T) {
 		t.Fatalf("released with keep-alive 0: %+v", got)
 	}
 	// Reaped a second past the expiry rather than "now", so that the test
-	// does not rest on the wall clock having moved since the release (it
-	// failed here once in CI, cause not found).
+	// does not rest on the wall clock having moved since the release.
 	m.reap(ctx, m.cfg.Store.State(), got.ExpiresAt.Add(time.Second))
 	if _, err := m.Hold(in.InstanceID, nil); !errors.Is(err, api.ErrUnloading) && !errors.Is(err, api.ErrModelNotRunning) {
 		t.Fatalf("Hold while unloading: %v", err)

@@ -51,10 +51,16 @@ func (st *Store) Apply(ie Indexed) error {
 	if err != nil {
 		return err
 	}
-	if err := st.log.Append(ie); err != nil {
-		return fmt.Errorf("store: %w", err)
+	if want := st.log.Next(); ie.Idx != want {
+		return fmt.Errorf("store: %w: append %d, want %d", ErrOutOfOrder, ie.Idx, want)
 	}
+	// The state first, then the log, whose Append wakes its waiters: a
+	// waiter that sees the log move must find the event in the state, or
+	// it takes the new Next and sleeps until some later event.
 	st.cur.Store(&next)
+	if err := st.log.Append(ie); err != nil {
+		return fmt.Errorf("store: %w", err) // cannot happen: only Apply appends, under st.mu
+	}
 	switch m := ie.Event.(type) {
 	case NodeMemoryMeasured:
 		st.history.Add(m.NodeID, m.Memory)
@@ -69,8 +75,8 @@ func (st *Store) Apply(ie Indexed) error {
 func (st *Store) Restore(s State) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.cur.Store(&s) // before the log wakes its waiters, as in Apply
 	st.log.Reset(s.LastEventAppliedIdx + 1)
-	st.cur.Store(&s)
 }
 
 // Hash is a digest of s: sha256 of its JSON (map keys sorted by
