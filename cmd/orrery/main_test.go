@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -147,15 +149,46 @@ func TestMain(m *testing.M) {
 
 // freeAddr returns a loopback address with a port that was free a moment
 // ago.
+// freeAddr returns a loopback address whose port is free, for an agent to
+// listen on. The port comes from below the kernel's ephemeral range: one
+// from "127.0.0.1:0", closed and handed on, could be taken by any outgoing
+// connection or :0 listener before the agent binds it (which failed CI
+// now and then). Ports below that range are only ever asked for by name,
+// and this test binary hands each out once.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := ephemeralLow()
+	for range 1000 {
+		port := low - 1 - int(portsGiven.Add(1)+portsBase)%(low-1024)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return ln.Addr().String()
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	t.Fatal("no free port below the ephemeral range")
+	return ""
+}
+
+var (
+	portsGiven atomic.Int64
+	// portsBase spreads test binaries run side by side over the range.
+	portsBase = rand.Int64N(20000)
+)
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	var low int
+	if err == nil {
+		fmt.Sscan(string(b), &low)
+	}
+	if low <= 2048 {
+		low = 32768
+	}
+	return low
 }
 
 type agentProc struct {
