@@ -126,6 +126,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/v1/traces/{id}", allow(s.atTraceHome(s.traceItem), http.MethodGet, http.MethodHead, http.MethodDelete))
 	mux.Handle("/v1/traces/{id}/stats", onlyGET(s.atTraceHome(s.traceStats)))
 	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.atTraceHome(s.traceRaw)))
+	mux.Handle("/v1/traces/{id}/spans", onlyGET(s.atTraceHome(s.traceSpans)))
 	mux.Handle("/v1/traces/{id}/open", allow(s.traceOpen, http.MethodPost))
 	mux.Handle("/perfetto/{id}", onlyGET(s.perfettoPage))
 	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, false) }))
@@ -190,6 +191,7 @@ func (s *Server) PeerHandler() http.Handler {
 	mux.Handle("/v1/traces/{id}", allow(s.traceItem, http.MethodGet, http.MethodHead, http.MethodDelete))
 	mux.Handle("/v1/traces/{id}/stats", onlyGET(s.traceStats))
 	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.traceRaw))
+	mux.Handle("/v1/traces/{id}/spans", onlyGET(s.traceSpans))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such peer endpoint: %s", r.URL.Path))
 	})

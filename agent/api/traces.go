@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -21,6 +22,8 @@ type TraceStore interface {
 	List() []tracestore.Meta
 	Get(id string) (tracestore.Meta, error)
 	OpenTrace(id string) (*os.File, tracestore.Meta, error)
+	// View returns the trace loaded for drawing windows of it.
+	View(id string) (*trace.Index, error)
 	Delete(id string) error
 }
 
@@ -112,6 +115,54 @@ func (s *Server) traceStats(w http.ResponseWriter, r *http.Request) {
 	st := trace.ComputeStats(t.Spans)
 	st.TaskID = id
 	writeJSON(w, http.StatusOK, st)
+}
+
+// traceSpans answers GET /v1/traces/{id}/spans?from=&to=&px=: what a
+// timeline draws of [from, to] (µs since the trace's start; both absent:
+// the whole trace) px pixels wide (default 1000), its size bounded by px
+// rather than by the trace (trace.Window).
+func (s *Server) traceSpans(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.traceID(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	num := func(name string, def float64) (float64, bool) {
+		v := q.Get(name)
+		if v == "" {
+			return def, true
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("%s=%q: want a finite number", name, v))
+			return 0, false
+		}
+		return f, true
+	}
+	from, ok1 := num("from", 0)
+	to, ok2 := num("to", 0)
+	px, ok3 := num("px", 1000)
+	if !ok1 || !ok2 || !ok3 {
+		return
+	}
+	if px < 1 || px > trace.MaxWindowPx || px != math.Trunc(px) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("px=%v: want a whole number from 1 to %d", px, trace.MaxWindowPx))
+		return
+	}
+	if (q.Has("from") || q.Has("to")) && !(from < to) {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("from=%v to=%v: want from < to", from, to))
+		return
+	}
+	x, err := s.Traces.View(id)
+	if err != nil {
+		if errors.Is(err, tracestore.ErrNotFound) || errors.Is(err, tracestore.ErrBadID) {
+			traceError(w, err)
+			return
+		}
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, x.Window(from, to, int(px)))
 }
 
 func (s *Server) traceRaw(w http.ResponseWriter, r *http.Request) {

@@ -398,3 +398,61 @@ func TestPerfettoPage(t *testing.T) {
 		t.Errorf("GET /perfetto/nope = %d, want 404", r.code)
 	}
 }
+
+// /spans answers the window a timeline draws, from the trace as its file
+// holds it; bad parameters get a 400 naming them.
+func TestTraceSpans(t *testing.T) {
+	f := newTraceFixture(t)
+	for id, tr := range f.traces {
+		r := get(t, f.srv.URL+"/v1/traces/"+id+"/spans?px=800")
+		if r.code != http.StatusOK {
+			t.Fatalf("GET spans %s = %d %s", id, r.code, r.body)
+		}
+		var w trace.Window
+		if err := json.Unmarshal(r.body, &w); err != nil {
+			t.Fatal(err)
+		}
+		ranks := map[int]bool{}
+		for _, s := range tr.Spans {
+			ranks[s.Rank] = true
+		}
+		if w.Spans != len(tr.Spans) || w.Drawn != len(tr.Spans) || w.Px != 800 || len(w.Lanes) < len(ranks) || len(w.Names) == 0 {
+			t.Errorf("%s: window of %d spans (%d drawn, px %d, %d lanes), want %d spans over %d ranks", id, w.Spans, w.Drawn, w.Px, len(w.Lanes), len(tr.Spans), len(ranks))
+		}
+		mid := get(t, fmt.Sprintf("%s/v1/traces/%s/spans?from=%v&to=%v&px=100", f.srv.URL, id, w.T1*0.4, w.T1*0.6))
+		var z trace.Window
+		if mid.code != http.StatusOK || json.Unmarshal(mid.body, &z) != nil || z.From != w.T1*0.4 || z.Drawn == 0 || z.Drawn >= w.Drawn {
+			t.Errorf("%s: the middle fifth: %d %s", id, mid.code, mid.body[:min(len(mid.body), 200)])
+		}
+	}
+	x1, err := f.store.View("mid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x2, _ := f.store.View("mid"); x2 != x1 {
+		t.Error("a second View loaded the trace again")
+	}
+	for q, want := range map[string]string{
+		"px=0":          "px=0",
+		"px=1.5":        "px=1.5",
+		"px=99999":      "px=99999",
+		"from=abc&to=2": `from="abc"`,
+		"from=5&to=5":   "want from < to",
+		"from=NaN&to=1": `from="NaN"`,
+		"to=Inf":        `to="Inf"`,
+		"from=3":        "want from < to",
+	} {
+		r := get(t, f.srv.URL+"/v1/traces/mid/spans?"+q)
+		var e struct{ Error string }
+		json.Unmarshal(r.body, &e)
+		if r.code != http.StatusBadRequest || !strings.Contains(e.Error, want) {
+			t.Errorf("?%s = %d %s, want 400 naming %s", q, r.code, r.body, want)
+		}
+	}
+	if r := get(t, f.srv.URL+"/v1/traces/nope/spans"); r.code != http.StatusNotFound {
+		t.Errorf("spans of a missing trace = %d %s", r.code, r.body)
+	}
+	if r := get(t, f.srv.URL+"/v1/traces/..%2Fsecret/spans"); r.code != http.StatusBadRequest {
+		t.Errorf("spans of ../secret = %d %s", r.code, r.body)
+	}
+}

@@ -67,6 +67,8 @@ type Store struct {
 
 	mu    sync.Mutex // guards index and the files
 	index map[string]Meta
+
+	views views // loaded for drawing (View)
 }
 
 // Open opens (creating) the store in cfg.Dir and loads its index. A

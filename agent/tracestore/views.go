@@ -1,0 +1,103 @@
+package tracestore
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// maxViewSpans bounds the spans the loaded indexes hold together (about
+// 200 bytes each): a timeline's pans and zooms read the trace they show
+// from memory, not from its file on each request. The newest index is kept
+// whatever its size.
+const maxViewSpans = 4_000_000
+
+// views keeps the indexes of the traces last drawn, newest first.
+type views struct {
+	mu      sync.Mutex
+	entries []*view
+}
+
+type view struct {
+	id    string
+	size  int64
+	mod   time.Time
+	ready chan struct{} // closed once x or err is set
+	x     *trace.Index
+	err   error
+	spans int
+}
+
+// View returns the trace's index for drawing windows of it, loading it
+// when it is not in memory or its file changed. Concurrent calls for one
+// trace load it once.
+func (s *Store) View(id string) (*trace.Index, error) {
+	f, _, err := s.OpenTrace(id)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat trace %s: %w", id, err)
+	}
+	v, load := s.views.get(id, fi.Size(), fi.ModTime())
+	if load {
+		t, err := trace.ReadChrome(f)
+		if err != nil {
+			v.err = fmt.Errorf("load trace %s: %w", id, err)
+		} else {
+			v.x, v.spans = trace.NewIndex(t), len(t.Spans)
+		}
+		close(v.ready)
+		s.views.trim(v)
+	}
+	<-v.ready
+	return v.x, v.err
+}
+
+// get returns the entry for the file, and whether the caller must load it.
+func (vs *views) get(id string, size int64, mod time.Time) (*view, bool) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	for i, v := range vs.entries {
+		if v.id != id {
+			continue
+		}
+		if v.size == size && v.mod.Equal(mod) {
+			copy(vs.entries[1:i+1], vs.entries[:i])
+			vs.entries[0] = v
+			return v, false
+		}
+		vs.entries = append(vs.entries[:i], vs.entries[i+1:]...)
+		break
+	}
+	v := &view{id: id, size: size, mod: mod, ready: make(chan struct{})}
+	vs.entries = append([]*view{v}, vs.entries...)
+	return v, true
+}
+
+// trim drops failed loads and the oldest indexes past maxViewSpans, always
+// keeping the one just loaded.
+func (vs *views) trim(loaded *view) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	kept, spans := vs.entries[:0], 0
+	for _, v := range vs.entries {
+		select {
+		case <-v.ready:
+		default: // still loading
+			kept = append(kept, v)
+			continue
+		}
+		if v.err != nil || v != loaded && spans+v.spans > maxViewSpans {
+			continue
+		}
+		spans += v.spans
+		kept = append(kept, v)
+	}
+	clear(vs.entries[len(kept):])
+	vs.entries = kept
+}
