@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -29,6 +30,16 @@ func FuzzReadChrome(f *testing.F) {
 	lim := ReadLimits{MaxEvents: 10000, MaxDepth: 32, MaxString: 1 << 16}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		first, err := ReadChromeLimits(bytes.NewReader(data), lim)
+		// Read by two goroutines (forced, however small the input), or
+		// without the fast path, the result and the error are those of a
+		// sequential read by the general reader.
+		general, _, generalErr := readChrome(bytes.NewReader(data), lim, readOptions{splitMin: -1, noFast: true})
+		for _, opt := range []readOptions{{splitMin: 0}, {splitMin: -1}, {splitMin: 0, noFast: true}} {
+			got, _, gotErr := readChrome(bytes.NewReader(data), lim, opt)
+			if fmt.Sprint(gotErr) != fmt.Sprint(generalErr) || !reflect.DeepEqual(got, general) {
+				t.Fatalf("read %+v: %v\n%+v\ngeneral reader: %v\n%+v", opt, gotErr, got, generalErr, general)
+			}
+		}
 		if err != nil {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,16 +38,15 @@ type ReadLimits struct {
 const maxSeries = 1024
 
 // maxSpanHint caps the span capacity ReadChrome reserves from the input size
-// (256 MiB of spans); bigger traces grow in further chunks.
+// (2 M spans); bigger traces grow in further chunks.
 const maxSpanHint = 2 << 20
 
-// maxInternedStrings bounds the distinct names ReadChrome shares between
-// events; past it each new name is its own allocation.
-const maxInternedStrings = 1 << 16
-
 // ReadChrome reads a Chrome trace: Orrery's own files and foreign ones such
-// as exo's, in the object form {"traceEvents":[...]} or as a bare array. It
-// streams: no document tree is built.
+// as exo's, in the object form {"traceEvents":[...]} or as a bare array. No
+// document tree is built. A small input is streamed; one of 8 MiB or more
+// (as its Len or Stat tells) is read in place, a file mapped into memory
+// rather than copied, by two goroutines that each take half of the events.
+// Spans in the form WriteChrome writes take a fast path.
 //
 // Input cut short keeps the complete events before the cut, whatever the
 // form; only empty input and syntax errors fail.
@@ -75,6 +75,26 @@ func ReadChrome(r io.Reader) (*Trace, error) {
 
 // ReadChromeLimits is ReadChrome with explicit limits.
 func ReadChromeLimits(r io.Reader, lim ReadLimits) (*Trace, error) {
+	t, _, err := readChrome(r, lim, readOptions{splitMin: splitMin})
+	return t, err
+}
+
+// readOptions are the ways ReadChrome reads, for tests to compare.
+type readOptions struct {
+	// splitMin: two goroutines read an input of at least this many bytes
+	// (never when it is negative).
+	splitMin int64
+	noFast   bool // every event through the general reader
+}
+
+// readStats says how a read went, for tests.
+type readStats struct {
+	joined bool // a second goroutine's events were used
+	fast   int  // events read by the fast path
+}
+
+// readChrome reads as opt says.
+func readChrome(r io.Reader, lim ReadLimits, opt readOptions) (t *Trace, rs readStats, err error) {
 	if lim.MaxEvents <= 0 {
 		lim.MaxEvents = DefaultMaxEvents
 	}
@@ -85,23 +105,39 @@ func ReadChromeLimits(r io.Reader, lim ReadLimits) (*Trace, error) {
 		lim.MaxString = DefaultMaxString
 	}
 	l := &loader{
-		d:    newDecoder(r, lim.MaxDepth, lim.MaxString),
-		lim:  lim,
-		t:    &Trace{Processes: map[string]string{}},
-		strs: map[string]string{},
+		lim: lim,
+		t:   &Trace{Processes: map[string]string{}},
 	}
-	if n := sizeHint(r); n > 0 {
+	l.initStrings()
+	n := sizeHint(r)
+	l.splitMin, l.noFast = opt.splitMin, opt.noFast
+	if opt.splitMin >= 0 && n >= opt.splitMin {
+		// Large: read in place from memory, so that two goroutines can
+		// share it; a file is mapped rather than copied.
+		data, unmap, end := inMemory(r, n)
+		if unmap != nil {
+			defer unmap()
+		}
+		l.data, l.mapped = data, unmap != nil
+		l.d = newDecoderBytes(data, end, lim.MaxDepth, lim.MaxString)
+	} else {
+		l.d = newDecoder(r, lim.MaxDepth, lim.MaxString)
+	}
+	if n > 0 {
 		// Orrery's X events take 150-200 bytes: with a hint from the input
 		// size the spans usually fit one chunk and are never copied.
-		est := int(min(n/160, int64(lim.MaxEvents), maxSpanHint))
-		l.spans.first, l.spanPids.first = est, est
+		est := int(min(n/100, int64(lim.MaxEvents), maxSpanHint))
+		l.spans.first = est
 	}
 	// A file cut short (a writer that died) keeps the events before the cut.
-	if err := l.top(); err != nil && !errors.Is(err, errEOF) {
-		return nil, err
+	err = l.guard(l.top)
+	l.stopSplit()
+	rs = readStats{joined: l.joined, fast: l.fast}
+	if err != nil && !errors.Is(err, errEOF) {
+		return nil, rs, err
 	}
 	l.finish()
-	return l.t, nil
+	return l.t, rs, nil
 }
 
 type loader struct {
@@ -110,24 +146,54 @@ type loader struct {
 	t   *Trace
 
 	events int
-	strs   map[string]string // interned names, categories, lanes, node ids
+	// Names, categories, lanes and node ids are interned: names[i] is the
+	// string of index i (0 is ""), which spans refer to, so that the spans
+	// read hold no pointers for the GC to scan until they are made Spans.
+	names  []string
+	strs   map[string]uint32 // index of a string in names
 	recent recentStrings     // cache in front of strs
 
 	// Results grow in chunks (no repeated copying of a growing slice) and
 	// are joined at the end. Node ids are resolved then too: metadata may come
 	// after the events it names, so each record keeps its pid until then.
-	spans                           chunkList[Span]
-	counters                        chunkList[CounterSample]
-	flows                           chunkList[Flow]
-	spanPids, counterPids, flowPids chunkList[int64]
-	procName, procNode              map[int64]string
+	spans                 chunkList[spanRec]
+	parts                 []spanPart // spans of a finished split read, in order
+	counters              chunkList[CounterSample]
+	flows                 chunkList[Flow]
+	counterPids, flowPids chunkList[int64]
+	procName, procNode    map[int64]string
 
 	ev event // reused for every event
+
+	data     []byte       // the whole input, when read into memory
+	splitMin int64        // the smallest event array split between two loaders
+	joined   bool         // a second loader's events were taken
+	mapped   bool         // data is a mapped file
+	noFast   bool         // the fast path is off (tests)
+	fast     int          // events read by the fast path
+	split    *split       // the second loader, while it reads
+	stop     *atomic.Bool // set when this loader is a second one no longer needed
 }
 
 // event is one trace event being read.
+// spanRec is a span as read: its strings are indices into the loader's
+// names, its node is still its pid.
+type spanRec struct {
+	name, cat, lane uint32
+	rank            int
+	start, dur      int64
+	pid             int64
+	args            Args
+}
+
+// spanPart is a run of spans with the names they refer to.
+type spanPart struct {
+	spans []spanRec
+	names []string
+}
+
 type event struct {
-	name, cat string
+	name, cat uint32 // into names
 	ph        string
 	ts, dur   int64 // ns
 	pid, tid  int64
@@ -138,7 +204,8 @@ type event struct {
 type eventArgs struct {
 	rank               int64
 	hasRank            bool
-	lane, nodeID, name string
+	lane               uint32 // into names
+	nodeID, name       string
 	hasNodeID, hasName bool
 	a                  Args
 	series             []series
@@ -183,6 +250,7 @@ func (l *loader) eventArray() error {
 	if err := d.enter('['); err != nil {
 		return err
 	}
+	l.startSplit()
 	for first := true; ; first = false {
 		c, ok := d.peek()
 		if !ok {
@@ -208,73 +276,55 @@ func (l *loader) eventArray() error {
 				return nil
 			}
 		}
-		l.events++
-		if l.events > l.lim.MaxEvents {
-			return fmt.Errorf("%w: more than %d events", ErrLimit, l.lim.MaxEvents)
-		}
-		if c != '{' {
-			if err := d.skip(); err != nil {
+		if l.split != nil {
+			if done, err := l.joinSplit(); err != nil || done {
 				return err
 			}
-			continue
 		}
-		if err := l.event(); err != nil {
+		if err := l.element(c); err != nil {
 			return err
 		}
 	}
 }
 
-// intern returns b as a string shared between events. A small
-// direct-mapped cache in front of the map catches the names and categories
-// that repeat from one event to the next without hashing them.
-func (l *loader) intern(b []byte) string {
-	slot := &l.recent[recentSlot(b)]
-	if *slot == string(b) {
-		return *slot
+// element reads one element of the event array, which starts with c.
+func (l *loader) element(c byte) error {
+	l.events++
+	if l.events > l.lim.MaxEvents {
+		return fmt.Errorf("%w: more than %d events", ErrLimit, l.lim.MaxEvents)
 	}
-	s, ok := l.strs[string(b)]
-	if !ok {
-		s = string(b)
-		if len(l.strs) < maxInternedStrings {
-			l.strs[s] = s
-		}
+	if c != '{' {
+		return l.d.skip()
 	}
-	*slot = s
-	return s
+	return l.event()
 }
-
-func recentSlot(b []byte) int {
-	if len(b) == 0 {
-		return 0
-	}
-	return (len(b)*31 + int(b[0])*7 + int(b[len(b)-1])) & (len(recentStrings{}) - 1)
-}
-
-type recentStrings [64]string
 
 // text reads a value as exo's loader would str() it: strings as themselves,
 // numbers as written, null/true/false as Python spells them; objects and
 // arrays as "".
-func (l *loader) text() (string, error) {
+func (l *loader) text() (uint32, error) {
 	v, err := l.d.readScalar()
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	switch v.kind {
 	case 's', 'n':
-		return l.intern(v.text), nil
+		return l.internIdx(v.text), nil
 	case 'b':
 		if v.b {
-			return "True", nil
+			return l.internIdx([]byte("True")), nil
 		}
-		return "False", nil
+		return l.internIdx([]byte("False")), nil
 	case 'z':
-		return "None", nil
+		return l.internIdx([]byte("None")), nil
 	}
-	return "", nil
+	return 0, nil
 }
 
 func (l *loader) event() error {
+	if !l.noFast && l.fastEvent() {
+		return nil
+	}
 	d := l.d
 	ev := &l.ev
 	series := ev.args.series[:0]
@@ -300,7 +350,9 @@ func (l *loader) event() error {
 		case "cat":
 			ev.cat, err = l.text()
 		case "ph":
-			ev.ph, err = l.text()
+			var ph uint32
+			ph, err = l.text()
+			ev.ph = l.names[ph]
 		case "ts":
 			ev.ts, _, err = l.fixed(3)
 		case "dur":
@@ -374,17 +426,10 @@ func (l *loader) dispatch() {
 	case "", "X":
 		// Field by field: a whole-struct store into the heap goes through a
 		// bulk write barrier while the GC runs, which it often does here.
-		sp := l.spans.add()
-		sp.Name = ev.name
-		sp.Cat = ev.cat
-		sp.Lane = ev.args.lane
-		sp.Rank = clampInt(rank)
-		sp.StartNs = ev.ts
-		sp.DurNs = ev.dur
-		sp.Args = ev.args.a
-		*l.spanPids.add() = ev.pid
+		*l.spans.add() = spanRec{name: ev.name, cat: ev.cat, lane: ev.args.lane, rank: clampInt(rank),
+			start: ev.ts, dur: ev.dur, pid: ev.pid, args: ev.args.a}
 	case "M":
-		if ev.name != "process_name" {
+		if l.names[ev.name] != "process_name" {
 			return
 		}
 		if l.procName == nil {
@@ -405,7 +450,7 @@ func (l *loader) dispatch() {
 			if unit == "value" {
 				unit = ""
 			}
-			*l.counters.add() = CounterSample{Name: ev.name, Unit: unit, TsNs: ev.ts, Value: s.v}
+			*l.counters.add() = CounterSample{Name: l.names[ev.name], Unit: unit, TsNs: ev.ts, Value: s.v}
 			*l.counterPids.add() = ev.pid
 		}
 	case "s", "f":
@@ -413,10 +458,10 @@ func (l *loader) dispatch() {
 			ID:    ev.id,
 			Phase: FlowPhase(ev.ph[0]),
 			Rank:  clampInt(rank),
-			Lane:  ev.args.lane,
+			Lane:  l.names[ev.args.lane],
 			TsNs:  ev.ts,
-			Name:  ev.name,
-			Cat:   ev.cat,
+			Name:  l.names[ev.name],
+			Cat:   l.names[ev.cat],
 		}
 		*l.flowPids.add() = ev.pid
 	}
@@ -465,10 +510,9 @@ func (l *loader) missingRanks() error {
 // stand for.
 func (l *loader) finish() {
 	t := l.t
-	t.Spans = l.spans.join()
 	t.Counters = l.counters.join()
 	t.Flows = l.flows.join()
-	spanPids, counterPids, flowPids := l.spanPids.join(), l.counterPids.join(), l.flowPids.join()
+	counterPids, flowPids := l.counterPids.join(), l.flowPids.join()
 	nodes := map[int64]string{}
 	node := func(pid int64) string {
 		if n, ok := nodes[pid]; ok {
@@ -481,15 +525,7 @@ func (l *loader) finish() {
 		nodes[pid] = n
 		return n
 	}
-	var lastPid int64
-	lastNode := ""
-	have := false
-	for i, pid := range spanPids {
-		if !have || pid != lastPid {
-			lastPid, lastNode, have = pid, node(pid), true
-		}
-		t.Spans[i].Node = lastNode
-	}
+	t.Spans = l.makeSpans(node)
 	for i, pid := range counterPids {
 		t.Counters[i].Node = node(pid)
 	}

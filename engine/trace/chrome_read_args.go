@@ -34,14 +34,14 @@ func (l *loader) args() error {
 			if v.kind != 's' {
 				break
 			}
-			s := l.intern(v.text)
+			i := l.internIdx(v.text)
 			switch code {
 			case argLane:
-				a.lane = s
+				a.lane = i
 			case argNodeID:
-				a.nodeID, a.hasNodeID = s, true
+				a.nodeID, a.hasNodeID = l.names[i], true
 			default:
-				a.name, a.hasName = s, true
+				a.name, a.hasName = l.names[i], true
 			}
 		case argRank:
 			a.rank, a.hasRank = v.fixedInt(0)

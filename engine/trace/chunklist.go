@@ -41,3 +41,17 @@ func (c *chunkList[T]) join() []T {
 	*c = chunkList[T]{}
 	return out
 }
+
+// appendList moves o's elements after c's (no copying) and empties o.
+func (c *chunkList[T]) appendList(o *chunkList[T]) {
+	if o.n == 0 {
+		return
+	}
+	if len(c.cur) > 0 {
+		c.full = append(c.full, c.cur)
+	}
+	c.full = append(c.full, o.full...)
+	c.cur = o.cur
+	c.n += o.n
+	*o = chunkList[T]{}
+}

@@ -31,6 +31,12 @@ func newDecoder(r io.Reader, maxDepth, maxString int) *decoder {
 	return &decoder{r: r, buf: make([]byte, 64<<10), maxDepth: maxDepth, maxString: maxString}
 }
 
+// newDecoderBytes reads data in place (it is never written to), then
+// reports end, io.EOF or the error that cut data short, as a stream would.
+func newDecoderBytes(data []byte, end error, maxDepth, maxString int) *decoder {
+	return &decoder{buf: data, n: len(data), rerr: end, maxDepth: maxDepth, maxString: maxString}
+}
+
 func (d *decoder) tooLong() error {
 	return fmt.Errorf("%w: a string longer than %d bytes at byte %d", ErrLimit, d.maxString, d.off+int64(d.i))
 }

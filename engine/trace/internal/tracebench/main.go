@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/trace"
@@ -72,6 +73,7 @@ func stats(args []string) error {
 	fs := flag.NewFlagSet("stats", flag.ExitOnError)
 	runs := fs.Int("runs", 3, "runs of each step; the best is reported")
 	jsonOut := fs.String("json", "", "write the statistics here")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the loads here")
 	fs.Parse(args)
 	if fs.NArg() != 1 {
 		usage()
@@ -82,6 +84,16 @@ func stats(args []string) error {
 		return err
 	}
 
+	if *cpuProfile != "" {
+		pf, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return err
+		}
+	}
 	var t *trace.Trace
 	bestLoad := time.Duration(1<<63 - 1)
 	for range max(*runs, 1) {
@@ -100,6 +112,7 @@ func stats(args []string) error {
 		}
 		bestLoad = min(bestLoad, d)
 	}
+	pprof.StopCPUProfile()
 
 	var st trace.Stats
 	bestStats := time.Duration(1<<63 - 1)
