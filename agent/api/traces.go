@@ -22,7 +22,9 @@ type TraceStore interface {
 	List() []tracestore.Meta
 	Get(id string) (tracestore.Meta, error)
 	OpenTrace(id string) (*os.File, tracestore.Meta, error)
-	// View returns the trace loaded for drawing windows of it.
+	// Load returns the trace, View its index for drawing windows of it;
+	// both keep the traces last read in memory.
+	Load(id string) (*trace.Trace, error)
 	View(id string) (*trace.Index, error)
 	Delete(id string) error
 }
@@ -101,15 +103,16 @@ func (s *Server) openTrace(w http.ResponseWriter, r *http.Request) (*os.File, st
 	return f, id, true
 }
 
+// traceStats answers from the trace as the store keeps it loaded (Load),
+// which the Trace page's timeline then draws (View): the file is read once.
 func (s *Server) traceStats(w http.ResponseWriter, r *http.Request) {
-	f, id, ok := s.openTrace(w, r)
+	id, ok := s.traceID(w, r)
 	if !ok {
 		return
 	}
-	defer f.Close()
-	t, err := trace.ReadChrome(f)
+	t, err := s.Traces.Load(id)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, fmt.Sprintf("load trace %s: %v", id, err))
+		viewError(w, err)
 		return
 	}
 	st := trace.ComputeStats(t.Spans)
@@ -155,14 +158,20 @@ func (s *Server) traceSpans(w http.ResponseWriter, r *http.Request) {
 	}
 	x, err := s.Traces.View(id)
 	if err != nil {
-		if errors.Is(err, tracestore.ErrNotFound) || errors.Is(err, tracestore.ErrBadID) {
-			traceError(w, err)
-			return
-		}
-		writeError(w, http.StatusInternalServerError, err.Error())
+		viewError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, x.Window(from, to, int(px)))
+}
+
+// viewError answers a failed View: 400 or 404 for the id, else 500 (a file
+// that does not load).
+func viewError(w http.ResponseWriter, err error) {
+	if errors.Is(err, tracestore.ErrNotFound) || errors.Is(err, tracestore.ErrBadID) {
+		traceError(w, err)
+		return
+	}
+	writeError(w, http.StatusInternalServerError, err.Error())
 }
 
 func (s *Server) traceRaw(w http.ResponseWriter, r *http.Request) {

@@ -8,13 +8,13 @@ import (
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
-// maxViewSpans bounds the spans the loaded indexes hold together (about
-// 200 bytes each): a timeline's pans and zooms read the trace they show
-// from memory, not from its file on each request. The newest index is kept
-// whatever its size.
+// maxViewSpans bounds the spans the loaded traces hold together (about
+// 200 bytes each with their index): a timeline's pans and zooms, and the
+// statistics, read the trace they show from memory, not from its file on
+// each request. The newest is kept whatever its size.
 const maxViewSpans = 4_000_000
 
-// views keeps the indexes of the traces last drawn, newest first.
+// views keeps the traces last read, newest first.
 type views struct {
 	mu      sync.Mutex
 	entries []*view
@@ -24,16 +24,38 @@ type view struct {
 	id    string
 	size  int64
 	mod   time.Time
-	ready chan struct{} // closed once x or err is set
-	x     *trace.Index
+	ready chan struct{} // closed once t or err is set
+	t     *trace.Trace
 	err   error
 	spans int
+
+	index sync.Once // makes x, on the first View
+	x     *trace.Index
 }
 
-// View returns the trace's index for drawing windows of it, loading it
-// when it is not in memory or its file changed. Concurrent calls for one
-// trace load it once.
+// View returns the trace's index for drawing windows of it, loading the
+// trace as Load does and indexing it once.
 func (s *Store) View(id string) (*trace.Index, error) {
+	v, err := s.load(id)
+	if err != nil {
+		return nil, err
+	}
+	v.index.Do(func() { v.x = trace.NewIndex(v.t) })
+	return v.x, nil
+}
+
+// Load returns the trace, loading it when it is not in memory or its file
+// changed; concurrent calls for one trace load it once. The trace must not
+// be changed.
+func (s *Store) Load(id string) (*trace.Trace, error) {
+	v, err := s.load(id)
+	if err != nil {
+		return nil, err
+	}
+	return v.t, nil
+}
+
+func (s *Store) load(id string) (*view, error) {
 	f, _, err := s.OpenTrace(id)
 	if err != nil {
 		return nil, err
@@ -49,13 +71,16 @@ func (s *Store) View(id string) (*trace.Index, error) {
 		if err != nil {
 			v.err = fmt.Errorf("load trace %s: %w", id, err)
 		} else {
-			v.x, v.spans = trace.NewIndex(t), len(t.Spans)
+			v.t, v.spans = t, len(t.Spans)
 		}
 		close(v.ready)
 		s.views.trim(v)
 	}
 	<-v.ready
-	return v.x, v.err
+	if v.err != nil {
+		return nil, v.err
+	}
+	return v, nil
 }
 
 // get returns the entry for the file, and whether the caller must load it.

@@ -178,21 +178,28 @@ func (x *Index) indexCounters(t *Trace) {
 }
 
 // indexArrows pairs each flow's start (a send span's start, or an "s"
-// event) with its end (a receive span's end, or an "f" event).
+// event) with its end (a receive span's end, or an "f" event), and sorts
+// the arrows by their start: each lane's come in that order already, so
+// the lanes' runs are merged.
 func (x *Index) indexArrows(t *Trace, laneOf map[threadKey]int32) {
-	starts, ends := map[uint64]arrowEnd{}, map[uint64]arrowEnd{}
+	n := len(t.Flows)
+	for i := range t.Spans {
+		if t.Spans[i].Args.Has&ArgFlowIn != 0 {
+			n++
+		}
+	}
+	ends := make(map[uint64]arrowEnd, n)
 	for li := range x.lanes {
 		ln := &x.lanes[li]
 		for i, si := range ln.order {
 			s := &t.Spans[si]
-			if id := s.Args.FlowOut(); id != 0 {
-				starts[id] = arrowEnd{lane: int32(li), depth: ln.depth[i], ts: s.StartNs}
-			}
 			if id := s.Args.FlowIn(); id != 0 {
 				ends[id] = arrowEnd{lane: int32(li), depth: ln.depth[i], ts: s.EndNs()}
 			}
 		}
 	}
+	var loose []indexArrow // from "s" events, in no particular order
+	starts := map[uint64]arrowEnd{}
 	for i := range t.Flows {
 		f := &t.Flows[i]
 		li, ok := laneOf[threadKey{f.Node, f.Rank, f.Lane}]
@@ -206,15 +213,61 @@ func (x *Index) indexArrows(t *Trace, laneOf map[threadKey]int32) {
 			ends[f.ID] = e
 		}
 	}
+	runs := make([][]indexArrow, 0, len(x.lanes)+1)
+	for li := range x.lanes {
+		ln := &x.lanes[li]
+		var run []indexArrow
+		for i, si := range ln.order {
+			s := &t.Spans[si]
+			if id := s.Args.FlowOut(); id != 0 {
+				if e, ok := ends[id]; ok {
+					run = append(run, indexArrow{arrowEnd{lane: int32(li), depth: ln.depth[i], ts: s.StartNs}, e})
+				}
+			}
+		}
+		runs = append(runs, run)
+	}
 	for id, s := range starts {
 		if e, ok := ends[id]; ok {
-			x.arrows = append(x.arrows, indexArrow{s, e})
-			x.maxArrow = max(x.maxArrow, abs64(e.ts-s.ts))
+			loose = append(loose, indexArrow{s, e})
 		}
 	}
-	slices.SortFunc(x.arrows, func(a, b indexArrow) int {
+	slices.SortFunc(loose, func(a, b indexArrow) int {
 		return cmp.Or(cmp.Compare(a.from.ts, b.from.ts), cmp.Compare(a.from.lane, b.from.lane), cmp.Compare(a.to.ts, b.to.ts))
 	})
+	x.arrows = mergeRuns(append(runs, loose))
+	for _, a := range x.arrows {
+		x.maxArrow = max(x.maxArrow, abs64(a.to.ts-a.from.ts))
+	}
+}
+
+// mergeRuns merges runs each sorted by start into one sorted by start
+// (ties: the earlier run first).
+func mergeRuns(runs [][]indexArrow) []indexArrow {
+	n := 0
+	for _, r := range runs {
+		n += len(r)
+	}
+	out := make([]indexArrow, 0, n)
+	if len(runs) > 16 { // many lanes: a sort beats picking among them
+		for _, r := range runs {
+			out = append(out, r...)
+		}
+		slices.SortStableFunc(out, func(a, b indexArrow) int { return cmp.Compare(a.from.ts, b.from.ts) })
+		return out
+	}
+	at := make([]int, len(runs))
+	for len(out) < n {
+		best := -1
+		for k, r := range runs {
+			if at[k] < len(r) && (best < 0 || r[at[k]].from.ts < runs[best][at[best]].from.ts) {
+				best = k
+			}
+		}
+		out = append(out, runs[best][at[best]])
+		at[best]++
+	}
+	return out
 }
 
 func abs64(v int64) int64 {
