@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { badge, displayNames, edgeLabel, edgeTooltip, topologyFromState } from '../topology';
 import { phasesFromStats } from '../phases';
-import { Viewport, layoutTimeline, visibleRange, type TraceEvent } from '../timeline';
+import { MAX_WINDOW_PX, Viewport, covers, spanAt, windowFor, type TraceWindow, type WindowLane } from '../timeline';
 import type { State, TraceStats } from '../types';
 
 const b = (n: number) => ({ inBytes: n });
@@ -113,63 +113,34 @@ describe('phasesFromStats', () => {
   });
 });
 
-describe('layoutTimeline', () => {
-  const ev: TraceEvent[] = [
-    { ph: 'M', name: 'process_name', pid: 1, args: { name: 'studio' } },
-    { ph: 'M', name: 'thread_name', pid: 1, tid: 0, args: { name: 'rank 0' } },
-    { ph: 'M', name: 'process_name', pid: 2, args: { name: 'mini' } },
-    { ph: 'M', name: 'thread_name', pid: 2, tid: 1, args: { name: 'rank 1' } },
-    { ph: 'X', name: 'token 1', cat: 'decode', ts: 100, dur: 50, pid: 1, tid: 0 },
-    { ph: 'X', name: 'compute', cat: 'decode/compute', ts: 100, dur: 30, pid: 1, tid: 0 },
-    { ph: 'X', name: 'send → rank 1', cat: 'decode/send', ts: 130, dur: 5, pid: 1, tid: 0 },
-    { ph: 'X', name: 'recv ← rank 0', cat: 'decode/recv', ts: 136, dur: 4, pid: 2, tid: 1 },
-    { ph: 'X', name: 'token 2', cat: 'decode', ts: 200, dur: 50, pid: 1, tid: 0 },
-    { ph: 's', id: 7, ts: 130, pid: 1, tid: 0 },
-    { ph: 'f', id: 7, ts: 140, pid: 2, tid: 1 },
-    { ph: 'C', name: 'memory', ts: 100, pid: 1, args: { bytes: 5 } },
-    { ph: 'C', name: 'memory', ts: 50, pid: 1, args: { bytes: 3 } },
-  ];
-  it('makes a lane per process and thread, with nesting depths', () => {
-    const l = layoutTimeline(ev);
-    expect(l.lanes.map((x) => `${x.process}/${x.thread}`)).toEqual(['studio/rank 0', 'mini/rank 1']);
-    expect(l.lanes[0].depths).toBe(2);
-    expect(l.lanes[1].y).toBe(2);
-    expect(l.rects[0].map((r) => [r.name, r.depth])).toEqual([['token 1', 0], ['compute', 1], ['send → rank 1', 1], ['token 2', 0]]);
-    expect(l.spanCount).toBe(5);
-    expect([l.t0, l.t1]).toEqual([100, 250]);
+describe('timeline windows', () => {
+  const win = (from: number, to: number, px: number): TraceWindow => ({
+    t0: 0, t1: 10_000, from, to, px, spanCount: 0, drawn: 0, names: [], lanes: [], counters: [], arrows: [],
   });
-  it('orders lanes by rank, whatever the process numbers', () => {
-    const l = layoutTimeline([
-      { ph: 'X', name: 'a', ts: 0, dur: 1, pid: 0, tid: 2 },
-      { ph: 'X', name: 'b', ts: 0, dur: 1, pid: 1, tid: 0 },
-      { ph: 'X', name: 'c', ts: 0, dur: 1, pid: 2, tid: 1 },
-    ]);
-    expect(l.lanes.map((x) => x.tid)).toEqual([0, 1, 2]);
-    expect(l.rects.map((r) => r[0].name)).toEqual(['b', 'c', 'a']);
+  it('asks for the view and as much again on each side, at the view\'s resolution', () => {
+    expect(windowFor(4000, 5000, 10_000, 800)).toEqual({ from: 3000, to: 6000, px: 2400 });
+    // Clamped to the trace, and to the widest window the agent serves.
+    expect(windowFor(0, 10_000, 10_000, 800)).toEqual({ from: 0, to: 10_000, px: 800 });
+    expect(windowFor(100, 110, 10_000, 8000).px).toBe(MAX_WINDOW_PX);
   });
-  it('pairs flows into arrows and sorts counters', () => {
-    const l = layoutTimeline(ev);
-    expect(l.arrows).toHaveLength(1);
-    expect(l.arrows[0].from).toEqual({ lane: 0, t: 130, depth: 1 });
-    expect(l.arrows[0].to).toEqual({ lane: 1, t: 140, depth: 0 });
-    expect(l.counters[0].points).toEqual([[50, 3], [100, 5]]);
-    expect([l.counters[0].min, l.counters[0].max]).toEqual([3, 5]);
+  it('needs no new window while the one held covers the view at about its resolution', () => {
+    const w = win(3000, 6000, 2400);
+    expect(covers(w, 4000, 5000, 800)).toBe(true);
+    expect(covers(w, 4500, 5500, 800)).toBe(true); // panned within
+    expect(covers(w, 5500, 6500, 800)).toBe(false); // past its end
+    expect(covers(w, 4400, 4600, 800)).toBe(false); // zoomed in 5x: too coarse
+    expect(covers(w, 3000, 6000, 800)).toBe(true); // zoomed out to all it holds
   });
-  it('makes a counter track per arg: a link\'s MB/s and bytes sent apart', () => {
-    const l = layoutTimeline([
-      { ph: 'C', name: 'link → b', ts: 0, pid: 1, args: { 'MB/s': 2.5 } },
-      { ph: 'C', name: 'link → b', ts: 5, pid: 1, args: { 'bytes sent': 4000 } },
-      { ph: 'C', name: 'link → b', ts: 9, pid: 1, args: { 'MB/s': 0 } },
-      { ph: 'C', name: 'load', ts: 9, pid: 1, args: { value: 1, note: 'x' } },
-    ]);
-    expect(l.counters.map((c) => [c.name, c.points.length, c.max])).toEqual([['link → b bytes sent', 1, 4000], ['link → b MB/s', 2, 2.5], ['load', 1, 1]]);
-  });
-  it('culls to the visible time range, long spans included', () => {
-    const l = layoutTimeline(ev);
-    const names = (a: number, b: number) => [...visibleRange(l.rects[0], l.maxDur[0], a, b)].map((i) => l.rects[0][i].name);
-    expect(names(145, 160)).toEqual(['token 1']);
-    expect(names(160, 190)).toEqual([]);
-    expect(names(120, 210)).toEqual(['token 1', 'compute', 'send → rank 1', 'token 2']);
+  it('finds the span under the cursor at a depth', () => {
+    const lane: WindowLane = { process: 'p', node: 'n', thread: 'rank 0', rank: 0, depths: 2, spans: [
+      { s: 0, d: 100, k: 0, n: 0, c: 0 }, { s: 10, d: 20, k: 1, n: 1, c: 0 }, { s: 40, d: 5, k: 1, n: 2, c: 0, m: 30 }, { s: 200, d: 50, k: 0, n: 3, c: 0 },
+    ] };
+    expect(spanAt(lane, 0, 50, 0.5)).toBe(0);
+    expect(spanAt(lane, 1, 15, 0.5)).toBe(1);
+    expect(spanAt(lane, 1, 42, 0.5)).toBe(2);
+    expect(spanAt(lane, 1, 35, 0.5)).toBe(-1); // between the two
+    expect(spanAt(lane, 0, 150, 0.5)).toBe(-1);
+    expect(spanAt(lane, 0, 249, 0.5)).toBe(3);
   });
   it('zooms around the cursor and clamps pans', () => {
     const v = new Viewport(0, 1000, 500);
@@ -178,16 +149,5 @@ describe('layoutTimeline', () => {
     v.pan(1000, 0, 1000); // far right drag: clamps at the start
     expect([v.start, v.end]).toEqual([0, 500]);
     expect(v.x(250)).toBe(250);
-  });
-  it('lays out 100 k spans quickly enough to stay interactive', () => {
-    const big: TraceEvent[] = [];
-    for (let i = 0; i < 100_000; i++) big.push({ ph: 'X', name: 'compute', cat: 'decode/compute', ts: i * 10, dur: 8, pid: 1 + (i % 3), tid: i % 3 });
-    const l = layoutTimeline(big);
-    expect(l.spanCount).toBe(100_000);
-    expect(l.lanes).toHaveLength(3);
-    // A window of 1 % of the trace yields about 1 % of the spans.
-    const n = [...visibleRange(l.rects[0], l.maxDur[0], 0, 10_000)].length;
-    expect(n).toBeGreaterThan(300);
-    expect(n).toBeLessThan(400);
   });
 });
