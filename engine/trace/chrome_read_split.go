@@ -224,6 +224,7 @@ func (l *loader) makeSpans(node func(pid int64) string) []Span {
 		return nil
 	}
 	out := make([]Span, n)
+	hugePages(out)
 	// Node ids first, on this goroutine (node fills a map).
 	pids := map[int64]string{}
 	for _, p := range parts {

@@ -17,6 +17,7 @@ func (c *chunkList[T]) add() *T {
 			size = min(2*cap(c.cur), 1<<15)
 		}
 		c.cur = make([]T, 0, size)
+		hugePages(c.cur)
 	}
 	c.cur = c.cur[:len(c.cur)+1]
 	c.n++

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package trace
+
+// hugePages does nothing here.
+func hugePages[T any]([]T) {}
