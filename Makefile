@@ -29,7 +29,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python clean
+.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load clean
 
 all: build
 
@@ -130,6 +130,13 @@ chaos: build
 # stats-vs-python times trace stats against the seed's Python on 1 M spans.
 stats-vs-python:
 	scripts/stats-vs-python.sh
+
+# merge-load ships 3 ranks x 50 k spans/s for MERGE_TIME through three real
+# nodes to the master's collector and prints the merge's figures and the
+# heartbeats' gaps meanwhile (CI runs 3 s).
+MERGE_TIME ?= 10s
+merge-load:
+	ORRERY_MERGELOAD_DURATION=$(MERGE_TIME) $(GO) test -count=1 -run TestMergeKeepsHeartbeats -v ./agent/tracecollect/
 
 clean:
 	rm -rf bin test-output

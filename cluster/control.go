@@ -317,6 +317,9 @@ func (n *Node) handleProbe(c *conn, msg any, readAt time.Time) {
 			return
 		}
 		n.table.Announced(c.peer, m.StartedAt, readAt, m.MasterID, m.Term)
+		if f := n.cfg.OnHeartbeat; f != nil {
+			f(c.peer, time.Unix(0, m.T1), readAt)
+		}
 		c.send(&wire.ProbeAck{NodeID: n.cfg.NodeID, Seq: m.Seq, T1: m.T1, T2: readAt.UnixNano()})
 		// Learning peers and catching up may take locks and send: off the
 		// read loop's probe path, in order with the link's other work.

@@ -80,6 +80,11 @@ type Config struct {
 	// silence after which a member is gone (3 s).
 	Heartbeat, FailAfter time.Duration
 	Logger               *slog.Logger
+	// OnHeartbeat, when set, is told of every heartbeat read from a peer:
+	// the peer, its wall clock when it sent the heartbeat (Heartbeat.T1),
+	// and ours when we read it. It runs on the link's read loop and must
+	// return at once (tests and measurements of heartbeat delay).
+	OnHeartbeat func(from string, sent, received time.Time)
 }
 
 // Timeouts and queue sizes.

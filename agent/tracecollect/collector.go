@@ -114,6 +114,26 @@ type rankData struct {
 	gap      bool // a chunk went missing: the rank's spans are incomplete
 	spans    []trace.Span
 	counters []trace.CounterSample
+	// names keeps one copy of each span name, category and lane: a rank's
+	// million spans repeat a few dozen, and a copy per span would leave
+	// the GC millions of strings to mark while the trace is held.
+	names map[string]string
+}
+
+// maxNames bounds a rank's interned strings; past it, a span keeps its own.
+const maxNames = 1 << 16
+
+func (rd *rankData) intern(s string) string {
+	if v, ok := rd.names[s]; ok {
+		return v
+	}
+	if len(rd.names) < maxNames {
+		if rd.names == nil {
+			rd.names = map[string]string{}
+		}
+		rd.names[s] = s
+	}
+	return s
 }
 
 // New returns a collector.
@@ -255,6 +275,10 @@ func (c *Collector) Chunk(from string, m *wire.TraceChunk) error {
 		d.Spans = d.Spans[:room]
 	}
 	p.dropped += d.Dropped
+	for i := range d.Spans {
+		sp := &d.Spans[i]
+		sp.Name, sp.Cat, sp.Lane = rd.intern(sp.Name), rd.intern(sp.Cat), rd.intern(sp.Lane)
+	}
 	p.spans += len(d.Spans)
 	c.held += len(d.Spans)
 	rd.spans = append(rd.spans, d.Spans...)

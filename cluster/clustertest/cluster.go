@@ -42,6 +42,8 @@ type Options struct {
 	Clocks []func() time.Time
 	// DialResult, when set, is each node's cluster.Config.DialResult.
 	DialResult func(node string, p cluster.PeerAddr, err error)
+	// OnHeartbeat, when set, is each node's cluster.Config.OnHeartbeat.
+	OnHeartbeat func(node, from string, sent, received time.Time)
 }
 
 // Node is one running test node.
@@ -128,6 +130,9 @@ func StartCluster(tb testing.TB, opts Options, ids ...string) []*Node {
 		}
 		if opts.DialResult != nil {
 			cfg.DialResult = func(p cluster.PeerAddr, err error) { opts.DialResult(id, p, err) }
+		}
+		if opts.OnHeartbeat != nil {
+			cfg.OnHeartbeat = func(from string, sent, received time.Time) { opts.OnHeartbeat(id, from, sent, received) }
 		}
 		node, err := cluster.NewNode(cfg)
 		if err != nil {
