@@ -268,14 +268,17 @@ pyl=$(python3 "$tmp/run_seed.py" "$tmp" "$tmp/trace.json" "$tmp/py.json")
 
 field() { sed -n "s/.*\b$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
 python3 - "$(field spans "$gol")" "$(field bytes "$gol")" "$(field load_ms "$gol")" "$(field stats_ms "$gol")" \
-	"$(field spans "$pyl")" "$(field load_ms "$pyl")" "$(field stats_ms "$pyl")" <<'PY'
+	"$(field spans "$pyl")" "$(field load_ms "$pyl")" "$(field stats_ms "$pyl")" "$(field first_load_ms "$gol")" <<'PY'
 import sys
-spans, size, gl, gs, pspans, pl, ps = sys.argv[1:]
-gl, gs, pl, ps = map(float, (gl, gs, pl, ps))
+spans, size, gl, gs, pspans, pl, ps, gfirst = sys.argv[1:]
+gl, gs, pl, ps, gfirst = map(float, (gl, gs, pl, ps, gfirst))
 print(f"trace: {int(spans):,} spans ({int(pspans):,} as the seed loads it), {int(size) / 1e6:.1f} MB")
 print(f"{'':16}{'load ms':>12}{'stats ms':>12}{'load+stats ms':>16}")
 print(f"{'Orrery (Go)':16}{gl:12.1f}{gs:12.2f}{gl + gs:16.1f}")
 print(f"{'seed (Python)':16}{pl:12.1f}{ps:12.2f}{pl + ps:16.1f}")
 print(f"{'speed-up':16}{pl / gl:11.1f}x{ps / gs:11.1f}x{(pl + ps) / (gl + gs):15.1f}x")
+# Go's figures are the best of 3 runs; the seed's load is one run. Go's
+# first run, in a fresh process whose memory is still to be faulted in:
+print(f"Orrery's first load in its process: {gfirst:.1f} ms ({pl / gfirst:.1f}x the seed's load)")
 PY
 python3 "$tmp/compare.py" "$tmp/go.json" "$tmp/py.json"
