@@ -112,7 +112,12 @@ type rankData struct {
 	nextSeq  int
 	final    bool
 	gap      bool // a chunk went missing: the rank's spans are incomplete
-	spans    []trace.Span
+	// spans are the chunks' spans as decoded, chunk by chunk: appending
+	// them to one slice would copy a million spans at a time as it grew,
+	// and a copy that long is not preempted (other goroutines, heartbeats
+	// among them, wait for it).
+	spans    [][]trace.Span
+	nspans   int
 	counters []trace.CounterSample
 	// names keeps one copy of each span name, category and lane: a rank's
 	// million spans repeat a few dozen, and a copy per span would leave
@@ -199,8 +204,8 @@ func (c *Collector) Task(from string, m *wire.TraceTask) error {
 		if d := p.got[r.Rank]; d != nil && d.node != r.Node {
 			// A node sent spans as a rank the owner gave to another node.
 			c.log.Warn("trace chunk from the wrong node: dropped", "task", m.Task, "rank", r.Rank, "from", d.node, "want", r.Node)
-			p.spans -= len(d.spans)
-			c.held -= len(d.spans)
+			p.spans -= d.nspans
+			c.held -= d.nspans
 			delete(p.got, r.Rank)
 		}
 		p.ranks[r.Rank] = r.Node
@@ -281,7 +286,10 @@ func (c *Collector) Chunk(from string, m *wire.TraceChunk) error {
 	}
 	p.spans += len(d.Spans)
 	c.held += len(d.Spans)
-	rd.spans = append(rd.spans, d.Spans...)
+	if len(d.Spans) > 0 {
+		rd.spans = append(rd.spans, d.Spans)
+		rd.nspans += len(d.Spans)
+	}
 	rd.counters = append(rd.counters, d.Counters...)
 	rd.final = m.Final
 	done := m.Final && c.completeLocked(p)
@@ -361,7 +369,9 @@ func (c *Collector) merge(p *pending) {
 		if info.Ranks[r] != d.node {
 			continue // never announced as this node's rank
 		}
-		tr.Spans = append(tr.Spans, d.spans...)
+		for _, sp := range d.spans { // chunk by chunk: each copy is short
+			tr.Spans = append(tr.Spans, sp...)
+		}
 		tr.Counters = append(tr.Counters, d.counters...)
 	}
 	// Every node onto our clock: its offset is its clock minus ours.
