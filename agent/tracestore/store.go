@@ -216,6 +216,7 @@ func (s *Store) Delete(id string) error {
 		return fmt.Errorf("delete trace %s: %w", id, err)
 	}
 	delete(s.index, id)
+	s.views.drop(id)
 	return s.writeIndexLocked()
 }
 

@@ -2,6 +2,7 @@ package tracestore
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,6 +103,13 @@ func (vs *views) get(id string, size int64, mod time.Time) (*view, bool) {
 	v := &view{id: id, size: size, mod: mod, ready: make(chan struct{})}
 	vs.entries = append([]*view{v}, vs.entries...)
 	return v, true
+}
+
+// drop forgets a trace (deleted).
+func (vs *views) drop(id string) {
+	vs.mu.Lock()
+	defer vs.mu.Unlock()
+	vs.entries = slices.DeleteFunc(vs.entries, func(v *view) bool { return v.id == id })
 }
 
 // trim drops failed loads and the oldest indexes past maxViewSpans, always

@@ -52,4 +52,13 @@ func TestView(t *testing.T) {
 	if _, err := s.View("nope"); err == nil {
 		t.Error("View of a missing trace")
 	}
+	if err := s.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	s.views.mu.Lock()
+	held := len(s.views.entries)
+	s.views.mu.Unlock()
+	if _, err := s.Load("a"); err == nil || held != 0 {
+		t.Errorf("after Delete: Load %v, %d traces still held", err, held)
+	}
 }
