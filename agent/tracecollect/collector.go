@@ -108,16 +108,15 @@ type pending struct {
 }
 
 type rankData struct {
-	node     string
-	nextSeq  int
-	final    bool
-	gap      bool // a chunk went missing: the rank's spans are incomplete
+	node    string
+	nextSeq int
+	final   bool
+	gap     bool // a chunk went missing: the rank's spans are incomplete
 	// spans are the chunks' spans as decoded, chunk by chunk: appending
 	// them to one slice would copy a million spans at a time as it grew,
 	// and a copy that long is not preempted (other goroutines, heartbeats
 	// among them, wait for it).
 	spans    [][]trace.Span
-	nspans   int
 	counters []trace.CounterSample
 	// names keeps one copy of each span name, category and lane: a rank's
 	// million spans repeat a few dozen, and a copy per span would leave
@@ -204,8 +203,12 @@ func (c *Collector) Task(from string, m *wire.TraceTask) error {
 		if d := p.got[r.Rank]; d != nil && d.node != r.Node {
 			// A node sent spans as a rank the owner gave to another node.
 			c.log.Warn("trace chunk from the wrong node: dropped", "task", m.Task, "rank", r.Rank, "from", d.node, "want", r.Node)
-			p.spans -= d.nspans
-			c.held -= d.nspans
+			n := 0
+			for _, sp := range d.spans {
+				n += len(sp)
+			}
+			p.spans -= n
+			c.held -= n
 			delete(p.got, r.Rank)
 		}
 		p.ranks[r.Rank] = r.Node
@@ -288,7 +291,6 @@ func (c *Collector) Chunk(from string, m *wire.TraceChunk) error {
 	c.held += len(d.Spans)
 	if len(d.Spans) > 0 {
 		rd.spans = append(rd.spans, d.Spans)
-		rd.nspans += len(d.Spans)
 	}
 	rd.counters = append(rd.counters, d.Counters...)
 	rd.final = m.Final
