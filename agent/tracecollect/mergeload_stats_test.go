@@ -43,14 +43,13 @@ type saveRecord struct {
 func (s *saveRecord) save(dir string) func(*trace.Trace, Info) error {
 	return func(tr *trace.Trace, info Info) error {
 		start := time.Now()
-		var size int64
-		err := atomicfile.WriteFunc(filepath.Join(dir, tr.TaskID+".json"), 0o600, func(w io.Writer) error {
-			cw := &countingWriter{w: w}
-			err := trace.WriteChrome(cw, tr)
-			size = cw.n
-			return err
-		})
+		path := filepath.Join(dir, tr.TaskID+".json")
+		err := atomicfile.WriteFunc(path, 0o600, func(w io.Writer) error { return trace.WriteChrome(w, tr) })
 		end := time.Now()
+		var size int64
+		if fi, serr := os.Stat(path); err == nil && serr == nil {
+			size = fi.Size()
+		}
 		per := map[rankOn]int{}
 		for i := range tr.Spans {
 			per[rankOn{tr.Spans[i].Rank, tr.Spans[i].Node}]++
@@ -61,17 +60,6 @@ func (s *saveRecord) save(dir string) func(*trace.Trace, Info) error {
 		s.start, s.end, s.spans, s.perRank, s.info, s.size, s.err = start, end, len(tr.Spans), per, info, size, err
 		return err
 	}
-}
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // heldSample is the spans the collector held for the task at t.
