@@ -1,7 +1,9 @@
 package trace
 
 import (
+	"cmp"
 	"math"
+	"slices"
 )
 
 // Window is what a timeline needs to draw [From, To] of a trace, To-From
@@ -188,9 +190,10 @@ func (x *Index) windowCounter(i int, fromNs, toNs int64, perNs float64, us func(
 		name += " " + c.unit
 	}
 	wc := WindowCounter{Name: name, Process: c.process, Node: c.node, Min: c.min, Max: c.max, Points: [][2]float64{}}
-	lo := lowerBound64(c.ts, fromNs)
+	lo, _ := slices.BinarySearch(c.ts, fromNs)
 	lo = max(lo-1, 0)
-	hi := min(lowerBound64(c.ts, toNs+1)+1, len(c.ts))
+	hi, _ := slices.BinarySearch(c.ts, toNs+1)
+	hi = min(hi+1, len(c.ts))
 	col, first := math.Inf(-1), lo
 	flush := func(end int) {
 		if end <= first {
@@ -224,19 +227,6 @@ func (x *Index) windowCounter(i int, fromNs, toNs int64, perNs float64, us func(
 	return wc
 }
 
-func lowerBound64(xs []int64, v int64) int {
-	lo, hi := 0, len(xs)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if xs[m] < v {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
-}
-
 // windowArrows are the arrows that cross the window, one per pair of lanes
 // and column of their start.
 func (x *Index) windowArrows(fromNs, toNs int64, perNs float64, us func(int64) float64) []WindowArrow {
@@ -246,15 +236,8 @@ func (x *Index) windowArrows(fromNs, toNs int64, perNs float64, us func(int64) f
 		col      int64
 	}
 	seen := map[key]bool{}
-	lo, hi := 0, len(x.arrows)
-	for lo < hi { // the first arrow starting at or after fromNs-maxArrow
-		m := int(uint(lo+hi) >> 1)
-		if x.arrows[m].from.ts < fromNs-x.maxArrow {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
+	// From the first arrow starting at or after fromNs-maxArrow.
+	lo, _ := slices.BinarySearchFunc(x.arrows, fromNs-x.maxArrow, func(a indexArrow, t int64) int { return cmp.Compare(a.from.ts, t) })
 	for _, a := range x.arrows[lo:] {
 		if a.from.ts > toNs {
 			break
