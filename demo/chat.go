@@ -54,6 +54,13 @@ func chat(ctx context.Context, nodes []*node, stdout, stderr io.Writer) (string,
 	if len(placed.RunnerIDs) != len(nodes) {
 		return "", fmt.Errorf("place %s: %d runners for %d nodes", Model, len(placed.RunnerIDs), len(nodes))
 	}
+	if placed.Existed {
+		// The host restored its pinned instance from the last run's
+		// data: the same nodes (their ids persist in the demo dir).
+		fmt.Fprintf(stderr, "orrery demo: %s already runs on these nodes as instance %s (kept from an earlier run in %s); reusing it\n",
+			Model, placed.Instance.InstanceID, filepath.Dir(host.dataDir))
+	}
+	removeOthers(ctx, host.api, placed.Instance.InstanceID, stderr)
 	for _, id := range placed.RunnerIDs {
 		if err := waitRunner(ctx, host.api, id, stderr); err != nil {
 			return "", err
@@ -70,6 +77,28 @@ func chat(ctx context.Context, nodes []*node, stdout, stderr io.Writer) (string,
 	fmt.Fprintf(stdout, "\nChat with %s split over %d nodes (%s), asked through node %d (random weights: gibberish by design):\n> hello, cluster\n",
 		Model, len(nodes), strings.Join(split, "; "), entry.idx)
 	return stream(ctx, entry.api, stdout)
+}
+
+// removeOthers deletes every instance of the demo model but keep: copies
+// that earlier runs left (on other nodes, say with another --nodes), which
+// would hold memory for nothing. Failures are reported, not fatal.
+func removeOthers(ctx context.Context, c *client.Client, keep string, stderr io.Writer) {
+	ctx, cancel := context.WithTimeout(ctx, placeTimeout)
+	defer cancel()
+	st, err := c.State(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery demo: list instances: %v\n", err)
+		return
+	}
+	for id, in := range st.Instances {
+		if in.ModelID != Model || id == keep {
+			continue
+		}
+		fmt.Fprintf(stderr, "orrery demo: removing instance %s of %s, left by an earlier run on other nodes\n", id, Model)
+		if err := c.DeleteInstance(ctx, id); err != nil {
+			fmt.Fprintf(stderr, "orrery demo: remove instance %s: %v\n", id, err)
+		}
+	}
 }
 
 // waitRunner shows the runner's load progress until it is Ready.

@@ -31,8 +31,10 @@ type Inference interface {
 	// PickNode is the node that places model: this one if it has it,
 	// else one that does.
 	PickNode(model string) (string, error)
-	// Place creates an instance of a model this node has, as req says.
-	Place(ctx context.Context, req PlaceRequest) (state.Instance, error)
+	// Place creates an instance of a model this node has, as req says;
+	// existed reports that the model already ran on the same set of nodes
+	// and in is that instance (see PlaceRequest.Duplicate).
+	Place(ctx context.Context, req PlaceRequest) (in state.Instance, existed bool, err error)
 	// Previews lists candidate placements of a model this node has.
 	Previews(model string) (PreviewsResponse, error)
 	// Delete stops and removes an instance placed on this node.

@@ -26,6 +26,10 @@ type PlaceRequest struct {
 	// IfNone refuses the placement (409) when the model has a live
 	// instance anywhere: how loading on demand places only once.
 	IfNone bool `json:"ifNone,omitempty"`
+	// Duplicate places a second copy even when the model already runs
+	// on the same set of nodes. Without it, such a placement answers with
+	// the live instance (200, Existed) and loads nothing.
+	Duplicate bool `json:"duplicate,omitempty"`
 	// KeepAlive unloads the instance once it has been idle that long
 	// ("5m", seconds; 0 after each request); nil or -1 pins it, as befits
 	// a placement asked for explicitly.
@@ -38,6 +42,9 @@ type PlaceResponse struct {
 	// RunnerIDs are the instance's runners, to follow under
 	// /state/runners/{id} while they load.
 	RunnerIDs []string `json:"runnerIds"`
+	// Existed is true when the model already ran on these nodes: the
+	// answer is that instance (200), and nothing new was placed.
+	Existed bool `json:"existed"`
 }
 
 func (s *Server) placeInstance(w http.ResponseWriter, r *http.Request, forwarded bool) {
@@ -89,16 +96,20 @@ func (s *Server) placeInstance(w http.ResponseWriter, r *http.Request, forwarded
 		s.forward(w, r, holder, "/instance", b)
 		return
 	}
-	in, err := s.Inference.Place(r.Context(), req)
+	in, existed, err := s.Inference.Place(r.Context(), req)
 	if err != nil {
 		writeInferenceError(w, err)
 		return
 	}
-	resp := PlaceResponse{Instance: in}
+	resp := PlaceResponse{Instance: in, Existed: existed}
 	for _, rk := range in.Ranks {
 		resp.RunnerIDs = append(resp.RunnerIDs, fmt.Sprintf("%s-%d", in.InstanceID, rk.Rank))
 	}
-	writeJSON(w, http.StatusCreated, resp)
+	status := http.StatusCreated
+	if existed {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, resp)
 }
 
 func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request, forwarded bool) {

@@ -41,6 +41,8 @@ type fakeInference struct {
 	held         atomic.Int32
 	gotKeepAlive chan *KeepAlive
 	holdErr      error
+	// existed: Place answers with a live instance, as for the same nodes.
+	existed bool
 }
 
 func (f *fakeInference) Route(ctx context.Context, model string, keepAlive *KeepAlive) (string, string, error) {
@@ -73,8 +75,8 @@ func (f *fakeInference) Progress(string) (LoadProgress, error) {
 	}
 	return LoadProgress{Loaded: 4, Total: 4, Ready: true}, nil
 }
-func (f *fakeInference) Place(ctx context.Context, req PlaceRequest) (state.Instance, error) {
-	return state.Instance{InstanceID: "inst-1", ModelID: req.Model, NodeID: testNode, Ranks: []state.ShardRange{{NodeID: testNode}}}, nil
+func (f *fakeInference) Place(ctx context.Context, req PlaceRequest) (state.Instance, bool, error) {
+	return state.Instance{InstanceID: "inst-1", ModelID: req.Model, NodeID: testNode, Ranks: []state.ShardRange{{NodeID: testNode}}}, f.existed, nil
 }
 func (f *fakeInference) Previews(model string) (PreviewsResponse, error) {
 	return PreviewsResponse{Model: model, Layers: 4}, nil
@@ -497,7 +499,7 @@ func TestPlaceInstance(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if code, body := post("application/json", `{"model":"m"}`); code != 201 || !strings.Contains(body, `"runnerIds":["inst-1-0"]`) {
+	if code, body := post("application/json", `{"model":"m"}`); code != 201 || !strings.Contains(body, `"runnerIds":["inst-1-0"]`) || !strings.Contains(body, `"existed":false`) {
 		t.Fatalf("place: %d %s", code, body)
 	}
 	for _, c := range []struct {
@@ -513,8 +515,19 @@ func TestPlaceInstance(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d", c.ct, c.body, code, body, c.code)
 		}
 	}
+	// The model already runs on those nodes: 200 and that instance.
+	existing := chatServer(t, &fakeInference{node: testNode, existed: true})
+	resp, err := http.Post(existing.URL+"/instance", "application/json", strings.NewReader(`{"model":"m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"existed":true`) || !strings.Contains(string(b), `"instanceId":"inst-1"`) {
+		t.Fatalf("place where it runs: %d %s, want 200 with existed", resp.StatusCode, b)
+	}
 	req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/instance/inst-404", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 404 {
 		t.Fatalf("delete unknown: %v %v", resp, err)
 	}

@@ -55,6 +55,10 @@ type Config struct {
 	// Sources, when set, lets this node place an hf.co model that no
 	// node has: its ranks then pull their shards from the hub.
 	Sources Sources
+	// Owned, when set, lists the instances this node owns by its own
+	// record: one restored from disk at start counts as live for Place
+	// before the state has it again (nil: the state alone).
+	Owned func() []state.Instance
 	Logger  *slog.Logger
 }
 

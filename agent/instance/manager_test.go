@@ -52,9 +52,9 @@ func TestPlaceRouteDelete(t *testing.T) {
 	if _, _, err := m.Route(ctx, "nope", nil); !errors.Is(err, api.ErrModelNotFound) || !strings.Contains(err.Error(), "running: none") {
 		t.Fatalf("Route of a model no node has: %v, want ErrModelNotFound naming what runs", err)
 	}
-	in, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"})
-	if err != nil {
-		t.Fatal(err)
+	in, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"})
+	if err != nil || existed {
+		t.Fatal(err, existed)
 	}
 	if in.NodeID != "n1" || len(in.Ranks) != 1 || in.Ranks[0].FirstLayer != 0 || in.Ranks[0].LastLayer != 4 {
 		t.Fatalf("placed %+v, want all 4 blocks on n1", in)
@@ -62,9 +62,12 @@ func TestPlaceRouteDelete(t *testing.T) {
 	if _, ok := m.cfg.Store.State().Instances[in.InstanceID]; !ok {
 		t.Fatal("the instance is not in the state after Place returned")
 	}
-	// The same model on the same nodes again is a conflict.
-	if _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"}); !errors.Is(err, api.ErrConflict) {
-		t.Fatalf("second Place: %v, want ErrConflict", err)
+	// The same model on the same nodes again is that instance.
+	if again, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"}); err != nil || !existed || again.InstanceID != in.InstanceID {
+		t.Fatalf("second Place = %s, existed %v, %v; want %s, true", again.InstanceID, existed, err, in.InstanceID)
+	}
+	if n := len(m.cfg.Store.State().Instances); n != 1 {
+		t.Fatalf("%d instances after placing the same model twice, want 1", n)
 	}
 	id, node, err := m.Route(ctx, "tiny", nil)
 	if err != nil || id != in.InstanceID || node != "n1" {
@@ -84,10 +87,10 @@ func TestPlaceRouteDelete(t *testing.T) {
 func TestPlaceRefusals(t *testing.T) {
 	m, _ := oneNode(t)
 	ctx := context.Background()
-	if _, err := m.Place(ctx, api.PlaceRequest{Model: "nope"}); !errors.Is(err, api.ErrModelNotFound) {
+	if _, _, err := m.Place(ctx, api.PlaceRequest{Model: "nope"}); !errors.Is(err, api.ErrModelNotFound) {
 		t.Errorf("unknown model: %v", err)
 	}
-	if _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Node: "stranger"}); err == nil || !strings.Contains(err.Error(), "not a member") {
+	if _, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Node: "stranger"}); err == nil || !strings.Contains(err.Error(), "not a member") {
 		t.Errorf("a node outside the cluster: %v", err)
 	}
 	if _, err := m.PickNode("nope"); !errors.Is(err, api.ErrModelNotFound) {
@@ -95,6 +98,52 @@ func TestPlaceRefusals(t *testing.T) {
 	}
 	if n, err := m.PickNode("tiny"); err != nil || n != "n1" {
 		t.Errorf("PickNode = %s, %v", n, err)
+	}
+}
+
+// A placement onto the nodes of a live instance, in any order, is that
+// instance; Duplicate places a second copy; IfNone refuses where the model
+// runs on other nodes; an instance restored from disk but not yet back in
+// the state counts as live.
+func TestPlaceSameNodes(t *testing.T) {
+	m, seq := oneNode(t)
+	ctx := context.Background()
+	// A second member, n2, with n1's memory.
+	mem := m.cfg.Store.State().NodeMemory["n1"]
+	for _, ev := range []state.Event{state.NodeIdentityMeasured{NodeID: "n2", Identity: state.NodeIdentity{NodeID: "n2"}},
+		state.NodeMemoryMeasured{NodeID: "n2", Memory: mem}} {
+		if err := seq.Publish(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Nodes: []string{"n1", "n2"}})
+	if err != nil || existed || len(in.Ranks) != 2 {
+		t.Fatalf("Place on n1, n2 = %+v, existed %v, %v", in, existed, err)
+	}
+	again, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Nodes: []string{"n2", "n1"}})
+	if err != nil || !existed || again.InstanceID != in.InstanceID {
+		t.Fatalf("Place on n2, n1 = %s, existed %v, %v; want %s, true", again.InstanceID, existed, err, in.InstanceID)
+	}
+	if _, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Nodes: []string{"n2", "n1"}, IfNone: true}); err != nil || !existed {
+		t.Fatalf("IfNone on the same nodes: existed %v, %v; want the live instance", existed, err)
+	}
+	if _, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Node: "n1", IfNone: true}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("IfNone on other nodes: %v, want ErrConflict", err)
+	}
+	dup, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Nodes: []string{"n2", "n1"}, Duplicate: true})
+	if err != nil || existed || dup.InstanceID == in.InstanceID {
+		t.Fatalf("Duplicate = %s, existed %v, %v; want a new instance", dup.InstanceID, existed, err)
+	}
+	if n := len(m.cfg.Store.State().Instances); n != 2 {
+		t.Fatalf("%d instances, want 2", n)
+	}
+	// Restored from disk (the node's own record), not yet in the state.
+	restored := state.Instance{InstanceID: "inst-restored", ModelID: "tiny", NodeID: "n1", Status: state.InstanceStatusActive,
+		Ranks: []state.ShardRange{{Rank: 0, NodeID: "n1", LastLayer: 4}}}
+	m.cfg.Owned = func() []state.Instance { return []state.Instance{restored} }
+	got, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Node: "n1"})
+	if err != nil || !existed || got.InstanceID != restored.InstanceID {
+		t.Fatalf("Place on n1 with a restored instance there = %s, existed %v, %v; want it", got.InstanceID, existed, err)
 	}
 }
 
@@ -160,8 +209,8 @@ func TestLoadOnDemand(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d instances of tiny after 10 requests at once, want 1", n)
 	}
-	if _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", IfNone: true}); !errors.Is(err, api.ErrConflict) {
-		t.Errorf("Place IfNone with an instance running: %v, want ErrConflict", err)
+	if got, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", IfNone: true}); err != nil || !existed || got.InstanceID != first {
+		t.Errorf("Place IfNone with an instance running on the same node: %s, existed %v, %v; want %s", got.InstanceID, existed, err, first)
 	}
 	runner := func(status string, loaded int, errText string) {
 		t.Helper()
@@ -215,7 +264,7 @@ func TestKeepAlive(t *testing.T) {
 	m, seq := oneNode(t)
 	ctx := context.Background()
 	zero := api.KeepAlive{}
-	in, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", KeepAlive: &zero})
+	in, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", KeepAlive: &zero})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +316,7 @@ func TestKeepAlive(t *testing.T) {
 
 	// Placed explicitly: pinned, whatever the clock says; a request that
 	// asks for 1m unpins it, and one that asks for -1 pins it again.
-	in, err = m.Place(ctx, api.PlaceRequest{Model: "tiny"})
+	in, _, err = m.Place(ctx, api.PlaceRequest{Model: "tiny"})
 	if err != nil || !in.Pinned || in.ExpiresAt != nil {
 		t.Fatalf("explicit placement %+v %v: want pinned", in, err)
 	}

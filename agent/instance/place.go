@@ -194,8 +194,16 @@ func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
 }
 
 // Place creates an instance of a model that is on this node: on the
-// ranks, nodes or node the request names, else the best placement.
-func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instance, error) {
+// ranks, nodes or node the request names, else the best placement. When
+// the model already runs on the same set of nodes (in any order), it
+// returns that instance and existed, unless the request asks for a
+// Duplicate.
+func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (in state.Instance, existed bool, err error) {
+	in, err = m.place(ctx, req, &existed)
+	return in, existed, err
+}
+
+func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool) (state.Instance, error) {
 	ml, err := m.layout(ctx, req.Model)
 	l := ml.layout
 	if err != nil {
@@ -243,11 +251,18 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (state.Instan
 	// placements at once cannot both pass the check.
 	m.createMu.Lock()
 	defer m.createMu.Unlock()
-	st := m.cfg.Store.State()
-	for id, in := range st.Instances {
-		if in.ModelID == req.Model && in.Status != state.InstanceStatusFailed && (req.IfNone || sameNodes(in.Ranks, ranks)) {
-			return state.Instance{}, fmt.Errorf("%w: %s already runs on these nodes as instance %s", api.ErrConflict, req.Model, id)
+	live := m.liveInstances(req.Model)
+	if !req.Duplicate {
+		for _, in := range live {
+			if sameNodes(in.Ranks, ranks) {
+				m.log.Info("placement answered with the live instance on the same nodes", "instance", in.InstanceID, "model", req.Model)
+				*existed = true
+				return in, nil
+			}
 		}
+	}
+	if req.IfNone && len(live) > 0 {
+		return state.Instance{}, fmt.Errorf("%w: %s already runs as instance %s", api.ErrConflict, req.Model, live[0].InstanceID)
 	}
 	var b [4]byte
 	rand.Read(b[:])
@@ -285,16 +300,42 @@ func placeErr(err error) error {
 	return fmt.Errorf("%w: %v", runner.ErrBadRequest, err)
 }
 
+// liveInstances are the model's instances that are not Failed: those in
+// the state, and this node's own not yet back in it (restored at start),
+// sorted by id.
+func (m *Manager) liveInstances(modelID string) []state.Instance {
+	byID := map[string]state.Instance{}
+	if m.cfg.Owned != nil {
+		for _, in := range m.cfg.Owned() {
+			byID[in.InstanceID] = in
+		}
+	}
+	for id, in := range m.cfg.Store.State().Instances {
+		byID[id] = in
+	}
+	var out []state.Instance
+	for _, in := range byID {
+		if in.ModelID == modelID && in.Status != state.InstanceStatusFailed {
+			out = append(out, in)
+		}
+	}
+	slices.SortFunc(out, func(x, y state.Instance) int { return strings.Compare(x.InstanceID, y.InstanceID) })
+	return out
+}
+
+// sameNodes reports whether an instance's ranks and a placement use the
+// same set of nodes, in whatever order.
 func sameNodes(a []state.ShardRange, b []placement.Rank) bool {
 	if len(a) != len(b) {
 		return false
 	}
+	x, y := make([]string, len(a)), make([]string, len(b))
 	for i := range a {
-		if a[i].NodeID != b[i].NodeID {
-			return false
-		}
+		x[i], y[i] = a[i].NodeID, b[i].NodeID
 	}
-	return true
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
 }
 
 // Delete stops the instance's runners (Shutdown) and removes it; ranks on

@@ -154,7 +154,8 @@ func (m *Manager) placeAnywhere(ctx context.Context, req api.PlaceRequest) (stat
 		return state.Instance{}, err
 	}
 	if holder == m.cfg.Self {
-		return m.Place(ctx, req)
+		in, _, err := m.Place(ctx, req)
+		return in, err
 	}
 	b, _ := json.Marshal(req)
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+holder+"/instance", bytes.NewReader(b))
@@ -168,7 +169,7 @@ func (m *Manager) placeAnywhere(ctx context.Context, req api.PlaceRequest) (stat
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusCreated {
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
 		err := fmt.Errorf("place on %s: %s %s", holder, resp.Status, body)
 		switch resp.StatusCode { // keep the holder's answer's status
 		case http.StatusConflict:

@@ -215,6 +215,14 @@ func (l *Ledger) Kick(why string) {
 	}
 }
 
+// Instances returns the instances this node owns by its own record: those
+// restored from disk included, before the state has them again.
+func (l *Ledger) Instances() []state.Instance {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.own.Instances()
+}
+
 // Asserts counts the assertions published so far.
 func (l *Ledger) Asserts() int {
 	l.mu.Lock()

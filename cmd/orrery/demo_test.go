@@ -377,3 +377,48 @@ func TestDemoProcess(t *testing.T) {
 	}
 	d.stop(t, syscall.SIGTERM)
 }
+
+// TestDemoRepeat runs "orrery demo" three times on one directory, as
+// repeated `make run`s do: every run streams its chat, the later ones
+// reuse the instance the first placed (restored from the demo dir), and
+// one instance of the demo model exists at the end of each. Each Ctrl-C
+// is timed (printed, not asserted: see TestStopTimes for the bound).
+func TestDemoRepeat(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	base := testutil.FreeBasePort(t, 3)
+	first := ""
+	for run := 1; run <= 3; run++ {
+		d := startDemo(t, bin, "--nodes", "3", "--base-port", strconv.Itoa(base), "--dir", dir)
+		rows, _ := d.table(t)
+		d.lineAfter(t, "The chat left trace ")
+		out := strings.Join(d.seen, "\n")
+		if !regexp.MustCompile(`\d+ tokens in [0-9.]+ s `).MatchString(out) {
+			t.Fatalf("run %d: no chat streamed:\n%s\nstderr:\n%s", run, out, d.stderr.String())
+		}
+		var ins map[string]struct {
+			ModelID string `json:"modelId"`
+		}
+		(&agentProc{addr: strings.TrimPrefix(rows[0].url, "http://")}).mustGet(t, "/state/instances", &ins)
+		var demo []string
+		for id, in := range ins {
+			if in.ModelID == "orrery-demo-small" {
+				demo = append(demo, id)
+			}
+		}
+		if len(demo) != 1 {
+			t.Fatalf("run %d: instances of the demo model %v, want one\nstderr:\n%s", run, demo, d.stderr.String())
+		}
+		reused := strings.Contains(d.stderr.String(), "reusing it")
+		switch {
+		case run == 1 && reused:
+			t.Errorf("run 1 says it reused an instance:\n%s", d.stderr.String())
+		case run > 1 && (!reused || demo[0] != first):
+			t.Errorf("run %d: instance %s (reused: %v), want the first run's %s reused\nstderr:\n%s", run, demo[0], reused, first, d.stderr.String())
+		}
+		first = demo[0]
+		start := time.Now()
+		d.stop(t, os.Interrupt)
+		t.Logf("run %d: chat streamed through instance %s; Ctrl-C stopped the demo and its 3 agents in %v", run, demo[0], time.Since(start).Round(time.Millisecond))
+	}
+}
