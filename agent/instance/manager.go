@@ -58,8 +58,8 @@ type Config struct {
 	// Owned, when set, lists the instances this node owns by its own
 	// record: one restored from disk at start counts as live for Place
 	// before the state has it again (nil: the state alone).
-	Owned func() []state.Instance
-	Logger  *slog.Logger
+	Owned  func() []state.Instance
+	Logger *slog.Logger
 }
 
 // Sources (pull.Puller) tells the model ids that name a source (hf.co
