@@ -67,6 +67,16 @@ type running struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // the first failure; read after done is closed
+	// node is the cluster node's own run: it outlives the other services
+	// so that shutdown can still ship traces through it.
+	node nodeRun
+}
+
+// nodeRun is the cluster node running on a context of its own.
+type nodeRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Node.Run's result; read after done is closed
 }
 
 // keys is what New loads from the data dir before anything listens.

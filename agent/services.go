@@ -57,6 +57,14 @@ func (a *Agent) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &running{cancel: cancel, done: make(chan struct{})}
 	a.run = r
+	// The cluster node stops last (see shutdown): its context is not
+	// ctx, which ends every other service.
+	nctx, ncancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.node = nodeRun{cancel: ncancel, done: make(chan struct{})}
+	go func() {
+		r.node.err = a.node.Run(nctx)
+		close(r.node.done)
+	}()
 	svcs := a.services(ctx)
 	a.log.Info("agent started", "api", "http://"+a.ln.Addr().String(), "dataDir", a.cfg.DataDir,
 		"name", a.identity.FriendlyName, "version", a.cfg.Version)
@@ -66,7 +74,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.ledger.Kick("agent started")
 	go func() {
 		r.err = runAll(ctx, a.log, svcs)
-		a.shutdown()
+		a.shutdown(&r.node)
 		if r.err != nil {
 			a.log.Error("agent stopped", "err", r.err)
 		} else {
@@ -131,7 +139,15 @@ func runAll(ctx context.Context, log *slog.Logger, svcs []service) error {
 // services lists the agent's services, built for ctx.
 func (a *Agent) services(ctx context.Context) []service {
 	svcs := []service{
-		{"cluster", a.node.Run},
+		{"cluster", func(ctx context.Context) error {
+			// Node.Run returning while the agent runs is a failure.
+			select {
+			case <-a.run.node.done:
+				return a.run.node.err
+			case <-ctx.Done():
+				return nil
+			}
+		}},
 		{"discovery", a.disc.Run},
 		{"instances", a.instances.Run},
 		{"ownership", a.ledger.Run},
@@ -215,15 +231,23 @@ func serveHTTP(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Ha
 	return nil
 }
 
-// shutdown releases what the services leave behind, in order.
-func (a *Agent) shutdown() {
+// shutdownShipWait bounds how long a stopping agent waits for trace data
+// still on its way to the master: it is delivered in milliseconds over a
+// live link, and not at all to a master that is gone (stopping too, say).
+const shutdownShipWait = 300 * time.Millisecond
+
+// shutdown releases what the services leave behind, in order, and stops
+// the cluster node last.
+func (a *Agent) shutdown(node *nodeRun) {
 	// Runners first: requests still waiting on them end with an error.
 	a.sup.Close()
 	a.peerLn.Close()
 	a.ln.Close()
-	// Ship what requests left, save what ranks delivered for traces
-	// still being merged.
-	a.tracer.Close()
+	// Ship what requests left, through the node, which still runs; save
+	// what ranks delivered for traces still being merged here.
+	a.tracer.Close(shutdownShipWait)
+	node.cancel()
+	<-node.done
 }
 
 type clusterView struct{ a *Agent }

@@ -133,7 +133,7 @@ func (n *Node) accept(ctx context.Context, wg *sync.WaitGroup, raw net.Conn) {
 	switch Purpose(c.hello.Purpose) {
 	case "":
 	case purposeProbe:
-		n.echoProbes(c)
+		n.echoProbes(ctx, c)
 		return
 	default:
 		n.acceptStream(ctx, c)

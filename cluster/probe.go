@@ -30,8 +30,13 @@ type probeLink struct {
 	mu   sync.Mutex // serialises writes
 }
 
-// echoProbes is the far end: answer every probe until the link fails.
-func (n *Node) echoProbes(c *conn) {
+// echoProbes is the far end: answer every probe until the link fails or
+// ctx (the node's) ends. The prober sends every heartbeat, so the read
+// never idles out on its own: without ctx a stopping node would wait
+// until its peers swept it.
+func (n *Node) echoProbes(ctx context.Context, c *conn) {
+	stop := context.AfterFunc(ctx, func() { c.tc.Close() })
+	defer stop()
 	defer c.tc.Close()
 	t := c.traffic
 	var in [probeLen]byte

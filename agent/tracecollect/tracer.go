@@ -50,6 +50,10 @@ type Tracer struct {
 	collector *Collector
 	router    *Router
 	bg        sync.WaitGroup // shipping off the callers' goroutines
+	// bgCtx is the parent of the shipping's contexts; Close cancels it
+	// once its grace has passed.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 }
 
 // NewTracer returns a tracer and registers its trace stream with the node.
@@ -59,6 +63,7 @@ func NewTracer(cfg TracerConfig) *Tracer {
 		log = slog.New(slog.DiscardHandler)
 	}
 	t := &Tracer{cfg: cfg, log: log.With("component", "tracecollect")}
+	t.bgCtx, t.bgCancel = context.WithCancel(context.Background())
 	t.collector = New(Config{Timeout: cfg.MergeTimeout, ClockOffsets: t.clockOffsets, Self: cfg.Self, Save: t.save, Logger: log})
 	retain := cfg.MergeTimeout
 	if retain <= 0 {
@@ -70,8 +75,18 @@ func NewTracer(cfg TracerConfig) *Tracer {
 
 // Close waits for shipping in flight, closes the stream to the master and
 // saves whatever ranks delivered for traces still being merged.
-func (t *Tracer) Close() {
-	t.bg.Wait()
+// Shipping still in flight after grace is abandoned (and logged): a
+// master that is not there by then is not coming.
+func (t *Tracer) Close(grace time.Duration) {
+	done := make(chan struct{})
+	go func() { t.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		t.bgCancel()
+		<-done
+	}
+	t.bgCancel()
 	t.router.Close()
 	t.collector.Close()
 }
@@ -86,7 +101,7 @@ func (t *Tracer) MasterChanged() {
 	t.bg.Add(1)
 	go func() {
 		defer t.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
+		ctx, cancel := context.WithTimeout(t.bgCtx, shipWait)
 		defer cancel()
 		t.router.Resend(ctx)
 	}()
@@ -125,7 +140,7 @@ func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, counters []trac
 	t.bg.Add(1)
 	go func() {
 		defer t.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
+		ctx, cancel := context.WithTimeout(t.bgCtx, shipWait)
 		defer cancel()
 		t.ship(ctx, task, tr[0].Rank, spans, counters, ranks)
 		m := &wire.TraceTask{Task: task, Kind: kind, Ranks: tr, Error: truncate(errText, maxErrorText)}
@@ -142,7 +157,7 @@ func (t *Tracer) ShipRank(task string, rank int, spans []trace.Span, counters []
 	t.bg.Add(1)
 	go func() {
 		defer t.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), shipWait)
+		ctx, cancel := context.WithTimeout(t.bgCtx, shipWait)
 		defer cancel()
 		t.ship(ctx, task, rank, spans, counters, ranks)
 	}()

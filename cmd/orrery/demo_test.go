@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -63,6 +64,10 @@ func startDemo(t *testing.T, bin string, args ...string) *demoProc {
 	d := &demoProc{cmd: exec.Command(bin, append([]string{"demo"}, args...)...), lines: make(chan string, 100),
 		stderr: &syncBuffer{}, done: make(chan struct{})}
 	d.cmd.Stderr = d.stderr
+	// Its own process group, as a shell gives a command: the agents and
+	// their runners join it, and interruptGroup signals them all at once,
+	// as Ctrl-C in a terminal does.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := d.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +177,40 @@ func (d *demoProc) stop(t *testing.T, sig os.Signal) {
 	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("demo exited %d after %v, want 0\nstderr:\n%s", code, sig, d.stderr.String())
 	}
+}
+
+// interruptGroup sends SIGINT to the demo's whole process group, as
+// Ctrl-C in a terminal does (the demo, its agents and their runners all
+// get it), and returns how long it took until no process of the group was
+// left, for at most 15 s. The demo must exit 0.
+func (d *demoProc) interruptGroup(t *testing.T) time.Duration {
+	t.Helper()
+	pgid := d.cmd.Process.Pid
+	start := time.Now()
+	if err := syscall.Kill(-pgid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	var took time.Duration
+	ok := testutil.Eventually(15*time.Second, func() bool {
+		// The demo reaps its agents, and the test reaps the demo; a
+		// runner whose agent died is reparented and reaped by init.
+		select {
+		case <-d.done:
+		default:
+			return false
+		}
+		err := syscall.Kill(-pgid, 0)
+		took = time.Since(start)
+		return errors.Is(err, syscall.ESRCH)
+	})
+	if !ok {
+		out, _ := exec.Command("ps", "-o", "pid,stat,etime,args", "-g", strconv.Itoa(pgid)).CombinedOutput()
+		t.Fatalf("processes of the demo's group still there 15 s after Ctrl-C:\n%s\nstderr:\n%s", out, d.stderr.String())
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("demo exited %d after Ctrl-C, want 0\nstderr:\n%s", code, d.stderr.String())
+	}
+	return took
 }
 
 // TestDemoProcess runs "orrery demo" as a user would: three agent
@@ -381,8 +420,9 @@ func TestDemoProcess(t *testing.T) {
 // TestDemoRepeat runs "orrery demo" three times on one directory, as
 // repeated `make run`s do: every run streams its chat, the later ones
 // reuse the instance the first placed (restored from the demo dir), and
-// one instance of the demo model exists at the end of each. Each Ctrl-C
-// is timed (printed, not asserted: see TestStopTimes for the bound).
+// one instance of the demo model exists at the end of each. Each run ends
+// with Ctrl-C to the demo's process group, timed until every process of it
+// is gone (printed; the issue's goal is 2 s).
 func TestDemoRepeat(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -417,8 +457,7 @@ func TestDemoRepeat(t *testing.T) {
 			t.Errorf("run %d: instance %s (reused: %v), want the first run's %s reused\nstderr:\n%s", run, demo[0], reused, first, d.stderr.String())
 		}
 		first = demo[0]
-		start := time.Now()
-		d.stop(t, os.Interrupt)
-		t.Logf("run %d: chat streamed through instance %s; Ctrl-C stopped the demo and its 3 agents in %v", run, demo[0], time.Since(start).Round(time.Millisecond))
+		took := d.interruptGroup(t)
+		t.Logf("run %d: chat streamed through instance %s; Ctrl-C ended the demo, its 3 agents and their runners in %v", run, demo[0], took.Round(time.Millisecond))
 	}
 }
