@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/agent/tracecollect"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/engine/backend"
@@ -31,6 +32,9 @@ type Config struct {
 	SystemInterval  time.Duration
 	DiskInterval    time.Duration
 	NetworkInterval time.Duration
+	// LinkInterval is how often the link telemetry (RTT, per-peer MB/s)
+	// is sampled.
+	LinkInterval time.Duration
 	// PeerAddr is where peer (TLS, cluster-key authenticated) links are
 	// accepted. Port 0 picks a free port, which discovery advertises.
 	PeerAddr string
@@ -100,6 +104,7 @@ func DefaultConfig() Config {
 		SystemInterval:    time.Second,
 		DiskInterval:      10 * time.Second,
 		NetworkInterval:   5 * time.Second,
+		LinkInterval:      telemetry.LinkInterval,
 		PeerAddr:          "0.0.0.0:52400",
 		MDNS:              true,
 		Heartbeat:         time.Second,
@@ -112,7 +117,7 @@ func DefaultConfig() Config {
 func (c Config) validate() error {
 	for name, d := range map[string]time.Duration{
 		"memory interval": c.MemoryInterval, "system interval": c.SystemInterval,
-		"disk interval": c.DiskInterval, "network interval": c.NetworkInterval,
+		"disk interval": c.DiskInterval, "network interval": c.NetworkInterval, "link interval": c.LinkInterval,
 	} {
 		if d < 50*time.Millisecond || d > time.Hour {
 			return fmt.Errorf("%s %v: want 50ms..1h", name, d)

@@ -88,6 +88,8 @@ func (n *Node) dial(ctx context.Context, wg *sync.WaitGroup, p PeerAddr) {
 	n.mu.Unlock()
 	n.table.Heard(c.peer, c.hello.StartedAt, time.Now())
 	n.log.Debug("connected", "peer", c.peer, "addr", p.Addr)
+	// Measure the new link now rather than from the next heartbeat on.
+	n.ensureProbeLinks(ctx, wg)
 	n.serveConn(ctx, wg, c, true)
 }
 

@@ -41,6 +41,11 @@ type Link struct {
 	Jitter  time.Duration `json:"jitterNs"`
 	LossPct float64       `json:"lossPct"`
 	Probes  int           `json:"probes"`
+	// Samples counts the RTT samples taken (one per burst of probes); the
+	// RTT, jitter and clock-offset fields mean nothing while it is 0. A
+	// peer is listed from its control link on, so that its byte counters
+	// can be read before its first probe comes back.
+	Samples int `json:"samples"`
 	// ClockOffset is the peer's clock minus ours (NTP-style, from the
 	// minimum-RTT recent probe); its uncertainty is that probe's RTT/2.
 	ClockOffset            time.Duration `json:"clockOffsetNs"`
@@ -239,7 +244,9 @@ func (n *Node) trafficFor(peer string) *traffic {
 	return t
 }
 
-// Links returns the measured link to every peer we probe, sorted by peer.
+// Links returns the link to every peer we have a control link to or have
+// probed, sorted by peer: its byte counters, and its measurements once
+// Samples > 0.
 func (n *Node) Links() []Link {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -248,14 +255,25 @@ func (n *Node) Links() []Link {
 
 func (n *Node) linksLocked() []Link {
 	out := []Link{}
+	ids := map[string]bool{}
 	for id, l := range n.links {
-		if l.samples == 0 {
+		ids[id] = l.samples > 0
+	}
+	for id := range n.out {
+		ids[id] = true
+	}
+	for id, listed := range ids {
+		if !listed {
 			continue
+		}
+		l := n.links[id]
+		if l == nil {
+			l = &linkStat{}
 		}
 		loss, probes := l.lossPct((n.seq + 1) * ProbesPerBurst)
 		off, unc := l.offset()
 		lk := Link{PeerID: id, RTTLast: l.rttLast, RTTEWMA: l.rttEWMA, RTTMin: l.rttMin, Jitter: l.jitter,
-			LossPct: loss, Probes: probes, ClockOffset: off, ClockOffsetUncertainty: unc, LastAck: l.lastAck}
+			LossPct: loss, Probes: probes, Samples: l.samples, ClockOffset: off, ClockOffsetUncertainty: unc, LastAck: l.lastAck}
 		if c := n.out[id]; c != nil {
 			lk.LocalAddr, lk.RemoteAddr = c.tc.LocalAddr().String(), c.tc.RemoteAddr().String()
 		}
@@ -269,7 +287,7 @@ func (n *Node) linksLocked() []Link {
 }
 
 // BytesSent returns the bytes sent so far to each peer over all links, for
-// every peer ever linked (Links lists only probed ones).
+// every peer ever linked (Links lists only those linked or probed now).
 func (n *Node) BytesSent() map[string]uint64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()

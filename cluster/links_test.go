@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"crypto/tls"
+	"net"
 	"testing"
 	"time"
 )
@@ -111,5 +113,33 @@ func TestLinkStatLossAndOffset(t *testing.T) {
 	// smallest RTT: offset 13µs ± 6.5ms.
 	if off != 13*time.Microsecond || unc != ms(6.5) {
 		t.Errorf("offset %v ± %v, want 13µs ± 6.5ms", off, unc)
+	}
+}
+
+// A peer is listed, with its byte counters, from its control link on:
+// before its first probe has come back (a shard can cross the link in
+// that time), and without measurements until one has.
+func TestLinksListedBeforeFirstProbe(t *testing.T) {
+	n := &Node{out: map[string]*conn{}, links: map[string]*linkStat{}, traffic: map[string]*traffic{}}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	c := &conn{tc: tls.Client(a, &tls.Config{}), peer: "p1", traffic: n.trafficFor("p1")}
+	n.out["p1"] = c
+	c.traffic.recv.Add(11_700_000)
+	c.traffic.sent.Add(300)
+	ls := n.Links()
+	if len(ls) != 1 || ls[0].PeerID != "p1" || ls[0].BytesRecv != 11_700_000 || ls[0].BytesSent != 300 || ls[0].Samples != 0 || ls[0].RTTEWMA != 0 {
+		t.Fatalf("links before the first probe = %+v, want p1 with its counters and no samples", ls)
+	}
+	// Probes sent but no burst complete: still no samples.
+	n.linkLocked("p1").probeSent(5)
+	if ls := n.Links(); len(ls) != 1 || ls[0].Samples != 0 {
+		t.Fatalf("links = %+v", ls)
+	}
+	// A gone peer's stats without a link or a sample are not listed.
+	n.linkLocked("gone")
+	if ls := n.Links(); len(ls) != 1 {
+		t.Fatalf("links = %+v, want only p1", ls)
 	}
 }

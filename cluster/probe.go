@@ -101,7 +101,20 @@ func (n *Node) runProbeLink(ctx context.Context, peer string) {
 	pl := &probeLink{tc: tc, peer: peer}
 	n.mu.Lock()
 	n.probes[peer] = pl
+	beat := max(n.seq, 1) // probe seqs start at 1 (0 marks an empty slot)
 	n.mu.Unlock()
+	// A first burst at once, so that a new peer has its RTT, clock offset
+	// and telemetry edge within milliseconds, not a heartbeat or two
+	// later. It counts as the current heartbeat's burst (where that one
+	// also reaches the peer, its echoes come late and are dropped).
+	go func() {
+		for i := uint64(0); i < ProbesPerBurst; i++ {
+			if i > 0 {
+				time.Sleep(burstSpacing)
+			}
+			n.sendProbe(pl, beat*ProbesPerBurst+i)
+		}
+	}()
 	stop := context.AfterFunc(ctx, func() { tc.Close() })
 	defer func() {
 		stop()

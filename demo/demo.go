@@ -255,7 +255,7 @@ func waitProbed(ctx context.Context, c *client.Client, peers int) error {
 		probed := 0
 		if st, err := c.Cluster(ctx); err == nil {
 			for _, l := range st.Links {
-				if l.Probes > 0 {
+				if l.Samples > 0 {
 					probed++
 				}
 			}

@@ -171,12 +171,12 @@ func withEdgesFrom(t Topology, src string, links []LinkTelemetry) Topology {
 			continue
 		}
 		send := l.PeerSendMBps
-		if l.InterfaceSendMBps != nil {
+		if send == nil {
 			send = l.InterfaceSendMBps
 		}
 		out = append(out, Connection{Source: src, SourceInterface: l.SourceInterface, Sink: l.Peer,
 			SinkAddress: l.SinkAddress, ConnectionType: l.ConnectionType, RTTMs: l.RTTEwmaMs,
-			LossPct: l.LossPct, CapacityMbps: l.CapacityMbps, SendMBps: send})
+			LossPct: l.LossPct, CapacityMbps: l.CapacityMbps, SendMBps: send, InterfaceSendMBps: l.InterfaceSendMBps})
 	}
 	slices.SortFunc(out, func(a, b Connection) int {
 		if a.Source != b.Source {

@@ -279,6 +279,14 @@ func TestEdgesFollowLinkSamples(t *testing.T) {
 	if c := s.Topology.Connections[0]; c.SourceInterface != "en5" || c.ConnectionType != "thunderbolt" || c.RTTMs != 1 || *c.SendMBps != 12 {
 		t.Errorf("edge a>b = %+v", c)
 	}
+	// With the per-peer rate known, the edge carries it (what crosses this
+	// edge); the interface's, shared with other peers, stays beside it.
+	withPeer := link("b", 1)
+	withPeer.PeerSendMBps = Float(3)
+	s2 := Apply(s, NodeLinksMeasured{NodeID: "a", Links: NodeLinks{Links: []LinkTelemetry{withPeer}}})
+	if c := s2.Topology.Connections[0]; *c.SendMBps != 3 || *c.InterfaceSendMBps != 12 {
+		t.Errorf("edge a>b with the peer's rate = send %v, interface %v; want 3 and 12", *c.SendMBps, *c.InterfaceSendMBps)
+	}
 	// A new sample from a replaces a's edges: the link to c stopped answering.
 	s = Apply(s, NodeLinksMeasured{NodeID: "a", Links: NodeLinks{Links: []LinkTelemetry{link("b", 1)}}})
 	if got := edges(s); !reflect.DeepEqual(got, []string{"a>b", "b>a"}) {

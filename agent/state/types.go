@@ -120,7 +120,12 @@ type Connection struct {
 	RTTMs           float64  `json:"rttMs"`
 	LossPct         float64  `json:"lossPct"`
 	CapacityMbps    *float64 `json:"capacityMbps,omitempty"`
-	SendMBps        *float64 `json:"sendMBps,omitempty"`
+	// SendMBps is Orrery's own traffic over this edge, from the source's
+	// per-peer counters (the source interface's when those are unknown);
+	// InterfaceSendMBps is all of the source interface's traffic, which
+	// other peers and programs share.
+	SendMBps          *float64 `json:"sendMBps,omitempty"`
+	InterfaceSendMBps *float64 `json:"interfaceSendMBps,omitempty"`
 }
 
 // Topology is the cluster graph, nodes and edges sorted.

@@ -58,8 +58,9 @@ func (s *LinkSampler) Sample(ctx context.Context) (state.Event, error) {
 	out := []state.LinkTelemetry{}
 	for _, l := range s.Links() {
 		cur[l.PeerID] = l
-		// An edge exists while probes over it succeed.
-		if now.Sub(l.LastAck) > s.FailAfter || l.RemoteAddr == "" {
+		// An edge exists while probes over it succeed (from the first
+		// RTT sample on; the counters above are kept from the link's start).
+		if l.Samples == 0 || now.Sub(l.LastAck) > s.FailAfter || l.RemoteAddr == "" {
 			continue
 		}
 		lt := state.LinkTelemetry{

@@ -22,9 +22,11 @@ func TestLinkSamplerJoinsBothEndsAndThrottles(t *testing.T) {
 	}
 	now := time.Now()
 	links := []cluster.Link{
-		{PeerID: "b", LocalAddr: "169.254.1.1:5000", RemoteAddr: "169.254.1.2:52417", RTTEWMA: 2 * time.Millisecond, LastAck: now, BytesSent: 1000},
-		{PeerID: "c", LocalAddr: "192.0.2.10:5001", RemoteAddr: "192.0.2.11:52417", RTTEWMA: 5 * time.Millisecond, LastAck: now},
-		{PeerID: "dead", LocalAddr: "192.0.2.10:5002", RemoteAddr: "192.0.2.12:52417", LastAck: now.Add(-time.Minute)},
+		{PeerID: "b", LocalAddr: "169.254.1.1:5000", RemoteAddr: "169.254.1.2:52417", RTTEWMA: 2 * time.Millisecond, LastAck: now, BytesSent: 1000, Samples: 3},
+		{PeerID: "c", LocalAddr: "192.0.2.10:5001", RemoteAddr: "192.0.2.11:52417", RTTEWMA: 5 * time.Millisecond, LastAck: now, Samples: 1},
+		{PeerID: "dead", LocalAddr: "192.0.2.10:5002", RemoteAddr: "192.0.2.12:52417", LastAck: now.Add(-time.Minute), Samples: 9},
+		// Linked, its first echoes in, but no RTT sample yet: no edge.
+		{PeerID: "new", LocalAddr: "192.0.2.10:5003", RemoteAddr: "192.0.2.13:52417", LastAck: now, BytesSent: 500},
 	}
 	s := &LinkSampler{NodeID: "a", Links: func() []cluster.Link { return links }, State: func() state.State { return st }, FailAfter: 3 * time.Second}
 	ev, err := s.Sample(context.Background())
@@ -33,7 +35,7 @@ func TestLinkSamplerJoinsBothEndsAndThrottles(t *testing.T) {
 	}
 	got := ev.(state.NodeLinksMeasured).Links.Links
 	if len(got) != 2 {
-		t.Fatalf("links = %+v; the link whose probes stopped must be left out", got)
+		t.Fatalf("links = %+v; the link whose probes stopped, and the one not measured yet, must be left out", got)
 	}
 	tb, wifi := got[0], got[1]
 	if tb.SourceInterface != "en5" || tb.SinkInterface != "en3" || tb.ConnectionType != "thunderbolt" {

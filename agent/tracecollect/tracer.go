@@ -192,7 +192,7 @@ func (t *Tracer) Loaded(in state.Instance, rank int, spans []trace.Span, counter
 func (t *Tracer) clockOffsets() map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, l := range t.cfg.Links() {
-		if l.Probes > 0 {
+		if l.Samples > 0 {
 			out[l.PeerID] = l.ClockOffset
 		}
 	}

@@ -180,7 +180,9 @@ func (b *Bench) Run(ctx context.Context, size, rounds int, noTrace bool) (Result
 	}
 	res.RoundMs, res.Reports, res.ClockOffsets = roundMs, reports, map[string]time.Duration{}
 	for _, l := range b.cfg.Node.Links() {
-		res.ClockOffsets[l.PeerID] = l.ClockOffset
+		if l.Samples > 0 {
+			res.ClockOffsets[l.PeerID] = l.ClockOffset
+		}
 	}
 	for _, rep := range reports {
 		res.Hops = append(res.Hops, hopStat(rep, size))

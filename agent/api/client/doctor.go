@@ -52,8 +52,10 @@ func (r DoctorReport) writeText(w *strings.Builder) {
 
 	fmt.Fprintf(w, "Members    %d (rtt and clock offset measured from this node; offset = member's clock − ours)\n", len(r.Cluster.Members))
 	links := map[string]cluster.Link{}
-	for _, l := range r.Cluster.Links { // the agent lists measured links only
-		links[l.PeerID] = l
+	for _, l := range r.Cluster.Links { // a linked peer is listed before its first probe
+		if l.Samples > 0 {
+			links[l.PeerID] = l
+		}
 	}
 	var table strings.Builder // padded by tabwriter, then trailing spaces cut
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)

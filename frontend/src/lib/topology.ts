@@ -124,7 +124,7 @@ export function topologyFromState(st: State, masterId: string, width = 800, heig
       sink: c.sink,
       type: badge(c.connectionType),
       mbps: l?.peerSendMBps ?? c.sendMBps ?? null,
-      ifaceMBps: c.sendMBps ?? null,
+      ifaceMBps: c.interfaceSendMBps ?? l?.interfaceSendMBps ?? null,
       rttMs: c.rttMs,
       jitterMs: jitter,
       lossPct: c.lossPct,

@@ -27,7 +27,7 @@ export interface LinkTelemetry {
 }
 export interface Connection {
   source: string; sourceInterface: string; sink: string; sinkAddress: string; connectionType: string;
-  rttMs: number; lossPct: number; capacityMbps?: number | null; sendMBps?: number | null;
+  rttMs: number; lossPct: number; capacityMbps?: number | null; sendMBps?: number | null; interfaceSendMBps?: number | null;
 }
 export interface ShardRange { rank: number; nodeId: string; firstLayer: number; lastLayer: number }
 export interface Instance {
