@@ -250,7 +250,7 @@ func (a *Agent) wireServing(exe string) {
 			a.tracer.ShipTask(task, kind, spans, counters, ranks, errText)
 		}})
 	a.shards = shard.New(shard.Config{Dir: filepath.Join(cfg.DataDir, "shards"), Self: id, Models: models,
-		Peer: a.peerHTTP, State: a.store.State, Holder: a.instances.PickNode, Puller: a.pulls, Logger: a.log})
+		Peer: a.peerHTTP, State: a.store.State, Holder: a.instances.PickNode, Puller: a.pulls, Stall: cfg.DownloadIdle, Logger: a.log})
 	a.relay = a.sup.Relay(supervisor.RelayConfig{Self: id, State: a.store.State,
 		ShipRank: func(task string, rank int, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange) {
 			a.tracer.ShipRank(task, rank, spans, counters, ranks)

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
 // Config is one agent's configuration. DefaultConfig fills every field.
@@ -35,6 +36,10 @@ type Config struct {
 	// LinkInterval is how often the link telemetry (RTT, per-peer MB/s)
 	// is sampled.
 	LinkInterval time.Duration
+	// DownloadIdle gives up on a download connection (pulls, shard pulls,
+	// shards from peers) that brings less than transfer.StallBytes in that
+	// long; the transfer resumes from its last byte on a new one.
+	DownloadIdle time.Duration
 	// PeerAddr is where peer (TLS, cluster-key authenticated) links are
 	// accepted. Port 0 picks a free port, which discovery advertises.
 	PeerAddr string
@@ -105,6 +110,7 @@ func DefaultConfig() Config {
 		DiskInterval:      10 * time.Second,
 		NetworkInterval:   5 * time.Second,
 		LinkInterval:      telemetry.LinkInterval,
+		DownloadIdle:      transfer.DefaultStall,
 		PeerAddr:          "0.0.0.0:52400",
 		MDNS:              true,
 		Heartbeat:         time.Second,
@@ -122,6 +128,9 @@ func (c Config) validate() error {
 		if d < 50*time.Millisecond || d > time.Hour {
 			return fmt.Errorf("%s %v: want 50ms..1h", name, d)
 		}
+	}
+	if c.DownloadIdle < time.Second || c.DownloadIdle > time.Hour {
+		return fmt.Errorf("download idle timeout %v: want 1s..1h", c.DownloadIdle)
 	}
 	if c.Parallel < 0 || c.Parallel > backend.MaxParallel {
 		return fmt.Errorf("parallel %d: want 1..%d", c.Parallel, backend.MaxParallel)

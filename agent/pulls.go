@@ -26,6 +26,7 @@ func newPuller(cfg Config, self string, publish func(state.Event) error, pulled 
 		HF:        pull.HF{Endpoint: cfg.Getenv("HF_ENDPOINT"), Token: cfg.Getenv("HF_TOKEN")},
 		OllamaDir: cfg.modelDirs().Ollama, Registry: pull.Registry{URL: cfg.Registry},
 		Offline: off == "1" || off == "true" || off == "yes" || off == "on",
+		Fetcher: &pull.Fetcher{Stall: cfg.DownloadIdle},
 		Publish: publish, Pulled: pulled, Logger: log})
 }
 

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
+	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
 // Downloads: a file is fetched in ranged chunks by several workers into
@@ -67,8 +68,10 @@ type Stats struct {
 	// Resumed is how many bytes were already there from an earlier run;
 	// Fetched how many this run received (refetched chunks included).
 	Resumed, Fetched int64
-	// Attempts counts the requests, retries included.
-	Attempts int64
+	// Attempts counts the requests, retries included; Retries those that
+	// followed a failed one, and Stalls the connections given up because
+	// they stalled (each then resumed on a new one).
+	Attempts, Retries, Stalls int64
 	// Ranged is false when the server ignored Range and the file came in
 	// one stream.
 	Ranged bool
@@ -87,6 +90,23 @@ type Fetcher struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 	// FreeBytes reports the free space of a directory (nil: statfs).
 	FreeBytes func(dir string) (uint64, error)
+	// Stall gives up on a connection that brings less than
+	// transfer.StallBytes in that long; its chunk resumes from its last
+	// byte on a new one (0: transfer.DefaultStall; negative: never).
+	Stall time.Duration
+	// OnRetry, when set, is told of every failed attempt that will be
+	// retried, and whether its connection stalled (from several
+	// goroutines).
+	OnRetry func(Retry)
+}
+
+// Retry describes a failed attempt of a transfer that is tried again.
+type Retry struct {
+	// Host answered (or failed to), after redirects.
+	Host string
+	// Stalled: the connection was given up because it stalled.
+	Stalled bool
+	Err     error
 }
 
 // partState is <dest>.part.json: what a resumed download must match.
@@ -141,7 +161,10 @@ const saveEvery = 1 << 20
 
 func (f *Fetcher) defaults() {
 	if f.Client == nil {
-		f.Client = http.DefaultClient
+		f.Client = transfer.Client()
+	}
+	if f.Stall == 0 {
+		f.Stall = transfer.DefaultStall
 	}
 	if f.Chunk <= 0 {
 		f.Chunk = DefaultChunk
@@ -391,10 +414,12 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 // file.
 var errNoRange = errors.New("the server ignores Range")
 
-// retryable is an error worth another attempt, after wait (0: backoff).
+// retryable is an error worth another attempt, after wait (0: backoff);
+// host is the one that failed, when known.
 type retryable struct {
 	err  error
 	wait time.Duration
+	host string
 }
 
 func (r *retryable) Error() string { return r.err.Error() }
@@ -414,6 +439,14 @@ func (f *Fetcher) retry(ctx context.Context, st *Stats, do func() error) error {
 		var r *retryable
 		if !errors.As(err, &r) || ctx.Err() != nil {
 			return err
+		}
+		stalled := errors.Is(err, transfer.ErrStalled)
+		atomic.AddInt64(&st.Retries, 1)
+		if stalled {
+			atomic.AddInt64(&st.Stalls, 1)
+		}
+		if f.OnRetry != nil {
+			f.OnRetry(Retry{Host: r.host, Stalled: stalled, Err: err})
 		}
 		wait := backoff
 		if r.wait > 0 {
@@ -445,14 +478,16 @@ func (f *Fetcher) get(ctx context.Context, t Target, rng string) (*http.Response
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &retryable{err: err}
+		return nil, &retryable{err: err, host: req.URL.Host}
 	}
+	host := resp.Request.URL.Host // after redirects: the CDN's
 	switch {
 	case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusPartialContent:
+		resp.Body = transfer.Watch(resp.Body, f.Stall, host)
 		return resp, nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		resp.Body.Close()
-		return nil, &retryable{err: fmt.Errorf("GET %s: %s", t.URL, resp.Status), wait: retryAfter(resp.Header.Get("Retry-After"))}
+		return nil, &retryable{err: fmt.Errorf("GET %s: %s", t.URL, resp.Status), wait: retryAfter(resp.Header.Get("Retry-After")), host: host}
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		resp.Body.Close()
 		return nil, fmt.Errorf("GET %s: %s (a gated or private model needs HF_TOKEN)", t.URL, resp.Status)
@@ -500,7 +535,7 @@ func (f *Fetcher) getRange(ctx context.Context, t Target, part *os.File, off, n 
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {
-		return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: %w", t.URL, off, off+n-1, err)}
+		return &retryable{err: fmt.Errorf("GET %s bytes %d-%d: %w", t.URL, off, off+n-1, err), host: resp.Request.URL.Host}
 	}
 	return nil
 }
@@ -537,7 +572,7 @@ func (f *Fetcher) getAll(ctx context.Context, t Target, part *os.File, report fu
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {
-		return &retryable{err: fmt.Errorf("GET %s: %w", t.URL, err)}
+		return &retryable{err: fmt.Errorf("GET %s: %w", t.URL, err), host: resp.Request.URL.Host}
 	}
 	return nil
 }

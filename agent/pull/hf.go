@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
 // Hugging Face, as Ollama's hf.co syntax names it: hf.co/{org}/{repo}
@@ -103,7 +105,7 @@ func (h HF) endpoint() string {
 
 func (h HF) client() *http.Client {
 	if h.Client == nil {
-		return http.DefaultClient
+		return transfer.Client()
 	}
 	return h.Client
 }
@@ -130,6 +132,7 @@ func (h HF) Files(ctx context.Context, ref HFRef) ([]HFFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", ref.Repo, err)
 	}
+	resp.Body = transfer.Watch(resp.Body, transfer.DefaultStall, resp.Request.URL.Host)
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
@@ -283,6 +286,7 @@ func (h HF) Commit(ctx context.Context, repo string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("revision of %s: %w", repo, err)
 	}
+	resp.Body = transfer.Watch(resp.Body, transfer.DefaultStall, resp.Request.URL.Host)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("revision of %s: %s", repo, resp.Status)

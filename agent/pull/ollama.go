@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
+	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
 // The Ollama registry speaks the OCI distribution API: a manifest per
@@ -120,12 +121,13 @@ func (g Registry) Manifest(ctx context.Context, ref OllamaRef) (Manifest, []byte
 	req.Header.Set("Accept", manifestV2+", "+ociManifestV1)
 	c := g.Client
 	if c == nil {
-		c = http.DefaultClient
+		c = transfer.Client()
 	}
 	resp, err := c.Do(req)
 	if err != nil {
 		return Manifest{}, nil, fmt.Errorf("manifest of %s: %w", ref, err)
 	}
+	resp.Body = transfer.Watch(resp.Body, transfer.DefaultStall, resp.Request.URL.Host)
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:

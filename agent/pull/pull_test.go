@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
+	"github.com/orrery-cluster/orrery/agent/state"
 )
 
 func content(n int, seed int64) []byte {
@@ -268,4 +270,77 @@ func TestPullRefusesBadInput(t *testing.T) {
 	if _, err := (HFCache{Dir: t.TempDir()}).Link("org/L", "../../x", HFFile{Path: "a.gguf", SHA256: strings.Repeat("a", 64)}); err == nil {
 		t.Error("a commit with '..' was linked")
 	}
+}
+
+// A pull whose CDN goes silent on one connection mid-chunk (socket open,
+// no bytes, no FIN) and trickles a byte a second on another completes:
+// each such connection is given up after the stall window and its chunk
+// resumes from its last byte on a new one. The download's state counts
+// the retries and stalls, each stall is logged once with the host, and
+// nothing but what was in flight on the dropped connections is fetched
+// twice (at most one chunk).
+func TestPullSurvivesStalls(t *testing.T) {
+	start := time.Now()
+	h := pulltest.NewHub(t)
+	data := content(3*DefaultChunk+12345, 5)
+	h.Add("org/Stall-GGUF", "stall-Q8_0.gguf", data)
+	h.StallAfter, h.StallTimes, h.TrickleTimes = 1<<20, 1, 1
+	var logs syncBuffer
+	var mu sync.Mutex
+	var last state.Download
+	p := New(Config{Self: "n1", HFCache: t.TempDir(), HF: HF{Endpoint: h.URL()}, Fetcher: &Fetcher{Stall: time.Second},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Publish: func(ev state.Event) error {
+			mu.Lock()
+			last = ev.(state.DownloadProgress).Download
+			mu.Unlock()
+			return nil
+		}})
+	defer p.Close()
+	j, _, err := p.start("hf.co/org/Stall-GGUF:Q8_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-j.done:
+	case <-time.After(50 * time.Second):
+		t.Fatalf("the pull hung: %+v\n%s", j.snapshot(), logs.String())
+	}
+	mu.Lock()
+	d := last
+	mu.Unlock()
+	if d.Status != state.DownloadDone || d.Bytes != int64(len(data)) {
+		t.Fatalf("download ended %+v\n%s", d, logs.String())
+	}
+	if d.Stalls != 2 || d.Retries < 2 {
+		t.Errorf("download state: %d stalls, %d retries; want 2 stalls (the silent and the trickling connection)", d.Stalls, d.Retries)
+	}
+	cdn := strings.TrimPrefix(h.CDNURL(), "http://")
+	if n := strings.Count(logs.String(), "download stalled"); n != 2 || !strings.Contains(logs.String(), "host="+cdn) {
+		t.Errorf("%d stall log lines, want 2 naming the CDN host %s:\n%s", n, cdn, logs.String())
+	}
+	over := h.Served.Load() - int64(len(data))
+	if over > DefaultChunk {
+		t.Errorf("the CDN served %d bytes more than the file: more than one chunk fetched twice", over)
+	}
+	t.Logf("pull of %d bytes through a stalled and a trickling connection: %v, %d stalls, %d retries, %d bytes fetched twice",
+		len(data), time.Since(start).Round(time.Millisecond), d.Stalls, d.Retries, over)
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
 // Puller runs this node's pulls and publishes their progress into the
@@ -89,6 +90,20 @@ func New(cfg Config) *Puller {
 	}
 	if cfg.Fetcher == nil {
 		cfg.Fetcher = &Fetcher{}
+	}
+	// One client, with connect, TLS and header timeouts, for everything a
+	// pull asks of a hub or registry.
+	hc := transfer.Client()
+	if cfg.Fetcher.Client == nil {
+		f := *cfg.Fetcher
+		f.Client = hc
+		cfg.Fetcher = &f
+	}
+	if cfg.HF.Client == nil {
+		cfg.HF.Client = hc
+	}
+	if cfg.Registry.Client == nil {
+		cfg.Registry.Client = hc
 	}
 	if cfg.Pulled == nil {
 		cfg.Pulled = func() {}
@@ -251,7 +266,7 @@ func (p *Puller) fetchHF(ctx context.Context, j *job, r HFRef) error {
 	// The scanner names a hub model {repo}/{first file without .gguf}.
 	j.dl.Model = r.Repo + "/" + strings.TrimSuffix(files[0].Path, path.Ext(files[0].Path))
 	j.mu.Unlock()
-	f := *p.cfg.Fetcher
+	f := p.fetcher(j)
 	f.Header = p.cfg.HF.Header()
 	for i, file := range files {
 		t := Target{URL: p.cfg.HF.ResolveURL(r.Repo, file.Path), Size: file.Size, SHA256: file.SHA256,
@@ -285,7 +300,7 @@ func (p *Puller) fetchOllama(ctx context.Context, j *job, r OllamaRef) error {
 	}
 	j.dl.Model = store.ModelID(host, r)
 	j.mu.Unlock()
-	f := *p.cfg.Fetcher
+	f := p.fetcher(j)
 	for i, l := range layers {
 		t := Target{URL: p.cfg.Registry.BlobURL(r, l.Digest), Size: l.Size, SHA256: strings.TrimPrefix(l.Digest, "sha256:"),
 			Dest: store.Blob(l.Digest)}
@@ -294,6 +309,27 @@ func (p *Puller) fetchOllama(ctx context.Context, j *job, r OllamaRef) error {
 		}
 	}
 	return store.WriteManifest(host, r, raw)
+}
+
+// fetcher is the Fetcher of job j: its retries and stalls go into j's
+// download, and each stall into the log, once, with the host.
+func (p *Puller) fetcher(j *job) Fetcher {
+	f := *p.cfg.Fetcher
+	f.OnRetry = func(r Retry) {
+		j.mu.Lock()
+		j.dl.Retries++
+		if r.Stalled {
+			j.dl.Stalls++
+		}
+		ref, id := j.dl.Ref, j.dl.ID
+		j.mu.Unlock()
+		if r.Stalled {
+			p.log.Warn("download stalled; resuming on a new connection", "ref", ref, "download", id, "host", r.Host, "err", r.Err)
+		} else {
+			p.log.Info("download attempt failed; retrying", "ref", ref, "download", id, "host", r.Host, "err", r.Err)
+		}
+	}
+	return f
 }
 
 // fetch fetches file i of the download, counting its progress and the

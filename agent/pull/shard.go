@@ -88,6 +88,13 @@ func (p *Puller) target(src state.ModelSource) (Target, *Fetcher, error) {
 	f := *p.cfg.Fetcher
 	f.defaults()
 	f.Header = p.cfg.HF.Header()
+	f.OnRetry = func(r Retry) {
+		if r.Stalled {
+			p.log.Warn("shard pull stalled; resuming on a new connection", "ref", src.Ref, "host", r.Host, "err", r.Err)
+		} else {
+			p.log.Info("shard pull attempt failed; retrying", "ref", src.Ref, "host", r.Host, "err", r.Err)
+		}
+	}
 	return Target{URL: p.cfg.HF.ResolveURL(r.Repo, src.File), Size: src.Size, SHA256: src.SHA256}, &f, nil
 }
 
@@ -147,7 +154,7 @@ func (f *Fetcher) span(ctx context.Context, t Target, off, n int64) ([]byte, err
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {
-		return b, &retryable{err: fmt.Errorf("GET %s bytes %d-%d: %w", t.URL, off, off+n-1, err)}
+		return b, &retryable{err: fmt.Errorf("GET %s bytes %d-%d: %w", t.URL, off, off+n-1, err), host: resp.Request.URL.Host}
 	}
 	return b, nil
 }

@@ -13,11 +13,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"sync"
+	"time"
 
 	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
 // Config wires a Cache. Every field is required but Logger.
@@ -37,6 +39,10 @@ type Config struct {
 	// Puller pulls the shards of an instance placed from its source
 	// (nil: shards come from peers only).
 	Puller *pull.Puller
+	// Stall gives up on a shard transfer's connection that brings less
+	// than transfer.StallBytes in that long; the next attempt resumes
+	// where it stopped (0: transfer.DefaultStall).
+	Stall  time.Duration
 	Logger *slog.Logger
 }
 
@@ -54,6 +60,9 @@ func New(cfg Config) *Cache {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Stall <= 0 {
+		cfg.Stall = transfer.DefaultStall
 	}
 	return &Cache{cfg: cfg, log: log.With("component", "shard")}
 }

@@ -10,7 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
@@ -207,4 +210,102 @@ func TestPullFallsBackToPeer(t *testing.T) {
 	if _, _, err := b.ModelFile(context.Background(), evil, 1, func(supervisor.Progress) {}); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("a path as the source's sha256: %v", err)
 	}
+}
+
+// faultyPeer serves a's shards, but the first answer goes silent after
+// stallAfter bytes (the socket held open) and the second trickles a byte
+// at a time; it counts the bytes it sent.
+type faultyPeer struct {
+	h          http.Handler
+	stallAfter int64
+	calls      atomic.Int32
+	sent       atomic.Int64
+	ranges     []string
+	mu         sync.Mutex
+}
+
+func (f *faultyPeer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.ranges = append(f.ranges, r.Header.Get("Range"))
+	f.mu.Unlock()
+	fw := &faultyWriter{ResponseWriter: w, f: f, call: f.calls.Add(1), ctx: r.Context()}
+	f.h.ServeHTTP(fw, r)
+}
+
+type faultyWriter struct {
+	http.ResponseWriter
+	f    *faultyPeer
+	call int32
+	ctx  context.Context
+	n    int64
+}
+
+func (w *faultyWriter) Write(p []byte) (int, error) {
+	switch w.call {
+	case 1: // silent after stallAfter bytes
+		if w.n+int64(len(p)) > w.f.stallAfter {
+			k := w.f.stallAfter - w.n
+			w.ResponseWriter.Write(p[:k])
+			w.f.sent.Add(k)
+			w.ResponseWriter.(http.Flusher).Flush()
+			<-w.ctx.Done()
+			return int(k), w.ctx.Err()
+		}
+	case 2: // a byte every 50 ms
+		for i := range p {
+			w.ResponseWriter.Write(p[i : i+1])
+			w.f.sent.Add(1)
+			w.ResponseWriter.(http.Flusher).Flush()
+			select {
+			case <-w.ctx.Done():
+				return i + 1, w.ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		return len(p), nil
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.n += int64(n)
+	w.f.sent.Add(int64(n))
+	return n, err
+}
+
+// A shard transfer whose first connection goes silent mid-shard and whose
+// second trickles completes: each is given up after the stall window, and
+// the next attempt asks only for the bytes not in yet.
+func TestFetchSurvivesStalls(t *testing.T) {
+	a, b, in := twoNodes(t)
+	fp := &faultyPeer{h: a, stallAfter: 40 << 10}
+	srv := httptest.NewServer(fp)
+	t.Cleanup(srv.Close)
+	b.cfg.Peer = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "tcp", srv.Listener.Addr().String())
+	}}}
+	b.cfg.Stall = 300 * time.Millisecond
+	start := time.Now()
+	path, info, err := b.ModelFile(context.Background(), in, 1, func(supervisor.Progress) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := os.Stat(path)
+	if info.How != "transfer" || info.Bytes != st.Size() {
+		t.Fatalf("info %+v, file %d bytes", info, st.Size())
+	}
+	if _, err := gguf.ReadFile(path); err != nil {
+		t.Fatalf("the received shard does not read: %v", err)
+	}
+	fp.mu.Lock()
+	ranges := fp.ranges
+	fp.mu.Unlock()
+	if len(ranges) != 3 || ranges[0] != "" || !strings.HasPrefix(ranges[1], "bytes=40960-") || ranges[2] == ranges[1] {
+		t.Errorf("requests' ranges %q: want the whole shard, then from byte 40960, then from where the trickle stopped", ranges)
+	}
+	if over := fp.sent.Load() - st.Size(); over > 64<<10 {
+		t.Errorf("%d bytes sent twice", over)
+	}
+	ents, _ := os.ReadDir(filepath.Dir(path))
+	if len(ents) != 1 {
+		t.Fatalf("cache holds %v: a part file was left", ents)
+	}
+	t.Logf("shard of %d bytes through a silent and a trickling connection in %v; %d bytes sent in all", st.Size(), time.Since(start).Round(time.Millisecond), fp.sent.Load())
 }

@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,14 +11,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
-	"github.com/orrery-cluster/orrery/internal/atomicfile"
+	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
 // Shard transfer between nodes, over the peer API: GET /internal/shard
-// answers the shard file with the model's hash in HashHeader.
+// answers the shard file (or the Range asked for) with the model's hash in
+// HashHeader.
 
 // Path is the peer API path shards are served under.
 const Path = "/internal/shard"
@@ -25,6 +28,18 @@ const Path = "/internal/shard"
 // HashHeader carries the sha256 of the whole model a shard was cut from;
 // it names the shard in the receiver's cache.
 const HashHeader = "X-Orrery-Model-Hash"
+
+// Shard transfers resume: an attempt that breaks, or whose connection
+// stalls (transfer.Watch), is followed by one that asks for the bytes not
+// in yet (Range), after a backoff.
+const (
+	fetchAttempts = 8
+	maxBackoff    = 10 * time.Second
+	// headerWait bounds the wait for the answer's headers: the far side
+	// cuts the shard from its model before it answers (once; it is cached
+	// for the next asker), which takes a while for a model of many GB.
+	headerWait = 5 * time.Minute
+)
 
 // fetch receives the shard from a node that has the model, over the peer
 // API, into the shard cache (atomically), reporting progress.
@@ -34,50 +49,159 @@ func (c *Cache) fetch(ctx context.Context, in state.Instance, modelID string, rg
 		return "", supervisor.ShardInfo{}, err
 	}
 	q := url.Values{"model": {modelID}, "first": {strconv.Itoa(rg.FirstLayer)}, "last": {strconv.Itoa(rg.LastLayer)}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+src+Path+"?"+q.Encode(), nil)
-	if err != nil {
-		return "", supervisor.ShardInfo{}, err
+	f := &shardFetch{c: c, src: src, url: "http://" + src + Path + "?" + q.Encode(), rg: rg, size: -1, progress: progress}
+	defer f.discard()
+	backoff := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		cached, err := f.attempt(ctx)
+		switch {
+		case err == nil && cached:
+			return f.dst, supervisor.ShardInfo{How: "model", From: src}, nil // from an earlier transfer
+		case err == nil:
+			if err := f.commit(); err != nil {
+				return "", supervisor.ShardInfo{}, fmt.Errorf("shard from %s: %w", src, err)
+			}
+			c.log.Info("shard received", "from", src, "model", modelID, "first", rg.FirstLayer, "last", rg.LastLayer, "bytes", f.done, "attempts", attempt)
+			return f.dst, supervisor.ShardInfo{How: "transfer", From: src, Bytes: f.done}, nil
+		}
+		var r retryable
+		if !errors.As(err, &r) || ctx.Err() != nil || attempt == fetchAttempts {
+			return "", supervisor.ShardInfo{}, fmt.Errorf("shard from %s (attempt %d): %w", src, attempt, err)
+		}
+		if errors.Is(err, transfer.ErrStalled) {
+			c.log.Warn("shard transfer stalled; resuming on a new connection", "from", src, "model", modelID, "at", f.done, "of", f.size, "err", err)
+		} else {
+			c.log.Info("shard transfer broke off; resuming", "from", src, "model", modelID, "at", f.done, "of", f.size, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return "", supervisor.ShardInfo{}, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
 	}
-	resp, err := c.cfg.Peer.Do(req)
+}
+
+// retryable marks an attempt's failure as worth another attempt.
+type retryable struct{ error }
+
+func (r retryable) Unwrap() error { return r.error }
+
+// shardFetch is one shard transfer, over as many attempts as it takes.
+type shardFetch struct {
+	c        *Cache
+	src, url string
+	rg       state.ShardRange
+	progress func(supervisor.Progress)
+
+	hash string   // the model's, from the first answer
+	dst  string   // the shard's place in the cache
+	size int64    // the shard's bytes (-1: not known yet)
+	done int64    // bytes in part
+	part *os.File // where they are (nil before the first byte)
+}
+
+// attempt asks for the bytes not in yet and appends them to the part
+// file. cached: the shard was in the cache already.
+func (f *shardFetch) attempt(ctx context.Context) (cached bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.url, nil)
 	if err != nil {
-		return "", supervisor.ShardInfo{}, fmt.Errorf("shard from %s: %w", src, err)
+		return false, err
+	}
+	if f.done > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", f.done))
+	}
+	late := time.AfterFunc(headerWait, cancel)
+	resp, err := f.c.cfg.Peer.Do(req)
+	headersIn := late.Stop()
+	if err != nil {
+		if !headersIn {
+			err = fmt.Errorf("no answer within %v: %w", headerWait, err)
+		}
+		return false, retryable{err}
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch {
+	case f.done == 0 && resp.StatusCode == http.StatusOK:
+	case f.done > 0 && resp.StatusCode == http.StatusPartialContent:
+		if cr := resp.Header.Get("Content-Range"); cr != fmt.Sprintf("bytes %d-%d/%d", f.done, f.size-1, f.size) {
+			return false, fmt.Errorf("resumed at byte %d of %d, the answer is %q", f.done, f.size, cr)
+		}
+	case resp.StatusCode >= 500:
+		return false, retryable{fmt.Errorf("%s", resp.Status)}
+	default:
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return "", supervisor.ShardInfo{}, fmt.Errorf("shard from %s: %s %s", src, resp.Status, b)
+		return false, fmt.Errorf("%s %s", resp.Status, b)
 	}
 	hash := resp.Header.Get(HashHeader)
 	if len(hash) < 16 || strings.ContainsAny(hash, `/\.`) {
-		return "", supervisor.ShardInfo{}, fmt.Errorf("shard from %s: model hash %q", src, hash)
+		return false, fmt.Errorf("model hash %q", hash)
 	}
-	dst := filepath.Join(c.cfg.Dir, shardName(hash, rg.FirstLayer, rg.LastLayer))
-	if st, err := os.Stat(dst); err == nil && st.Size() == resp.ContentLength {
-		return dst, supervisor.ShardInfo{How: "model", From: src}, nil // cached from an earlier transfer
-	}
-	if err := os.MkdirAll(c.cfg.Dir, 0o700); err != nil {
-		return "", supervisor.ShardInfo{}, err
-	}
-	size := resp.ContentLength
-	var done int64
-	err = atomicfile.WriteFunc(dst, 0o600, func(w io.Writer) error {
-		pw := &progressWriter{w: w, report: func(n int64) {
-			done = n
-			progress(supervisor.Progress{From: src, Done: n, Size: size})
-		}}
-		if _, err := io.CopyBuffer(pw, resp.Body, make([]byte, 1<<20)); err != nil {
-			return fmt.Errorf("after %d of %d bytes: %w", done, size, err)
+	if f.hash == "" {
+		f.hash, f.size = hash, resp.ContentLength
+		f.dst = filepath.Join(f.c.cfg.Dir, shardName(hash, f.rg.FirstLayer, f.rg.LastLayer))
+		if st, err := os.Stat(f.dst); err == nil && st.Size() == f.size {
+			return true, nil
 		}
-		if size >= 0 && done != size {
-			return fmt.Errorf("%d of %d bytes", done, size)
+		if f.size < 0 {
+			return false, errors.New("the answer has no length")
 		}
-		return nil
-	})
-	if err != nil {
-		return "", supervisor.ShardInfo{}, fmt.Errorf("shard from %s: %w", src, err)
+		if err := os.MkdirAll(f.c.cfg.Dir, 0o700); err != nil {
+			return false, err
+		}
+		if f.part, err = os.CreateTemp(f.c.cfg.Dir, filepath.Base(f.dst)+".part-*"); err != nil {
+			return false, err
+		}
+	} else if hash != f.hash {
+		return false, fmt.Errorf("the model changed on %s while its shard came (hash %s, then %s)", f.src, f.hash, hash)
 	}
-	c.log.Info("shard received", "from", src, "model", modelID, "first", rg.FirstLayer, "last", rg.LastLayer, "bytes", done)
-	return dst, supervisor.ShardInfo{How: "transfer", From: src, Bytes: done}, nil
+	body := transfer.Watch(resp.Body, f.c.cfg.Stall, f.src)
+	defer body.Close()
+	buf := make([]byte, 1<<20)
+	for f.done < f.size {
+		n, err := body.Read(buf[:min(int64(len(buf)), f.size-f.done)])
+		if n > 0 {
+			if _, werr := f.part.WriteAt(buf[:n], f.done); werr != nil {
+				return false, werr
+			}
+			f.done += int64(n)
+			if f.progress != nil {
+				f.progress(supervisor.Progress{From: f.src, Done: f.done, Size: f.size})
+			}
+		}
+		if err == io.EOF && f.done < f.size {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil && err != io.EOF {
+			return false, retryable{fmt.Errorf("after %d of %d bytes: %w", f.done, f.size, err)}
+		}
+	}
+	return false, nil
+}
+
+// commit puts the complete part file in the cache, atomically.
+func (f *shardFetch) commit() error {
+	if err := f.part.Sync(); err != nil {
+		return err
+	}
+	if err := f.part.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.part.Name(), f.dst); err != nil {
+		return err
+	}
+	f.part = nil
+	return nil
+}
+
+// discard removes the part file of a transfer that did not complete.
+func (f *shardFetch) discard() {
+	if f.part != nil {
+		f.part.Close()
+		os.Remove(f.part.Name())
+	}
 }
 
 // source is the node to fetch from: the instance's owner placed it from
@@ -150,6 +274,6 @@ func (c *Cache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(HashHeader, hash)
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
-	io.Copy(w, f)
+	// Ranges too: a receiver whose transfer broke off asks for the rest.
+	http.ServeContent(w, r, "", st.ModTime(), f)
 }

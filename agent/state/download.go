@@ -25,7 +25,12 @@ type Download struct {
 	MBps       *float64 `json:"mbps,omitempty"`
 	EtaSeconds *float64 `json:"etaSeconds,omitempty"`
 	// Resumed bytes were there from an earlier, interrupted run.
-	Resumed   int64     `json:"resumed,omitempty"`
+	Resumed int64 `json:"resumed,omitempty"`
+	// Retries counts the requests tried again after one failed; Stalls
+	// the connections given up because they stalled (each chunk then
+	// resumed from its last byte on a new connection).
+	Retries   int       `json:"retries,omitempty"`
+	Stalls    int       `json:"stalls,omitempty"`
 	StartedAt time.Time `json:"startedAt"`
 	UpdatedAt time.Time `json:"updatedAt"`
 }

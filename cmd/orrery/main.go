@@ -108,6 +108,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.DiskInterval, "disk-interval", cfg.DiskInterval, "disk sampling period (models directory)")
 	fs.DurationVar(&cfg.NetworkInterval, "network-interval", cfg.NetworkInterval, "network interface sampling period")
 	fs.DurationVar(&cfg.LinkInterval, "link-interval", cfg.LinkInterval, "link telemetry sampling period (RTT, per-peer MB/s)")
+	fs.DurationVar(&cfg.DownloadIdle, "download-idle-timeout", cfg.DownloadIdle, "give up on a download connection (pulls, shards) that brings under 16 KiB in this long, and resume on a new one (1s..1h)")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", cfg.Heartbeat, "heartbeat and link-probe period")
 	fs.DurationVar(&cfg.FailAfter, "fail-after", cfg.FailAfter, "silence after which a peer is marked gone")
 	fs.DurationVar(&cfg.TraceMergeTimeout, "trace-merge-timeout", cfg.TraceMergeTimeout, "how long the master waits for a traced task's ranks before saving a partial trace")

@@ -103,6 +103,11 @@ func progressLine(d state.Download) string {
 	if d.EtaSeconds != nil {
 		line += fmt.Sprintf("  ETA %s", (time.Duration(*d.EtaSeconds) * time.Second).Round(time.Second))
 	}
+	if d.Stalls > 0 {
+		line += fmt.Sprintf("  %d stalled connection(s) resumed", d.Stalls)
+	} else if d.Retries > 0 {
+		line += fmt.Sprintf("  %d retries", d.Retries)
+	}
 	return line + "   "
 }
 

@@ -94,7 +94,7 @@ func TestPullProcess(t *testing.T) {
 	<-p.done
 	servedBefore := hub.Served.Load()
 	hub.SlowPerSec = 0
-	p = startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL())
+	p = startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL(), "--download-idle-timeout", "2s")
 	waitHealthy(t, p)
 	d2, err := p.api().Pull(context.Background(), "hf.co/org/Big-GGUF:Q8_0")
 	if err != nil {
@@ -112,6 +112,38 @@ func TestPullProcess(t *testing.T) {
 	t.Logf("resume after kill -9: %d of %d bytes were in (resumed); the restart fetched %d (%d twice)", done.Resumed, len(big), again, waste)
 	if done.Resumed == 0 || waste < 0 || waste > 4<<20 {
 		t.Errorf("resumed %d bytes, fetched %d more of %d", done.Resumed, again, len(big))
+	}
+	// The CDN goes silent mid-chunk on one connection (socket open, no
+	// FIN) and trickles a byte a second on another: orrery pull completes,
+	// and the download's state counts the two stalls.
+	other := append([]byte(nil), big...)
+	other[len(other)-1] ^= 0xff // another file: another blob
+	hub.Add("org/Stall-GGUF", "stall-Q8_0.gguf", other)
+	hub.StallAfter, hub.StallTimes, hub.TrickleTimes = 1<<20, 1, 1
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	start := time.Now()
+	out, err = exec.CommandContext(ctx, bin, "pull", "--api", "http://"+addr, "hf.co/org/Stall-GGUF:Q8_0").CombinedOutput()
+	cancel()
+	if err != nil || !strings.Contains(string(out), "is in") {
+		t.Fatalf("orrery pull through a stalling CDN: %v (after %v)\n%s", err, time.Since(start), out)
+	}
+	var dls map[string]state.Download
+	p.mustGet(t, "/state/downloads", &dls)
+	found := false
+	for _, dl := range dls {
+		if dl.Ref == "hf.co/org/Stall-GGUF:Q8_0" {
+			found = true
+			if dl.Status != state.DownloadDone || dl.Stalls != 2 || dl.Retries < 2 {
+				t.Errorf("the stalled pull's download: %s, %d stalls, %d retries; want Done, 2, ≥ 2", dl.Status, dl.Stalls, dl.Retries)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no download of the stalled pull in %v", dls)
+	}
+	t.Logf("orrery pull through a silent and a trickling CDN connection: done in %v", time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(p.stderr.String(), "download stalled") {
+		t.Errorf("the agent logged no stall:\n%s", p.stderr.String())
 	}
 	// A bad reference is refused with the reason.
 	out, err = exec.Command(bin, "pull", "--api", "http://"+addr, "hf.co/../etc:Q4").CombinedOutput()

@@ -43,6 +43,14 @@ type Hub struct {
 	// FailRanges answers ranged requests that do not start at byte 0
 	// with this status (0: off): the header reads, the tensors do not.
 	FailRanges int
+	// StallAfter sends this many body bytes, then nothing more, with the
+	// connection held open (no FIN), for StallTimes responses: what a CDN
+	// edge or a Wi-Fi link that went bad does.
+	StallAfter int64
+	StallTimes int
+	// TrickleTimes responses (after the stalled ones) send one byte a
+	// second until the client goes.
+	TrickleTimes int
 
 	// Served counts the file bytes the CDN sent; Requests its requests.
 	Served, Requests atomic.Int64
@@ -59,6 +67,9 @@ func NewHub(tb testing.TB) *Hub {
 
 // URL is the hub's endpoint (what HF_ENDPOINT would be).
 func (h *Hub) URL() string { return h.hub.URL }
+
+// CDNURL is where the hub redirects file downloads.
+func (h *Hub) CDNURL() string { return h.cdn.URL }
 
 // Add puts a file in a repo; its advertised sha256 is the real one.
 func (h *Hub) Add(repo, path string, content []byte) {
@@ -153,6 +164,15 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 		h.CutTimes--
 		cut = h.CutAfter
 	}
+	stall, trickle := int64(0), false
+	switch {
+	case h.StallTimes > 0 && h.StallAfter > 0:
+		h.StallTimes--
+		stall = h.StallAfter
+	case h.TrickleTimes > 0:
+		h.TrickleTimes--
+		trickle = true
+	}
 	ignore, slow, failRanges := h.IgnoreRange, h.SlowPerSec, h.FailRanges
 	h.mu.Unlock()
 	if rng := r.Header.Get("Range"); failRanges != 0 && rng != "" && !strings.HasPrefix(rng, "bytes=0-") {
@@ -177,6 +197,26 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 		w.Write(body[:cut])
 		h.Served.Add(cut)
 		panic(http.ErrAbortHandler) // the connection drops mid-body
+	}
+	if stall > 0 && stall < int64(len(body)) {
+		w.Write(body[:stall])
+		w.(http.Flusher).Flush()
+		h.Served.Add(stall)
+		<-r.Context().Done() // silent until the client gives up
+		return
+	}
+	if trickle {
+		for i := range body {
+			w.Write(body[i : i+1])
+			w.(http.Flusher).Flush()
+			h.Served.Add(1)
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		return
 	}
 	if slow > 0 {
 		for len(body) > 0 {

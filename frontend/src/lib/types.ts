@@ -66,7 +66,7 @@ export interface State {
 export interface Download {
   id: string; nodeId: string; ref: string; model?: string; status: string; error?: string;
   files: { name: string; bytes: number; size: number }[]; bytes: number; size: number;
-  mbps?: number; etaSeconds?: number; resumed?: number; startedAt: string; updatedAt: string;
+  mbps?: number; etaSeconds?: number; resumed?: number; retries?: number; stalls?: number; startedAt: string; updatedAt: string;
 }
 
 export interface ClusterStatus { nodeId: string; masterId: string; isMaster: boolean; members: { nodeId: string }[] }
