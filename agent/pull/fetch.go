@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,15 +97,6 @@ type Fetcher struct {
 	// retried, and whether its connection stalled (from several
 	// goroutines).
 	OnRetry func(Retry)
-}
-
-// Retry describes a failed attempt of a transfer that is tried again.
-type Retry struct {
-	// Host answered (or failed to), after redirects.
-	Host string
-	// Stalled: the connection was given up because it stalled.
-	Stalled bool
-	Err     error
 }
 
 // partState is <dest>.part.json: what a resumed download must match.
@@ -414,52 +404,6 @@ func (f *Fetcher) fetchChunks(ctx context.Context, t Target, part *os.File, ps *
 // file.
 var errNoRange = errors.New("the server ignores Range")
 
-// retryable is an error worth another attempt, after wait (0: backoff);
-// host is the one that failed, when known.
-type retryable struct {
-	err  error
-	wait time.Duration
-	host string
-}
-
-func (r *retryable) Error() string { return r.err.Error() }
-func (r *retryable) Unwrap() error { return r.err }
-
-// retry runs do until it succeeds, fails for good, or MaxAttempts ran,
-// waiting between attempts (exponential backoff from 500 ms, or the
-// server's Retry-After).
-func (f *Fetcher) retry(ctx context.Context, st *Stats, do func() error) error {
-	backoff := 500 * time.Millisecond
-	var err error
-	for attempt := 1; attempt <= f.MaxAttempts; attempt++ {
-		atomic.AddInt64(&st.Attempts, 1)
-		if err = do(); err == nil {
-			return nil
-		}
-		var r *retryable
-		if !errors.As(err, &r) || ctx.Err() != nil {
-			return err
-		}
-		stalled := errors.Is(err, transfer.ErrStalled)
-		atomic.AddInt64(&st.Retries, 1)
-		if stalled {
-			atomic.AddInt64(&st.Stalls, 1)
-		}
-		if f.OnRetry != nil {
-			f.OnRetry(Retry{Host: r.host, Stalled: stalled, Err: err})
-		}
-		wait := backoff
-		if r.wait > 0 {
-			wait = r.wait
-		}
-		if err := f.Sleep(ctx, min(wait, maxBackoff)); err != nil {
-			return err
-		}
-		backoff = min(2*backoff, maxBackoff)
-	}
-	return fmt.Errorf("after %d attempts: %w", f.MaxAttempts, err)
-}
-
 // get sends a GET for t's URL with an optional Range, and sorts the
 // answer's status into success, retryable and fatal.
 func (f *Fetcher) get(ctx context.Context, t Target, rng string) (*http.Response, error) {
@@ -494,20 +438,6 @@ func (f *Fetcher) get(ctx context.Context, t Target, rng string) (*http.Response
 	}
 	resp.Body.Close()
 	return nil, fmt.Errorf("GET %s: %s", t.URL, resp.Status)
-}
-
-// retryAfter reads Retry-After: seconds or an HTTP date (0: absent).
-func retryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if at, err := http.ParseTime(v); err == nil {
-		return max(time.Until(at), 0)
-	}
-	return 0
 }
 
 // getRange fetches bytes [off, off+n) into part, calling got for every
