@@ -80,4 +80,3 @@ func retryAfter(v string) time.Duration {
 	}
 	return 0
 }
-
