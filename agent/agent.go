@@ -239,6 +239,9 @@ func (a *Agent) wireServing(exe string) {
 			return a.shards.ModelFile(ctx, in, rank, p)
 		},
 		Publish: publish, Logger: a.log,
+		// The ledger and the node are wired after the supervisor.
+		Owns:  func(id string) bool { return a.ledger.Owns(id) },
+		Alive: func(id string) bool { return a.node.IsMember(id) },
 		OnLoaded: func(in state.Instance, rank int, spans []trace.Span, counters []trace.CounterSample) {
 			a.tracer.Loaded(in, rank, spans, counters)
 		}})

@@ -88,9 +88,17 @@ func (n *Node) dial(ctx context.Context, wg *sync.WaitGroup, p PeerAddr) {
 	n.mu.Unlock()
 	n.table.Heard(c.peer, c.hello.StartedAt, time.Now())
 	n.log.Debug("connected", "peer", c.peer, "addr", p.Addr)
-	// Measure the new link now rather than from the next heartbeat on.
+	// Measure the new link, and give heartbeats their own, now rather
+	// than from the next heartbeat on.
 	n.ensureProbeLinks(ctx, wg)
-	n.serveConn(ctx, wg, c, true)
+	n.ensureBeatLinks(ctx, wg)
+	n.serveConn(ctx, wg, c, func() {
+		n.mu.Lock()
+		if n.out[c.peer] == c {
+			delete(n.out, c.peer)
+		}
+		n.mu.Unlock()
+	})
 }
 
 func (n *Node) acceptLoop(ctx context.Context, wg *sync.WaitGroup) error {
@@ -137,6 +145,10 @@ func (n *Node) accept(ctx context.Context, wg *sync.WaitGroup, raw net.Conn) {
 	case purposeProbe:
 		n.echoProbes(ctx, c)
 		return
+	case purposeBeat:
+		n.table.Heard(c.peer, c.hello.StartedAt, time.Now())
+		n.serveConn(ctx, wg, c, nil)
+		return
 	default:
 		n.acceptStream(ctx, c)
 		return
@@ -149,7 +161,7 @@ func (n *Node) accept(ctx context.Context, wg *sync.WaitGroup, raw net.Conn) {
 		}
 		n.mu.Unlock()
 	}
-	n.serveConn(ctx, wg, c, false)
+	n.serveConn(ctx, wg, c, nil)
 }
 
 // handshake completes TLS, checks the certificate's node id and exchanges
@@ -193,8 +205,9 @@ func (n *Node) handshakeAs(tc *tls.Conn, p Purpose, id string) (*conn, error) {
 	return c, nil
 }
 
-// serveConn reads frames until the connection fails.
-func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbound bool) {
+// serveConn reads frames until the connection fails; then it runs
+// closed, if set. A beat link carries heartbeats and acks only.
+func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, closed func()) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -220,14 +233,11 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 	}()
 	defer func() {
 		c.close()
-		if outbound {
-			n.mu.Lock()
-			if n.out[c.peer] == c {
-				delete(n.out, c.peer)
-			}
-			n.mu.Unlock()
+		if closed != nil {
+			closed()
 		}
 	}()
+	beat := Purpose(c.hello.Purpose) == purposeBeat
 	limit, throttled := newFrameLimiter(linkFramesPerSec, linkFrameBurst, time.Now()), false
 	submits := newFrameLimiter(submitEventsPerSec, submitEventBurst, time.Now())
 	for {
@@ -260,6 +270,10 @@ func (n *Node) serveConn(ctx context.Context, wg *sync.WaitGroup, c *conn, outbo
 			// behind event work.
 			n.handleProbe(c, m, readAt)
 		default:
+			if beat {
+				n.log.Warn("data on a heartbeat link; closing it", "peer", c.peer, "type", typ)
+				return
+			}
 			// Everything else may apply events, hash state or snapshot:
 			// it runs on the link's worker so probes are never stuck
 			// behind it.

@@ -29,6 +29,7 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 	}
 	seq := n.sendHeartbeats(now, alive, master)
 	n.ensureProbeLinks(ctx, wg)
+	n.ensureBeatLinks(ctx, wg)
 	n.sendProbes(seq)
 	n.flushPending(master, isMaster)
 }
@@ -54,6 +55,9 @@ func (n *Node) sweepAndElect(now time.Time) (alive []Member, master string, isMa
 		delete(n.links, id)
 		if pl := n.probes[id]; pl != nil {
 			pl.tc.Close()
+		}
+		if b := n.beats[id]; b != nil {
+			b.close()
 		}
 		delete(n.learned, id)
 	}
@@ -108,6 +112,9 @@ func (n *Node) sendHeartbeats(now time.Time, alive []Member, master string) uint
 		}
 	}
 	conns := n.outLocked()
+	for i, c := range conns {
+		conns[i] = n.heartbeatLinkLocked(c)
+	}
 	n.mu.Unlock()
 	for _, c := range conns {
 		c.send(hb)

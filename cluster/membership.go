@@ -96,6 +96,17 @@ func (t *Table) Sweep(now time.Time) (gone []string) {
 	return gone
 }
 
+// Has reports whether id is this node or a member not yet swept.
+func (t *Table) Has(id string) bool {
+	if id == t.self.NodeID {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.members[id]
+	return ok
+}
+
 // Alive returns this node and every member not yet swept, sorted by id.
 func (t *Table) Alive() []Member {
 	t.mu.Lock()

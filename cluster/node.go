@@ -120,6 +120,8 @@ type Node struct {
 	traffic      map[string]*traffic   // per peer; kept across reconnects
 	probes       map[string]*probeLink // outbound probe link per peer
 	probeDialing map[string]bool
+	beats        map[string]*conn // outbound heartbeat link per peer
+	beatDialing  map[string]bool
 	// lastDial rate-limits dials per address; addrPeer remembers which
 	// node answered at an address (static peers come without an id).
 	lastDial map[string]time.Time
@@ -180,6 +182,8 @@ func NewNode(cfg Config) (*Node, error) {
 		lastDial:     map[string]time.Time{},
 		probes:       map[string]*probeLink{},
 		probeDialing: map[string]bool{},
+		beats:        map[string]*conn{},
+		beatDialing:  map[string]bool{},
 		addrPeer:     map[string]string{},
 		learned:      map[string]PeerAddr{},
 	}
@@ -199,6 +203,9 @@ func (n *Node) Run(ctx context.Context) error {
 		n.cfg.Listener.Close()
 		n.mu.Lock()
 		for _, c := range n.out {
+			c.close()
+		}
+		for _, c := range n.beats {
 			c.close()
 		}
 		n.mu.Unlock()
@@ -242,6 +249,10 @@ func (n *Node) Master() string {
 // Members returns this node and every member heard from recently, sorted
 // by id.
 func (n *Node) Members() []Member { return n.table.Alive() }
+
+// IsMember reports whether id is this node or a member heard from within
+// FailAfter.
+func (n *Node) IsMember(id string) bool { return n.table.Has(id) }
 
 // Addr returns the address peer links are accepted on.
 func (n *Node) Addr() net.Addr { return n.cfg.Listener.Addr() }

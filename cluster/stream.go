@@ -37,10 +37,10 @@ const (
 // purposeProbe is the node's own link-probe echo link.
 const purposeProbe Purpose = "probe"
 
-// Valid reports whether p may name a stream (the node's own purposes
-// are not streams).
+// Valid reports whether p may name a stream (the node's own purposes,
+// "", "probe" and "beat", are not streams).
 func (p Purpose) Valid() error {
-	if p == "" || p == purposeProbe {
+	if p == "" || p == purposeProbe || p == purposeBeat {
 		return fmt.Errorf("stream purpose %q is reserved", p)
 	}
 	return wire.ValidPurpose(string(p))

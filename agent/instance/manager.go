@@ -103,8 +103,10 @@ func (m *Manager) Peer() *http.Client { return m.cfg.Peer }
 // this node's instances Failed when a rank fails, until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	log := m.cfg.Store.Log()
+	seen := log.Next()
 	for {
 		next := log.Next()
+		seen = m.noteDeletions(log, seen, next)
 		st := m.cfg.Store.State()
 		m.cfg.Runners.Reconcile(st)
 		m.watchFailures(st)
@@ -116,6 +118,31 @@ func (m *Manager) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// noteDeletions tells the supervisor of the instances deleted by events
+// [from, to) of the log, so that it stops their runners at once (an
+// instance missing for another reason may be coming back). Events a
+// snapshot skipped are not there: their runners stop after the grace.
+// It returns where it got to.
+func (m *Manager) noteDeletions(log *state.Log, from, to int64) int64 {
+	if from >= to {
+		return to
+	}
+	evs, err := log.Since(from, int(to-from))
+	if err != nil {
+		return to // compacted, or reset by a snapshot
+	}
+	var ids []string
+	for _, ie := range evs {
+		if d, ok := ie.Event.(state.InstanceDeleted); ok {
+			ids = append(ids, d.InstanceID)
+		}
+	}
+	if len(ids) > 0 {
+		m.cfg.Runners.Deleted(ids...)
+	}
+	return to
 }
 
 // waitState waits (at most placeWait) until cond holds for this node's

@@ -223,6 +223,13 @@ func (l *Ledger) Instances() []state.Instance {
 	return l.own.Instances()
 }
 
+// Owns reports whether this node's record holds the instance.
+func (l *Ledger) Owns(instanceID string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.own.Has(instanceID)
+}
+
 // Asserts counts the assertions published so far.
 func (l *Ledger) Asserts() int {
 	l.mu.Lock()

@@ -169,6 +169,12 @@ func (o *Owned) Record(ev Event) (instancesChanged bool) {
 	return false
 }
 
+// Has reports whether the node owns the instance.
+func (o *Owned) Has(instanceID string) bool {
+	_, ok := o.instances[instanceID]
+	return ok
+}
+
 // Instances returns the instances the node owns, sorted by id.
 func (o *Owned) Instances() []Instance {
 	return sortedValues(o.instances, func(in Instance) string { return in.InstanceID })

@@ -81,8 +81,24 @@ type Config struct {
 	OnLoaded func(in state.Instance, rank int, spans []trace.Span, counters []trace.CounterSample)
 	// ReadyTimeout defaults to DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// Owns says whether this node's own record (its ownership ledger)
+	// holds an instance, and Alive whether a node is a member now (heard
+	// from within the cluster's fail-after). A runner whose instance is
+	// missing from the state while its owner is alive is kept (see
+	// Reconcile). Nil: never and nobody.
+	Owns  func(instanceID string) bool
+	Alive func(nodeID string) bool
+	// MissingGrace defaults to DefaultMissingGrace.
+	MissingGrace time.Duration
 	Logger       *slog.Logger
 }
+
+// DefaultMissingGrace bounds how long a runner is kept whose instance is
+// missing from the state while its owner, another node, is alive: a
+// snapshot from a master that had lost the instance (after a partition,
+// say) is repaired by the owner's assertion within a few seconds; an
+// instance deleted while this node missed the event is not coming back.
+const DefaultMissingGrace = 10 * time.Second
 
 // Supervisor owns this node's runner processes.
 type Supervisor struct {
@@ -94,6 +110,11 @@ type Supervisor struct {
 	// stopped are instances Stop took down: Reconcile does not start
 	// them again while the state still shows them.
 	stopped map[string]bool
+	// deleted are instances whose deletion this node applied (Deleted),
+	// and when; missing those with runners here that the state lacks,
+	// since when.
+	deleted map[string]time.Time
+	missing map[string]time.Time
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -106,7 +127,17 @@ func New(cfg Config) *Supervisor {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
-	return &Supervisor{cfg: cfg, log: cfg.Logger.With("component", "supervisor"), procs: map[string]*proc{}, stopped: map[string]bool{}}
+	if cfg.MissingGrace <= 0 {
+		cfg.MissingGrace = DefaultMissingGrace
+	}
+	if cfg.Owns == nil {
+		cfg.Owns = func(string) bool { return false }
+	}
+	if cfg.Alive == nil {
+		cfg.Alive = func(string) bool { return false }
+	}
+	return &Supervisor{cfg: cfg, log: cfg.Logger.With("component", "supervisor"), procs: map[string]*proc{}, stopped: map[string]bool{},
+		deleted: map[string]time.Time{}, missing: map[string]time.Time{}}
 }
 
 // RunnerID names rank r of an instance.
@@ -132,13 +163,21 @@ type proc struct {
 }
 
 // Reconcile starts a runner for every rank placed on this node of every
-// live instance, and stops those whose instance is gone or has failed.
+// live instance, and stops those whose instance has failed or is gone.
+// Gone means deleted (an InstanceDeleted this node applied, see Deleted),
+// or missing from the state while its owner is not alive. A snapshot
+// that lacks an instance whose owner is alive (this node itself, whose
+// record still has it, or a member heard from within fail-after) stops
+// nothing: the owner asserts the instance again within seconds, and a
+// reload of the model for nothing is what that would cost. Another
+// owner's instance gets MissingGrace to come back.
 func (s *Supervisor) Reconcile(st state.State) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
+	now := time.Now()
 	for id, in := range st.Instances {
 		if s.stopped[id] || in.Status == state.InstanceStatusFailed {
 			continue
@@ -165,15 +204,74 @@ func (s *Supervisor) Reconcile(st state.State) {
 		}
 	}
 	for rid, p := range s.procs {
-		if in, ok := st.Instances[p.inst.InstanceID]; !ok || in.Status == state.InstanceStatusFailed {
-			delete(s.procs, rid)
-			p.halt()
+		id := p.inst.InstanceID
+		in, ok := st.Instances[id]
+		switch {
+		case ok && in.Status != state.InstanceStatusFailed:
+			delete(s.missing, id)
+			continue
+		case !ok && s.keepMissing(p.inst, now):
+			continue
 		}
+		delete(s.procs, rid)
+		p.halt()
 	}
 	for id := range s.stopped {
 		if _, ok := st.Instances[id]; !ok {
 			delete(s.stopped, id)
 		}
+	}
+	for id, at := range s.missing {
+		if _, ok := st.Instances[id]; ok || now.Sub(at) > 2*s.cfg.MissingGrace {
+			delete(s.missing, id)
+		}
+	}
+	for id, at := range s.deleted {
+		if now.Sub(at) > deletedKeep {
+			delete(s.deleted, id)
+		}
+	}
+}
+
+// deletedKeep bounds how long a deletion is remembered: an instance id is
+// never used again, so this only bounds the map.
+const deletedKeep = 10 * time.Minute
+
+// keepMissing says whether a runner of in, which the state lacks, stays
+// (see Reconcile). It notes since when the instance is missing and logs
+// the first time it keeps one.
+func (s *Supervisor) keepMissing(in state.Instance, now time.Time) bool {
+	id := in.InstanceID
+	if _, gone := s.deleted[id]; gone {
+		return false
+	}
+	since, seen := s.missing[id]
+	if !seen {
+		since = now
+		s.missing[id] = now
+	}
+	var keep bool
+	var why string
+	switch {
+	case in.NodeID == s.cfg.NodeID:
+		keep, why = s.cfg.Owns(id), "this node owns it"
+	default:
+		keep, why = s.cfg.Alive(in.NodeID) && now.Sub(since) < s.cfg.MissingGrace, "its owner is alive"
+	}
+	if keep && !seen {
+		s.log.Info("instance missing from the state; its runners stay until its owner asserts it again", "instance", id, "owner", in.NodeID, "why", why)
+	}
+	return keep
+}
+
+// Deleted tells the supervisor of instance deletions this node applied:
+// their runners stop at the next Reconcile, whoever owns them.
+func (s *Supervisor) Deleted(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for _, id := range ids {
+		s.deleted[id] = now
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -213,7 +214,7 @@ func (w *chaosWorkload) watch() {
 
 // chaosCheck checks the invariants on the healed cluster and prints the
 // figures.
-func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[string]string, faults map[string]int, conv []time.Duration) {
+func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[string]string, faults map[string]int, conv []time.Duration, heals []chaosHeal) {
 	final := chaosPoll(t, nodes, 30*time.Second, "final convergence", func() (bool, string) { return chaosConverged(nodes) })
 	for _, n := range nodes {
 		var id string
@@ -244,6 +245,7 @@ func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[stri
 	w.mu.Unlock()
 
 	orphans, phantoms := chaosRunners(t, nodes)
+	restarts, healRestarts := chaosRestarts(nodes, heals)
 	missing := chaosTraces(t, nodes, traces)
 	cpu := chaosCPU(nodes)
 
@@ -263,6 +265,7 @@ func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[stri
 	fmt.Fprintf(&f, "acknowledged placements %d, deletions %d; lost acknowledged writes %d (placements lost %d, deletions undone %d); placements failed with a reason %d\n",
 		placed, deleted, len(lost)+len(resurrected), len(lost), len(resurrected), len(failed))
 	fmt.Fprintf(&f, "orphan runner processes %d, runners in the state without a process %d\n", len(orphans), len(phantoms))
+	fmt.Fprintf(&f, "runner restarts (a runner shut down, then started again for the same instance and rank) %d; caused by a heal %d %v\n", restarts, len(healRestarts), healRestarts)
 	fmt.Fprintf(&f, "hung requests %d (bound %v)\n", len(hung), chaosOpBound)
 	fmt.Fprintf(&f, "convergence after a heal: p50 %v, p99 %v, max %v over %d heals; final %v\n", pct(0.5), pct(0.99), pct(1), len(conv), final.Round(time.Millisecond))
 	fmt.Fprintf(&f, "traces: %d asked, %d missing\n", len(traces), len(missing))
@@ -273,6 +276,9 @@ func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[stri
 	}
 	if len(orphans)+len(phantoms) > 0 {
 		t.Errorf("runners: orphan processes %v, state runners without a process %v", orphans, phantoms)
+	}
+	if len(healRestarts) > 0 {
+		t.Errorf("runners restarted because of a heal (a model reloaded for nothing): %v", healRestarts)
 	}
 	if len(hung) > 0 {
 		t.Errorf("hung requests: %v", hung)
@@ -286,6 +292,54 @@ func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[stri
 	if cpu.over != "" {
 		t.Errorf("agent CPU after the faults: %s", cpu.over)
 	}
+}
+
+// chaosLogLine reads an agent's log line about a runner: its time, what
+// happened and the runner id.
+var chaosLogLine = regexp.MustCompile(`^time=(\S+) .*msg="runner (started|shut down)".* runner=(\S+)`)
+
+// chaosRestarts reads every agent process's log: a runner that shut down
+// and was started again on the same node (same instance and rank) was
+// restarted; one whose shutdown fell in a heal's window was restarted
+// because of the heal. A runner stopped while its owner was cut off for
+// longer than fail-after shut down during the fault, not in its heal.
+func chaosRestarts(nodes []*chaosNode, heals []chaosHeal) (restarts int, byHeal []string) {
+	for _, n := range nodes {
+		n.mu.Lock()
+		agents := slices.Clone(n.all)
+		n.mu.Unlock()
+		down := map[string]time.Time{} // runner → when it last shut down
+		for _, a := range agents {
+			for line := range strings.Lines(a.stderr.String()) {
+				m := chaosLogLine.FindStringSubmatch(line)
+				if m == nil {
+					continue
+				}
+				at, err := time.Parse(time.RFC3339Nano, m[1])
+				if err != nil {
+					continue
+				}
+				switch m[2] {
+				case "shut down":
+					down[m[3]] = at
+				case "started":
+					stopped, ok := down[m[3]]
+					if !ok {
+						continue
+					}
+					delete(down, m[3])
+					restarts++
+					for _, h := range heals {
+						if !stopped.Before(h.from) && !stopped.After(h.to) {
+							byHeal = append(byHeal, fmt.Sprintf("%s on %s (heal of %s of %s)", m[3], n.name, h.kind, h.victim))
+							break
+						}
+					}
+				}
+			}
+		}
+	}
+	return restarts, byHeal
 }
 
 func sumCounts(m map[string]int) (n int) {

@@ -76,16 +76,25 @@ type chaosNode struct {
 	bin                   string
 	env                   []string
 
-	mu    sync.Mutex // guards agent and down
+	mu    sync.Mutex // guards agent, all and down
 	agent *netnsAgent
-	down  string // the fault it is under ("" none)
+	all   []*netnsAgent // every agent process it ran, for their logs
+	down  string        // the fault it is under ("" none)
 }
 
 func (n *chaosNode) start(t *testing.T) {
 	a := startNetnsAgent(t, n.bin, n.name, n.ns, n.dir, n.env, n.args...)
 	n.mu.Lock()
 	n.agent = a
+	n.all = append(n.all, a)
 	n.mu.Unlock()
+}
+
+// chaosHeal is a fault's heal, from the moment it was healed until a
+// little after the cluster converged again.
+type chaosHeal struct {
+	kind, victim string
+	from, to     time.Time
 }
 
 func (n *chaosNode) cur() *netnsAgent {
@@ -278,6 +287,7 @@ func TestChaos(t *testing.T) {
 
 	faults := map[string]int{}
 	var conv []time.Duration
+	var heals []chaosHeal
 	end := time.Now().Add(*chaosDuration)
 	kinds := []string{"partition", "one-way", "stall", "crash", "runner"}
 	var cycle []string // every kind once, in a random order, then again
@@ -295,9 +305,12 @@ func TestChaos(t *testing.T) {
 		healed := time.Now()
 		d := chaosPoll(t, nodes, 60*time.Second, "convergence after "+got+" of "+victim.name, func() (bool, string) { return chaosConverged(nodes) })
 		conv = append(conv, d)
+		// A runner stopped by what the heal brought (a snapshot, a new
+		// master) is stopped by then.
+		heals = append(heals, chaosHeal{kind: got, victim: victim.name, from: healed, to: time.Now().Add(2 * time.Second)})
 		t.Logf("%s %-9s %s (held %v): converged %v after the heal", healed.Format("15:04:05.000"), got, victim.name, hold.Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
 		time.Sleep(time.Duration(1000+rng.Intn(2000)) * time.Millisecond)
 	}
 	w.stop()
-	chaosCheck(t, nodes, w, ids, faults, conv)
+	chaosCheck(t, nodes, w, ids, faults, conv, heals)
 }
