@@ -6,7 +6,6 @@
 package tracecollect
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -25,6 +24,12 @@ const (
 	DefaultTimeout       = 10 * time.Second
 	DefaultOrphanTimeout = 2 * time.Minute
 	DefaultMaxTasks      = 64
+	// DefaultTaskSpans is how many spans one task holds in memory before
+	// they go to its spill file (about 60 MB).
+	DefaultTaskSpans = 512 << 10
+	// DefaultMaxSpillBytes bounds one task's spill file (about 500 M
+	// spans); past it, spans are dropped, counted and logged.
+	DefaultMaxSpillBytes = 8 << 30
 	// recentlyMerged bounds the merged task ids remembered to name late
 	// chunks in the log.
 	recentlyMerged = 256
@@ -50,24 +55,31 @@ type Info struct {
 
 // Config configures a Collector. Save is required.
 type Config struct {
-	// Timeout is how long a merge waits, after the task was announced, for
-	// ranks still missing.
+	// Timeout is how long a merge waits for ranks still missing, counted
+	// from the task's announcement and again from every chunk of it that
+	// comes: a slow but working link never makes a rank missing.
 	Timeout time.Duration
 	// OrphanTimeout is how long chunks of a task never announced are kept
 	// before they are saved as they are.
 	OrphanTimeout time.Duration
 	// MaxTasks bounds the tasks collected at once; MaxSpans the spans held
-	// for all of them together (more are dropped and counted), so that
-	// memory stays bounded whatever peers send.
-	MaxTasks int
-	MaxSpans int
+	// in memory for all of them together, and TaskSpans for one. Past them,
+	// a task's spans go to its spill file in SpillDir; with no SpillDir,
+	// they are dropped (counted, and logged when merged). Memory stays
+	// bounded whatever peers send; the disk is bounded by MaxSpillBytes a
+	// task.
+	MaxTasks      int
+	MaxSpans      int
+	TaskSpans     int
+	SpillDir      string
+	MaxSpillBytes int64
 	// ClockOffsets returns every peer's clock minus ours; Self is our node
 	// id (no offset needed).
 	ClockOffsets func() map[string]time.Duration
 	Self         string
 	// Save stores a merged trace. It is called once per task, from no
 	// particular goroutine, with no lock held.
-	Save   func(tr *trace.Trace, info Info) error
+	Save   func(m *Merged, info Info) error
 	Logger *slog.Logger
 }
 
@@ -102,9 +114,27 @@ type pending struct {
 	announced bool
 	ranks     map[int]string // rank → node
 	got       map[int]*rankData
-	spans     int
+	spans     int // in memory
+	spilled   int // sent to the spill file (written, or being written)
 	dropped   uint64
 	timer     *time.Timer
+
+	// inflight counts spill writes under way: the merge waits for them.
+	// io guards the fields below (never held while taking the
+	// collector's mu).
+	inflight     sync.WaitGroup
+	io           sync.Mutex
+	spill        *spill
+	spillDropped uint64 // spans a spill could not write
+	spillErr     error
+	threads      map[trace.Thread]bool // of the spilled spans
+}
+
+// spillJob is one rank's spans on their way to the spill file.
+type spillJob struct {
+	rank  int
+	node  string
+	spans []trace.Span
 }
 
 type rankData struct {
@@ -153,6 +183,15 @@ func New(cfg Config) *Collector {
 	}
 	if cfg.MaxSpans <= 0 {
 		cfg.MaxSpans = trace.DefaultMaxBuffered
+	}
+	if cfg.TaskSpans <= 0 {
+		cfg.TaskSpans = min(DefaultTaskSpans, cfg.MaxSpans)
+	}
+	if cfg.MaxSpillBytes <= 0 {
+		cfg.MaxSpillBytes = DefaultMaxSpillBytes
+	}
+	if cfg.SpillDir != "" {
+		cleanSpillDir(cfg.SpillDir)
 	}
 	if cfg.ClockOffsets == nil {
 		cfg.ClockOffsets = func() map[string]time.Duration { return nil }
@@ -277,16 +316,12 @@ func (c *Collector) Chunk(from string, m *wire.TraceChunk) error {
 		c.log.Warn("trace chunk out of sequence", "task", m.Task, "rank", m.Rank, "seq", m.Seq, "want", rd.nextSeq)
 	}
 	rd.nextSeq = m.Seq + 1
-	room := max(0, c.cfg.MaxSpans-c.held)
-	if len(d.Spans) > room {
-		p.dropped += uint64(len(d.Spans) - room)
-		d.Spans = d.Spans[:room]
-	}
-	p.dropped += d.Dropped
 	for i := range d.Spans {
 		sp := &d.Spans[i]
 		sp.Name, sp.Cat, sp.Lane = rd.intern(sp.Name), rd.intern(sp.Cat), rd.intern(sp.Lane)
 	}
+	jobs := c.makeRoomLocked(p, m.Rank, from, &d.Spans)
+	p.dropped += d.Dropped
 	p.spans += len(d.Spans)
 	c.held += len(d.Spans)
 	if len(d.Spans) > 0 {
@@ -294,11 +329,20 @@ func (c *Collector) Chunk(from string, m *wire.TraceChunk) error {
 	}
 	rd.counters = append(rd.counters, d.Counters...)
 	rd.final = m.Final
+	if p.announced && !m.Final {
+		p.timer.Reset(c.cfg.Timeout) // progress: the wait counts from now
+	}
 	done := m.Final && c.completeLocked(p)
 	if done {
 		c.merging.Add(1) // under mu, so that Close's Wait comes after it
 	}
+	if len(jobs) > 0 {
+		p.inflight.Add(1) // under mu, before a merge can take p
+	}
 	c.mu.Unlock()
+	if len(jobs) > 0 {
+		c.writeSpill(p, jobs)
+	}
 	if done {
 		c.mergeAsync(p)
 	}
@@ -350,57 +394,37 @@ func (c *Collector) expire(p *pending) {
 }
 
 // merge builds, saves and reports one task's trace. p is no longer in
-// c.tasks, so nothing else touches it.
+// c.tasks, so nothing else touches it but spill writes still under way,
+// which it waits for.
 func (c *Collector) merge(p *pending) {
-	info := Info{Kind: p.kind, Ranks: maps.Clone(p.ranks), Dropped: p.dropped, Error: p.errText, Announced: p.announced}
-	if !p.announced {
-		for r, d := range p.got {
-			info.Ranks[r] = d.node
-		}
+	p.inflight.Wait()
+	p.io.Lock()
+	info := c.mergeInfo(p)
+	shift := c.shifts(p.task, info.Ranks)
+	var m *Merged
+	if p.spill == nil {
+		m = mergeInMemory(p, info, shift)
+	} else {
+		m = mergeStreamed(p, info, shift)
 	}
-	for r := range info.Ranks {
-		if d := p.got[r]; d == nil || !d.final || d.gap {
-			info.Missing = append(info.Missing, r)
-		}
-	}
-	slices.Sort(info.Missing)
-	tr := &trace.Trace{TaskID: p.task, CreatedAt: time.Now().UTC(), MissingRanks: info.Missing}
-	tr.Spans = make([]trace.Span, 0, p.spans)
-	for _, r := range slices.Sorted(maps.Keys(p.got)) {
-		d := p.got[r]
-		if info.Ranks[r] != d.node {
-			continue // never announced as this node's rank
-		}
-		for _, sp := range d.spans { // chunk by chunk: each copy is short
-			tr.Spans = append(tr.Spans, sp...)
-		}
-		tr.Counters = append(tr.Counters, d.counters...)
-	}
-	// Every node onto our clock: its offset is its clock minus ours.
-	shift := map[string]time.Duration{}
-	offsets := c.cfg.ClockOffsets()
-	for node, off := range offsets {
-		shift[node] = -off
-	}
-	for _, node := range info.Ranks {
-		if _, ok := offsets[node]; !ok && node != c.cfg.Self {
-			c.log.Warn("no clock offset measured for a node yet: its times are uncorrected", "task", p.task, "node", node)
-		}
-	}
-	tr.ShiftAll(shift)
-	slices.SortStableFunc(tr.Spans, func(a, b trace.Span) int { return cmp.Compare(a.StartNs, b.StartNs) })
-	slices.SortStableFunc(tr.Counters, func(a, b trace.CounterSample) int { return cmp.Compare(a.TsNs, b.TsNs) })
 	if len(info.Missing) > 0 {
 		c.log.Warn("trace merged without some ranks", "task", p.task, "missingRanks", info.Missing, "announced", p.announced)
 	}
 	if info.Dropped > 0 {
 		c.log.Warn("trace spans dropped at the buffer limits", "task", p.task, "dropped", info.Dropped)
 	}
-	res := Result{Task: p.task, Spans: len(tr.Spans), Missing: info.Missing}
-	if err := c.cfg.Save(tr, info); err != nil {
+	if p.spill != nil {
+		c.log.Info("trace merged from its spill file", "task", p.task, "spans", m.Count, "spilled", p.spilled, "spillBytes", p.spill.size, "runs", len(p.spill.runs))
+	}
+	res := Result{Task: p.task, Spans: m.Count, Missing: info.Missing}
+	if err := c.cfg.Save(m, info); err != nil {
 		res.Err = fmt.Errorf("save trace %s: %w", p.task, err)
 		c.log.Error("save merged trace", "task", p.task, "err", err)
 	}
+	if p.spill != nil {
+		p.spill.close()
+	}
+	p.io.Unlock()
 	c.mu.Lock()
 	c.merged[p.task] = res
 	c.order = append(c.order, p.task)

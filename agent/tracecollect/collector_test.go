@@ -21,7 +21,11 @@ type saved struct {
 	infos []Info
 }
 
-func (s *saved) save(tr *trace.Trace, info Info) error {
+func (s *saved) save(m *Merged, info Info) error {
+	tr, err := materialize(m)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tr = append(s.tr, tr)
@@ -33,6 +37,39 @@ func (s *saved) get() ([]*trace.Trace, []Info) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.tr), slices.Clone(s.infos)
+}
+
+// materialize is m's trace with every span in Trace.Spans (a streamed
+// one's read through its Seq), and checks its count and time range.
+func materialize(m *Merged) (*trace.Trace, error) {
+	tr := m.Trace
+	if m.Seq != nil {
+		cp := *m.Trace
+		tr = &cp
+		for s, err := range m.Seq {
+			if err != nil {
+				return nil, err
+			}
+			tr.Spans = append(tr.Spans, *s)
+		}
+	}
+	if len(tr.Spans) != m.Count {
+		return nil, fmt.Errorf("merged %d spans, says %d", len(tr.Spans), m.Count)
+	}
+	var first, last int64
+	for i, s := range tr.Spans {
+		if i > 0 && s.StartNs < tr.Spans[i-1].StartNs {
+			return nil, fmt.Errorf("span %d starts before span %d", i, i-1)
+		}
+		if first == 0 || s.StartNs < first {
+			first = s.StartNs
+		}
+		last = max(last, s.EndNs())
+	}
+	if first != m.FirstNs || last != m.LastNs {
+		return nil, fmt.Errorf("time range [%d, %d], says [%d, %d]", first, last, m.FirstNs, m.LastNs)
+	}
+	return tr, nil
 }
 
 func chunk(t *testing.T, task string, rank, seq int, final bool, spans ...trace.Span) *wire.TraceChunk {

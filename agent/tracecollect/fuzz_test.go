@@ -23,7 +23,7 @@ func FuzzChunk(f *testing.F) {
 			return
 		}
 		var got *trace.Trace
-		c := New(Config{Timeout: time.Hour, Save: func(tr *trace.Trace, _ Info) error { got = tr; return nil }})
+		c := New(Config{Timeout: time.Hour, Save: func(m *Merged, _ Info) error { got = m.Trace; return nil }})
 		if err := c.Task("a", &wire.TraceTask{Task: "t", Ranks: []wire.TraceRank{{Rank: 1, Node: "b"}}}); err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package tracecollect
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -33,36 +32,57 @@ type saveRecord struct {
 	mu         sync.Mutex
 	calls      int
 	start, end time.Time
-	spans      int
-	perRank    map[rankOn]int
+	path       string
 	info       Info
 	size       int64
 	err        error
 }
 
-func (s *saveRecord) save(dir string) func(*trace.Trace, Info) error {
-	return func(tr *trace.Trace, info Info) error {
+func (s *saveRecord) save(dir string) func(*Merged, Info) error {
+	return func(m *Merged, info Info) error {
 		start := time.Now()
-		path := filepath.Join(dir, tr.TaskID+".json")
-		err := atomicfile.WriteFunc(path, 0o600, func(w io.Writer) error { return trace.WriteChrome(w, tr) })
+		path := filepath.Join(dir, m.TaskID+".json")
+		err := atomicfile.WriteFunc(path, 0o600, m.WriteChrome)
 		end := time.Now()
 		var size int64
 		if fi, serr := os.Stat(path); err == nil && serr == nil {
 			size = fi.Size()
 		}
-		per := map[rankOn]int{}
-		for i := range tr.Spans {
-			per[rankOn{tr.Spans[i].Rank, tr.Spans[i].Node}]++
-		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.calls++
-		s.start, s.end, s.spans, s.perRank, s.info, s.size, s.err = start, end, len(tr.Spans), per, info, size, err
+		s.start, s.end, s.path, s.info, s.size, s.err = start, end, path, info, size, err
 		return err
 	}
 }
 
-// heldSample is the spans the collector held for the task at t.
+// spansInFile reads the saved trace back (after the run: not to load the
+// master's process meanwhile) and counts its spans per rank.
+func spansInFile(path string) (int, map[rankOn]int, error) {
+	tr, err := readTraceFile(path)
+	if err != nil {
+		return 0, nil, err
+	}
+	per := map[rankOn]int{}
+	for i := range tr.Spans {
+		per[rankOn{tr.Spans[i].Rank, tr.Spans[i].Node}]++
+	}
+	return len(tr.Spans), per, nil
+}
+
+// readTraceFile reads a Chrome trace file back, with room for a long run's
+// spans.
+func readTraceFile(path string) (*trace.Trace, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return trace.ReadChromeLimits(f, trace.ReadLimits{MaxEvents: 1 << 30})
+}
+
+// heldSample is the spans the collector had received for the task by t
+// (held in memory or spilled).
 type heldSample struct {
 	t    time.Time
 	held int
@@ -91,7 +111,10 @@ func watchCollector(c *Collector, task string) *collectorWatch {
 				return
 			case now := <-t.C:
 				c.mu.Lock()
-				p, held := c.tasks[task], c.held
+				p, held := c.tasks[task], 0
+				if p != nil {
+					held = p.spans + p.spilled // in memory or on disk: received
+				}
 				c.mu.Unlock()
 				switch {
 				case p != nil:
@@ -402,7 +425,7 @@ func (r *mergeLoad) report() []string {
 		fmt.Sprintf("  merge of %d spans: last final chunk sent → all received %v → Save called %v (merge: build, shift, sort) → saved %v (%.1f MB Chrome JSON); last chunk → Save %v",
 			r.spans, t.mergeStart.Sub(t.shipped).Round(time.Millisecond), t.saveStart.Sub(t.mergeStart).Round(time.Millisecond),
 			t.saveEnd.Sub(t.saveStart).Round(time.Millisecond), float64(r.chromeBytes)/1e6, t.saveStart.Sub(t.shipped).Round(time.Millisecond)),
-		fmt.Sprintf("  dropped: %d (collector room %d spans); missing ranks %v", r.info.Dropped, r.maxSpans, r.info.Missing),
+		fmt.Sprintf("  dropped: %d (the task's memory budget %d spans, the rest spilled to disk); missing ranks %v", r.info.Dropped, r.taskSpans, r.info.Missing),
 		r.rt.line(t))
 	if need := len(r.ranks) * r.rate * int(r.dur/time.Millisecond) / 1000; need > trace.DefaultMaxBuffered {
 		out = append(out, fmt.Sprintf("  NOTE: %d spans exceed the agent's collector limit (MaxSpans default %d): the agent would drop %d of them",

@@ -3,6 +3,7 @@ package tracecollect
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -136,7 +137,7 @@ type mergeLoad struct {
 	dur                  time.Duration
 	rate                 int
 	heartbeat, failAfter time.Duration
-	maxSpans             int
+	taskSpans            int // the collector's memory budget for the task
 	ranks                []rankLoad
 	times                mergeTimes
 	held                 []heldSample // spans held by the collector during the load
@@ -174,9 +175,10 @@ func runMergeLoad(tb testing.TB, p loadParams) *mergeLoad {
 	beats := &beatLog{m: map[beatKey][]beat{}}
 	nodes := clustertest.StartCluster(tb, clustertest.Options{TCP: true, OnHeartbeat: beats.add, FailAfter: p.failAfter}, mergeLoadNodes...)
 	r := &mergeLoad{dur: dur, rate: rate, heartbeat: clustertest.Heartbeat, failAfter: p.failAfter}
-	// The agent's collector holds at most trace.DefaultMaxBuffered spans:
-	// a larger load gets the room it needs (see report).
-	r.maxSpans = max(trace.DefaultMaxBuffered, len(nodes)*rate*int(dur/time.Millisecond)/1000*5/4)
+	// The agent's budgets, but small enough for a short run to spill a
+	// few times too: the merge then streams from disk.
+	r.taskSpans = min(DefaultTaskSpans, max(1000, len(nodes)*rate*int(dur/time.Millisecond)/1000/3))
+	spill := tb.TempDir()
 	master := nodes[0]
 	var save saveRecord
 	dir := tb.TempDir()
@@ -184,7 +186,7 @@ func runMergeLoad(tb testing.TB, p loadParams) *mergeLoad {
 	routers := make([]*Router, len(nodes))
 	others := &saved{}
 	for i, n := range nodes {
-		cfg := Config{Self: n.ID, Save: others.save, MaxSpans: r.maxSpans, ClockOffsets: offsetsOf(n)}
+		cfg := Config{Self: n.ID, Save: others.save, TaskSpans: r.taskSpans, SpillDir: filepath.Join(spill, n.ID), ClockOffsets: offsetsOf(n)}
 		if n == master {
 			cfg.Save = save.save(dir)
 		}
@@ -269,6 +271,7 @@ func offsetsOf(n *clustertest.Node) func() map[string]time.Duration {
 // Tracer.ShipTask does. It returns when every rank is shipped.
 func shipRanks(tb testing.TB, nodes []*clustertest.Node, routers []*Router, rate int, dur time.Duration) []rankLoad {
 	out := make([]rankLoad, len(nodes))
+	spillDir := tb.TempDir()
 	announce := &wire.TraceTask{Task: mergeLoadTask, Kind: "mergeload"}
 	for i, n := range nodes {
 		announce.Ranks = append(announce.Ranks, wire.TraceRank{Rank: i, Node: n.ID})
@@ -281,7 +284,7 @@ func shipRanks(tb testing.TB, nodes []*clustertest.Node, routers []*Router, rate
 					_, err := routers[i].Chunk(ctx, c)
 					return err
 				},
-				LinkBytes: n.Node.BytesSent, Options: trace.Options{NodeName: n.ID}})
+				LinkBytes: n.Node.BytesSent, SpillDir: spillDir, Options: trace.Options{NodeName: n.ID}})
 			rk := rankLoad{node: n.ID, start: time.Now()}
 			rk.spans = recordSteps(sh.Recorder(), i, len(nodes), rate, dur)
 			rk.stop = time.Now()
@@ -343,8 +346,8 @@ func recordSteps(rec *trace.Recorder, rank, ranks, rate int, dur time.Duration) 
 func (r *mergeLoad) check(tb testing.TB, res Result, save *saveRecord, nodes []*clustertest.Node, term uint64, masters []int) {
 	tb.Helper()
 	save.mu.Lock()
-	calls, perRank, info := save.calls, save.perRank, save.info
-	r.spans, r.info, r.chromeBytes = save.spans, save.info, save.size
+	calls, path, info := save.calls, save.path, save.info
+	r.info, r.chromeBytes = save.info, save.size
 	r.times.saveStart, r.times.saveEnd = save.start, save.end
 	save.mu.Unlock()
 	if r.times.mergeStart.IsZero() { // not seen: the poll missed the task
@@ -353,6 +356,14 @@ func (r *mergeLoad) check(tb testing.TB, res Result, save *saveRecord, nodes []*
 	if calls != 1 || save.err != nil || res.Err != nil {
 		tb.Fatalf("%d saves on the master (want 1): %v %v", calls, save.err, res.Err)
 	}
+	r.checkCluster(tb, nodes, term, masters)
+	// Every span must be in the file: read it back (after the cluster's
+	// checks: a large file keeps the process's CPUs busy a while).
+	n, perRank, err := spansInFile(path)
+	if err != nil {
+		tb.Fatalf("read the saved trace back: %v", err)
+	}
+	r.spans = n
 	want := 0
 	for i, rk := range r.ranks {
 		want += rk.spans
@@ -367,6 +378,13 @@ func (r *mergeLoad) check(tb testing.TB, res Result, save *saveRecord, nodes []*
 		tb.Errorf("merged %d spans (saved %d), missing %v, dropped %d; want all %d, none missing or dropped",
 			res.Spans, r.spans, res.Missing, info.Dropped, want)
 	}
+}
+
+// checkCluster asserts that the heartbeats were never silent for
+// FailAfter and that the cluster stayed whole, with the same master in
+// the same term.
+func (r *mergeLoad) checkCluster(tb testing.TB, nodes []*clustertest.Node, term uint64, masters []int) {
+	tb.Helper()
 	for k, bs := range r.beats {
 		gaps := gapsIn(bs, r.times.idleStart, r.times.end)
 		if len(bs) == 0 || gaps.n == 0 {

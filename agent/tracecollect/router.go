@@ -200,18 +200,51 @@ func (r *Router) deliverLocked(ctx context.Context, master string, msg wire.Mess
 	}
 	r.idle.Reset(idleClose)
 	c := r.conn
+	err = wire.WriteFrame(&progressWriter{ctx: ctx, c: c}, typ, b)
 	c.SetWriteDeadline(time.Time{})
-	if d, ok := ctx.Deadline(); ok {
-		c.SetWriteDeadline(d)
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetWriteDeadline(time.Now()) })
-	err = wire.WriteFrame(c, typ, b)
-	stop()
 	if err != nil {
 		r.dropLocked() // a failed or timed-out write leaves the stream unusable
 		return fmt.Errorf("ship trace to master %s: %w", master, err)
 	}
 	return nil
+}
+
+// writeStall is how long a write to the master may make no progress at
+// all before the stream is given up. A slow master (a busy CPU, a merge in
+// progress) only slows the writes: a large chunk going out at a few MB/s
+// is progress.
+const writeStall = 30 * time.Second
+
+// writePiece is how much progressWriter writes under one deadline.
+const writePiece = 64 << 10
+
+// progressWriter writes to c in pieces, each of which must go out within
+// writeStall, so that a write fails on a master that stopped reading but
+// not on one that reads slowly; and at once when ctx ends.
+type progressWriter struct {
+	ctx context.Context
+	c   net.Conn
+}
+
+func (w *progressWriter) Write(p []byte) (int, error) {
+	stop := context.AfterFunc(w.ctx, func() { w.c.SetWriteDeadline(time.Now()) })
+	defer stop()
+	n := 0
+	for n < len(p) {
+		if err := w.ctx.Err(); err != nil {
+			return n, err
+		}
+		w.c.SetWriteDeadline(time.Now().Add(writeStall))
+		k, err := w.c.Write(p[n:min(len(p), n+writePiece)])
+		n += k
+		if err != nil {
+			if w.ctx.Err() != nil {
+				err = w.ctx.Err()
+			}
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func (r *Router) dropLocked() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -31,7 +32,9 @@ type ShipperConfig struct {
 	Rank int
 	// Node is this node's id, stamped on the spans.
 	Node string
-	// Send delivers one chunk to the master (a Router's Chunk).
+	// Send delivers one chunk to the master (a Router's Chunk). It may
+	// block while the master reads slowly; it is never called from the
+	// recording's path.
 	Send func(ctx context.Context, c *wire.TraceChunk) error
 	// LinkBytes returns the bytes sent so far to each peer (nil: no link
 	// tracks).
@@ -39,33 +42,58 @@ type ShipperConfig struct {
 	// FlushEvery and SampleEvery default to DefaultFlushEvery and
 	// DefaultSampleEvery.
 	FlushEvery, SampleEvery time.Duration
+	// SpillDir takes the chunks waiting for the master past OutboxMemory
+	// bytes of them ("": os.TempDir(); 0: 64 MiB).
+	SpillDir     string
+	OutboxMemory int
+	// RetryWait is the first wait before a failed send is tried again
+	// (default 500 ms, doubling).
+	RetryWait time.Duration
 	// Recorder options (Disabled is ignored: a Shipper always records).
 	Options trace.Options
 }
+
+// Sending: a failed send is tried sendAttempts times in all; chunks wait
+// in memory up to defaultOutboxMemory bytes, then in a spill file.
+const (
+	sendAttempts        = 5
+	defaultOutboxMemory = 64 << 20
+)
 
 // Shipper records one rank's part of a traced task and ships it to the
 // master in bounded chunks: every FlushEvery while the task runs, and the
 // rest, marked final, when it ends. It also samples the node's per-peer
 // link traffic into "link a→b" MB/s counter tracks.
+//
+// Recording and sending are apart: every FlushEvery the recorder is
+// drained into chunks, which wait in an outbox (memory, then disk) for a
+// sender that delivers them as fast as the master takes them. A slow
+// master thus slows the shipping only, never the model, and loses nothing:
+// the recorder never fills up while its spans wait.
 type Shipper struct {
 	cfg ShipperConfig
 	rec *trace.Recorder
+	box *outbox
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	sent   chan struct{} // closed when the sender has delivered the final chunk, or given up
+	ctx    context.Context
+	cancel context.CancelFunc
 
-	mu        sync.Mutex // guards the fields below; held while shipping
+	mu        sync.Mutex // guards the fields below
 	seq       int
 	extra     []trace.Span // spans added with Add
 	counters  []trace.CounterSample
 	prev      map[string]uint64
 	prevT     time.Time
-	err       error // the first shipping error
+	err       error // the first error: encoding, spilling or sending
 	finishing bool  // Finish was called
-	finished  bool  // the final chunk went out (or failed to)
+	finished  bool  // the final chunk was queued
 }
 
-// NewShipper starts recording and the periodic flush. End it with Finish.
+// NewShipper starts recording, the periodic flush and the sender. End it
+// with Finish.
 func NewShipper(cfg ShipperConfig) *Shipper {
 	if cfg.FlushEvery <= 0 {
 		cfg.FlushEvery = DefaultFlushEvery
@@ -73,12 +101,24 @@ func NewShipper(cfg ShipperConfig) *Shipper {
 	if cfg.SampleEvery <= 0 {
 		cfg.SampleEvery = DefaultSampleEvery
 	}
+	if cfg.RetryWait <= 0 {
+		cfg.RetryWait = 500 * time.Millisecond
+	}
+	if cfg.SpillDir == "" {
+		cfg.SpillDir = os.TempDir()
+	}
+	if cfg.OutboxMemory <= 0 {
+		cfg.OutboxMemory = defaultOutboxMemory
+	}
 	opts := cfg.Options
 	opts.Disabled = false
-	s := &Shipper{cfg: cfg, rec: trace.NewRecorder(cfg.Rank, cfg.Node, opts), stop: make(chan struct{})}
+	s := &Shipper{cfg: cfg, rec: trace.NewRecorder(cfg.Rank, cfg.Node, opts), stop: make(chan struct{}), sent: make(chan struct{}),
+		box: newOutbox(cfg.SpillDir, cfg.OutboxMemory)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.sampleLinks(time.Now())
 	s.wg.Add(1)
 	go s.loop()
+	go s.sender()
 	return s
 }
 
@@ -116,9 +156,7 @@ func (s *Shipper) loop() {
 			s.sampleLinksLocked(t)
 			s.mu.Unlock()
 		case <-flush.C:
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FlushEvery*10)
-			s.ship(ctx, false)
-			cancel()
+			s.queue(false)
 		}
 	}
 }
@@ -149,10 +187,9 @@ func (s *Shipper) sampleLinksLocked(t time.Time) {
 	s.prev, s.prevT = cur, t
 }
 
-// ship sends everything recorded so far, in chunks; with final, the last
-// chunk is marked so. The first error is kept for Finish; later ships still
-// try, since a lost chunk only makes the rank incomplete.
-func (s *Shipper) ship(ctx context.Context, final bool) {
+// queue drains everything recorded so far into chunks in the outbox; with
+// final, the last chunk is marked so and the outbox closed.
+func (s *Shipper) queue(final bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.finished {
@@ -180,7 +217,7 @@ func (s *Shipper) ship(ctx context.Context, final bool) {
 		chunks, next, err := Chunks(s.cfg.Task, s.cfg.Rank, s.seq, buf, counters, dropped, last && final)
 		if err == nil {
 			for _, c := range chunks {
-				if err = s.cfg.Send(ctx, c); err != nil {
+				if err = s.box.push(c); err != nil {
 					break
 				}
 			}
@@ -190,14 +227,71 @@ func (s *Shipper) ship(ctx context.Context, final bool) {
 			s.err = err
 		}
 		if last {
+			if final {
+				s.finished = true
+				s.box.close()
+			}
 			return
 		}
 	}
 }
 
-// Finish stops the flush loop, takes a last link sample and ships the rest,
-// the last chunk marked final. It returns the first shipping error. Only
-// the first call does anything.
+// sender delivers the outbox's chunks in order until the final one, each
+// tried sendAttempts times (a master that changes meanwhile gets it: the
+// Router sends to the master of the moment). A chunk that cannot be
+// delivered ends the shipping, with its error kept: the rank then counts
+// as incomplete on the master.
+func (s *Shipper) sender() {
+	defer close(s.sent)
+	for {
+		if s.ctx.Err() != nil {
+			return // abandoned: Finish says how many were left
+		}
+		c, err := s.box.pop()
+		if err != nil {
+			s.fail(err)
+			s.box.discard()
+			return
+		}
+		if c == nil {
+			return // closed and empty
+		}
+		wait := s.cfg.RetryWait
+		for attempt := 1; ; attempt++ {
+			err := s.cfg.Send(s.ctx, c)
+			if err == nil {
+				break
+			}
+			if attempt == sendAttempts || s.ctx.Err() != nil {
+				// The master is not to be reached: the rest would fail
+				// alike, each after its retries.
+				n := s.box.len()
+				s.fail(fmt.Errorf("trace chunk %d of rank %d, after %d attempts: %w (%d more chunks abandoned)", c.Seq, c.Rank, attempt, err, n))
+				s.box.discard()
+				s.cancel()
+				return
+			}
+			select {
+			case <-s.ctx.Done():
+			case <-time.After(wait):
+			}
+			wait *= 2
+		}
+	}
+}
+
+func (s *Shipper) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+}
+
+// Finish stops the flush loop, takes a last link sample, queues the rest,
+// the last chunk marked final, and waits until the sender has delivered
+// every chunk, or ctx ends (the rest is then abandoned). It returns the
+// first error. Only the first call does anything.
 func (s *Shipper) Finish(ctx context.Context) error {
 	s.mu.Lock()
 	if s.finishing {
@@ -209,10 +303,18 @@ func (s *Shipper) Finish(ctx context.Context) error {
 	close(s.stop)
 	s.wg.Wait()
 	s.sampleLinks(time.Now())
-	s.ship(ctx, true)
+	s.queue(true)
+	select {
+	case <-s.sent:
+	case <-ctx.Done():
+		s.cancel()
+		<-s.sent
+		s.fail(fmt.Errorf("trace of rank %d: %d chunks not delivered: %w", s.cfg.Rank, s.box.len(), ctx.Err()))
+	}
+	s.cancel()
+	s.box.discard()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.finished = true
 	return s.err
 }
 

@@ -79,12 +79,12 @@ func TestShipperFlushesInChunks(t *testing.T) {
 	}
 }
 
-// A failing send is reported by Finish; the rank then counts as missing
-// on the master, which is the collector's business.
+// A failing send is tried again, then reported by Finish; the rank then
+// counts as missing on the master, which is the collector's business.
 func TestShipperReportsSendErrors(t *testing.T) {
 	var mu sync.Mutex
 	calls := 0
-	sh := NewShipper(ShipperConfig{Task: "t", Rank: 1, Node: "n", Send: func(context.Context, *wire.TraceChunk) error {
+	sh := NewShipper(ShipperConfig{Task: "t", Rank: 1, Node: "n", RetryWait: time.Millisecond, Send: func(context.Context, *wire.TraceChunk) error {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
@@ -92,11 +92,64 @@ func TestShipperReportsSendErrors(t *testing.T) {
 	}})
 	tok := sh.Recorder().Start("a", "b")
 	tok.End(trace.Args{})
-	if err := sh.Finish(context.Background()); err == nil {
-		t.Error("Finish hid the send error")
+	if err := sh.Finish(context.Background()); err == nil || !strings.Contains(err.Error(), "after 5 attempts") {
+		t.Errorf("Finish: %v, want the send error after 5 attempts", err)
 	}
-	if calls != 1 {
-		t.Errorf("%d sends, want 1 (the final chunk)", calls)
+	if calls != sendAttempts {
+		t.Errorf("%d sends, want %d (the final chunk, tried again)", calls, sendAttempts)
+	}
+}
+
+// A master that reads slowly slows the shipping, never the recording: the
+// recorder is drained every flush into the outbox, whose chunks go to disk
+// past its memory, and every span arrives, in order, once the master
+// takes them.
+func TestShipperOutboxSpillsWhileTheMasterIsSlow(t *testing.T) {
+	var s saved
+	c := New(Config{Timeout: time.Hour, Save: s.save})
+	gate := make(chan struct{})
+	var sent atomic.Int64
+	// A few chunks in memory, the rest on disk.
+	sh := NewShipper(ShipperConfig{Task: "slow", Rank: 0, Node: "n1", FlushEvery: 5 * time.Millisecond, SpillDir: t.TempDir(), OutboxMemory: 64 << 10,
+		Send: func(ctx context.Context, m *wire.TraceChunk) error {
+			select {
+			case <-gate: // the master is busy until the gate opens
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			sent.Add(1)
+			return c.Chunk("n1", m)
+		}})
+	rec := sh.Recorder()
+	const total = 20 * chunkSpans
+	for i := range total {
+		tok := rec.Start("step", "decode")
+		tok.End(trace.Args{}.WithToken(i))
+		if i%chunkSpans == 0 {
+			time.Sleep(10 * time.Millisecond) // let the flush drain it
+		}
+	}
+	testutil.WaitFor(t, "chunks waiting on disk", func() bool {
+		sh.box.mu.Lock()
+		defer sh.box.mu.Unlock()
+		return sh.box.fileN > 0
+	})
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("%d chunks sent through a closed gate", n)
+	}
+	close(gate)
+	if err := sh.Finish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := rec.Dropped(); d != 0 {
+		t.Errorf("the recorder dropped %d spans while the master was busy", d)
+	}
+	if err := c.Task("n1", task("slow", "n1")); err != nil {
+		t.Fatal(err)
+	}
+	res := wait(t, c, "slow")
+	if res.Spans != total || len(res.Missing) != 0 {
+		t.Fatalf("merged %+v, want all %d spans and no missing rank", res, total)
 	}
 }
 

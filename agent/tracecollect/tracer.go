@@ -3,7 +3,6 @@ package tracecollect
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,8 +14,10 @@ import (
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
-// shipWait bounds shipping one rank's spans of a task to the master.
-const shipWait = 30 * time.Second
+// shipWait bounds shipping one rank's spans of a task to the master, as a
+// backstop: a master that makes no progress fails the writes much sooner
+// (writeStall), and a slow one only makes them slow.
+const shipWait = 10 * time.Minute
 
 // maxErrorText bounds a task's error text in its announcement.
 const maxErrorText = 1024
@@ -38,7 +39,10 @@ type TracerConfig struct {
 	Traces *tracestore.Store
 	// MergeTimeout is Config.Timeout of the collector.
 	MergeTimeout time.Duration
-	Logger       *slog.Logger
+	// SpillDir is Config.SpillDir of the collector: where a task too large
+	// for memory goes while it is collected ("": such spans are dropped).
+	SpillDir string
+	Logger   *slog.Logger
 }
 
 // Tracer is this node's part of distributed tracing: it ships the spans
@@ -64,7 +68,8 @@ func NewTracer(cfg TracerConfig) *Tracer {
 	}
 	t := &Tracer{cfg: cfg, log: log.With("component", "tracecollect")}
 	t.bgCtx, t.bgCancel = context.WithCancel(context.Background())
-	t.collector = New(Config{Timeout: cfg.MergeTimeout, ClockOffsets: t.clockOffsets, Self: cfg.Self, Save: t.save, Logger: log})
+	t.collector = New(Config{Timeout: cfg.MergeTimeout, ClockOffsets: t.clockOffsets, Self: cfg.Self, Save: t.save,
+		SpillDir: cfg.SpillDir, Logger: log})
 	retain := cfg.MergeTimeout
 	if retain <= 0 {
 		retain = DefaultTimeout
@@ -117,7 +122,8 @@ func (t *Tracer) newShipper(task string, rank int, live bool) *Shipper {
 			_, err := t.router.Chunk(ctx, c)
 			return err
 		},
-		Options: trace.Options{NodeName: t.cfg.NodeName},
+		SpillDir: t.cfg.SpillDir,
+		Options:  trace.Options{NodeName: t.cfg.NodeName},
 	}
 	if live {
 		cfg.LinkBytes = t.cfg.BytesSent
@@ -202,7 +208,8 @@ func (t *Tracer) clockOffsets() map[string]time.Duration {
 // save stores a merged trace: it names each node's process after the
 // node, names link tracks by friendly names, and adds every node's memory
 // during the task (from the replicated memory history) as counter tracks.
-func (t *Tracer) save(tr *trace.Trace, info Info) error {
+func (t *Tracer) save(m *Merged, info Info) error {
+	tr := m.Trace
 	st := t.cfg.State()
 	nodes := map[string]bool{}
 	for _, n := range info.Ranks {
@@ -219,19 +226,12 @@ func (t *Tracer) save(tr *trace.Trace, info Info) error {
 		tr.Processes[id] = name(id)
 	}
 	nameLinks(tr.Counters, name)
-	var first, last int64
-	for _, s := range tr.Spans {
-		if first == 0 || s.StartNs < first {
-			first = s.StartNs
-		}
-		last = max(last, s.EndNs())
+	if m.FirstNs != 0 {
+		tr.Counters = append(tr.Counters, memoryCounters(t.cfg.History, nodes, sharedMachines(st, nodes), t.clockOffsets(), m.FirstNs, m.LastNs)...)
 	}
-	if first != 0 {
-		tr.Counters = append(tr.Counters, memoryCounters(t.cfg.History, nodes, sharedMachines(st, nodes), t.clockOffsets(), first, last)...)
-	}
-	meta := tracestore.Meta{TaskID: tr.TaskID, Kind: info.Kind, Spans: len(tr.Spans), Nodes: len(nodes),
+	meta := tracestore.Meta{TaskID: tr.TaskID, Kind: info.Kind, Spans: m.Count, Nodes: len(nodes),
 		Partial: len(info.Missing) > 0, MissingRanks: info.Missing, Error: info.Error}
-	_, err := t.cfg.Traces.Save(meta, func(w io.Writer) error { return trace.WriteChrome(w, tr) })
+	_, err := t.cfg.Traces.Save(meta, m.WriteChrome)
 	return err
 }
 

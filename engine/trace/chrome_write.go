@@ -2,7 +2,9 @@ package trace
 
 import (
 	"bufio"
+	"fmt"
 	"io"
+	"iter"
 	"math"
 	"slices"
 	"strconv"
@@ -44,6 +46,48 @@ func WriteChrome(w io.Writer, t *Trace) error {
 	e.metadata(t, l)
 	var c layoutCache
 	e.spans(t, l, &c)
+	for i := range t.Flows {
+		f := &t.Flows[i]
+		pid, tid := l.place(&c, f.Node, f.Rank, f.Lane)
+		b := e.begin()
+		b = appendFlow(b, f.Phase, f.ID, f.Name, f.Cat, f.TsNs, pid, tid, f)
+		e.write(b)
+	}
+	e.counters(t, l)
+	e.write(append(bw.AvailableBuffer(), "\n]}\n"...))
+	if e.err != nil {
+		return e.err
+	}
+	return bw.Flush()
+}
+
+// Thread is one Chrome thread of a trace: a lane of a rank on a node.
+type Thread struct {
+	Node string
+	Rank int
+	Lane string
+}
+
+// WriteChromeSeq is WriteChrome for a trace whose spans are not all in
+// memory: t's own Spans are not written; spans yields the spans instead,
+// in the order they are to be written, and threads lists every (node,
+// rank, lane) among them. It stops at the first error spans yields.
+func WriteChromeSeq(w io.Writer, t *Trace, threads []Thread, spans iter.Seq2[*Span, error]) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	l := newLayoutOf(t, threads)
+	e := chromeWriter{w: bw}
+	e.write(appendOtherData(bw.AvailableBuffer(), t))
+	e.metadata(t, l)
+	var c layoutCache
+	for s, err := range spans {
+		if err != nil {
+			return err
+		}
+		if _, ok := l.threads[threadKey{s.Node, s.Rank, s.Lane}]; !ok {
+			return fmt.Errorf("span %q on node %s, rank %d, lane %q: a thread not listed", s.Name, s.Node, s.Rank, s.Lane)
+		}
+		e.span(s, l, &c)
+	}
 	for i := range t.Flows {
 		f := &t.Flows[i]
 		pid, tid := l.place(&c, f.Node, f.Rank, f.Lane)
@@ -123,30 +167,34 @@ func (e *chromeWriter) metadata(t *Trace, l *layout) {
 // flows.
 func (e *chromeWriter) spans(t *Trace, l *layout, c *layoutCache) {
 	for i := range t.Spans {
-		s := &t.Spans[i]
-		pid, tid := l.place(c, s.Node, s.Rank, s.Lane)
-		b := e.begin()
-		b = append(b, `{"name":`...)
-		b = appendString(b, s.Name)
-		b = append(b, `,"cat":`...)
-		b = appendString(b, s.Cat)
-		b = append(b, `,"ph":"X","ts":`...)
-		b = appendMicros(b, s.StartNs)
-		b = append(b, `,"dur":`...)
-		b = appendMicros(b, s.DurNs)
-		b = append(b, `,"pid":`...)
-		b = strconv.AppendInt(b, pid, 10)
-		b = append(b, `,"tid":`...)
-		b = strconv.AppendInt(b, tid, 10)
-		b = append(b, `,"args":{"rank":`...)
-		b = strconv.AppendInt(b, int64(s.Rank), 10)
-		b = appendArgs(b, s.Lane, &s.Args)
-		b = append(b, "}}"...)
-		if s.Args.Has&(ArgFlowOut|ArgFlowIn) != 0 && s.Args.Flow != 0 {
-			b = appendSpanFlows(b, s, pid, tid)
-		}
-		e.write(b)
+		e.span(&t.Spans[i], l, c)
 	}
+}
+
+// span writes one span's X event and the s/f events of its flows.
+func (e *chromeWriter) span(s *Span, l *layout, c *layoutCache) {
+	pid, tid := l.place(c, s.Node, s.Rank, s.Lane)
+	b := e.begin()
+	b = append(b, `{"name":`...)
+	b = appendString(b, s.Name)
+	b = append(b, `,"cat":`...)
+	b = appendString(b, s.Cat)
+	b = append(b, `,"ph":"X","ts":`...)
+	b = appendMicros(b, s.StartNs)
+	b = append(b, `,"dur":`...)
+	b = appendMicros(b, s.DurNs)
+	b = append(b, `,"pid":`...)
+	b = strconv.AppendInt(b, pid, 10)
+	b = append(b, `,"tid":`...)
+	b = strconv.AppendInt(b, tid, 10)
+	b = append(b, `,"args":{"rank":`...)
+	b = strconv.AppendInt(b, int64(s.Rank), 10)
+	b = appendArgs(b, s.Lane, &s.Args)
+	b = append(b, "}}"...)
+	if s.Args.Has&(ArgFlowOut|ArgFlowIn) != 0 && s.Args.Flow != 0 {
+		b = appendSpanFlows(b, s, pid, tid)
+	}
+	e.write(b)
 }
 
 // appendSpanFlows appends the s/f events of a span's flows. A flow leaves at
@@ -306,7 +354,10 @@ type layoutCache struct {
 	pid, tid int64
 }
 
-func newLayout(t *Trace) *layout {
+func newLayout(t *Trace) *layout { return newLayoutOf(t, nil) }
+
+// newLayoutOf is newLayout with these threads too (spans not in t).
+func newLayoutOf(t *Trace, threads []Thread) *layout {
 	l := &layout{pid: map[string]int{}, threads: map[threadKey]int64{}}
 	addNode := func(n string) {
 		if _, ok := l.pid[n]; !ok {
@@ -336,6 +387,9 @@ func newLayout(t *Trace) *layout {
 	for i := range t.Flows {
 		f := &t.Flows[i]
 		addThread(threadKey{f.Node, f.Rank, f.Lane})
+	}
+	for _, th := range threads {
+		addThread(threadKey{th.Node, th.Rank, th.Lane})
 	}
 	for i := range t.Counters {
 		addNode(t.Counters[i].Node)
