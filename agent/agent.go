@@ -57,6 +57,10 @@ type Agent struct {
 	shards    *shard.Cache
 	peerLn    *peerapi.Listener // stream links from peers, for the peer API
 	peerHTTP  *http.Client      // to other nodes' peer APIs
+	// apiToken is what requests from other machines must present ("":
+	// the API listens on loopback only); tokenMade, made at this start.
+	apiToken  string
+	tokenMade bool
 
 	// run is set by Start: the running services.
 	run *running
@@ -116,7 +120,11 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("%w: %v", errNoExe, err)
 		}
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("nodeId", k.id.NodeID), identity: k.id, traces: traces}
+	tok, made, err := apiToken(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("nodeId", k.id.NodeID), identity: k.id, traces: traces, apiToken: tok, tokenMade: made}
 	if err := a.listen(); err != nil {
 		return nil, err
 	}
@@ -205,7 +213,7 @@ func (a *Agent) wire(k keys, exe string) error {
 	})
 	a.tracer = tracecollect.NewTracer(tracecollect.TracerConfig{Self: id, NodeName: k.id.FriendlyName,
 		Node: node, Links: node.Links, BytesSent: node.BytesSent, State: a.store.State, History: a.store.History(),
-		Traces: a.traces, MergeTimeout: cfg.TraceMergeTimeout, Logger: a.log})
+		Traces: a.traces, MergeTimeout: cfg.TraceMergeTimeout, SpillDir: filepath.Join(cfg.DataDir, "trace-spill"), Logger: a.log})
 	a.ring = ringbench.New(ringbench.Config{Node: node, OnRank: a.tracer.RingRank, Logger: a.log})
 	// Whoever becomes master must know what every node owns: the new
 	// master asserts its own part at once, a follower once it has taken
@@ -234,7 +242,7 @@ func (a *Agent) wireServing(exe string) {
 	publish := func(ev state.Event) error { return a.seq.Publish(ev) }
 	models := &model.Scanner{Dirs: cfg.modelDirs()}
 	a.sup = supervisor.New(supervisor.Config{NodeID: id, NodeName: a.identity.FriendlyName, Exe: exe,
-		AgentAPI: a.ln.Addr().String(), LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads, ContextShift: cfg.ContextShift,
+		AgentAPI: loopbackOf(a.ln.Addr()), LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads, ContextShift: cfg.ContextShift,
 		ContextLen: cfg.ContextLen, ModelFile: func(ctx context.Context, in state.Instance, rank int, p func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
 			return a.shards.ModelFile(ctx, in, rank, p)
 		},

@@ -36,6 +36,9 @@ type Config struct {
 	// LinkInterval is how often the link telemetry (RTT, per-peer MB/s)
 	// is sampled.
 	LinkInterval time.Duration
+	// APIToken is what requests from beyond this machine must present
+	// (Authorization: Bearer); see apitoken.go for when one is made.
+	APIToken string
 	// DownloadIdle gives up on a download connection (pulls, shard pulls,
 	// shards from peers) that brings less than transfer.StallBytes in that
 	// long; the transfer resumes from its last byte on a new one.

@@ -11,7 +11,8 @@ import (
 // (orrery agent, the desktop app) to fs, bound to c. Call the returned
 // function after fs.Parse: it applies --loopback's default directory.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) (finish func()) {
-	fs.StringVar(&c.APIAddr, "api-addr", c.APIAddr, "listen address of the local HTTP API (keep it on loopback: the API is not authenticated)")
+	fs.StringVar(&c.APIAddr, "api-addr", c.APIAddr, "listen address of the HTTP API; beyond loopback, requests from other machines need the API token")
+	fs.StringVar(&c.APIToken, "api-token", "", "token requests from other machines must send (Authorization: Bearer); unset, $ORRERY_API_TOKEN, else one made at first start in <data-dir>/api-token once --api-addr is not loopback")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for the node id, models and traces")
 	fs.StringVar(&c.PeerAddr, "peer-addr", c.PeerAddr, "listen address for peer links (TLS 1.3, authenticated by the cluster key); port 0 picks one")
 	fs.Func("peer", "a static peer's host:port, for VPNs and VLANs mDNS does not reach (repeatable)", func(v string) error {

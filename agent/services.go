@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/instance"
 	"github.com/orrery-cluster/orrery/agent/shard"
+	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
@@ -191,16 +192,41 @@ func (a *Agent) apiServer() *api.Server {
 		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser,
 		Inference: a.instances, Pulls: pullsView{a.pulls, a.instances},
 		TraceHome: func() string { return a.node.Status().MasterID }, UI: frontend.Handler(),
-		Metrics: api.NewMetrics(a.store, a.traces)}
+		Metrics: api.NewMetrics(a.store, a.traces),
+		// Other machines' requests carry other hosts; the token guards
+		// them (and DNS rebinding: a request to a name that is not
+		// loopback needs the token too).
+		AllowAnyHost: a.apiToken != ""}
 }
 
 // serveAPI serves the local API (and the runners' /internal/ endpoints)
 // on the loopback listener.
 func (a *Agent) serveAPI(ctx context.Context) error {
+	return serveHTTP(ctx, a.log, a.ln, a.apiHandler())
+}
+
+// APIRoutes lists what the API listener serves: the API's routes (behind
+// the API token beyond loopback) and the runners' (under /internal/,
+// behind each runner's own token), for tests that must cover every one.
+func APIRoutes() (apiRoutes, runnerRoutes []api.Route) {
+	for _, rt := range supervisor.RelayRoutes() {
+		runnerRoutes = append(runnerRoutes, api.Route{Pattern: rt[1], Methods: []string{rt[0]}})
+	}
+	return (&Agent{}).apiServer().Routes(), runnerRoutes
+}
+
+// apiHandler is what the API listener serves: the API, behind the token
+// when it has one, and the runners' endpoints (/internal/), which take
+// each runner's own token instead.
+func (a *Agent) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/internal/", a.relay.Handler())
-	mux.Handle("/", a.apiServer().Handler())
-	return serveHTTP(ctx, a.log, a.ln, mux)
+	var h http.Handler = a.apiServer().Handler()
+	if a.apiToken != "" {
+		h = api.RequireToken(a.apiToken, h)
+	}
+	mux.Handle("/", h)
+	return mux
 }
 
 // servePeerAPI serves other nodes over stream links: the API (for

@@ -213,6 +213,10 @@ func startAgent(ctx context.Context, o Options, exe, version string, log *slog.L
 		}
 		return "", nil, err
 	}
+	if tok, made, path := a.APIToken(); made {
+		// Shown this once, as orrery agent does; it stays in path (0600).
+		log.Warn("the API answers other machines only with this token", "api", a.Addr().String(), "kept", path, "token", tok)
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -101,71 +100,6 @@ type DiscoveryView interface {
 	DiscoveryReport() discovery.Report
 }
 
-// Handler returns the API's root handler.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	route := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, onlyGET(h))
-	}
-	route("/node_id", s.nodeID)
-	route("/healthz", s.healthz)
-	route("/state", s.stateAll)
-	route("/state/{path...}", s.statePath)
-	route("/events", s.events)
-	route("/events/stream", s.eventStream)
-	route("/history/memory/{id}", s.memoryHistory)
-	route("/history/system/{id}", s.systemHistory)
-	route("/state/discovery", s.discovery)
-	route("/cluster", s.cluster)
-	route("/cluster/hash/{idx}", s.clusterHash)
-	if s.Metrics != nil {
-		mux.Handle("/metrics", onlyGET(s.Metrics.Handler().ServeHTTP))
-	}
-	mux.Handle("/v1/cluster/ring-bench", onlyPOST(s.ringBench))
-	mux.Handle("/v1/traces", onlyGET(s.atTraceHome(s.traceList)))
-	mux.Handle("/v1/traces/{id}", allow(s.atTraceHome(s.traceItem), http.MethodGet, http.MethodHead, http.MethodDelete))
-	mux.Handle("/v1/traces/{id}/stats", onlyGET(s.atTraceHome(s.traceStats)))
-	mux.Handle("/v1/traces/{id}/raw", onlyGET(s.atTraceHome(s.traceRaw)))
-	mux.Handle("/v1/traces/{id}/spans", onlyGET(s.atTraceHome(s.traceSpans)))
-	mux.Handle("/v1/traces/{id}/open", allow(s.traceOpen, http.MethodPost))
-	mux.Handle("/perfetto/{id}", onlyGET(s.perfettoPage))
-	mux.Handle("/v1/chat/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.chatCompletions(w, r, false) }))
-	mux.Handle("/v1/completions", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.completions(w, r, false) }))
-	mux.Handle("/v1/cancel/{id}", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.cancel(w, r, false) }))
-	mux.Handle("/tokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.tokenize(w, r, false) }))
-	mux.Handle("/detokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.detokenize(w, r, false) }))
-	mux.Handle("/v1/models", onlyGET(s.models))
-	mux.Handle("/v1/messages", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.anthropicMessages(w, r, false) }))
-	// Ollama's API.
-	mux.Handle("/api/chat", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaChat(w, r, false) }))
-	mux.Handle("/api/generate", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaGenerate(w, r, false) }))
-	mux.Handle("/api/tags", onlyGET(s.ollamaTags))
-	mux.Handle("/api/ps", onlyGET(s.ollamaPS))
-	mux.Handle("/api/show", onlyPOST(s.ollamaShow))
-	mux.Handle("/api/version", onlyGET(s.ollamaVersion))
-	mux.Handle("/instance", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.placeInstance(w, r, false) }))
-	mux.Handle("/instance/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteInstance(w, r, false) }, http.MethodDelete))
-	mux.Handle("/instance/previews", onlyGET(func(w http.ResponseWriter, r *http.Request) { s.previews(w, r, false) }))
-	mux.Handle("/models", allow(func(w http.ResponseWriter, r *http.Request) { s.deleteModel(w, r, false) }, http.MethodDelete))
-	mux.Handle("/models/pull", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.pullModel(w, r, false) }))
-	mux.Handle("/models/pull/{id}", allow(func(w http.ResponseWriter, r *http.Request) { s.cancelPull(w, r, false) }, http.MethodDelete))
-	if s.UI != nil {
-		mux.Handle("/ui/", http.StripPrefix("/ui", s.UI))
-		mux.Handle("/{$}", onlyGET(func(w http.ResponseWriter, r *http.Request) {
-			http.Redirect(w, r, "/ui/", http.StatusFound)
-		}))
-	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint: %s", r.URL.Path))
-	})
-	var h http.Handler = mux
-	h = limitBody(h)
-	if !s.AllowAnyHost {
-		h = loopbackHostOnly(h)
-	}
-	return h
-}
-
 // PeerHandler serves the requests other nodes forward here over
 // authenticated stream links: completions for instances on this node and
 // placement on it, model pulls and deletions. They are answered here,
@@ -251,13 +185,7 @@ func inferenceProtocol(path string) func(w http.ResponseWriter, status int, typ,
 // is what a DNS-rebinding page would send.
 func loopbackHostOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if hh, _, err := net.SplitHostPort(host); err == nil {
-			host = hh
-		}
-		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-		ip := net.ParseIP(host)
-		if !(strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()) {
+		if !loopbackName(r.Host) {
 			writeError(w, http.StatusForbidden, fmt.Sprintf("host %q not allowed: the API answers loopback names only", r.Host))
 			return
 		}

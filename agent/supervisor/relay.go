@@ -105,11 +105,18 @@ func splice(a, b net.Conn) {
 	go func() { io.Copy(b, a); closeBoth() }()
 }
 
+// RelayRoutes are the method and path of every route Handler serves.
+func RelayRoutes() [][2]string {
+	return [][2]string{{http.MethodGet, runner.RankLinkPath}, {http.MethodPost, runner.RankTracePath}}
+}
+
 // Handler serves the runners of this node: their rank links and spans.
 func (r *Relay) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+runner.RankLinkPath, r.rankLink)
-	mux.HandleFunc("POST "+runner.RankTracePath, r.rankTrace)
+	handlers := map[string]http.HandlerFunc{runner.RankLinkPath: r.rankLink, runner.RankTracePath: r.rankTrace}
+	for _, rt := range RelayRoutes() {
+		mux.HandleFunc(rt[0]+" "+rt[1], handlers[rt[1]])
+	}
 	return mux
 }
 

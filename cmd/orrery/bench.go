@@ -8,10 +8,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/bench"
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
@@ -80,7 +80,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	o.Progress, o.TTY = stderr, isTerminal(stderr)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	out, err := bench.Cluster(ctx, client.New(api), o)
+	out, err := bench.Cluster(ctx, apiClient(strings.TrimRight(api, "/"), 0), o)
 	if out != nil && len(out.Runs) > 0 {
 		bench.PrintTable(stdout, out)
 		if jsonOut != "" {

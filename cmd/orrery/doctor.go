@@ -44,7 +44,7 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	}
 
 	ctx := context.Background()
-	c := &client.Client{BaseURL: base, Timeout: doctorTimeout}
+	c := apiClient(base, doctorTimeout)
 	r := client.DoctorReport{API: base}
 	if r.Health, err = c.Health(ctx); err != nil {
 		var ae *client.Error

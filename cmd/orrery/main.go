@@ -13,8 +13,10 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/orrery-cluster/orrery/agent"
+	"github.com/orrery-cluster/orrery/agent/api/client"
 )
 
 // version is set at link time (-ldflags "-X main.version=…") by the Makefile.
@@ -133,6 +135,10 @@ func runAgent(args []string, stderr io.Writer) int {
 		cfg.Logger.Error("cannot start agent", "err", err)
 		return 1
 	}
+	if tok, made, path := a.APIToken(); made {
+		// Shown this once; it stays in path (mode 0600).
+		fmt.Fprintf(stderr, "orrery agent: the API on %s answers other machines only with this token (kept in %s): %s\n", a.Addr(), path, tok)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := a.Run(ctx); err != nil {
@@ -157,4 +163,14 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (code int, ok
 		return 2, false
 	}
 	return 0, true
+}
+
+// EnvAPIToken holds the token the commands that talk to an agent send
+// (the agent's --api-token): needed when that agent is on another machine.
+const EnvAPIToken = "ORRERY_API_TOKEN"
+
+// apiClient is a client of the agent API at base (timeout: see
+// client.Client), with the token from $ORRERY_API_TOKEN.
+func apiClient(base string, timeout time.Duration) *client.Client {
+	return &client.Client{BaseURL: base, Timeout: timeout, Token: os.Getenv(EnvAPIToken)}
 }

@@ -269,7 +269,7 @@ func runModelsRm(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if !ok {
 		return code
 	}
-	d, err := client.New(base).DeleteModel(ctx, id, *node)
+	d, err := apiClient(base, 0).DeleteModel(ctx, id, *node)
 	if err != nil {
 		reportAPIError(stderr, name, base, err)
 		return 1

@@ -45,7 +45,7 @@ func runPull(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	c := &client.Client{BaseURL: base, Timeout: 30 * time.Second}
+	c := apiClient(base, 30*time.Second)
 	d, err := c.Pull(ctx, ref)
 	if err != nil {
 		reportAPIError(stderr, name, base, err)

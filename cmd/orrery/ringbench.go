@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/api"
@@ -46,7 +47,7 @@ func runRingBench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "orrery ring-bench: --repeat %d: want 1..1000\n", *repeat)
 		return 2
 	}
-	c := client.New(*apiURL)
+	c := apiClient(strings.TrimRight(*apiURL, "/"), 0)
 	c.Timeout = ringBenchTimeout
 	req := api.RingBenchRequest{SizeBytes: *size, Rounds: *rounds, NoTrace: *noTrace}
 	fmt.Fprintf(stderr, "ring-bench: %d bytes × %d rounds, coordinated by %s …\n", *size, *rounds, *apiURL)

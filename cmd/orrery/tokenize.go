@@ -71,7 +71,7 @@ func runTokenize(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *apiURL, err)
 		return 2
 	}
-	c := &client.Client{BaseURL: base, Timeout: tokenizeTimeout}
+	c := apiClient(base, tokenizeTimeout)
 	tokens, err := c.Tokenize(ctx, *modelID, text, !*noSpecial)
 	if err != nil {
 		reportAPIError(stderr, name, base, err)

@@ -87,7 +87,7 @@ func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "%s: --api %q: %v\n", name, *api, err)
 		return 2
 	}
-	c := traceCmd{&client.Client{BaseURL: base, Timeout: traceTimeout}}
+	c := traceCmd{apiClient(base, traceTimeout)}
 	var id string
 	if wantArgs == 1 {
 		id = pos[0]

@@ -34,6 +34,9 @@ type Client struct {
 	// Timeout, when > 0, bounds each request, answer included, whose
 	// context has no deadline of its own.
 	Timeout time.Duration
+	// Token, when set, is sent as a bearer token: the API of an agent
+	// reached from another machine asks for it (--api-token).
+	Token string
 }
 
 // New returns a client of the API at baseURL (a trailing slash is cut).
@@ -141,6 +144,9 @@ func (c *Client) open(ctx context.Context, method, p string, in any) (*http.Resp
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	hc := c.HTTP
 	if hc == nil {

@@ -10,6 +10,11 @@ export class APIError extends Error {
 
 async function check(r: Response, what: string): Promise<Response> {
   if (r.ok) return r;
+  if (r.status === 401 && r.headers.get('WWW-Authenticate')?.startsWith('Bearer')) {
+    // An agent reached from another machine wants its token (its login
+    // cookie expired or was never set): its login form sets it.
+    location.assign('/auth/login');
+  }
   let msg = `${r.status} ${r.statusText}`;
   try {
     const body = await r.json();

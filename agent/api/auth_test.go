@@ -1,0 +1,118 @@
+package api
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+const testToken = "tok-0123456789abcdef"
+
+// guarded is RequireToken over a handler that answers 200 "in".
+func guarded() http.Handler {
+	return RequireToken(testToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "in") }))
+}
+
+func serveReq(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func reqFrom(method, target, remote, host string, body io.Reader) *http.Request {
+	r := httptest.NewRequest(method, target, body)
+	r.RemoteAddr, r.Host = remote, host
+	return r
+}
+
+func TestRequireToken(t *testing.T) {
+	h := guarded()
+	const lan, here = "192.0.2.7:40000", "127.0.0.1:40000"
+	for _, c := range []struct {
+		name         string
+		remote, host string
+		header       [2]string
+		cookie       string
+		want         int
+	}{
+		{"from this machine to a loopback name", here, "127.0.0.1:52416", [2]string{}, "", 200},
+		{"localhost", "[::1]:40000", "localhost:52416", [2]string{}, "", 200},
+		{"from the LAN, no token", lan, "192.0.2.1:52416", [2]string{}, "", 401},
+		{"from the LAN, bearer", lan, "192.0.2.1:52416", [2]string{"Authorization", "Bearer " + testToken}, "", 200},
+		{"from the LAN, wrong bearer", lan, "192.0.2.1:52416", [2]string{"Authorization", "Bearer nope-nope-nope-nope"}, "", 401},
+		{"from the LAN, basic auth", lan, "192.0.2.1:52416", [2]string{"Authorization", "Basic " + testToken}, "", 401},
+		{"from the LAN, x-api-key (Anthropic's clients)", lan, "192.0.2.1:52416", [2]string{"x-api-key", testToken}, "", 200},
+		{"from the LAN, the login cookie", lan, "192.0.2.1:52416", [2]string{}, testToken, 200},
+		// A page that rebound its own name to 127.0.0.1.
+		{"DNS rebinding", here, "evil.example:52416", [2]string{}, "", 401},
+	} {
+		r := reqFrom(http.MethodGet, "/state", c.remote, c.host, nil)
+		if c.header[0] != "" {
+			r.Header.Set(c.header[0], c.header[1])
+		}
+		if c.cookie != "" {
+			r.AddCookie(&http.Cookie{Name: TokenCookie, Value: c.cookie})
+		}
+		w := serveReq(h, r)
+		if w.Code != c.want {
+			t.Errorf("%s: %d %s, want %d", c.name, w.Code, w.Body, c.want)
+		}
+		if w.Code == 401 && (w.Header().Get("WWW-Authenticate") == "" || !strings.Contains(w.Body.String(), "token")) {
+			t.Errorf("%s: 401 without WWW-Authenticate or a word on the token: %s", c.name, w.Body)
+		}
+	}
+	// The inference routes answer in their protocol's shape; a page load
+	// gets the login form.
+	w := serveReq(h, reqFrom(http.MethodPost, "/v1/chat/completions", lan, "192.0.2.1", strings.NewReader("{}")))
+	if w.Code != 401 || !strings.Contains(w.Body.String(), `"invalid_api_key"`) {
+		t.Errorf("chat without a token: %d %s", w.Code, w.Body)
+	}
+	r := reqFrom(http.MethodGet, "/ui/", lan, "192.0.2.1", nil)
+	r.Header.Set("Accept", "text/html,application/xhtml+xml")
+	if w := serveReq(h, r); w.Code != 401 || !strings.Contains(w.Body.String(), `action="/auth/login"`) {
+		t.Errorf("page load without a token: %d %s", w.Code, w.Body)
+	}
+}
+
+// The login form sets an HttpOnly, SameSite=Strict cookie for the right
+// token only.
+func TestLogin(t *testing.T) {
+	h := guarded()
+	const lan = "192.0.2.7:40000"
+	if w := serveReq(h, reqFrom(http.MethodGet, LoginPath, lan, "192.0.2.1", nil)); w.Code != 200 || !strings.Contains(w.Body.String(), "<form") {
+		t.Fatalf("GET login: %d", w.Code)
+	}
+	post := func(token string) *httptest.ResponseRecorder {
+		r := reqFrom(http.MethodPost, LoginPath, lan, "192.0.2.1", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		return serveReq(h, r)
+	}
+	if w := post("wrong-wrong-wrong-wrong"); w.Code != 401 || len(w.Result().Cookies()) != 0 || !strings.Contains(w.Body.String(), "not this agent") {
+		t.Errorf("wrong token: %d, cookies %v", w.Code, w.Result().Cookies())
+	}
+	w := post(testToken)
+	cs := w.Result().Cookies()
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ui/" || len(cs) != 1 {
+		t.Fatalf("login: %d %v %v", w.Code, w.Header(), cs)
+	}
+	if c := cs[0]; c.Name != TokenCookie || c.Value != testToken || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" {
+		t.Errorf("cookie %+v: want HttpOnly, SameSite=Strict, Path=/", c)
+	}
+	// JSON works too; anything else is refused.
+	r := reqFrom(http.MethodPost, LoginPath, lan, "192.0.2.1", strings.NewReader(`{"token":"`+testToken+`"}`))
+	r.Header.Set("Content-Type", "application/json")
+	if w := serveReq(h, r); w.Code != 204 || len(w.Result().Cookies()) != 1 {
+		t.Errorf("JSON login: %d", w.Code)
+	}
+	r = reqFrom(http.MethodPost, LoginPath, lan, "192.0.2.1", strings.NewReader(testToken))
+	r.Header.Set("Content-Type", "text/plain")
+	if w := serveReq(h, r); w.Code != 415 {
+		t.Errorf("text login: %d", w.Code)
+	}
+	if w := serveReq(h, reqFrom(http.MethodPut, LoginPath, lan, "192.0.2.1", nil)); w.Code != 405 {
+		t.Errorf("PUT login: %d", w.Code)
+	}
+}
