@@ -19,23 +19,8 @@ const purposeBeat Purpose = "beat"
 // ensureBeatLinks dials a beat link to every peer we have a control link to
 // and no beat link yet.
 func (n *Node) ensureBeatLinks(ctx context.Context, wg *sync.WaitGroup) {
-	n.mu.Lock()
-	var want []string
-	for id, c := range n.out {
-		if n.beats[id] == nil && !n.beatDialing[id] && c.addr != "" {
-			n.beatDialing[id] = true
-			want = append(want, id)
-		}
-	}
-	n.mu.Unlock()
-	for _, id := range want {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { n.mu.Lock(); delete(n.beatDialing, id); n.mu.Unlock() }()
-			n.runBeatLink(ctx, wg, id)
-		}()
-	}
+	n.ensureLinks(wg, func(id string) bool { return n.beats[id] != nil }, n.beatDialing,
+		func(id string) { n.runBeatLink(ctx, wg, id) })
 }
 
 // runBeatLink dials the beat link to peer and serves it (the acks of our

@@ -62,11 +62,19 @@ func (n *Node) echoProbes(ctx context.Context, c *conn) {
 // ensureProbeLinks dials a probe link to every peer we have a control link
 // to and no probe link yet.
 func (n *Node) ensureProbeLinks(ctx context.Context, wg *sync.WaitGroup) {
+	n.ensureLinks(wg, func(id string) bool { return n.probes[id] != nil }, n.probeDialing,
+		func(id string) { n.runProbeLink(ctx, id) })
+}
+
+// ensureLinks runs run, on a goroutine of wg, for every peer we have a
+// control link to and no link of a kind yet (has, called with n.mu held),
+// noting it in dialing (guarded by n.mu) meanwhile.
+func (n *Node) ensureLinks(wg *sync.WaitGroup, has func(id string) bool, dialing map[string]bool, run func(id string)) {
 	n.mu.Lock()
 	var want []string
 	for id, c := range n.out {
-		if n.probes[id] == nil && !n.probeDialing[id] && c.addr != "" {
-			n.probeDialing[id] = true
+		if !has(id) && !dialing[id] && c.addr != "" {
+			dialing[id] = true
 			want = append(want, id)
 		}
 	}
@@ -75,8 +83,8 @@ func (n *Node) ensureProbeLinks(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { n.mu.Lock(); delete(n.probeDialing, id); n.mu.Unlock() }()
-			n.runProbeLink(ctx, id)
+			defer func() { n.mu.Lock(); delete(dialing, id); n.mu.Unlock() }()
+			run(id)
 		}()
 	}
 }

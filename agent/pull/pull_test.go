@@ -15,6 +15,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 func content(n int, seed int64) []byte {
@@ -285,7 +286,7 @@ func TestPullSurvivesStalls(t *testing.T) {
 	data := content(3*DefaultChunk+12345, 5)
 	h.Add("org/Stall-GGUF", "stall-Q8_0.gguf", data)
 	h.StallAfter, h.StallTimes, h.TrickleTimes = 1<<20, 1, 1
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	var mu sync.Mutex
 	var last state.Download
 	p := New(Config{Self: "n1", HFCache: t.TempDir(), HF: HF{Endpoint: h.URL()}, Fetcher: &Fetcher{Stall: time.Second},
@@ -325,22 +326,4 @@ func TestPullSurvivesStalls(t *testing.T) {
 	}
 	t.Logf("pull of %d bytes through a stalled and a trickling connection: %v, %d stalls, %d retries, %d bytes fetched twice",
 		len(data), time.Since(start).Round(time.Millisecond), d.Stalls, d.Retries, over)
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -39,13 +39,22 @@ const (
 //
 // Events are written in the order of t's slices, so output is deterministic.
 func WriteChrome(w io.Writer, t *Trace) error {
+	return writeChromeDoc(w, t, newLayout(t), func(e *chromeWriter, l *layout, c *layoutCache) error {
+		e.spans(t, l, c)
+		return nil
+	})
+}
+
+// writeChromeDoc writes the document around its spans, which spans writes.
+func writeChromeDoc(w io.Writer, t *Trace, l *layout, spans func(*chromeWriter, *layout, *layoutCache) error) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	l := newLayout(t)
 	e := chromeWriter{w: bw}
 	e.write(appendOtherData(bw.AvailableBuffer(), t))
 	e.metadata(t, l)
 	var c layoutCache
-	e.spans(t, l, &c)
+	if err := spans(&e, l, &c); err != nil {
+		return err
+	}
 	for i := range t.Flows {
 		f := &t.Flows[i]
 		pid, tid := l.place(&c, f.Node, f.Rank, f.Lane)
@@ -73,34 +82,18 @@ type Thread struct {
 // in the order they are to be written, and threads lists every (node,
 // rank, lane) among them. It stops at the first error spans yields.
 func WriteChromeSeq(w io.Writer, t *Trace, threads []Thread, spans iter.Seq2[*Span, error]) error {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	l := newLayoutOf(t, threads)
-	e := chromeWriter{w: bw}
-	e.write(appendOtherData(bw.AvailableBuffer(), t))
-	e.metadata(t, l)
-	var c layoutCache
-	for s, err := range spans {
-		if err != nil {
-			return err
+	return writeChromeDoc(w, t, newLayoutOf(t, threads), func(e *chromeWriter, l *layout, c *layoutCache) error {
+		for s, err := range spans {
+			if err != nil {
+				return err
+			}
+			if _, ok := l.threads[threadKey{s.Node, s.Rank, s.Lane}]; !ok {
+				return fmt.Errorf("span %q on node %s, rank %d, lane %q: a thread not listed", s.Name, s.Node, s.Rank, s.Lane)
+			}
+			e.span(s, l, c)
 		}
-		if _, ok := l.threads[threadKey{s.Node, s.Rank, s.Lane}]; !ok {
-			return fmt.Errorf("span %q on node %s, rank %d, lane %q: a thread not listed", s.Name, s.Node, s.Rank, s.Lane)
-		}
-		e.span(s, l, &c)
-	}
-	for i := range t.Flows {
-		f := &t.Flows[i]
-		pid, tid := l.place(&c, f.Node, f.Rank, f.Lane)
-		b := e.begin()
-		b = appendFlow(b, f.Phase, f.ID, f.Name, f.Cat, f.TsNs, pid, tid, f)
-		e.write(b)
-	}
-	e.counters(t, l)
-	e.write(append(bw.AvailableBuffer(), "\n]}\n"...))
-	if e.err != nil {
-		return e.err
-	}
-	return bw.Flush()
+		return nil
+	})
 }
 
 // appendOtherData appends the document's start: otherData, and the opening

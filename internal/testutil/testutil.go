@@ -4,9 +4,11 @@
 package testutil
 
 import (
+	"bytes"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -131,4 +133,24 @@ func goroutines() map[string]string {
 		}
 	}
 	return out
+}
+
+// SyncBuffer is a bytes.Buffer safe to read while another goroutine or a
+// process writes to it: a log sink, or a child's stderr.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
