@@ -69,4 +69,3 @@ func TestRunSamplesLogsAndStops(t *testing.T) {
 }
 
 type syncBuffer = testutil.SyncBuffer
-
