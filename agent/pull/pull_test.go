@@ -285,7 +285,7 @@ func TestPullSurvivesStalls(t *testing.T) {
 	h := pulltest.NewHub(t)
 	data := content(3*DefaultChunk+12345, 5)
 	h.Add("org/Stall-GGUF", "stall-Q8_0.gguf", data)
-	h.StallAfter, h.StallTimes, h.TrickleTimes = 1<<20, 1, 1
+	h.Stall(1<<20, 1, 1)
 	var logs testutil.SyncBuffer
 	var mu sync.Mutex
 	var last state.Download

@@ -144,8 +144,10 @@ func TestInferenceProcesses(t *testing.T) {
 	if r.LayersLoaded != 8 || r.TotalLayers != 8 || r.Pid == 0 {
 		t.Fatalf("ready runner %+v", r)
 	}
-	if code, body, _ := b.post("/instance", `{"model":"`+modelID+`"}`); code != http.StatusConflict {
-		t.Errorf("a second instance of the model on the same node: %d %s, want 409", code, body)
+	// The same model on the same node again is that instance, loaded once.
+	if code, body, _ := b.post("/instance", `{"model":"`+modelID+`"}`); code != http.StatusOK ||
+		!strings.Contains(string(body), `"existed":true`) || !strings.Contains(string(body), `"instanceId":"`+placed.Instance.InstanceID+`"`) {
+		t.Errorf("a second placement of the model on the same node: %d %s, want 200 with the live instance", code, body)
 	}
 	if code, _, _ := b.post("/instance", `{"model":"no-such-model"}`); code != http.StatusNotFound {
 		t.Errorf("placing an unknown model: %d, want 404", code)

@@ -119,7 +119,7 @@ func TestPullProcess(t *testing.T) {
 	other := append([]byte(nil), big...)
 	other[len(other)-1] ^= 0xff // another file: another blob
 	hub.Add("org/Stall-GGUF", "stall-Q8_0.gguf", other)
-	hub.StallAfter, hub.StallTimes, hub.TrickleTimes = 1<<20, 1, 1
+	hub.Stall(1<<20, 1, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	start := time.Now()
 	out, err = exec.CommandContext(ctx, bin, "pull", "--api", "http://"+addr, "hf.co/org/Stall-GGUF:Q8_0").CombinedOutput()

@@ -52,8 +52,10 @@ func (r DoctorReport) writeText(w *strings.Builder) {
 
 	fmt.Fprintf(w, "Members    %d (rtt and clock offset measured from this node; offset = member's clock − ours)\n", len(r.Cluster.Members))
 	links := map[string]cluster.Link{}
-	for _, l := range r.Cluster.Links { // a linked peer is listed before its first probe
-		if l.Samples > 0 {
+	for _, l := range r.Cluster.Links {
+		// A linked peer is listed before its first probe (samples 0, no
+		// RTT); agents before that listed measured links only.
+		if l.Samples > 0 || l.RTTEWMA > 0 {
 			links[l.PeerID] = l
 		}
 	}

@@ -68,6 +68,14 @@ func NewHub(tb testing.TB) *Hub {
 // URL is the hub's endpoint (what HF_ENDPOINT would be).
 func (h *Hub) URL() string { return h.hub.URL }
 
+// Stall sets the stall faults (see StallAfter), safely while the hub
+// serves.
+func (h *Hub) Stall(after int64, stalls, trickles int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.StallAfter, h.StallTimes, h.TrickleTimes = after, stalls, trickles
+}
+
 // CDNURL is where the hub redirects file downloads.
 func (h *Hub) CDNURL() string { return h.cdn.URL }
 
