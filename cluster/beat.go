@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"sync"
+
+	"github.com/orrery-cluster/orrery/cluster/wire"
 )
 
 // Heartbeat links: each node sends its heartbeats to a peer over a TLS link
@@ -50,6 +52,24 @@ func (n *Node) runBeatLink(ctx context.Context, wg *sync.WaitGroup, peer string)
 		}
 		n.mu.Unlock()
 	})
+}
+
+// keepControlLinks sends a keepalive (a ProbeAck, which only says "alive")
+// on every control link, both ways, each heartbeat: with the heartbeats on
+// the beat links, a control link may otherwise carry nothing for longer
+// than its read deadline (FailAfter plus a heartbeat), and be closed for
+// it.
+func (n *Node) keepControlLinks() {
+	n.mu.Lock()
+	conns := n.outLocked()
+	for c := range n.in {
+		conns = append(conns, c)
+	}
+	n.mu.Unlock()
+	ka := &wire.ProbeAck{NodeID: n.cfg.NodeID}
+	for _, c := range conns {
+		c.send(ka)
+	}
 }
 
 // heartbeatLink is where heartbeats to the peer of control link c go: its

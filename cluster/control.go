@@ -161,7 +161,14 @@ func (n *Node) accept(ctx context.Context, wg *sync.WaitGroup, raw net.Conn) {
 		}
 		n.mu.Unlock()
 	}
-	n.serveConn(ctx, wg, c, nil)
+	n.mu.Lock()
+	n.in[c] = true
+	n.mu.Unlock()
+	n.serveConn(ctx, wg, c, func() {
+		n.mu.Lock()
+		delete(n.in, c)
+		n.mu.Unlock()
+	})
 }
 
 // handshake completes TLS, checks the certificate's node id and exchanges

@@ -28,6 +28,7 @@ func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 		return
 	}
 	seq := n.sendHeartbeats(now, alive, master)
+	n.keepControlLinks()
 	n.ensureProbeLinks(ctx, wg)
 	n.ensureBeatLinks(ctx, wg)
 	n.sendProbes(seq)

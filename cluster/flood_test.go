@@ -99,3 +99,35 @@ func memberIDs(ms []cluster.Member) string {
 	}
 	return s
 }
+
+// A quiet cluster keeps its control links: with the heartbeats on their
+// own links, a control link that carries no events still carries a
+// keepalive each heartbeat, so its read deadline (FailAfter plus a
+// heartbeat) never closes it, and no node dials its peers again.
+func TestQuietControlLinksStay(t *testing.T) {
+	var mu sync.Mutex
+	dials := 0
+	nodes := clustertest.StartCluster(t, clustertest.Options{DialResult: func(_ string, _ cluster.PeerAddr, err error) {
+		if err == nil {
+			mu.Lock()
+			dials++
+			mu.Unlock()
+		}
+	}}, "a", "b", "c")
+	testutil.WaitFor(t, "a converged cluster", func() bool { return clustertest.Converged(nodes) })
+	time.Sleep(2 * clustertest.Heartbeat) // links made by late dials settle
+	mu.Lock()
+	before := dials
+	mu.Unlock()
+	quiet := 4 * (clustertest.FailAfter + clustertest.Heartbeat)
+	time.Sleep(quiet)
+	mu.Lock()
+	after := dials
+	mu.Unlock()
+	if after != before {
+		t.Errorf("%d control links dialled again in %v of quiet: they were closed", after-before, quiet)
+	}
+	if !clustertest.Converged(nodes) {
+		t.Error("the cluster is not converged after the quiet")
+	}
+}

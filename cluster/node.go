@@ -122,6 +122,7 @@ type Node struct {
 	probeDialing map[string]bool
 	beats        map[string]*conn // outbound heartbeat link per peer
 	beatDialing  map[string]bool
+	in           map[*conn]bool // inbound control links
 	// lastDial rate-limits dials per address; addrPeer remembers which
 	// node answered at an address (static peers come without an id).
 	lastDial map[string]time.Time
@@ -184,6 +185,7 @@ func NewNode(cfg Config) (*Node, error) {
 		probeDialing: map[string]bool{},
 		beats:        map[string]*conn{},
 		beatDialing:  map[string]bool{},
+		in:           map[*conn]bool{},
 		addrPeer:     map[string]string{},
 		learned:      map[string]PeerAddr{},
 	}
