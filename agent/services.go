@@ -199,8 +199,8 @@ func (a *Agent) apiServer() *api.Server {
 		AllowAnyHost: a.apiToken != ""}
 }
 
-// serveAPI serves the local API (and the runners' /internal/ endpoints)
-// on the loopback listener.
+// serveAPI serves the API (and the runners' /internal/ endpoints) on the
+// API listener: loopback by default.
 func (a *Agent) serveAPI(ctx context.Context) error {
 	return serveHTTP(ctx, a.log, a.ln, a.apiHandler())
 }

@@ -221,8 +221,12 @@ func (s *Supervisor) Reconcile(st state.State) {
 			delete(s.stopped, id)
 		}
 	}
-	for id, at := range s.missing {
-		if _, ok := st.Instances[id]; ok || now.Sub(at) > 2*s.cfg.MissingGrace {
+	running := map[string]bool{}
+	for _, p := range s.procs {
+		running[p.inst.InstanceID] = true
+	}
+	for id := range s.missing {
+		if _, ok := st.Instances[id]; ok || !running[id] {
 			delete(s.missing, id)
 		}
 	}
