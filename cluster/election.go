@@ -20,6 +20,16 @@ const sweepsPerHeartbeat = 4
 // heartbeats and probes and flushes queued events.
 func (n *Node) tick(ctx context.Context, wg *sync.WaitGroup, beat bool) {
 	now := time.Now()
+	// A tick long after the last one means this process, or its machine,
+	// was stopped (SIGSTOP, a laptop asleep, a stall): its peers' silence
+	// meanwhile says nothing about them, and sweeping them all now would
+	// make this node its own master, fail their instances and reload their
+	// runners once it is back among them. They get FailAfter from now.
+	if !n.lastTick.IsZero() && now.Sub(n.lastTick) > n.cfg.FailAfter/2 {
+		n.table.Forgive(now)
+		n.log.Info("this node was paused; its peers get fail-after from now", "paused", now.Sub(n.lastTick).Round(time.Millisecond))
+	}
+	n.lastTick = now
 	alive, master, isMaster := n.sweepAndElect(now)
 	// Dial on every tick, so a peer found by discovery is linked within a
 	// quarter heartbeat; dialPeers rate-limits each address itself.

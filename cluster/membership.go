@@ -81,6 +81,19 @@ func (t *Table) Announced(id string, startedAt, now time.Time, follows string, t
 	return joined
 }
 
+// Forgive counts every member as heard at now: this node was paused (see
+// Node.tick), so their silence meanwhile says nothing about them.
+func (t *Table) Forgive(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, m := range t.members {
+		if m.LastHeard.Before(now) {
+			m.LastHeard = now
+			t.members[id] = m
+		}
+	}
+}
+
 // Sweep removes members silent for longer than the fail-after time and
 // returns their ids, sorted.
 func (t *Table) Sweep(now time.Time) (gone []string) {

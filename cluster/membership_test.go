@@ -99,3 +99,20 @@ func TestElectTerms(t *testing.T) {
 		}
 	}
 }
+
+// After this node was paused, its members get fail-after from its wake:
+// none is swept for the silence the pause made.
+func TestForgiveAfterPause(t *testing.T) {
+	t0 := time.Now()
+	tb := NewTable(Member{NodeID: "self", StartedAt: t0}, 3*time.Second)
+	tb.Heard("a", t0, t0)
+	tb.Heard("b", t0, t0.Add(time.Second))
+	wake := t0.Add(10 * time.Second)
+	tb.Forgive(wake)
+	if gone := tb.Sweep(wake.Add(time.Second)); len(gone) != 0 {
+		t.Fatalf("swept %v right after the pause", gone)
+	}
+	if gone := tb.Sweep(wake.Add(4 * time.Second)); len(gone) != 2 {
+		t.Fatalf("swept %v fail-after past the wake, want both still silent members", gone)
+	}
+}

@@ -128,6 +128,8 @@ type Node struct {
 	lastDial map[string]time.Time
 	addrPeer map[string]string
 	learned  map[string]PeerAddr // peers that dialled us: their advertised port
+	// lastTick is when Run last ticked (only Run's goroutine uses it).
+	lastTick time.Time
 	// needResync is set when we follow a new master and cleared when its
 	// snapshot arrives; until then its events are not applied.
 	needResync bool

@@ -359,3 +359,37 @@ func TestModelsSamplerSkipsUnchanged(t *testing.T) {
 		t.Fatal("a removed model was not published")
 	}
 }
+
+// An explicit placement onto the nodes of an instance loaded on demand
+// pins that instance (this node owns it), so that it stays, and is
+// restored after a restart, as an explicit placement is; one owned by
+// another node is not reused.
+func TestPlacePinsAnOnDemandInstance(t *testing.T) {
+	m, seq := oneNode(t)
+	ctx := context.Background()
+	five := api.KeepAlive{D: 5 * time.Minute}
+	od, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", KeepAlive: &five})
+	if err != nil || od.Pinned {
+		t.Fatalf("on-demand placement: %+v %v", od, err)
+	}
+	got, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"})
+	if err != nil || !existed || got.InstanceID != od.InstanceID || !got.Pinned {
+		t.Fatalf("explicit placement = %+v, existed %v, %v; want the same instance, pinned", got, existed, err)
+	}
+	if in := m.cfg.Store.State().Instances[od.InstanceID]; !in.Pinned || in.ExpiresAt != nil {
+		t.Errorf("in the state: %+v, want pinned with no expiry", in)
+	}
+	// Another node's instance loaded on demand on these nodes.
+	other := state.Instance{InstanceID: "inst-other", ModelID: "tiny", NodeID: "n9", Status: state.InstanceStatusActive,
+		Ranks: []state.ShardRange{{Rank: 0, NodeID: "n1", LastLayer: 4}}, KeepAliveMs: 1000}
+	if err := seq.Publish(state.InstanceDeleted{NodeID: "n1", InstanceID: od.InstanceID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := seq.Publish(state.InstanceCreated{NodeID: "n9", Instance: other}); err != nil {
+		t.Fatal(err)
+	}
+	got, existed, err = m.Place(ctx, api.PlaceRequest{Model: "tiny"})
+	if err != nil || existed || got.InstanceID == other.InstanceID || !got.Pinned {
+		t.Fatalf("explicit placement over another node's on-demand instance = %+v, existed %v, %v; want a new pinned one", got, existed, err)
+	}
+}

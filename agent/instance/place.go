@@ -254,10 +254,13 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 	live := m.liveInstances(req.Model)
 	if !req.Duplicate {
 		for _, in := range live {
-			if sameNodes(in.Ranks, ranks) {
-				m.log.Info("placement answered with the live instance on the same nodes", "instance", in.InstanceID, "model", req.Model)
-				*existed = true
-				return in, nil
+			if !sameNodes(in.Ranks, ranks) {
+				continue
+			}
+			in, ok, err := m.reuse(ctx, in, req)
+			if err != nil || ok {
+				*existed = ok
+				return in, err
 			}
 		}
 	}
@@ -290,6 +293,30 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 	}
 	m.log.Info("instance placed", "instance", in.InstanceID, "model", req.Model, "ranks", len(in.Ranks))
 	return in, nil
+}
+
+// reuse answers a placement with in, a live instance of the model on the
+// same nodes. A placement that pins (no keep-alive: asked for explicitly)
+// pins an instance loaded on demand, which this node must own (its record
+// then keeps it across restarts); one owned elsewhere is not reused (ok
+// false: place another). Called with createMu held.
+func (m *Manager) reuse(ctx context.Context, in state.Instance, req api.PlaceRequest) (state.Instance, bool, error) {
+	if pin := req.KeepAlive == nil || req.KeepAlive.Pinned(); pin && !in.Pinned {
+		if in.NodeID != m.cfg.Self {
+			return state.Instance{}, false, nil
+		}
+		in.Pinned, in.KeepAliveMs, in.ExpiresAt = true, 0, nil
+		if err := m.cfg.Publish(state.InstanceCreated{NodeID: m.cfg.Self, Instance: in}); err != nil {
+			return state.Instance{}, false, fmt.Errorf("pin instance %s: %w", in.InstanceID, err)
+		}
+		if err := m.waitState(ctx, func(s state.State) bool { return s.Instances[in.InstanceID].Pinned }); err != nil {
+			return state.Instance{}, false, fmt.Errorf("instance %s: not pinned in the state after %v (no master answered): %w", in.InstanceID, placeWait, err)
+		}
+		m.log.Info("placement pinned the instance loaded on demand on the same nodes", "instance", in.InstanceID, "model", req.Model)
+		return in, true, nil
+	}
+	m.log.Info("placement answered with the live instance on the same nodes", "instance", in.InstanceID, "model", req.Model)
+	return in, true, nil
 }
 
 func placeErr(err error) error {

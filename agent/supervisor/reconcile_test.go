@@ -75,8 +75,12 @@ func TestReconcileKeepsRunnersOfLiveOwners(t *testing.T) {
 	if !running(s, "mine-0") || !running(s, "theirs-1") {
 		t.Fatal("a snapshot stopped a runner whose owner is alive")
 	}
-	// The owners assert their instances again: the same runners go on.
+	// The owners assert their instances again: the same runners go on. A
+	// stale state that still shows the deleted one starts nothing.
 	s.Reconcile(full)
+	if running(s, "deleted-1") {
+		t.Error("the deleted instance's runner started again from a stale state")
+	}
 	time.Sleep(400 * time.Millisecond) // past the grace: it was reset
 	s.Reconcile(state.State{Instances: map[string]state.Instance{}})
 	if !running(s, "mine-0") || !running(s, "theirs-1") || stops("mine-0") != 0 || stops("theirs-1") != 0 {

@@ -179,7 +179,9 @@ func (s *Supervisor) Reconcile(st state.State) {
 	}
 	now := time.Now()
 	for id, in := range st.Instances {
-		if s.stopped[id] || in.Status == state.InstanceStatusFailed {
+		// A deleted instance a stale snapshot shows a moment longer
+		// starts nothing.
+		if _, gone := s.deleted[id]; gone || s.stopped[id] || in.Status == state.InstanceStatusFailed {
 			continue
 		}
 		for _, rk := range in.Ranks {
@@ -280,7 +282,8 @@ func (s *Supervisor) Deleted(ids ...string) {
 }
 
 // Stop stops the instance's runners on this node (publishing Shutdown)
-// and waits for them.
+// and waits for them: the instance is being deleted, so they never start
+// again.
 func (s *Supervisor) Stop(instanceID string) {
 	s.mu.Lock()
 	var ps []*proc
@@ -291,6 +294,7 @@ func (s *Supervisor) Stop(instanceID string) {
 		}
 	}
 	s.stopped[instanceID] = true
+	s.deleted[instanceID] = time.Now()
 	s.mu.Unlock()
 	for _, p := range ps {
 		p.halt()

@@ -145,7 +145,11 @@ func (w *chaosWorkload) one(rng *rand.Rand) {
 		id := live[rng.Intn(len(live))]
 		err := c.DeleteInstance(ctx, id)
 		w.count("delete", err)
-		if err == nil {
+		// A 503 that says the deletion stands (no master answered in
+		// time) is a deletion too: the owner's record has dropped the
+		// instance, and the state follows when a master answers.
+		var ae *client.Error
+		if err == nil || errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable && strings.Contains(ae.Message, "the deletion stands") {
 			w.mu.Lock()
 			w.deleted[id] = true
 			w.mu.Unlock()
@@ -215,6 +219,7 @@ func (w *chaosWorkload) watch() {
 // chaosCheck checks the invariants on the healed cluster and prints the
 // figures.
 func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[string]string, faults map[string]int, conv []time.Duration, heals []chaosHeal) {
+	defer chaosKeepLogs(t, nodes)
 	final := chaosPoll(t, nodes, 30*time.Second, "final convergence", func() (bool, string) { return chaosConverged(nodes) })
 	for _, n := range nodes {
 		var id string
@@ -292,6 +297,29 @@ func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[stri
 	if cpu.over != "" {
 		t.Errorf("agent CPU after the faults: %s", cpu.over)
 	}
+}
+
+// chaosKeepLogs writes every agent process's whole log, when the test
+// failed, to a directory it names (the test's own output keeps only the
+// ends of the last ones).
+func chaosKeepLogs(t *testing.T, nodes []*chaosNode) {
+	if !t.Failed() {
+		return
+	}
+	dir, err := os.MkdirTemp("", "orrery-chaos-logs-")
+	if err != nil {
+		t.Logf("keep the agents' logs: %v", err)
+		return
+	}
+	for _, n := range nodes {
+		n.mu.Lock()
+		agents := slices.Clone(n.all)
+		n.mu.Unlock()
+		for i, a := range agents {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d.log", n.name, i)), []byte(a.stderr.String()), 0o600)
+		}
+	}
+	t.Logf("every agent's log is in %s", dir)
 }
 
 // chaosLogLine reads an agent's log line about a runner: its time, what
