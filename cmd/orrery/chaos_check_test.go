@@ -231,6 +231,16 @@ func chaosCheck(t *testing.T, nodes []*chaosNode, w *chaosWorkload, ids map[stri
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A failure the state showed too briefly for the watch (the owner
+	// replaced the instance within its poll) is in the owner's log, with
+	// its reason.
+	for id, why := range chaosLoggedFailures(nodes) {
+		w.mu.Lock()
+		if _, ok := w.placed[id]; ok && w.seenFailed[id] == "" {
+			w.seenFailed[id] = why
+		}
+		w.mu.Unlock()
+	}
 	w.mu.Lock()
 	var lost, resurrected, failed []string
 	for id, owner := range w.placed {
@@ -320,6 +330,28 @@ func chaosKeepLogs(t *testing.T, nodes []*chaosNode) {
 		}
 	}
 	t.Logf("every agent's log is in %s", dir)
+}
+
+// chaosFailLine reads an owner's log line saying an instance failed.
+var chaosFailLine = regexp.MustCompile(`msg="(?:instance failed|restored instance failed)".* instance=(\S+) err=(.*)$`)
+
+// chaosLoggedFailures are the instances their owners logged as Failed
+// (publishing InstanceFailed), with the reason, from every agent's log.
+func chaosLoggedFailures(nodes []*chaosNode) map[string]string {
+	out := map[string]string{}
+	for _, n := range nodes {
+		n.mu.Lock()
+		agents := slices.Clone(n.all)
+		n.mu.Unlock()
+		for _, a := range agents {
+			for line := range strings.Lines(a.stderr.String()) {
+				if m := chaosFailLine.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
+					out[m[1]] = m[2]
+				}
+			}
+		}
+	}
+	return out
 }
 
 // chaosLogLine reads an agent's log line about a runner: its time, what
