@@ -93,6 +93,19 @@ func (c *conn) writeLoop(ctx context.Context) {
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
 		close(c.done)
-		c.tc.Close()
+		closeTLS(c.tc)
 	})
+}
+
+// closeTLS closes a TLS link at once. tls.Conn.Close first sends a
+// close_notify, and waits for the link's write lock and up to 5 s for that
+// write: a peer that stopped reading (a one-way partition) held the caller,
+// and the member sweep with it, for 5 s. Closing the socket first fails
+// any pending write, so the alert fails at once too; Orrery's framing
+// needs no close_notify.
+func closeTLS(tc *tls.Conn) {
+	if nc := tc.NetConn(); nc != nil {
+		nc.Close()
+	}
+	tc.Close()
 }

@@ -65,7 +65,7 @@ func (n *Node) sweepAndElect(now time.Time) (alive []Member, master string, isMa
 		}
 		delete(n.links, id)
 		if pl := n.probes[id]; pl != nil {
-			pl.tc.Close()
+			closeTLS(pl.tc)
 		}
 		if b := n.beats[id]; b != nil {
 			b.close()

@@ -195,7 +195,7 @@ func (n *Node) sendProbe(pl *probeLink, seq uint64) {
 	if err != nil {
 		// A timed-out TLS write leaves the link unusable: drop it (its
 		// unacked probes are forgotten); the next heartbeat dials anew.
-		pl.tc.Close()
+		closeTLS(pl.tc)
 		return
 	}
 	n.mu.Lock()

@@ -284,7 +284,7 @@ func (r *Router) serve(ctx context.Context, peer, _ string, c net.Conn) {
 			}
 			return
 		}
-		if r.node.Master() != r.node.ID() {
+		if !r.becameMaster(ctx) {
 			// The sender's view of the master was stale; the master's merge
 			// will time out and record the rank as missing.
 			r.log.Warn("trace message for the master, but this node is not it", "from", peer)
@@ -300,6 +300,30 @@ func (r *Router) serve(ctx context.Context, peer, _ string, c net.Conn) {
 			r.log.Warn("trace from rank", "from", peer, "err", err)
 		}
 	}
+}
+
+// masterWait is how long a node that gets trace messages for the master
+// waits to become it. After an election, the others may follow the new
+// master a few ticks before it counts itself as one: messages sent again
+// to it then were dropped (a 10-minute chaos run lost a chat's trace so,
+// when the master crashed).
+const masterWait = 3 * time.Second
+
+// becameMaster reports whether this node is the master, or becomes it
+// within masterWait.
+func (r *Router) becameMaster(ctx context.Context) bool {
+	deadline := time.Now().Add(masterWait)
+	for r.node.Master() != r.node.ID() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 // readMsg reads one trace message (TraceTask or TraceChunk) of at most

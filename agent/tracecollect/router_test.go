@@ -2,9 +2,12 @@ package tracecollect
 
 import (
 	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/clustertest"
 	"github.com/orrery-cluster/orrery/cluster/wire"
 	"github.com/orrery-cluster/orrery/internal/testutil"
@@ -114,5 +117,65 @@ func TestRouterResendsToANewMaster(t *testing.T) {
 	routers[1].Resend(ctx)
 	if trs, _ := saves[1].get(); len(trs) != 1 {
 		t.Errorf("%d traces saved on b, want 1", len(trs))
+	}
+}
+
+// masterLater is a node that becomes the master at a given time.
+type masterLater struct {
+	id, other string
+	at        time.Time
+}
+
+func (m *masterLater) ID() string { return m.id }
+func (m *masterLater) Master() string {
+	if time.Now().After(m.at) {
+		return m.id
+	}
+	return m.other
+}
+func (m *masterLater) DialStream(context.Context, string, cluster.Purpose, string) (net.Conn, error) {
+	return nil, errors.New("no dialling here")
+}
+func (m *masterLater) HandleStream(cluster.Purpose, cluster.StreamHandler) {}
+
+// A node that the others already follow, but that does not count itself
+// as master yet (a few ticks after an election), keeps what they send it
+// once it does; a node that does not become master drops it.
+func TestRouterKeepsMessagesSentJustBeforeItBecameMaster(t *testing.T) {
+	testutil.CheckLeaks(t)
+	for _, tc := range []struct {
+		after time.Duration
+		want  bool
+	}{{200 * time.Millisecond, true}, {masterWait + time.Second, false}} {
+		node := &masterLater{id: "b", other: "a", at: time.Now().Add(tc.after)}
+		s := &saved{}
+		col := New(Config{Timeout: time.Hour, Save: s.save, Self: "b"})
+		r := NewRouter(node, col, time.Minute, nil)
+		a, b := net.Pipe()
+		done := make(chan struct{})
+		go func() { r.serve(context.Background(), "c", "", b); close(done) }()
+		typ, payload, err := wire.Encode(chunk(t, "t1", 0, 0, true, span("c", 0, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wire.WriteFrame(a, typ, payload); err != nil {
+			t.Fatal(err)
+		}
+		typ, payload, _ = wire.Encode(&wire.TraceTask{Task: "t1", Kind: "test", Ranks: []wire.TraceRank{{Rank: 0, Node: "c"}}})
+		wrote := make(chan error, 1)
+		go func() { wrote <- wire.WriteFrame(a, typ, payload) }()
+		if tc.want {
+			if res := wait(t, col, "t1"); res.Spans != 1 || res.Err != nil {
+				t.Errorf("master after %v: merged %+v, want the span", tc.after, res)
+			}
+			<-wrote
+		}
+		a.Close()
+		<-done
+		r.Close()
+		col.Close()
+		if trs, _ := s.get(); !tc.want && len(trs) != 0 {
+			t.Errorf("not master: collected %d traces", len(trs))
+		}
 	}
 }

@@ -356,19 +356,35 @@ func chaosLoggedFailures(nodes []*chaosNode) map[string]string {
 
 // chaosLogLine reads an agent's log line about a runner: its time, what
 // happened and the runner id.
-var chaosLogLine = regexp.MustCompile(`^time=(\S+) .*msg="runner (started|shut down)".* runner=(\S+)`)
+var chaosLogLine = regexp.MustCompile(`^time=(\S+) .*msg="runner (started|shut down|failed)".* runner=(\S+)`)
+
+// chaosRunnerEvent is a runner's start, stop or failure, from a log.
+type chaosRunnerEvent struct {
+	node, runner, what string
+	at                 time.Time
+}
+
+// chaosInstanceOf is a runner id's instance: the id without "-rank".
+func chaosInstanceOf(runner string) string {
+	if i := strings.LastIndexByte(runner, '-'); i > 0 {
+		return runner[:i]
+	}
+	return runner
+}
 
 // chaosRestarts reads every agent process's log: a runner that shut down
 // and was started again on the same node (same instance and rank) was
 // restarted; one whose shutdown fell in a heal's window was restarted
-// because of the heal. A runner stopped while its owner was cut off for
-// longer than fail-after shut down during the fault, not in its heal.
+// because of the heal, unless its instance had already lost a runner
+// during the fault: then the fault stopped the instance (a rank's node
+// gone for longer than fail-after), and a node that could not act during
+// it (stopped, cut off) stops its own rank only once it is back.
 func chaosRestarts(nodes []*chaosNode, heals []chaosHeal) (restarts int, byHeal []string) {
+	var evs []chaosRunnerEvent
 	for _, n := range nodes {
 		n.mu.Lock()
 		agents := slices.Clone(n.all)
 		n.mu.Unlock()
-		down := map[string]time.Time{} // runner → when it last shut down
 		for _, a := range agents {
 			for line := range strings.Lines(a.stderr.String()) {
 				m := chaosLogLine.FindStringSubmatch(line)
@@ -379,22 +395,39 @@ func chaosRestarts(nodes []*chaosNode, heals []chaosHeal) (restarts int, byHeal 
 				if err != nil {
 					continue
 				}
-				switch m[2] {
-				case "shut down":
-					down[m[3]] = at
-				case "started":
-					stopped, ok := down[m[3]]
-					if !ok {
-						continue
+				evs = append(evs, chaosRunnerEvent{node: n.name, runner: m[3], what: m[2], at: at})
+			}
+		}
+	}
+	// lostDuring reports whether instance inst lost a runner (anywhere)
+	// during heal h's fault.
+	lostDuring := func(inst string, h chaosHeal) bool {
+		for _, e := range evs {
+			if e.what != "started" && chaosInstanceOf(e.runner) == inst && !e.at.Before(h.fault) && e.at.Before(h.from) {
+				return true
+			}
+		}
+		return false
+	}
+	down := map[[2]string]time.Time{} // node, runner → when it last shut down
+	for _, e := range evs {            // in each node's log order
+		k := [2]string{e.node, e.runner}
+		switch e.what {
+		case "shut down":
+			down[k] = e.at
+		case "started":
+			stopped, ok := down[k]
+			if !ok {
+				continue
+			}
+			delete(down, k)
+			restarts++
+			for _, h := range heals {
+				if !stopped.Before(h.from) && !stopped.After(h.to) {
+					if !lostDuring(chaosInstanceOf(e.runner), h) {
+						byHeal = append(byHeal, fmt.Sprintf("%s on %s (heal of %s of %s)", e.runner, e.node, h.kind, h.victim))
 					}
-					delete(down, m[3])
-					restarts++
-					for _, h := range heals {
-						if !stopped.Before(h.from) && !stopped.After(h.to) {
-							byHeal = append(byHeal, fmt.Sprintf("%s on %s (heal of %s of %s)", m[3], n.name, h.kind, h.victim))
-							break
-						}
-					}
+					break
 				}
 			}
 		}

@@ -94,7 +94,8 @@ func (n *chaosNode) start(t *testing.T) {
 // little after the cluster converged again.
 type chaosHeal struct {
 	kind, victim string
-	from, to     time.Time
+	// fault is when the fault began; from and to are the heal's window.
+	fault, from, to time.Time
 }
 
 func (n *chaosNode) cur() *netnsAgent {
@@ -300,6 +301,7 @@ func TestChaos(t *testing.T) {
 		kind, victim := cycle[0], nodes[rng.Intn(len(nodes))]
 		cycle = cycle[1:]
 		hold := 4*time.Second + time.Duration(rng.Intn(4000))*time.Millisecond
+		began := time.Now()
 		got := chaosFault(t, kind, victim, hold, rng)
 		faults[got]++
 		healed := time.Now()
@@ -307,7 +309,7 @@ func TestChaos(t *testing.T) {
 		conv = append(conv, d)
 		// A runner stopped by what the heal brought (a snapshot, a new
 		// master) is stopped by then.
-		heals = append(heals, chaosHeal{kind: got, victim: victim.name, from: healed, to: time.Now().Add(2 * time.Second)})
+		heals = append(heals, chaosHeal{kind: got, victim: victim.name, fault: began, from: healed, to: time.Now().Add(2 * time.Second)})
 		t.Logf("%s %-9s %s (held %v): converged %v after the heal", healed.Format("15:04:05.000"), got, victim.name, hold.Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
 		time.Sleep(time.Duration(1000+rng.Intn(2000)) * time.Millisecond)
 	}
