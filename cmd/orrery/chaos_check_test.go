@@ -410,7 +410,7 @@ func chaosRestarts(nodes []*chaosNode, heals []chaosHeal) (restarts int, byHeal 
 		return false
 	}
 	down := map[[2]string]time.Time{} // node, runner → when it last shut down
-	for _, e := range evs {            // in each node's log order
+	for _, e := range evs {           // in each node's log order
 		k := [2]string{e.node, e.runner}
 		switch e.what {
 		case "shut down":
