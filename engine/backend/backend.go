@@ -47,6 +47,18 @@ type Options struct {
 	// interleaved tiles for ggml's faster matrix kernels, as llama.cpp
 	// does (prompts ~2× faster on Q4_K_M here).
 	NoRepack bool
+	// Group is the tensor-parallel group of a rank whose file is a
+	// tensor-parallel slice (model.Config.TP): it sums each block's
+	// partial outputs across the group. Required for such a file.
+	Group Collective `json:"-"`
+}
+
+// Collective sums vectors across a tensor-parallel group. AllReduce
+// replaces buf with the element-wise sum of every rank's buf (all the
+// same length), added in rank order so that every rank gets the same
+// bits. It is called in order, the same calls on every rank.
+type Collective interface {
+	AllReduce(buf []float32) error
 }
 
 // Resolve fills defaults against the model and checks the range.

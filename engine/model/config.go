@@ -184,6 +184,9 @@ type Config struct {
 	// both 0 for a whole model.
 	ShardFirst int `json:"shardFirst,omitempty"`
 	ShardLast  int `json:"shardLast,omitempty"`
+	// TP is the tensor-parallel slice a slice file holds (nil: whole
+	// blocks); Heads, KVHeads and FFDim are then the slice's.
+	TP *TPSlice `json:"tp,omitempty"`
 }
 
 // IsSWA reports whether block il attends to a sliding window (Gemma 3:
@@ -228,6 +231,9 @@ func FromGGUF(f *gguf.File) (Config, error) {
 	}
 	first, last, err := readShard(&c, f)
 	if err != nil {
+		return Config{}, err
+	}
+	if err := readTP(&c, f); err != nil {
 		return Config{}, err
 	}
 	if err := checkEmbeddings(&c, f, first, last); err != nil {

@@ -93,6 +93,9 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x ml.Tensor, in *inputs) ml
 		a = r.attention(c, il, l, h, in)
 	}
 	a = l.o.Mulmat(c, a)
+	if r.group != nil { // each rank's heads gave a part of the sum
+		a = r.allReduce(c, a)
+	}
 	if l.ob != nil {
 		a = a.Add(c, l.ob)
 	}
@@ -119,6 +122,9 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x ml.Tensor, in *inputs) ml
 		h = l.down.Mulmat(c, g.SILU(c, u))
 	default:
 		h = l.down.Mulmat(c, l.gate.Mulmat(c, h).SILU(c, l.up.Mulmat(c, h)))
+	}
+	if r.group != nil { // each rank's MLP columns gave a part of the sum
+		h = r.allReduce(c, h)
 	}
 	if l.ffnPostNorm != nil {
 		h = h.RMSNorm(c, l.ffnPostNorm, eps)

@@ -57,6 +57,9 @@ type Rank struct {
 	repacked *repacker
 	// Repacked counts the matrices moved there.
 	Repacked int
+	// group sums the partial outputs of a tensor-parallel slice's blocks
+	// (nil: whole blocks).
+	group *tpGroup
 }
 
 var _ backend.Rank = (*Rank)(nil)
@@ -74,6 +77,9 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	}
 	if err := opts.Resolve(cfg); err != nil {
 		return nil, err
+	}
+	if cfg.TP != nil && opts.Group == nil {
+		return nil, fmt.Errorf("%s: a tensor-parallel slice (rank %d of %d) needs its group", path, cfg.TP.Rank, cfg.TP.Ranks)
 	}
 	before := largeAnon()
 	fa := ml.FlashAttentionEnabled
@@ -110,7 +116,7 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	if opts.FirstLayer == 0 {
 		r.tokEmb = must("token_embd.weight")
 	}
-	if opts.LastLayer == cfg.Layers {
+	if cfg.HasHead(opts.LastLayer) {
 		r.outNorm = must("output_norm.weight")
 		if cfg.TiedOutput {
 			r.out = must("token_embd.weight")
@@ -124,6 +130,9 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	if err := errors.Join(errs...); err != nil {
 		b.Close()
 		return nil, err
+	}
+	if cfg.TP != nil {
+		r.group = newTPGroup(opts.Group)
 	}
 	if !opts.NoRepack {
 		if err := r.repack(f); err != nil {
@@ -234,6 +243,7 @@ func (r *Rank) Close() {
 	}
 	r.b.Close()
 	r.repacked.close()
+	r.group.close()
 }
 
 // repack moves the matrices ggml's CPU kernels can use repacked (see
@@ -291,6 +301,9 @@ func (r *Rank) repack(f *gguf.File) error {
 func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Result, err error) {
 	n := len(in.Positions)
 	first, last := r.opts.FirstLayer == 0, r.opts.LastLayer == r.cfg.Layers
+	if r.group != nil {
+		r.group.take() // a failed pass's error was returned with it
+	}
 	switch {
 	case n == 0 || n > r.opts.BatchSize:
 		return res, fmt.Errorf("batch of %d positions, want 1..%d", n, r.opts.BatchSize)
@@ -353,9 +366,18 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 		}
 		h = r.block(c, il, &r.layers[i], h, &ins)
 	}
-	if !last {
+	if !last || r.out == nil {
+		// A tensor-parallel rank other than 0 ends here too: its hidden
+		// state is rank 0's (the last sum made them equal), and rank 0
+		// applies the head.
 		c.Forward(h).Compute(h)
-		res.Hidden = h.Floats()
+		hidden := h.Floats()
+		if err := r.groupErr(); err != nil {
+			return res, err
+		}
+		if !last {
+			res.Hidden = hidden
+		}
 		return res, nil
 	}
 	switch {
@@ -371,7 +393,21 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	logits := r.out.Mulmat(c, h)
 	c.Forward(logits).Compute(logits)
 	res.Logits = logits.Floats()
+	if err := r.groupErr(); err != nil {
+		return backend.Result{}, err
+	}
 	return res, nil
+}
+
+// groupErr is the error of the pass's all-reduces, if any.
+func (r *Rank) groupErr() error {
+	if r.group == nil {
+		return nil
+	}
+	if err := r.group.take(); err != nil {
+		return fmt.Errorf("tensor-parallel all-reduce: %w", err)
+	}
+	return nil
 }
 
 // checkRows checks a batch's sequences, positions and output rows.

@@ -1,0 +1,152 @@
+//go:build cgo
+
+package ggml
+
+// The tensor-parallel all-reduce runs inside the compute graph: a ggml
+// custom op (ggml_map_custom1_inplace) on a block's partial output calls
+// back into Go, which sums it across the group (backend.Collective) in
+// place. So a forward pass stays one graph, with no host round trip of the
+// hidden state between segments. The backend knows only the Collective
+// interface, never sockets.
+//
+// Like repack.go this reaches below ollama's Go API: the op needs the C
+// context and tensor that ollama's Context and Tensor keep in unexported
+// fields. Every step is checked.
+
+/*
+#include <stdint.h>
+
+struct ggml_tensor;
+struct ggml_context;
+typedef void (*ggml_custom1_op_t)(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * userdata);
+struct ggml_tensor * ggml_map_custom1_inplace(struct ggml_context * ctx, struct ggml_tensor * a, ggml_custom1_op_t fun, int n_tasks, void * userdata);
+void * ggml_get_data(const struct ggml_tensor * tensor);
+int64_t ggml_nelements(const struct ggml_tensor * tensor);
+int ggml_is_contiguous(const struct ggml_tensor * tensor);
+
+// orreryAllReduce is allreduce_export.go's Go function.
+extern void orreryAllReduce(uintptr_t h, float * data, int64_t n);
+
+// One task: the thread that runs it sums the whole tensor (the others wait
+// at ggml's barrier after the op).
+static void orrery_allreduce_op(struct ggml_tensor * dst, const struct ggml_tensor * a, int ith, int nth, void * ud) {
+	(void)a; (void)nth;
+	if (ith != 0) return;
+	orreryAllReduce((uintptr_t)ud, (float *)ggml_get_data(dst), ggml_nelements(dst));
+}
+
+static struct ggml_tensor * orrery_allreduce(struct ggml_context * ctx, struct ggml_tensor * a, uintptr_t h) {
+	return ggml_map_custom1_inplace(ctx, a, orrery_allreduce_op, 1, (void *)h);
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/cgo"
+	"sync"
+	"unsafe"
+
+	"github.com/ollama/ollama/ml"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+)
+
+// tpGroup is a rank's collective as the graph's callback sees it: the
+// handle passed to the op, and the first error of a forward pass.
+type tpGroup struct {
+	c backend.Collective
+	h cgo.Handle
+
+	mu  sync.Mutex
+	err error
+	// Bytes counts the values summed, for traces.
+	values int64
+}
+
+func newTPGroup(c backend.Collective) *tpGroup {
+	g := &tpGroup{c: c}
+	g.h = cgo.NewHandle(g)
+	return g
+}
+
+func (g *tpGroup) close() {
+	if g != nil {
+		g.h.Delete()
+	}
+}
+
+// take returns and clears the forward pass's error.
+func (g *tpGroup) take() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := g.err
+	g.err = nil
+	return err
+}
+
+func (g *tpGroup) reduce(buf []float32) {
+	g.mu.Lock()
+	failed := g.err != nil
+	g.mu.Unlock()
+	if failed {
+		return // the pass has failed; later sums would only wait
+	}
+	err := g.c.AllReduce(buf)
+	g.mu.Lock()
+	g.values += int64(len(buf))
+	if err != nil && g.err == nil {
+		g.err = err
+	}
+	g.mu.Unlock()
+}
+
+// allReduce sums t (a contiguous f32 result, such as a matmul's) across
+// the group, in the graph.
+func (r *Rank) allReduce(c ml.Context, t ml.Tensor) ml.Tensor {
+	ctx, err := cField(c, "ctx", "_Ctype_struct_ggml_context")
+	if err != nil {
+		panic(fmt.Errorf("tensor-parallel all-reduce: %w", err))
+	}
+	src, err := cField(t, "t", "_Ctype_struct_ggml_tensor")
+	if err != nil {
+		panic(fmt.Errorf("tensor-parallel all-reduce: %w", err))
+	}
+	if C.ggml_is_contiguous((*C.struct_ggml_tensor)(src)) == 0 {
+		panic(errors.New("tensor-parallel all-reduce of a non-contiguous tensor"))
+	}
+	dst := C.orrery_allreduce((*C.struct_ggml_context)(ctx), (*C.struct_ggml_tensor)(src), C.uintptr_t(r.group.h))
+	if dst == nil {
+		panic(errors.New("tensor-parallel all-reduce: ggml_map_custom1_inplace failed"))
+	}
+	// A copy of ollama's Tensor (its backend) around the new C tensor.
+	v := reflect.ValueOf(t).Elem()
+	nv := reflect.New(v.Type())
+	nv.Elem().Set(v)
+	f := nv.Elem().FieldByName("t")
+	*(*unsafe.Pointer)(unsafe.Pointer(f.UnsafeAddr())) = unsafe.Pointer(dst)
+	if s := nv.Elem().FieldByName("sync"); s.IsValid() {
+		reflect.NewAt(s.Type(), unsafe.Pointer(s.UnsafeAddr())).Elem().SetZero()
+	}
+	return nv.Interface().(ml.Tensor)
+}
+
+// cField is the C pointer ollama's value x (a pointer to a struct) keeps
+// in its unexported field name, checked to point to C type typ.
+func cField(x any, name, typ string) (unsafe.Pointer, error) {
+	v := reflect.ValueOf(x)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%T is not a pointer to ollama's struct", x)
+	}
+	f := v.Elem().FieldByName(name)
+	if !f.IsValid() || f.Kind() != reflect.Pointer || f.Type().Elem().Name() != typ {
+		return nil, fmt.Errorf("%T has no C field %s of type %s", x, name, typ)
+	}
+	p := f.UnsafePointer()
+	if p == nil {
+		return nil, fmt.Errorf("%T's %s is nil", x, name)
+	}
+	return p, nil
+}

@@ -1,0 +1,268 @@
+package ggml
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// tpCase is a model shape that splits over the given rank counts.
+type tpCase struct {
+	family, typ string
+	shape       model.GenOptions
+	ranks       []int
+}
+
+func tpShape(family, typ string, dim, heads, kv int) model.GenOptions {
+	o := model.GenOptions{Layers: 3, Dim: dim, FFDim: 256, Heads: heads, KVHeads: kv, Vocab: 512, ContextLen: 256, Type: typ, Seed: 11}
+	o, err := model.ApplyFamily(o, family)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+// Tensor-parallel ranks, each with its slice of heads and MLP columns and
+// an all-reduce in the graph, give the logits of the whole model on one
+// rank, up to the order of summation (max |Δ| / std of the logits ≤ 1e-4
+// for F32): a prompt in one batch, then decode steps through each rank's
+// part of the KV cache. Shapes cover groups of kv heads split evenly
+// (2 ranks), unevenly (3 ranks over 4 groups), and kv heads shared by
+// ranks (4 ranks over 2).
+func TestTensorParallelMatchesOneRank(t *testing.T) {
+	var cases []tpCase
+	for _, fam := range []string{"llama", "llama3", "qwen2", "qwen3", "gemma3", "phi3", "mistral3"} {
+		cases = append(cases, tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2, 3, 4}})
+	}
+	cases = append(cases, tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 2), []int{4, 8}},
+		tpCase{"llama", "Q8_0", tpShape("llama", "Q8_0", 128, 4, 2), []int{2}})
+	prompt := []int32{1, 300, 301, 302, 17, 250, 99, 7}
+	for _, c := range cases {
+		path := filepath.Join(t.TempDir(), c.family+"-"+c.typ+".gguf")
+		if err := model.Generate(path, c.shape); err != nil {
+			t.Fatal(err)
+		}
+		want := tpLogits(t, path, nil, prompt)
+		for _, ranks := range c.ranks {
+			name := fmt.Sprintf("%s-%s-%dh%dkv-tp%d", c.family, c.typ, c.shape.Heads, c.shape.KVHeads, ranks)
+			t.Run(name, func(t *testing.T) {
+				f, err := gguf.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg, err := model.FromGGUF(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plan, err := model.PlanTP(f, cfg, ranks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				paths := make([]string, ranks)
+				for r, s := range plan {
+					paths[r] = filepath.Join(t.TempDir(), fmt.Sprintf("tp%d.gguf", r))
+					if err := model.WriteTPSlice(path, paths[r], 0, cfg.Layers, s, "test"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := tpLogits(t, path, paths, prompt)
+				tol := 1e-4
+				if c.typ != "F32" {
+					tol = 2e-2 // activations quantized to 8 bits per block: sums differ per split
+				}
+				worst := 0.0
+				for step := range want {
+					d := maxDiffOverStd(got[step], want[step])
+					worst = max(worst, d)
+					if d > tol {
+						t.Errorf("step %d: max |Δ|/std = %.3g, want ≤ %g", step, d, tol)
+					}
+					if a, b := argmax(got[step]), argmax(want[step]); a != b {
+						t.Logf("step %d: greedy token %d vs %d (a near tie?)", step, a, b)
+					}
+				}
+				t.Logf("max |Δ|/std over %d steps: %.2g", len(want), worst)
+			})
+		}
+	}
+}
+
+// tpLogits runs the prompt (5 tokens in one batch, then one at a time)
+// on the whole model at path (slices nil), or on its tensor-parallel
+// slices, one process per rank linked over loopback TCP (ollama's ggml
+// has one CPU backend per process, which two ranks computing at once
+// would share), and returns rank 0's logits of each step.
+func tpLogits(t *testing.T, path string, slices []string, prompt []int32) [][]float32 {
+	t.Helper()
+	ctx := context.Background()
+	if slices == nil {
+		r, err := Load(ctx, path, tpOptions, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var out [][]float32
+		for _, b := range tpBatches(prompt) {
+			res, err := r.Forward(ctx, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, res.Logits)
+		}
+		return out
+	}
+	n := len(slices)
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = freeLoopbackAddr(t)
+	}
+	dir := t.TempDir()
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*bytes.Buffer, n)
+	for r := range n {
+		w := tpWorker{Rank: r, Slice: slices[r], Addrs: addrs, Prompt: prompt, Out: filepath.Join(dir, fmt.Sprintf("logits-%d", r))}
+		spec, _ := json.Marshal(w)
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), tpWorkerEnv+"="+string(spec))
+		outs[r] = &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("rank %d: %v\n%s", r, err, outs[r])
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "logits-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]float32
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	for r := 1; r < n; r++ {
+		if b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("logits-%d", r))); err != nil || string(b) != "null" {
+			t.Fatalf("rank %d returned logits (%d bytes, %v): only rank 0 holds the head", r, len(b), err)
+		}
+	}
+	return out
+}
+
+var tpOptions = backend.Options{Threads: 1, KVType: "f32", BatchSize: 16}
+
+// tpWorkerEnv, set, makes the test binary one rank of tpLogits (TestMain).
+const tpWorkerEnv = "ORRERY_TP_TEST_WORKER"
+
+type tpWorker struct {
+	Rank   int
+	Slice  string
+	Addrs  []string
+	Prompt []int32
+	Out    string
+}
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(tpWorkerEnv); spec != "" {
+		if err := runTPWorker(spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func runTPWorker(spec string) error {
+	var w tpWorker
+	if err := json.Unmarshal([]byte(spec), &w); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", w.Addrs[w.Rank])
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mesh, err := collective.Connect(ctx, w.Rank, len(w.Addrs), w.Addrs, ln, "test")
+	if err != nil {
+		return err
+	}
+	defer mesh.Close()
+	o := tpOptions
+	o.Group = mesh
+	r, err := Load(ctx, w.Slice, o, nil)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if tp := r.Config().TP; tp == nil || tp.Rank != w.Rank {
+		return fmt.Errorf("slice %d loaded as %+v", w.Rank, tp)
+	}
+	var out [][]float32
+	for _, b := range tpBatches(w.Prompt) {
+		res, err := r.Forward(ctx, b)
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", w.Rank, err)
+		}
+		if res.Logits != nil {
+			out = append(out, res.Logits)
+		}
+	}
+	b, _ := json.Marshal(out)
+	return os.WriteFile(w.Out, b, 0o644)
+}
+
+// freeLoopbackAddr is a loopback address nothing listens on now.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func tpBatches(prompt []int32) []backend.Batch {
+	bs := []backend.Batch{{Tokens: prompt[:5], Positions: []int32{0, 1, 2, 3, 4}, AllLogits: true}}
+	for i := 5; i < len(prompt); i++ {
+		bs = append(bs, backend.Batch{Tokens: prompt[i : i+1], Positions: []int32{int32(i)}})
+	}
+	return bs
+}
+
+// maxDiffOverStd is max |a−b| over the standard deviation of b.
+func maxDiffOverStd(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var mean, d float64
+	for i := range b {
+		mean += float64(b[i])
+		d = max(d, math.Abs(float64(a[i])-float64(b[i])))
+	}
+	mean /= float64(len(b))
+	var v float64
+	for _, x := range b {
+		v += (float64(x) - mean) * (float64(x) - mean)
+	}
+	return d / math.Sqrt(v/float64(len(b)))
+}

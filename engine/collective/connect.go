@@ -1,0 +1,136 @@
+package collective
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// Direct links: each rank listens, and dials every rank below it; the
+// dialler says who it is and presents the group's token. This is the
+// path on one machine (runner to runner on loopback); across machines the
+// agents' TLS links carry the same streams.
+
+const helloMagic = "ORTP"
+
+// maxToken bounds a hello's token.
+const maxToken = 256
+
+// Connect builds rank's links of an n-rank group: it accepts ranks above
+// it on ln and dials the ones below at addrs[r] (retrying until ctx ends,
+// since they may not listen yet). token authenticates every link.
+func Connect(ctx context.Context, rank, n int, addrs []string, ln net.Listener, token string) (*Mesh, error) {
+	if n < 2 || rank < 0 || rank >= n || len(addrs) != n {
+		return nil, fmt.Errorf("connect: rank %d of %d with %d addresses", rank, n, len(addrs))
+	}
+	if len(token) > maxToken {
+		return nil, fmt.Errorf("connect: a token of %d bytes, at most %d", len(token), maxToken)
+	}
+	conns := make([]net.Conn, n)
+	fail := func(err error) (*Mesh, error) {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	accepted := make(chan error, 1)
+	if rank < n-1 {
+		go func() { accepted <- acceptAbove(ctx, rank, n, ln, token, conns) }()
+	} else {
+		accepted <- nil
+	}
+	for r := 0; r < rank; r++ {
+		c, err := dialRank(ctx, addrs[r], rank, token)
+		if err != nil {
+			<-accepted
+			return fail(fmt.Errorf("connect to rank %d at %s: %w", r, addrs[r], err))
+		}
+		conns[r] = c
+	}
+	if err := <-accepted; err != nil {
+		return fail(err)
+	}
+	return New(rank, n, conns)
+}
+
+func acceptAbove(ctx context.Context, rank, n int, ln net.Listener, token string, conns []net.Conn) error {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for want := n - 1 - rank; want > 0; {
+		c, err := ln.Accept()
+		if err != nil {
+			return fmt.Errorf("accept the ranks above %d: %w", rank, err)
+		}
+		from, err := readHello(c, token)
+		if err != nil || from <= rank || from >= n || conns[from] != nil {
+			c.Close() // a stranger, or a bad hello: not one of ours
+			continue
+		}
+		conns[from] = c
+		want--
+	}
+	return nil
+}
+
+func dialRank(ctx context.Context, addr string, rank int, token string) (net.Conn, error) {
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			if err = writeHello(c, rank, token); err == nil {
+				return c, nil
+			}
+			c.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func writeHello(c net.Conn, rank int, token string) error {
+	b := make([]byte, 0, 4+4+2+len(token))
+	b = append(b, helloMagic...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(rank))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(token)))
+	b = append(b, token...)
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetWriteDeadline(time.Time{})
+	_, err := c.Write(b)
+	return err
+}
+
+// readHello reads a dialler's hello and checks its token; it returns the
+// dialler's rank.
+func readHello(c net.Conn, token string) (int, error) {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	var h [10]byte
+	if _, err := io.ReadFull(c, h[:]); err != nil {
+		return 0, err
+	}
+	if string(h[:4]) != helloMagic {
+		return 0, errors.New("not a tensor-parallel hello")
+	}
+	n := int(binary.LittleEndian.Uint16(h[8:]))
+	if n > maxToken {
+		return 0, fmt.Errorf("a token of %d bytes", n)
+	}
+	tok := make([]byte, n)
+	if _, err := io.ReadFull(c, tok); err != nil {
+		return 0, err
+	}
+	if subtle.ConstantTimeCompare(tok, []byte(token)) != 1 {
+		return 0, errors.New("wrong token")
+	}
+	return int(binary.LittleEndian.Uint32(h[4:])), nil
+}

@@ -1,0 +1,294 @@
+// Package collective sums vectors across the ranks of a tensor-parallel
+// group over byte streams: one link to every other rank (a mesh), given by
+// the caller (direct TCP on one machine, the agents' authenticated links
+// between machines). Its Mesh is the backend's Collective.
+//
+// A message on a link is a frame: type (1 byte), sequence number (uint32),
+// payload length (uint32, little endian), payload. All-reduce payloads are
+// the sender's float32 values, little endian; control payloads are the
+// group leader's (the runner's step broadcasts), read by Recv.
+package collective
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Frame types.
+const (
+	frameReduce  byte = 1
+	frameControl byte = 2
+)
+
+// MaxPayload bounds one frame: a 512-token prefill of 8192-dim hidden
+// states is 16 MiB.
+const MaxPayload = 64 << 20
+
+const headerLen = 9
+
+// ErrLinkLost is wrapped when a link of the group breaks: a rank died or
+// its node went away. The mesh is unusable after it.
+var ErrLinkLost = errors.New("tensor-parallel link lost")
+
+// Mesh is one rank's end of a group's links. AllReduce and Send/Recv may
+// be called from one goroutine at a time each.
+type Mesh struct {
+	rank, n int
+	links   []*link // by rank; nil for this one
+
+	seq  uint32    // all-reduces so far
+	recv [][]byte  // per rank: the last values received
+	out  []float32 // the sum, before it replaces the caller's buffer
+
+	mu   sync.Mutex
+	dead error
+
+	// Stats, for traces and benchmarks.
+	Reduces    uint64
+	BytesSent  uint64
+	ReduceTime time.Duration
+}
+
+type link struct {
+	c  net.Conn
+	br *bufio.Reader
+	wmu sync.Mutex
+	hdr [headerLen]byte
+}
+
+// New makes rank's end of an n-rank group from conns, indexed by rank
+// (conns[rank] is nil). The caller has connected and authenticated them.
+func New(rank, n int, conns []net.Conn) (*Mesh, error) {
+	if n < 2 || rank < 0 || rank >= n || len(conns) != n {
+		return nil, fmt.Errorf("mesh: rank %d of %d with %d links", rank, n, len(conns))
+	}
+	if !littleEndian() {
+		return nil, errors.New("mesh: a big-endian machine; the wire is little endian")
+	}
+	m := &Mesh{rank: rank, n: n, links: make([]*link, n), recv: make([][]byte, n)}
+	for r, c := range conns {
+		if r == rank {
+			continue
+		}
+		if c == nil {
+			return nil, fmt.Errorf("mesh: no link to rank %d", r)
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		m.links[r] = &link{c: c, br: bufio.NewReaderSize(c, 256<<10)}
+	}
+	return m, nil
+}
+
+// Rank and Size say where this end sits.
+func (m *Mesh) Rank() int { return m.rank }
+func (m *Mesh) Size() int { return m.n }
+
+// Close closes every link; a blocked AllReduce or Recv returns.
+func (m *Mesh) Close() {
+	m.fail(net.ErrClosed)
+	for _, l := range m.links {
+		if l != nil {
+			l.c.Close()
+		}
+	}
+}
+
+func (m *Mesh) fail(err error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead == nil {
+		m.dead = err
+	}
+	return m.dead
+}
+
+func (m *Mesh) err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dead
+}
+
+// AllReduce replaces buf with the sum of every rank's buf, added in rank
+// order (so every rank gets the same bits). Each rank sends its values to
+// every other and adds what it receives: one exchange, the least latency
+// for a decode step's few kilobytes.
+func (m *Mesh) AllReduce(buf []float32) error {
+	if err := m.err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrLinkLost, err)
+	}
+	start := time.Now()
+	m.seq++
+	payload := floatBytes(buf)
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("all-reduce of %d bytes, at most %d", len(payload), MaxPayload)
+	}
+	// Writes go out first when they fit the sockets' buffers; a large one
+	// is written beside the reads, so that two ranks writing to each
+	// other never both wait for a reader.
+	var wg sync.WaitGroup
+	errs := make([]error, m.n)
+	send := func() {
+		for r, l := range m.links {
+			if l != nil {
+				errs[r] = l.write(frameReduce, m.seq, payload)
+			}
+		}
+	}
+	if len(payload) <= 64<<10 {
+		send()
+	} else {
+		wg.Go(send)
+	}
+	var rerr error
+	for r, l := range m.links {
+		if l == nil {
+			continue
+		}
+		b, err := l.read(frameReduce, m.seq, len(payload), m.recv[r])
+		if err != nil {
+			rerr = fmt.Errorf("from rank %d: %w", r, err)
+			break
+		}
+		m.recv[r] = b
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil && rerr == nil {
+			rerr = fmt.Errorf("to rank %d: %w", r, err)
+		}
+	}
+	if rerr != nil {
+		m.Close()
+		return fmt.Errorf("%w: %w", ErrLinkLost, m.fail(rerr))
+	}
+	if cap(m.out) < len(buf) {
+		m.out = make([]float32, len(buf))
+	}
+	out := m.out[:len(buf)]
+	for r := range m.n {
+		v := buf
+		if r != m.rank {
+			v = bytesFloats(m.recv[r])
+		}
+		if r == 0 {
+			copy(out, v)
+			continue
+		}
+		for i, x := range v {
+			out[i] += x
+		}
+	}
+	copy(buf, out)
+	m.Reduces++
+	m.BytesSent += uint64(len(payload) * (m.n - 1))
+	m.ReduceTime += time.Since(start)
+	return nil
+}
+
+// Send sends a control payload to every other rank (the leader's step).
+func (m *Mesh) Send(payload []byte) error {
+	if err := m.err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrLinkLost, err)
+	}
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("control message of %d bytes, at most %d", len(payload), MaxPayload)
+	}
+	for r, l := range m.links {
+		if l == nil {
+			continue
+		}
+		if err := l.write(frameControl, 0, payload); err != nil {
+			m.Close()
+			return fmt.Errorf("%w: to rank %d: %w", ErrLinkLost, r, m.fail(err))
+		}
+	}
+	return nil
+}
+
+// Recv reads the next control payload from rank from (the leader).
+func (m *Mesh) Recv(from int) ([]byte, error) {
+	if from < 0 || from >= m.n || m.links[from] == nil {
+		return nil, fmt.Errorf("mesh: no link to rank %d", from)
+	}
+	b, err := m.links[from].read(frameControl, 0, -1, nil)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("%w: from rank %d: %w", ErrLinkLost, from, m.fail(err))
+	}
+	return b, nil
+}
+
+func (l *link) write(typ byte, seq uint32, payload []byte) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.hdr[0] = typ
+	binary.LittleEndian.PutUint32(l.hdr[1:], seq)
+	binary.LittleEndian.PutUint32(l.hdr[5:], uint32(len(payload)))
+	// One write when small: a second segment would cost a wakeup.
+	if len(payload) <= 16<<10 {
+		var b [headerLen + 16<<10]byte
+		n := copy(b[:], l.hdr[:])
+		n += copy(b[n:], payload)
+		_, err := l.c.Write(b[:n])
+		return err
+	}
+	bufs := net.Buffers{l.hdr[:], payload}
+	_, err := bufs.WriteTo(l.c)
+	return err
+}
+
+// read reads a frame of type typ (and, for an all-reduce, sequence seq and
+// want bytes; want < 0: any length) into buf's storage when it fits.
+func (l *link) read(typ byte, seq uint32, want int, buf []byte) ([]byte, error) {
+	var hdr [headerLen]byte
+	if _, err := io.ReadFull(l.br, hdr[:]); err != nil {
+		return nil, err
+	}
+	gotSeq, n := binary.LittleEndian.Uint32(hdr[1:]), binary.LittleEndian.Uint32(hdr[5:])
+	switch {
+	case hdr[0] != typ:
+		return nil, fmt.Errorf("frame of type %d, want %d: the ranks are out of step", hdr[0], typ)
+	case n > MaxPayload:
+		return nil, fmt.Errorf("frame of %d bytes, at most %d", n, MaxPayload)
+	case typ == frameReduce && (gotSeq != seq || int(n) != want):
+		return nil, fmt.Errorf("all-reduce %d of %d bytes, want %d of %d: the ranks are out of step", gotSeq, n, seq, want)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(l.br, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func littleEndian() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}
+
+// floatBytes and bytesFloats view float32s as their little-endian bytes
+// and back, without copying (New checks the machine is little endian).
+func floatBytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), len(f)*4)
+}
+
+func bytesFloats(b []byte) []float32 {
+	if len(b) < 4 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}

@@ -1,0 +1,403 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
+)
+
+// Tensor parallelism: each rank of a group of T holds a slice of every
+// block: a range of attention heads (their q, k and v rows, their columns
+// of the output projection, their KV cache) and a range of the MLP's
+// hidden columns (gate and up rows, down columns). Each rank's output
+// projections then give a partial sum of the block's output, which the
+// group adds up (an all-reduce) twice per block. Norms, biases added after
+// the sum and the embeddings are replicated; the output head is on rank 0
+// only, which samples.
+//
+// A slice is written as a GGUF file that keeps the tensors' names, with
+// the orrery.tp keys: FromGGUF reads such a file's Heads, KVHeads and
+// FFDim as the rank's own, and TP says where they sit in the model.
+
+// Tensor-parallel metadata keys of a slice file.
+const (
+	KeyTPRank    = "orrery.tp.rank"
+	KeyTPRanks   = "orrery.tp.ranks"
+	KeyTPHead    = "orrery.tp.head_first"
+	KeyTPHeads   = "orrery.tp.heads"
+	KeyTPKVHead  = "orrery.tp.kv_head_first"
+	KeyTPKVHeads = "orrery.tp.kv_heads"
+	KeyTPFF      = "orrery.tp.ff_first"
+	KeyTPFFDim   = "orrery.tp.ff"
+	// KeyTPFull* are the whole model's counts, for checks and display.
+	KeyTPFullHeads   = "orrery.tp.full_heads"
+	KeyTPFullKVHeads = "orrery.tp.full_kv_heads"
+	KeyTPFullFF      = "orrery.tp.full_ff"
+)
+
+// MaxTPRanks bounds a tensor-parallel group.
+const MaxTPRanks = 16
+
+// TPSlice is what rank Rank of a Ranks-way tensor-parallel group holds of
+// each block: query heads [Head, Head+Heads), kv heads [KVHead,
+// KVHead+KVHeads) (shared with other ranks when the model has fewer kv
+// heads than ranks), MLP columns [FF, FF+FFDim).
+type TPSlice struct {
+	Rank    int `json:"rank"`
+	Ranks   int `json:"ranks"`
+	Head    int `json:"headFirst"`
+	Heads   int `json:"heads"`
+	KVHead  int `json:"kvHeadFirst"`
+	KVHeads int `json:"kvHeads"`
+	FF      int `json:"ffFirst"`
+	FFDim   int `json:"ff"`
+	// The whole model's counts.
+	FullHeads   int `json:"fullHeads"`
+	FullKVHeads int `json:"fullKvHeads"`
+	FullFF      int `json:"fullFf"`
+}
+
+// ErrTPSplit is wrapped by PlanTP's refusals: the model does not split
+// that way (the message names the heads, columns or block size).
+var ErrTPSplit = errors.New("tensor-parallel split")
+
+// PlanTP splits the blocks of the model (f, cfg: a whole model or a
+// pipeline shard) over ranks. Heads go in whole groups of a kv head and
+// its queries (GQA); with fewer kv heads than ranks, each kv head is
+// replicated on ranks/kv ranks that share its queries. Every boundary
+// falls on a quantization block of the output projection and of the MLP's
+// down projection (32 values, or 256 for the K-quants), so that their
+// rows can be cut into columns. Uneven splits are allowed: 32 heads of 128
+// in 8 groups on 3 ranks are 12/12/8.
+func PlanTP(f *gguf.File, cfg Config, ranks int) ([]TPSlice, error) {
+	switch {
+	case ranks < 2 || ranks > MaxTPRanks:
+		return nil, fmt.Errorf("%w: %d ranks, want 2..%d", ErrTPSplit, ranks, MaxTPRanks)
+	case cfg.TP != nil:
+		return nil, fmt.Errorf("%w: the file is itself a tensor-parallel slice", ErrTPSplit)
+	case cfg.MLA:
+		return nil, fmt.Errorf("%w: %s's latent attention does not split by heads yet", ErrTPSplit, cfg.Arch)
+	case cfg.Experts > 0:
+		return nil, fmt.Errorf("%w: %s is a mixture of experts; expert parallelism is not built yet", ErrTPSplit, cfg.Arch)
+	}
+	first, _ := cfg.Blocks()
+	p := fmt.Sprintf("blk.%d.", first)
+	oBlock, err := blockElems(f, p+"attn_output.weight")
+	if err != nil {
+		return nil, err
+	}
+	downBlock, err := blockElems(f, p+"ffn_down.weight")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TPSlice, ranks)
+	for r := range out {
+		out[r] = TPSlice{Rank: r, Ranks: ranks, FullHeads: cfg.Heads, FullKVHeads: cfg.KVHeads, FullFF: cfg.FFDim}
+	}
+	group := cfg.Heads / cfg.KVHeads // query heads per kv head
+	if cfg.KVHeads >= ranks {
+		// Units of u kv-head groups, the fewest whose columns fill whole
+		// blocks of attn_output.
+		u := 1
+		for (u*group*cfg.HeadDim)%oBlock != 0 {
+			u++
+		}
+		if cfg.KVHeads%u != 0 || cfg.KVHeads/u < ranks {
+			return nil, fmt.Errorf("%w: %d kv heads (of %d queries of %d) in units of %d that fill %d-value blocks of attn_output: fewer than %d ranks",
+				ErrTPSplit, cfg.KVHeads, group, cfg.HeadDim, u, oBlock, ranks)
+		}
+		at := 0
+		for r, n := range spread(cfg.KVHeads/u, ranks) {
+			out[r].KVHead, out[r].KVHeads = at*u, n*u
+			out[r].Head, out[r].Heads = at*u*group, n*u*group
+			at += n
+		}
+	} else {
+		share := ranks / cfg.KVHeads // ranks per kv head
+		if ranks%cfg.KVHeads != 0 || group%share != 0 {
+			return nil, fmt.Errorf("%w: %d kv heads of %d queries each on %d ranks: with fewer kv heads than ranks, the ranks must be a multiple of the kv heads and split each one's queries evenly",
+				ErrTPSplit, cfg.KVHeads, group, ranks)
+		}
+		h := group / share
+		if (h*cfg.HeadDim)%oBlock != 0 {
+			return nil, fmt.Errorf("%w: %d heads of %d per rank do not fill %d-value blocks of attn_output", ErrTPSplit, h, cfg.HeadDim, oBlock)
+		}
+		for r := range out {
+			kv := r / share
+			out[r].KVHead, out[r].KVHeads = kv, 1
+			out[r].Head, out[r].Heads = kv*group+(r%share)*h, h
+		}
+	}
+	if cfg.FFDim%downBlock != 0 || cfg.FFDim/downBlock < ranks {
+		return nil, fmt.Errorf("%w: an MLP of %d columns in %d-value blocks of ffn_down does not split over %d ranks", ErrTPSplit, cfg.FFDim, downBlock, ranks)
+	}
+	at := 0
+	for r, n := range spread(cfg.FFDim/downBlock, ranks) {
+		out[r].FF, out[r].FFDim = at*downBlock, n*downBlock
+		at += n
+	}
+	return out, nil
+}
+
+// spread splits n units over k parts, the first n%k one larger.
+func spread(n, k int) []int {
+	out := make([]int, k)
+	for i := range out {
+		out[i] = n / k
+		if i < n%k {
+			out[i]++
+		}
+	}
+	return out
+}
+
+// blockElems is the values per quantization block of tensor name.
+func blockElems(f *gguf.File, name string) (int, error) {
+	t, ok := f.Tensor(name)
+	if !ok {
+		return 0, fmt.Errorf("%w: no %s", ErrTPSplit, name)
+	}
+	for n := uint64(1); n <= 256; n *= 2 {
+		if _, ok := t.Type.RowBytes(n); ok {
+			return int(n), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s has type %s, whose blocks Orrery does not know", ErrTPSplit, name, t.Type)
+}
+
+// readTP reads a slice file's orrery.tp keys (none: a whole model) into
+// c.TP, and makes the slice's heads and MLP columns c's own. It runs after
+// the hyperparameters are read, so that HeadDim is the model's.
+func readTP(c *Config, f *gguf.File) error {
+	if _, ok := f.Get(KeyTPRanks); !ok {
+		return nil
+	}
+	g := func(k string) int { return int(f.Uint(k, 0)) }
+	s := &TPSlice{Rank: g(KeyTPRank), Ranks: g(KeyTPRanks), Head: g(KeyTPHead), Heads: g(KeyTPHeads), KVHead: g(KeyTPKVHead),
+		KVHeads: g(KeyTPKVHeads), FF: g(KeyTPFF), FFDim: g(KeyTPFFDim), FullHeads: g(KeyTPFullHeads), FullKVHeads: g(KeyTPFullKVHeads), FullFF: g(KeyTPFullFF)}
+	switch {
+	case s.Ranks < 2 || s.Ranks > MaxTPRanks || s.Rank < 0 || s.Rank >= s.Ranks:
+		return fmt.Errorf("tensor-parallel slice: rank %d of %d", s.Rank, s.Ranks)
+	case s.FullHeads != c.Heads || s.FullKVHeads != c.KVHeads || s.FullFF != c.FFDim:
+		return fmt.Errorf("tensor-parallel slice of %d/%d heads and ff %d, but the model has %d/%d and %d", s.FullHeads, s.FullKVHeads, s.FullFF, c.Heads, c.KVHeads, c.FFDim)
+	case s.Heads < 1 || s.Head < 0 || s.Head+s.Heads > c.Heads || s.KVHeads < 1 || s.KVHead < 0 || s.KVHead+s.KVHeads > c.KVHeads:
+		return fmt.Errorf("tensor-parallel slice: heads [%d, +%d) and kv heads [%d, +%d) of %d/%d", s.Head, s.Heads, s.KVHead, s.KVHeads, c.Heads, c.KVHeads)
+	case s.Heads%s.KVHeads != 0:
+		return fmt.Errorf("tensor-parallel slice: %d kv heads do not divide %d heads", s.KVHeads, s.Heads)
+	case s.FFDim < 1 || s.FF < 0 || s.FF+s.FFDim > c.FFDim:
+		return fmt.Errorf("tensor-parallel slice: MLP columns [%d, +%d) of %d", s.FF, s.FFDim, c.FFDim)
+	case c.MLA || c.Experts > 0:
+		return fmt.Errorf("tensor-parallel slice of %s, which does not split by heads yet", c.Arch)
+	}
+	c.TP = s
+	c.Heads, c.KVHeads, c.FFDim = s.Heads, s.KVHeads, s.FFDim
+	return nil
+}
+
+// HasHead reports whether this file's rank applies the output head: the
+// last block's rank, and in a tensor-parallel group only its rank 0.
+func (c Config) HasHead(last int) bool {
+	return last == c.Layers && (c.TP == nil || c.TP.Rank == 0)
+}
+
+// tpCut is how one tensor is cut for a slice: rows and columns are
+// [from, to) ranges, concatenated in order (a fused matrix takes ranges of
+// each of its parts). nil ranges keep the dimension whole.
+type tpCut struct {
+	rows, cols [][2]uint64
+}
+
+// tpCutFor is the cut of tensor name (with its blk.N. prefix) for slice s
+// of a model shaped cfg; drop is true for a tensor the rank does not hold.
+func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
+	hd := uint64(cfg.HeadDim)
+	q := [2]uint64{uint64(s.Head) * hd, uint64(s.Head+s.Heads) * hd}
+	kv := [2]uint64{uint64(s.KVHead) * hd, uint64(s.KVHead+s.KVHeads) * hd}
+	ff := [2]uint64{uint64(s.FF), uint64(s.FF + s.FFDim)}
+	if name == "output.weight" {
+		return tpCut{}, s.Rank != 0
+	}
+	i := strings.Index(name, ".")
+	j := -1
+	if i >= 0 {
+		j = strings.Index(name[i+1:], ".")
+	}
+	if !strings.HasPrefix(name, "blk.") || j < 0 {
+		return tpCut{}, false
+	}
+	switch name[i+1+j+1:] {
+	case "attn_q.weight":
+		return tpCut{rows: [][2]uint64{q}}, false
+	case "attn_k.weight", "attn_v.weight":
+		return tpCut{rows: [][2]uint64{kv}}, false
+	case "attn_q.bias":
+		return tpCut{cols: [][2]uint64{q}}, false
+	case "attn_k.bias", "attn_v.bias":
+		return tpCut{cols: [][2]uint64{kv}}, false
+	case "attn_qkv.weight":
+		qd, kd := uint64(s.FullHeads)*hd, uint64(s.FullKVHeads)*hd
+		return tpCut{rows: [][2]uint64{q, {qd + kv[0], qd + kv[1]}, {qd + kd + kv[0], qd + kd + kv[1]}}}, false
+	case "attn_output.weight":
+		return tpCut{cols: [][2]uint64{q}}, false
+	case "attn_sinks.weight":
+		return tpCut{cols: [][2]uint64{{uint64(s.Head), uint64(s.Head + s.Heads)}}}, false
+	case "ffn_gate.weight":
+		return tpCut{rows: [][2]uint64{ff}}, false
+	case "ffn_up.weight":
+		if cfg.FusedGateUp { // gate's rows, then up's
+			full := uint64(s.FullFF)
+			return tpCut{rows: [][2]uint64{ff, {full + ff[0], full + ff[1]}}}, false
+		}
+		return tpCut{rows: [][2]uint64{ff}}, false
+	case "ffn_down.weight":
+		return tpCut{cols: [][2]uint64{ff}}, false
+	}
+	return tpCut{}, false
+}
+
+// apply returns the cut tensor's dims and a writer of its bytes, read
+// from r at the tensor's offset off.
+func (cut tpCut) apply(t gguf.TensorInfo, r io.ReaderAt, off int64) ([]uint64, func(io.Writer) error, error) {
+	if len(t.Dims) == 0 || len(t.Dims) > 2 {
+		if cut.rows != nil || cut.cols != nil {
+			return nil, nil, fmt.Errorf("tensor %s of %d dims cannot be cut", t.Name, len(t.Dims))
+		}
+	}
+	ne0, ne1 := t.Dims[0], uint64(1)
+	if len(t.Dims) == 2 {
+		ne1 = t.Dims[1]
+	}
+	rowBytes, ok := t.Type.RowBytes(ne0)
+	if !ok {
+		return nil, nil, fmt.Errorf("tensor %s: %d values of %s", t.Name, ne0, t.Type)
+	}
+	rows := cut.rows
+	if rows == nil {
+		rows = [][2]uint64{{0, ne1}}
+	}
+	cols := cut.cols
+	if cols == nil {
+		cols = [][2]uint64{{0, ne0}}
+	}
+	type span struct{ off, n int64 }
+	var spans []span // byte ranges to copy, in order
+	var outRows, outCols uint64
+	for _, c := range cols {
+		if c[0] >= c[1] || c[1] > ne0 {
+			return nil, nil, fmt.Errorf("tensor %s: columns [%d, %d) of %d", t.Name, c[0], c[1], ne0)
+		}
+		outCols += c[1] - c[0]
+	}
+	for _, rr := range rows {
+		if rr[0] >= rr[1] || rr[1] > ne1 {
+			return nil, nil, fmt.Errorf("tensor %s: rows [%d, %d) of %d", t.Name, rr[0], rr[1], ne1)
+		}
+		outRows += rr[1] - rr[0]
+		if cut.cols == nil { // whole rows: one range
+			spans = append(spans, span{off + int64(rr[0]*rowBytes), int64((rr[1] - rr[0]) * rowBytes)})
+			continue
+		}
+		for row := rr[0]; row < rr[1]; row++ {
+			for _, c := range cols {
+				at, ok1 := t.Type.RowBytes(c[0])
+				n, ok2 := t.Type.RowBytes(c[1] - c[0])
+				if !ok1 || !ok2 {
+					return nil, nil, fmt.Errorf("tensor %s: columns [%d, %d) do not fall on %s blocks", t.Name, c[0], c[1], t.Type)
+				}
+				spans = append(spans, span{off + int64(row*rowBytes+at), int64(n)})
+			}
+		}
+	}
+	dims := []uint64{outCols}
+	if len(t.Dims) == 2 {
+		dims = append(dims, outRows)
+	}
+	write := func(w io.Writer) error {
+		var buf []byte
+		for _, s := range spans {
+			if int64(cap(buf)) < s.n {
+				buf = make([]byte, s.n)
+			}
+			b := buf[:s.n]
+			if _, err := r.ReadAt(b, s.off); err != nil {
+				return fmt.Errorf("tensor %s: %w", t.Name, err)
+			}
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return dims, write, nil
+}
+
+// WriteTPSlice writes rank s.Rank's slice of blocks [first, last) of the
+// model at src to dst, atomically (see the package's tensor-parallel
+// comment). sourceHash names the model it came from.
+func WriteTPSlice(src, dst string, first, last int, s TPSlice, sourceHash string) error {
+	f, err := gguf.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := WriteTPSliceFrom(f, in, dst, first, last, s, sourceHash); err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	return nil
+}
+
+// WriteTPSliceFrom is WriteTPSlice from a model's header f and data r.
+func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, s TPSlice, sourceHash string) error {
+	cfg, err := FromGGUF(f)
+	if err != nil {
+		return err
+	}
+	if cfg.ShardLast != 0 || cfg.TP != nil {
+		return errors.New("the model is itself a shard")
+	}
+	plan, err := PlanTP(f, cfg, s.Ranks)
+	if err != nil {
+		return err
+	}
+	if s.Rank < 0 || s.Rank >= s.Ranks || plan[s.Rank] != s {
+		return fmt.Errorf("%w: slice %+v is not rank %d of the plan", ErrTPSplit, s, s.Rank)
+	}
+	ts, err := ShardTensors(f, cfg, first, last)
+	if err != nil {
+		return err
+	}
+	kvs := make([]gguf.KV, 0, len(f.KV)+16)
+	for _, kv := range f.KV {
+		if !strings.HasPrefix(kv.Key, "orrery.shard.") && !strings.HasPrefix(kv.Key, "orrery.tp.") {
+			kvs = append(kvs, kv)
+		}
+	}
+	u := func(k string, v int) gguf.KV { return gguf.KV{Key: k, Value: uint32(v)} }
+	kvs = append(kvs, u(KeyShardFirst, first), u(KeyShardLast, last),
+		gguf.KV{Key: KeyShardTied, Value: cfg.TiedOutput}, gguf.KV{Key: KeyShardSource, Value: sourceHash},
+		u(KeyTPRank, s.Rank), u(KeyTPRanks, s.Ranks), u(KeyTPHead, s.Head), u(KeyTPHeads, s.Heads), u(KeyTPKVHead, s.KVHead),
+		u(KeyTPKVHeads, s.KVHeads), u(KeyTPFF, s.FF), u(KeyTPFFDim, s.FFDim), u(KeyTPFullHeads, s.FullHeads),
+		u(KeyTPFullKVHeads, s.FullKVHeads), u(KeyTPFullFF, s.FullFF))
+	var wts []gguf.WriteTensor
+	for _, t := range ts {
+		cut, drop := tpCutFor(t.Name, cfg, s)
+		if drop {
+			continue
+		}
+		off, _ := TensorRange(f, t)
+		dims, write, err := cut.apply(t, r, off)
+		if err != nil {
+			return err
+		}
+		wts = append(wts, gguf.WriteTensor{Name: t.Name, Type: t.Type, Dims: dims, Data: write})
+	}
+	return gguf.WriteFile(dst, kvs, wts)
+}
