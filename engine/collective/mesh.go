@@ -57,8 +57,8 @@ type Mesh struct {
 }
 
 type link struct {
-	c  net.Conn
-	br *bufio.Reader
+	c   net.Conn
+	br  *bufio.Reader
 	wmu sync.Mutex
 	hdr [headerLen]byte
 }
