@@ -37,6 +37,7 @@ Usage:
   orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
   orrery engine-bench [flags] time prefill and decode of a model on this machine, in process
   orrery batch-bench [flags]  time requests served at once (continuous batching) and a cached second turn, in process
+  orrery tp-bench [flags]     time one runner against a tensor-parallel group of runners on this machine
   orrery runner [flags]       the model runner child process (started by the agent)
   orrery key show             print this machine's cluster key (creating one if none)
   orrery key set KEY|-        use the cluster key from another machine
@@ -83,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runEngineBench(context.Background(), args[1:], stdout, stderr)
 	case "batch-bench":
 		return runBatchBench(context.Background(), args[1:], stdout, stderr)
+	case "tp-bench":
+		return runTPBench(context.Background(), args[1:], stdout, stderr)
 	case "runner":
 		return runRunner(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "key":

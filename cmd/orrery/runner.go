@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -55,6 +57,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	ranks := fs.Int("ranks", 1, "ranks in the pipeline (1: the whole model here)")
 	agentAPI := fs.String("agent-api", "", "the agent's loopback API (host:port), for rank links and spans when --ranks > 1")
 	nodeName := fs.String("node-name", "", "node name stamped on trace spans")
+	tpRank := fs.Int("tp-rank", 0, "this runner's rank in its tensor-parallel group (its --model is that rank's slice)")
+	tpRanks := fs.Int("tp-ranks", 1, "ranks in the tensor-parallel group (1: none)")
+	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own); the group's token is $"+tpTokenEnv)
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
@@ -85,6 +90,15 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift}
+	if *tpRanks > 1 {
+		connect, ln, err := tpFlags(*tpRank, *tpRanks, *tpAddrs, getenv(tpTokenEnv))
+		if err != nil {
+			fmt.Fprintf(stderr, "orrery runner: %v\n", err)
+			return 2
+		}
+		defer ln.Close()
+		cfg.TPRank, cfg.TPRanks, cfg.TPConnect = *tpRank, *tpRanks, connect
+	}
 	if *ranks > 1 {
 		if *agentAPI == "" || *instance == "" {
 			fmt.Fprintln(stderr, "orrery runner: --agent-api and --instance are required with --ranks > 1")
@@ -116,4 +130,36 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		return 1
 	}
 	return 0
+}
+
+// tpTokenEnv holds the token every link of a tensor-parallel group
+// presents (the agent, or tp-bench, makes one per group).
+const tpTokenEnv = "ORRERY_TP_TOKEN"
+
+// tpFlags checks the tensor-parallel flags and listens on this rank's
+// address: loopback only, since a runner never listens beyond this
+// machine.
+func tpFlags(rank, ranks int, addrList, token string) (func(context.Context) (*collective.Mesh, error), net.Listener, error) {
+	addrs := strings.Split(addrList, ",")
+	switch {
+	case ranks > model.MaxTPRanks || rank < 0 || rank >= ranks:
+		return nil, nil, fmt.Errorf("--tp-rank %d of --tp-ranks %d (at most %d)", rank, ranks, model.MaxTPRanks)
+	case len(addrs) != ranks:
+		return nil, nil, fmt.Errorf("--tp-addrs has %d addresses for %d ranks", len(addrs), ranks)
+	case token == "":
+		return nil, nil, fmt.Errorf("$%s is not set (every rank of the group presents it)", tpTokenEnv)
+	}
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return nil, nil, fmt.Errorf("--tp-addrs: %q is not a loopback host:port", a)
+		}
+	}
+	ln, err := net.Listen("tcp", addrs[rank])
+	if err != nil {
+		return nil, nil, fmt.Errorf("tensor-parallel listen: %w", err)
+	}
+	return func(ctx context.Context) (*collective.Mesh, error) {
+		return collective.Connect(ctx, rank, ranks, addrs, ln, token)
+	}, ln, nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/internal/ident"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/trace"
@@ -65,6 +65,11 @@ type Config struct {
 	// ContextShift lets rank 0's generations run past the context
 	// (Scheduler.ContextShift).
 	ContextShift bool
+	// A tensor-parallel rank: TPRank of TPRanks (> 1) of the group whose
+	// slices make up the model; TPConnect builds the group's mesh (every
+	// rank calls it before loading its slice).
+	TPRank, TPRanks int
+	TPConnect       func(ctx context.Context) (*collective.Mesh, error)
 	// OnStageTrace gets the spans and counter samples of each traced
 	// request on ranks > 0.
 	OnStageTrace func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
@@ -138,6 +143,7 @@ type Server struct {
 	stopLoop  func() (wait func()) // stops the rank's loop; wait waits for it
 	rank      backend.Rank
 	in, out   *Link
+	mesh      *collective.Mesh
 	loadSpans []trace.Span
 }
 
@@ -210,6 +216,9 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.mu.Lock()
 	s.health.Model, s.health.TotalLayers = &cfg, opts.LastLayer-opts.FirstLayer
 	s.mu.Unlock()
+	if err := s.connectTP(ctx, &opts); err != nil {
+		return err
+	}
 	w := root.Child("weights", "weights")
 	size := int64(0)
 	if st, err := os.Stat(s.cfg.ModelPath); err == nil {
@@ -231,6 +240,10 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.mu.Unlock()
 	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
 		"rank", s.cfg.Rank, "ranks", s.cfg.Ranks)
+	if s.cfg.TPRanks > 1 {
+		s.serveTP(ctx, rank, tok)
+		return nil
+	}
 	if s.cfg.Ranks == 1 {
 		s.serve(ctx, &Generator{M: &Local{F: rank, Tok: tok}, Tok: tok})
 		return nil
@@ -401,6 +414,7 @@ func (s *Server) Close() {
 			l.Close()
 		}
 	}
+	s.closeTPLocked()
 	s.mu.Unlock()
 	wait()
 	s.mu.Lock()
@@ -540,60 +554,3 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // ListenLine is what a runner process prints on stdout once it listens:
 // ListenPrefix and the address.
 const ListenPrefix = "ORRERY_RUNNER_LISTEN "
-
-// Serve runs a runner process's server: it listens on 127.0.0.1 (port 0),
-// prints the ListenPrefix line to out, loads the model while already
-// answering /health, and serves until ctx ends or parentGone (the agent's
-// pipe on stdin) closes. A failed load is reported through /health, not by
-// exiting, so that the agent reads the error.
-func Serve(ctx context.Context, cfg Config, out io.Writer, parentGone io.Reader) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("runner listen: %w", err)
-	}
-	s := NewServer(cfg)
-	defer s.Close()
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if parentGone != nil {
-		go func() {
-			io.Copy(io.Discard, parentGone)
-			cfg.Logger.Info("agent gone (stdin closed): runner exits")
-			cancel()
-		}()
-	}
-	if _, err := fmt.Fprintf(out, "%s%s\n", ListenPrefix, ln.Addr()); err != nil {
-		return fmt.Errorf("runner: announce address: %w", err)
-	}
-	go func() {
-		if err := s.Load(ctx); err != nil {
-			cfg.Logger.Error("load failed", "model", cfg.ModelPath, "err", err)
-		}
-	}()
-	fatal := make(chan error, 1)
-	go func() {
-		select {
-		case err := <-s.Fatal():
-			cfg.Logger.Error("runner stops", "err", err)
-			// Let an answer in flight reach the agent first.
-			time.Sleep(50 * time.Millisecond)
-			fatal <- err
-			srv.Close()
-		case <-ctx.Done():
-		}
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("runner serve: %w", err)
-	}
-	select {
-	case err := <-fatal:
-		return err
-	default:
-		return nil
-	}
-}

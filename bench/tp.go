@@ -1,0 +1,417 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
+)
+
+// TPOptions configures TP: one request's prefill and decode on one runner
+// against a tensor-parallel group of runners, and the group's all-reduce.
+type TPOptions struct {
+	Model string
+	Ranks int
+	// Cores pins runner i (and the single runner) to Cores[i] with
+	// taskset; nil leaves them unpinned. Each runner computes on one
+	// thread when pinned.
+	Cores []int
+	// PP, TG and Repeat as in EngineOptions (one more run warms up).
+	PP, TG, Repeat int
+	// Bin is the orrery binary the runners run.
+	Bin string
+	// Dir holds the slices (written when missing).
+	Dir string
+	// ReduceIters all-reduces of one decode row (Dim f32) are timed.
+	ReduceIters int
+}
+
+// TPReport is what TP measured; it is tp-bench's --json.
+type TPReport struct {
+	Model      string          `json:"model"`
+	Ranks      int             `json:"ranks"`
+	Cores      []int           `json:"cores,omitempty"`
+	Config     string          `json:"config"`
+	ModelBytes int64           `json:"modelBytes"`
+	SliceBytes []int64         `json:"sliceBytes"`
+	Slices     []model.TPSlice `json:"slices"`
+	Single     TPSide          `json:"single"`
+	Tensor     TPSide          `json:"tensor"`
+	DecodeX    float64         `json:"decodeSpeedup"`
+	PrefillX   float64         `json:"prefillSpeedup"`
+	AllReduce  ReduceFigures   `json:"allReduce"`
+}
+
+// TPSide is one side's runs.
+type TPSide struct {
+	PrefillTokPerSec []float64 `json:"prefillTokPerSec"`
+	DecodeTokPerSec  []float64 `json:"decodeTokPerSec"`
+	Prefill          float64   `json:"prefillMean"`
+	Decode           float64   `json:"decodeMean"`
+}
+
+// ReduceFigures are the all-reduce's timings through the runners' path.
+type ReduceFigures struct {
+	Values int     `json:"values"`
+	Iters  int     `json:"iters"`
+	P50Us  float64 `json:"p50Us"`
+	P99Us  float64 `json:"p99Us"`
+}
+
+// TP runs the benchmark; progress goes to log.
+func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
+	f, err := gguf.ReadFile(o.Model)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := model.PlanTP(f, cfg, o.Ranks)
+	if err != nil {
+		return nil, err
+	}
+	if o.Cores != nil && len(o.Cores) < o.Ranks {
+		return nil, fmt.Errorf("%d cores for %d ranks", len(o.Cores), o.Ranks)
+	}
+	rep := &TPReport{Model: o.Model, Ranks: o.Ranks, Cores: o.Cores, Config: cfg.String(), Slices: plan}
+	for _, t := range f.Tensors {
+		rep.ModelBytes += int64(t.Size)
+	}
+	paths, err := writeSlices(o, cfg, plan, log)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		rep.SliceBytes = append(rep.SliceBytes, st.Size())
+	}
+	fmt.Fprintf(log, "all-reduce of %d f32 between %d ranks…\n", cfg.Dim, o.Ranks)
+	if rep.AllReduce, err = tpReduce(ctx, o, cfg.Dim); err != nil {
+		return nil, fmt.Errorf("all-reduce: %w", err)
+	}
+	fmt.Fprintf(log, "one runner…\n")
+	if rep.Single, err = tpSide(ctx, o, []string{o.Model}); err != nil {
+		return nil, fmt.Errorf("one runner: %w", err)
+	}
+	fmt.Fprintf(log, "%d tensor-parallel runners…\n", o.Ranks)
+	if rep.Tensor, err = tpSide(ctx, o, paths); err != nil {
+		return nil, fmt.Errorf("tensor-parallel runners: %w", err)
+	}
+	if rep.Single.Decode > 0 {
+		rep.DecodeX = rep.Tensor.Decode / rep.Single.Decode
+	}
+	if rep.Single.Prefill > 0 {
+		rep.PrefillX = rep.Tensor.Prefill / rep.Single.Prefill
+	}
+	return rep, nil
+}
+
+// writeSlices writes the model's slices into o.Dir, unless there already.
+func writeSlices(o TPOptions, cfg model.Config, plan []model.TPSlice, log io.Writer) ([]string, error) {
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	st, err := os.Stat(o.Model)
+	if err != nil {
+		return nil, err
+	}
+	base := strings.TrimSuffix(filepath.Base(o.Model), ".gguf")
+	var paths []string
+	for _, s := range plan {
+		p := filepath.Join(o.Dir, fmt.Sprintf("%s-%d-tp%d-of-%d.gguf", base, st.Size(), s.Rank, s.Ranks))
+		if _, err := os.Stat(p); err != nil {
+			fmt.Fprintf(log, "writing slice %d of %d: %d/%d heads, ff %d…\n", s.Rank, s.Ranks, s.Heads, s.FullHeads, s.FFDim)
+			if err := model.WriteTPSlice(o.Model, p, 0, cfg.Layers, s, "tp-bench"); err != nil {
+				return nil, err
+			}
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// tpCmd is the orrery binary with args, pinned to rank's core if any.
+func tpCmd(ctx context.Context, o TPOptions, rank int, args ...string) *exec.Cmd {
+	if o.Cores == nil {
+		return exec.CommandContext(ctx, o.Bin, args...)
+	}
+	return exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(o.Cores[rank]), o.Bin}, args...)...)
+}
+
+func token() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// loopbackAddrs are n loopback addresses free now.
+func loopbackAddrs(n int) ([]string, error) {
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ln.Addr().String())
+		ln.Close()
+	}
+	return out, nil
+}
+
+// tpSide starts one runner per path (a tensor-parallel group when more
+// than one) and times o.Repeat prefills and decodes through rank 0.
+func tpSide(ctx context.Context, o TPOptions, paths []string) (TPSide, error) {
+	var side TPSide
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rtok, gtok := token(), token()
+	addrs, err := loopbackAddrs(len(paths))
+	if err != nil {
+		return side, err
+	}
+	threads := "1"
+	if o.Cores == nil {
+		threads = "0"
+	}
+	var client *runner.Client
+	var stops []func()
+	defer func() {
+		for _, s := range stops {
+			s()
+		}
+	}()
+	for r, p := range paths {
+		args := []string{"runner", "--model", p, "--threads", threads, "--ctx", strconv.Itoa(o.PP + o.TG + 16), "--batch", strconv.Itoa(max(o.PP, 1))}
+		if len(paths) > 1 {
+			args = append(args, "--tp-rank", strconv.Itoa(r), "--tp-ranks", strconv.Itoa(len(paths)), "--tp-addrs", strings.Join(addrs, ","))
+		}
+		cmd := tpCmd(ctx, o, r, args...)
+		cmd.Env = append(os.Environ(), runner.TokenEnv+"="+rtok, "ORRERY_TP_TOKEN="+gtok)
+		addr, stop, err := startRunner(cmd)
+		if err != nil {
+			return side, fmt.Errorf("rank %d: %w", r, err)
+		}
+		stops = append(stops, stop)
+		if r == 0 {
+			client = &runner.Client{Addr: addr, Token: rtok}
+		}
+	}
+	if err := waitReady(ctx, client); err != nil {
+		return side, err
+	}
+	vocab := 0
+	if h, err := client.Health(ctx); err == nil && h.Model != nil {
+		vocab = h.Model.Vocab
+	}
+	noop := func(runner.Piece) error { return nil }
+	for i := 0; i <= o.Repeat; i++ {
+		if o.PP > 0 {
+			prompt := make([]int32, o.PP)
+			for k := range prompt {
+				prompt[k] = int32((k*7919 + i*31 + 300) % max(vocab, 1))
+			}
+			d, err := client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: prompt, MaxTokens: 1, IgnoreEOS: true}}, noop)
+			if err != nil {
+				return side, err
+			}
+			if i > 0 {
+				side.PrefillTokPerSec = append(side.PrefillTokPerSec, d.PrefillTokPerSec())
+			}
+		}
+		if o.TG > 0 {
+			d, err := client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}, noop)
+			if err != nil {
+				return side, err
+			}
+			if i > 0 {
+				side.DecodeTokPerSec = append(side.DecodeTokPerSec, d.DecodeTokPerSec())
+			}
+		}
+	}
+	side.Prefill, side.Decode = Mean(side.PrefillTokPerSec), Mean(side.DecodeTokPerSec)
+	return side, nil
+}
+
+// startRunner starts a runner process and reads the address it announces;
+// stop closes its stdin (it exits) and waits.
+func startRunner(cmd *exec.Cmd) (string, func(), error) {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &tailWriter{w: &stderr}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if addr, ok := strings.CutPrefix(sc.Text(), runner.ListenPrefix); ok {
+			go io.Copy(io.Discard, out)
+			return addr, stop, nil
+		}
+	}
+	stop()
+	return "", nil, fmt.Errorf("runner exited before announcing its address: %s", stderr.String())
+}
+
+// tailWriter keeps about the last 4 KiB written.
+type tailWriter struct{ w *strings.Builder }
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.w.Write(p)
+	if t.w.Len() > 8<<10 {
+		s := t.w.String()
+		t.w.Reset()
+		t.w.WriteString(s[len(s)-4<<10:])
+	}
+	return len(p), nil
+}
+
+func waitReady(ctx context.Context, c *runner.Client) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		h, err := c.Health(ctx)
+		if err == nil {
+			switch h.Status {
+			case runner.StatusReady:
+				return nil
+			case runner.StatusFailed:
+				return fmt.Errorf("runner failed: %s", h.Error)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("runner not ready after 5 minutes")
+}
+
+// tpReduce times o.ReduceIters all-reduces of n f32 between o.Ranks
+// processes (tp-bench's --reduce-worker), pinned like the runners and
+// linked as they are (direct loopback TCP with the group's token).
+func tpReduce(ctx context.Context, o TPOptions, n int) (ReduceFigures, error) {
+	fig := ReduceFigures{Values: n, Iters: o.ReduceIters}
+	addrs, err := loopbackAddrs(o.Ranks)
+	if err != nil {
+		return fig, err
+	}
+	gtok := token()
+	cmds := make([]*exec.Cmd, o.Ranks)
+	outs := make([]strings.Builder, o.Ranks)
+	for r := range cmds {
+		cmds[r] = tpCmd(ctx, o, r, "tp-bench", "--reduce-worker", strconv.Itoa(r), "--reduce-addrs", strings.Join(addrs, ","),
+			"--reduce-values", strconv.Itoa(n), "--reduce-iters", strconv.Itoa(o.ReduceIters))
+		cmds[r].Env = append(os.Environ(), "ORRERY_TP_TOKEN="+gtok)
+		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
+		if err := cmds[r].Start(); err != nil {
+			return fig, err
+		}
+	}
+	for r, c := range cmds {
+		if err := c.Wait(); err != nil {
+			return fig, fmt.Errorf("rank %d: %v: %s", r, err, outs[r].String())
+		}
+	}
+	if err := json.Unmarshal([]byte(outs[0].String()), &fig); err != nil {
+		return fig, fmt.Errorf("rank 0 said %q: %w", outs[0].String(), err)
+	}
+	return fig, nil
+}
+
+// ReduceWorker is one rank of tpReduce: it links to the others and, as
+// rank 0, prints the figures as JSON.
+func ReduceWorker(ctx context.Context, rank int, addrs []string, token string, n, iters int, out io.Writer) error {
+	ln, err := net.Listen("tcp", addrs[rank])
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m, err := collective.Connect(cctx, rank, len(addrs), addrs, ln, token)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	buf := make([]float32, n)
+	times := make([]time.Duration, 0, iters)
+	for i := range iters + iters/10 { // a tenth more to warm up
+		for k := range buf {
+			buf[k] = float32(k + rank)
+		}
+		start := time.Now()
+		if err := m.AllReduce(buf); err != nil {
+			return err
+		}
+		if i >= iters/10 {
+			times = append(times, time.Since(start))
+		}
+	}
+	if rank != 0 {
+		return nil
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	fig := ReduceFigures{Values: n, Iters: iters, P50Us: us(times[len(times)/2]), P99Us: us(times[len(times)*99/100])}
+	return json.NewEncoder(out).Encode(fig)
+}
+
+// PrintTP prints a TP report as a table.
+func PrintTP(w io.Writer, r *TPReport) {
+	pin := "unpinned"
+	if r.Cores != nil {
+		pin = fmt.Sprintf("each runner pinned to its own core (%v): one machine standing in for %d", r.Cores[:r.Ranks], r.Ranks)
+	}
+	fmt.Fprintf(w, "%s\n%s; %s\n\n", r.Model, r.Config, pin)
+	fmt.Fprintf(w, "%-26s %12s %12s %9s\n", "", "1 runner", fmt.Sprintf("tp %d", r.Ranks), "speedup")
+	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "prefill tok/s", r.Single.Prefill, r.Tensor.Prefill, r.PrefillX)
+	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "decode tok/s", r.Single.Decode, r.Tensor.Decode, r.DecodeX)
+	fmt.Fprintf(w, "\nall-reduce of %d f32 between %d runners' processes (loopback TCP): p50 %.1f µs, p99 %.1f µs over %d\n",
+		r.AllReduce.Values, r.Ranks, r.AllReduce.P50Us, r.AllReduce.P99Us, r.AllReduce.Iters)
+	fmt.Fprintf(w, "weights: model %s;", HumanBytes(r.ModelBytes))
+	for i, b := range r.SliceBytes {
+		s := r.Slices[i]
+		fmt.Fprintf(w, " rank %d %s (%d/%d heads, ff %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.FFDim, s.FullFF)
+	}
+	fmt.Fprintln(w)
+}

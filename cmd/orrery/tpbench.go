@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/orrery-cluster/orrery/bench"
+)
+
+const tpBenchUsage = `Usage: orrery tp-bench --model PATH [flags]
+
+Times one request on one runner against a tensor-parallel group of --tp
+runners, side by side: prefill of a --pp-token prompt and decode of --tg
+tokens, --repeat times each (after one warmup), and the all-reduce of one
+decode row between the group's processes, as the runners link (loopback
+TCP). It writes the model's slices into --dir first (once).
+
+With --cores (the default on a machine with enough cores), each runner and
+the single one run on one thread, pinned to its own core with taskset: on
+one machine this stands in for --tp machines, and says so.
+
+Flags:
+`
+
+func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("orrery tp-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), tpBenchUsage)
+		fs.PrintDefaults()
+	}
+	var o bench.TPOptions
+	fs.StringVar(&o.Model, "model", "", "GGUF model (a whole dense model)")
+	fs.IntVar(&o.Ranks, "tp", 2, "tensor-parallel ranks")
+	cores := fs.String("cores", "auto", `cores to pin the runners to, comma-separated ("auto": 0..tp-1 when the machine has them; "none": no pinning)`)
+	fs.IntVar(&o.PP, "pp", 128, "prompt tokens for the prefill test (0: skip)")
+	fs.IntVar(&o.TG, "tg", 64, "tokens for the decode test (0: skip)")
+	fs.IntVar(&o.Repeat, "repeat", 3, "runs of each test")
+	fs.StringVar(&o.Dir, "dir", filepath.Join(os.TempDir(), "orrery-tp-slices"), "where the slices are written (kept for later runs)")
+	fs.IntVar(&o.ReduceIters, "reduce-iters", 2000, "all-reduces to time")
+	asJSON := fs.Bool("json", false, "print JSON")
+	// The all-reduce's ranks are this command again, with these flags.
+	worker := fs.Int("reduce-worker", -1, "internal: run as rank N of the all-reduce timing")
+	workerAddrs := fs.String("reduce-addrs", "", "internal: the all-reduce ranks' loopback addresses")
+	workerValues := fs.Int("reduce-values", 2048, "internal: f32 values per all-reduce")
+	if code, ok := parseFlags(fs, args, stderr); !ok {
+		return code
+	}
+	if *worker >= 0 {
+		addrs := strings.Split(*workerAddrs, ",")
+		if *worker >= len(addrs) {
+			fmt.Fprintf(stderr, "orrery tp-bench: --reduce-worker %d of %d addresses\n", *worker, len(addrs))
+			return 2
+		}
+		if err := bench.ReduceWorker(ctx, *worker, addrs, os.Getenv(tpTokenEnv), *workerValues, o.ReduceIters, stdout); err != nil {
+			fmt.Fprintf(stderr, "orrery tp-bench: all-reduce rank %d: %v\n", *worker, err)
+			return 1
+		}
+		return 0
+	}
+	if o.Model == "" || o.Ranks < 2 || o.Repeat < 1 || o.PP < 0 || o.TG < 0 || o.ReduceIters < 10 {
+		fmt.Fprintln(stderr, "orrery tp-bench: --model is required; --tp ≥ 2, --repeat ≥ 1, --pp and --tg ≥ 0, --reduce-iters ≥ 10")
+		return 2
+	}
+	var err error
+	if o.Cores, err = parseCores(*cores, o.Ranks); err != nil {
+		fmt.Fprintf(stderr, "orrery tp-bench: --cores: %v\n", err)
+		return 2
+	}
+	if o.Bin, err = os.Executable(); err != nil {
+		fmt.Fprintf(stderr, "orrery tp-bench: %v\n", err)
+		return 1
+	}
+	return runInProcess(stdout, stderr, "tp-bench", *asJSON, func() (*bench.TPReport, error) {
+		return bench.TP(ctx, o, stderr)
+	}, bench.PrintTP)
+}
+
+// parseCores reads --cores for ranks runners: nil for no pinning.
+func parseCores(s string, ranks int) ([]int, error) {
+	switch s {
+	case "none":
+		return nil, nil
+	case "auto":
+		n := runtime.NumCPU()
+		if n < ranks {
+			return nil, nil
+		}
+		out := make([]int, ranks)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 0 {
+			return nil, fmt.Errorf("%q is not a core number", f)
+		}
+		out = append(out, c)
+	}
+	if len(out) < ranks {
+		return nil, fmt.Errorf("%d cores for %d ranks", len(out), ranks)
+	}
+	return out, nil
+}

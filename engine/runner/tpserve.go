@@ -1,0 +1,67 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// connectTP builds a tensor-parallel rank's mesh before its slice loads
+// (the backend needs the group at load) and puts it in opts.
+func (s *Server) connectTP(ctx context.Context, opts *backend.Options) error {
+	if s.cfg.TPRanks < 2 {
+		return nil
+	}
+	switch {
+	case s.cfg.Ranks > 1:
+		return errors.New("a tensor-parallel group as a pipeline stage is not supported yet")
+	case s.cfg.TPConnect == nil:
+		return errors.New("a tensor-parallel rank needs TPConnect")
+	}
+	s.mu.Lock()
+	s.health.Status = StatusConnecting
+	s.mu.Unlock()
+	mesh, err := s.cfg.TPConnect(ctx)
+	if err != nil {
+		return fmt.Errorf("tensor-parallel rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
+	}
+	s.mu.Lock()
+	s.mesh = mesh
+	s.health.Status = StatusLoading
+	s.mu.Unlock()
+	opts.Group = mesh
+	return nil
+}
+
+// serveTP runs a loaded tensor-parallel rank: rank 0 serves completions
+// with every step replayed on the others; the others replay until the
+// group breaks, which ends the runner (as a broken pipeline does).
+func (s *Server) serveTP(ctx context.Context, rank backend.Rank, tok *model.Tokenizer) {
+	s.mu.Lock()
+	mesh := s.mesh
+	s.mu.Unlock()
+	if s.cfg.TPRank == 0 {
+		s.serve(ctx, &Generator{M: &Local{F: &TPLeader{F: rank, Mesh: mesh}, Tok: tok}, Tok: tok})
+		return
+	}
+	f := &TPFollower{F: rank, Mesh: mesh}
+	s.loop(ctx, func(ctx context.Context) error {
+		if err := f.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("tensor-parallel group broke at rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
+		}
+		return nil
+	})
+}
+
+// closeTPLocked closes the mesh: a rank blocked in an all-reduce returns.
+func (s *Server) closeTPLocked() {
+	if s.mesh != nil {
+		s.mesh.Close()
+	}
+}
+
+var _ backend.Collective = (*collective.Mesh)(nil)
