@@ -167,8 +167,9 @@ func (m *Mesh) AllReduce(buf []float32) error {
 		}
 	}
 	if rerr != nil {
+		err := m.fail(rerr) // before Close, whose own error says less
 		m.Close()
-		return fmt.Errorf("%w: %w", ErrLinkLost, m.fail(rerr))
+		return fmt.Errorf("%w: %w", ErrLinkLost, err)
 	}
 	if cap(m.out) < len(buf) {
 		m.out = make([]float32, len(buf))
@@ -207,8 +208,9 @@ func (m *Mesh) Send(payload []byte) error {
 			continue
 		}
 		if err := l.write(frameControl, 0, payload); err != nil {
+			err = m.fail(fmt.Errorf("to rank %d: %w", r, err))
 			m.Close()
-			return fmt.Errorf("%w: to rank %d: %w", ErrLinkLost, r, m.fail(err))
+			return fmt.Errorf("%w: %w", ErrLinkLost, err)
 		}
 	}
 	return nil
@@ -221,8 +223,9 @@ func (m *Mesh) Recv(from int) ([]byte, error) {
 	}
 	b, err := m.links[from].read(frameControl, 0, -1, nil)
 	if err != nil {
+		err = m.fail(fmt.Errorf("from rank %d: %w", from, err))
 		m.Close()
-		return nil, fmt.Errorf("%w: from rank %d: %w", ErrLinkLost, from, m.fail(err))
+		return nil, fmt.Errorf("%w: %w", ErrLinkLost, err)
 	}
 	return b, nil
 }

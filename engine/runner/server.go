@@ -295,6 +295,11 @@ func (s *Server) loop(ctx context.Context, run func(context.Context) error) {
 // serve starts rank 0's scheduler over gen's engine, until ctx ends or
 // the pipeline breaks (which ends the runner).
 func (s *Server) serve(ctx context.Context, gen *Generator) {
+	s.serveAs(ctx, gen, "pipeline broke at rank 0")
+}
+
+// serveAs is serve, with what a failure of the loop is called.
+func (s *Server) serveAs(ctx context.Context, gen *Generator, broke string) {
 	gen.ContextShift = s.cfg.ContextShift
 	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift}
 	s.mu.Lock()
@@ -302,7 +307,7 @@ func (s *Server) serve(ctx context.Context, gen *Generator) {
 	s.mu.Unlock()
 	s.loop(ctx, func(ctx context.Context) error {
 		if err := sched.Run(ctx); err != nil {
-			return fmt.Errorf("pipeline broke at rank 0: %w", err)
+			return fmt.Errorf("%s: %w", broke, err)
 		}
 		return nil
 	})

@@ -41,23 +41,33 @@ func (l *TPLeader) Options() backend.Options { return l.F.Options() }
 func (l *TPLeader) Forward(ctx context.Context, b backend.Batch) (backend.Result, error) {
 	l.buf = appendBatch(l.buf[:0], b)
 	if err := l.Mesh.Send(l.buf); err != nil {
-		return backend.Result{}, err
+		return backend.Result{}, groupLost(err)
 	}
-	return l.F.Forward(ctx, b)
+	res, err := l.F.Forward(ctx, b)
+	return res, groupLost(err)
 }
 
 func (l *TPLeader) Remove(seq, from int) error {
 	if err := l.Mesh.Send(tpEdit(tpRemove, seq, from, 0)); err != nil {
-		return err
+		return groupLost(err)
 	}
 	return l.F.Remove(seq, from)
 }
 
 func (l *TPLeader) Shift(seq, keep, discard int) error {
 	if err := l.Mesh.Send(tpEdit(tpShift, seq, keep, discard)); err != nil {
-		return err
+		return groupLost(err)
 	}
 	return l.F.Shift(seq, keep, discard)
+}
+
+// groupLost makes a broken group's error a lost rank link, which ends the
+// runner as a broken pipeline does: the instance fails, naming the rank.
+func groupLost(err error) error {
+	if err != nil && errors.Is(err, collective.ErrLinkLost) && !errors.Is(err, ErrLinkLost) {
+		return fmt.Errorf("%w: %w", ErrLinkLost, err)
+	}
+	return err
 }
 
 // TPFollower is a rank > 0 of a tensor-parallel group: it replays the

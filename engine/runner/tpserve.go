@@ -45,7 +45,8 @@ func (s *Server) serveTP(ctx context.Context, rank backend.Rank, tok *model.Toke
 	mesh := s.mesh
 	s.mu.Unlock()
 	if s.cfg.TPRank == 0 {
-		s.serve(ctx, &Generator{M: &Local{F: &TPLeader{F: rank, Mesh: mesh}, Tok: tok}, Tok: tok})
+		s.serveAs(ctx, &Generator{M: &Local{F: &TPLeader{F: rank, Mesh: mesh}, Tok: tok}, Tok: tok},
+			fmt.Sprintf("tensor-parallel group of %d broke at rank 0", s.cfg.TPRanks))
 		return
 	}
 	f := &TPFollower{F: rank, Mesh: mesh}
