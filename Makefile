@@ -29,7 +29,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load clean
+.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench clean
 
 all: build
 
@@ -137,6 +137,19 @@ stats-vs-python:
 MERGE_TIME ?= 10s
 merge-load:
 	ORRERY_MERGELOAD_DURATION=$(MERGE_TIME) $(GO) test -count=1 -run TestMergeKeepsHeartbeats -v ./agent/tracecollect/
+
+# tp-bench times one runner against TP_RANKS tensor-parallel runners, each
+# pinned to its own core (on this machine: a stand-in for TP_RANKS
+# machines), on TP_MODEL (the 1b preset, generated once into
+# $(TP_CACHE)), and the all-reduce of one decode row between them.
+TP_RANKS ?= 2
+TP_CACHE ?= $(HOME)/.cache/orrery/tp-bench
+TP_MODEL ?= $(TP_CACHE)/1b.gguf
+TP_ARGS ?=
+tp-bench: build
+	@mkdir -p $(TP_CACHE)
+	@test -f $(TP_MODEL) || ./$(BIN) gen-model --preset 1b -o $(TP_MODEL)
+	./$(BIN) tp-bench --model $(TP_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) $(TP_ARGS)
 
 clean:
 	rm -rf bin test-output
