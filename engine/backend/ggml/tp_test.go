@@ -80,8 +80,15 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 				}
 				got := tpLogits(t, path, paths, prompt)
 				tol := 1e-4
-				if c.typ != "F32" {
+				switch {
+				case c.typ != "F32":
 					tol = 2e-2 // activations quantized to 8 bits per block: sums differ per split
+				case c.family == "gemma3":
+					// ggml's CPU GELU reads an f16 table: an input that differs
+					// in its last bits (another order of summation) can round to
+					// the neighbouring entry. Conformance sees 0.002 for gemma3
+					// against float64 math for the same reason.
+					tol = 2e-3
 				}
 				worst := 0.0
 				for step := range want {
