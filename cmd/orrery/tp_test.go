@@ -153,6 +153,29 @@ func TestTensorParallelRunners(t *testing.T) {
 		}
 	}
 
+	// A traced request records each all-reduce as a span with its bytes:
+	// 2 per block (4 blocks) per forward pass, each of one row per token.
+	req := runner.CompletionRequest{TraceID: "tp-trace", Request: runner.Request{PromptTokens: []int32{1, 2, 3, 4, 5}, MaxTokens: 4, IgnoreEOS: true}}
+	done, err := group[0].client.Complete(context.Background(), req, func(runner.Piece) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reduces, compute int
+	for _, sp := range done.Spans {
+		switch {
+		case sp.Name == "all-reduce":
+			reduces++
+			if sp.Args.Bytes%(int64(o.Dim)*4) != 0 || sp.Args.Bytes == 0 || !strings.HasSuffix(sp.Cat, "/comms") {
+				t.Errorf("all-reduce span %+v: want a whole number of %d-value rows, in comms", sp, o.Dim)
+			}
+		case sp.Name == "compute":
+			compute++
+		}
+	}
+	if compute == 0 || reduces != 2*o.Layers*compute {
+		t.Errorf("%d all-reduce spans over %d forward passes of %d blocks, want 2 per block", reduces, compute, o.Layers)
+	}
+
 	killed := time.Now()
 	group[1].cmd.Process.Signal(syscall.SIGKILL)
 	// Rank 0 notices at its next step, and fails the request.

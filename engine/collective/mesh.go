@@ -54,6 +54,25 @@ type Mesh struct {
 	Reduces    uint64
 	BytesSent  uint64
 	ReduceTime time.Duration
+	// timings are the all-reduces since the last TakeTimings (at most
+	// maxTimings: a caller that never takes them loses the oldest).
+	timings []Timing
+}
+
+// Timing is one all-reduce: when it ran and the bytes it sent.
+type Timing struct {
+	Start, End time.Time
+	Bytes      int
+}
+
+const maxTimings = 4096
+
+// TakeTimings returns the all-reduces since the last call (a forward
+// pass's, for its trace) and forgets them.
+func (m *Mesh) TakeTimings() []Timing {
+	t := m.timings
+	m.timings = nil
+	return t
 }
 
 type link struct {
@@ -191,7 +210,12 @@ func (m *Mesh) AllReduce(buf []float32) error {
 	copy(buf, out)
 	m.Reduces++
 	m.BytesSent += uint64(len(payload) * (m.n - 1))
-	m.ReduceTime += time.Since(start)
+	end := time.Now()
+	m.ReduceTime += end.Sub(start)
+	if len(m.timings) == maxTimings {
+		m.timings = m.timings[:copy(m.timings, m.timings[1:])]
+	}
+	m.timings = append(m.timings, Timing{Start: start, End: end, Bytes: len(payload) * (m.n - 1)})
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/sample"
@@ -118,6 +119,18 @@ func (st *Step) end(ts []trace.Token, args func(g Group) trace.Args) {
 
 func tokenArgs(g Group) trace.Args { return trace.Args{}.WithToken(g.TokenIndex) }
 
+// commSpans records a forward pass's all-reduces in every group's trace:
+// one "all-reduce" span each (in "comms", beside "compute"), with the
+// bytes this rank sent.
+func (st *Step) commSpans(ts []collective.Timing) {
+	for _, t := range ts {
+		for _, g := range st.Groups {
+			c := g.Parent.ChildAt("all-reduce", "comms", t.Start)
+			c.EndAt(trace.Args{}.WithBytes(int64(t.Bytes)).WithToken(g.TokenIndex), t.End)
+		}
+	}
+}
+
 // slotSampler is a slot's sampler and how many top logprobs it reports
 // (-1: none).
 type slotSampler struct {
@@ -223,6 +236,9 @@ func (l *Local) Submit(ctx context.Context, st *Step) error {
 	c := st.spans("compute", "compute")
 	r, err := l.F.Forward(ctx, st.batch(true))
 	st.end(c, tokenArgs)
+	if cl, ok := l.F.(commLogger); ok {
+		st.commSpans(cl.commTimings())
+	}
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,15 @@ func (l *TPLeader) Shift(seq, keep, discard int) error {
 	return l.F.Shift(seq, keep, discard)
 }
 
+// commTimings are the all-reduces of the last Forward, for its trace.
+func (l *TPLeader) commTimings() []collective.Timing { return l.Mesh.TakeTimings() }
+
+// commLogger is a Forwarder whose forward passes communicate inside
+// (a tensor-parallel leader): Local records each exchange as a span.
+type commLogger interface {
+	commTimings() []collective.Timing
+}
+
 // groupLost makes a broken group's error a lost rank link, which ends the
 // runner as a broken pipeline does: the instance fails, naming the rank.
 func groupLost(err error) error {
@@ -100,7 +109,9 @@ func (f *TPFollower) Serve(ctx context.Context) error {
 				return fmt.Errorf("tensor-parallel follower: %w", err)
 			}
 			before := f.Mesh.Reduces
-			if _, err := f.F.Forward(ctx, b); err != nil {
+			_, err = f.F.Forward(ctx, b)
+			f.Mesh.TakeTimings() // a follower records no trace of them
+			if err != nil {
 				if f.Mesh.Reduces == before && !errors.Is(err, collective.ErrLinkLost) {
 					continue // refused before the pass began, as the leader's was
 				}

@@ -226,8 +226,18 @@ func (t *Token) End(args Args) {
 	}
 }
 
-func (r *Recorder) end(t *Token, args *Args) {
-	end := r.now()
+// EndAt is End for a span that ended at t, before the code that records
+// it ran (an all-reduce inside a forward pass, recorded after it).
+func (t *Token) EndAt(args Args, at time.Time) {
+	if r := t.r; r != nil {
+		r.endAt(t, &args, r.now()-max(time.Since(at).Nanoseconds(), 0))
+		t.r = nil
+	}
+}
+
+func (r *Recorder) end(t *Token, args *Args) { r.endAt(t, args, r.now()) }
+
+func (r *Recorder) endAt(t *Token, args *Args, end int64) {
 	r.mu.Lock()
 	if r.max > 0 && r.buffered >= r.max {
 		r.mu.Unlock()
