@@ -65,6 +65,10 @@ type TPSide struct {
 	DecodeTokPerSec  []float64 `json:"decodeTokPerSec"`
 	Prefill          float64   `json:"prefillMean"`
 	Decode           float64   `json:"decodeMean"`
+	// DecodeTraced is the decode with the request traced (every
+	// all-reduce a span on the group's side).
+	DecodeTracedTokPerSec []float64 `json:"decodeTracedTokPerSec"`
+	DecodeTraced          float64   `json:"decodeTracedMean"`
 }
 
 // ReduceFigures are the all-reduce's timings through the runners' path.
@@ -240,17 +244,28 @@ func tpSide(ctx context.Context, o TPOptions, paths []string) (TPSide, error) {
 				side.PrefillTokPerSec = append(side.PrefillTokPerSec, d.PrefillTokPerSec())
 			}
 		}
-		if o.TG > 0 {
-			d, err := client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}, noop)
+		for _, traced := range []bool{false, true} {
+			if o.TG == 0 {
+				break
+			}
+			req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}
+			if traced {
+				req.TraceID = fmt.Sprintf("tp-bench-%d", i)
+			}
+			d, err := client.Complete(ctx, req, noop)
 			if err != nil {
 				return side, err
 			}
-			if i > 0 {
+			switch {
+			case i == 0:
+			case traced:
+				side.DecodeTracedTokPerSec = append(side.DecodeTracedTokPerSec, d.DecodeTokPerSec())
+			default:
 				side.DecodeTokPerSec = append(side.DecodeTokPerSec, d.DecodeTokPerSec())
 			}
 		}
 	}
-	side.Prefill, side.Decode = Mean(side.PrefillTokPerSec), Mean(side.DecodeTokPerSec)
+	side.Prefill, side.Decode, side.DecodeTraced = Mean(side.PrefillTokPerSec), Mean(side.DecodeTokPerSec), Mean(side.DecodeTracedTokPerSec)
 	return side, nil
 }
 
@@ -406,6 +421,7 @@ func PrintTP(w io.Writer, r *TPReport) {
 	fmt.Fprintf(w, "%-26s %12s %12s %9s\n", "", "1 runner", fmt.Sprintf("tp %d", r.Ranks), "speedup")
 	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "prefill tok/s", r.Single.Prefill, r.Tensor.Prefill, r.PrefillX)
 	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "decode tok/s", r.Single.Decode, r.Tensor.Decode, r.DecodeX)
+	fmt.Fprintf(w, "%-26s %12.1f %12.1f\n", "decode tok/s, traced", r.Single.DecodeTraced, r.Tensor.DecodeTraced)
 	fmt.Fprintf(w, "\nall-reduce of %d f32 between %d runners' processes (loopback TCP): p50 %.1f µs, p99 %.1f µs over %d\n",
 		r.AllReduce.Values, r.Ranks, r.AllReduce.P50Us, r.AllReduce.P99Us, r.AllReduce.Iters)
 	fmt.Fprintf(w, "weights: model %s;", HumanBytes(r.ModelBytes))
