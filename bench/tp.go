@@ -41,6 +41,9 @@ type TPOptions struct {
 	Dir string
 	// ReduceIters all-reduces of one decode row (Dim f32) are timed.
 	ReduceIters int
+	// Concurrent decodes of TG tokens run at once in the batched test
+	// (0: none); each runner serves that many slots.
+	Concurrent int
 }
 
 // TPReport is what TP measured; it is tp-bench's --json.
@@ -55,6 +58,8 @@ type TPReport struct {
 	Single     TPSide          `json:"single"`
 	Tensor     TPSide          `json:"tensor"`
 	DecodeX    float64         `json:"decodeSpeedup"`
+	BatchedX   float64         `json:"batchedSpeedup"`
+	Concurrent int             `json:"concurrent"`
 	PrefillX   float64         `json:"prefillSpeedup"`
 	AllReduce  ReduceFigures   `json:"allReduce"`
 }
@@ -69,6 +74,9 @@ type TPSide struct {
 	// all-reduce a span on the group's side).
 	DecodeTracedTokPerSec []float64 `json:"decodeTracedTokPerSec"`
 	DecodeTraced          float64   `json:"decodeTracedMean"`
+	// Batched is the aggregate decode tok/s of Concurrent requests at once.
+	BatchedTokPerSec []float64 `json:"batchedTokPerSec"`
+	Batched          float64   `json:"batchedMean"`
 }
 
 // ReduceFigures are the all-reduce's timings through the runners' path.
@@ -126,6 +134,10 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 	if rep.Single.Decode > 0 {
 		rep.DecodeX = rep.Tensor.Decode / rep.Single.Decode
 	}
+	if rep.Single.Batched > 0 {
+		rep.BatchedX = rep.Tensor.Batched / rep.Single.Batched
+	}
+	rep.Concurrent = o.Concurrent
 	if rep.Single.Prefill > 0 {
 		rep.PrefillX = rep.Tensor.Prefill / rep.Single.Prefill
 	}
@@ -207,7 +219,9 @@ func tpSide(ctx context.Context, o TPOptions, paths []string) (TPSide, error) {
 		}
 	}()
 	for r, p := range paths {
-		args := []string{"runner", "--model", p, "--threads", threads, "--ctx", strconv.Itoa(o.PP + o.TG + 16), "--batch", strconv.Itoa(max(o.PP, 1))}
+		slots := max(o.Concurrent, 1)
+		args := []string{"runner", "--model", p, "--threads", threads, "--ctx", strconv.Itoa(slots * (o.PP + o.TG + 16)),
+			"--batch", strconv.Itoa(max(o.PP, 1)), "--parallel", strconv.Itoa(slots)}
 		if len(paths) > 1 {
 			args = append(args, "--tp-rank", strconv.Itoa(r), "--tp-ranks", strconv.Itoa(len(paths)), "--tp-addrs", strings.Join(addrs, ","))
 		}
@@ -265,8 +279,38 @@ func tpSide(ctx context.Context, o TPOptions, paths []string) (TPSide, error) {
 			}
 		}
 	}
+	for i := 0; o.Concurrent > 1 && o.TG > 0 && i <= o.Repeat; i++ {
+		v, err := tpBatched(ctx, client, o, i)
+		if err != nil {
+			return side, err
+		}
+		if i > 0 {
+			side.BatchedTokPerSec = append(side.BatchedTokPerSec, v)
+		}
+	}
 	side.Prefill, side.Decode, side.DecodeTraced = Mean(side.PrefillTokPerSec), Mean(side.DecodeTokPerSec), Mean(side.DecodeTracedTokPerSec)
+	side.Batched = Mean(side.BatchedTokPerSec)
 	return side, nil
+}
+
+// tpBatched decodes o.TG tokens for o.Concurrent requests at once and
+// returns their aggregate tok/s (all tokens over the wall time).
+func tpBatched(ctx context.Context, c *runner.Client, o TPOptions, run int) (float64, error) {
+	errs := make(chan error, o.Concurrent)
+	start := time.Now()
+	for k := range o.Concurrent {
+		go func() {
+			req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(2 + k + run*o.Concurrent)}, MaxTokens: o.TG, IgnoreEOS: true}}
+			_, err := c.Complete(ctx, req, func(runner.Piece) error { return nil })
+			errs <- err
+		}()
+	}
+	for range o.Concurrent {
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+	}
+	return float64(o.Concurrent*o.TG) / time.Since(start).Seconds(), nil
 }
 
 // startRunner starts a runner process and reads the address it announces;
@@ -422,6 +466,9 @@ func PrintTP(w io.Writer, r *TPReport) {
 	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "prefill tok/s", r.Single.Prefill, r.Tensor.Prefill, r.PrefillX)
 	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "decode tok/s", r.Single.Decode, r.Tensor.Decode, r.DecodeX)
 	fmt.Fprintf(w, "%-26s %12.1f %12.1f\n", "decode tok/s, traced", r.Single.DecodeTraced, r.Tensor.DecodeTraced)
+	if r.Concurrent > 1 {
+		fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", fmt.Sprintf("%d at once, tok/s in all", r.Concurrent), r.Single.Batched, r.Tensor.Batched, r.BatchedX)
+	}
 	fmt.Fprintf(w, "\nall-reduce of %d f32 between %d runners' processes (loopback TCP): p50 %.1f µs, p99 %.1f µs over %d\n",
 		r.AllReduce.Values, r.Ranks, r.AllReduce.P50Us, r.AllReduce.P99Us, r.AllReduce.Iters)
 	fmt.Fprintf(w, "weights: model %s;", HumanBytes(r.ModelBytes))

@@ -18,7 +18,8 @@ const tpBenchUsage = `Usage: orrery tp-bench --model PATH [flags]
 
 Times one request on one runner against a tensor-parallel group of --tp
 runners, side by side: prefill of a --pp-token prompt and decode of --tg
-tokens, --repeat times each (after one warmup), and the all-reduce of one
+tokens, --repeat times each (after one warmup), --concurrent decodes at once
+(the aggregate tok/s of continuous batching), and the all-reduce of one
 decode row between the group's processes, as the runners link (loopback
 TCP). It writes the model's slices into --dir first (once).
 
@@ -45,6 +46,7 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&o.Repeat, "repeat", 3, "runs of each test")
 	fs.StringVar(&o.Dir, "dir", filepath.Join(os.TempDir(), "orrery-tp-slices"), "where the slices are written (kept for later runs)")
 	fs.IntVar(&o.ReduceIters, "reduce-iters", 2000, "all-reduces to time")
+	fs.IntVar(&o.Concurrent, "concurrent", 4, "requests decoded at once in the batched test (0 or 1: skip it)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	// The all-reduce's ranks are this command again, with these flags.
 	worker := fs.Int("reduce-worker", -1, "internal: run as rank N of the all-reduce timing")
