@@ -34,6 +34,9 @@ type PlaceRequest struct {
 	// ("5m", seconds; 0 after each request); nil or -1 pins it, as befits
 	// a placement asked for explicitly.
 	KeepAlive *KeepAlive `json:"keepAlive,omitempty"`
+	// Parallelism splits the model as a pipeline (nil: the default) or as
+	// a tensor-parallel group (see Parallelism).
+	Parallelism *Parallelism `json:"parallelism,omitempty"`
 }
 
 // PlaceResponse answers POST /instance.

@@ -25,6 +25,8 @@ type modelLayout struct {
 	layout placement.Layout
 	// source is where ranks pull their shards from (nil: a node has it).
 	source *state.ModelSource
+	// path is this node's copy ("" when placed from its source).
+	path string
 }
 
 // layout reads a model's placement layout: from this node's copy, else
@@ -54,7 +56,7 @@ func (m *Manager) layout(ctx context.Context, modelID string) (modelLayout, erro
 	if err != nil {
 		return modelLayout{}, err
 	}
-	return modelLayout{size: uint64(e.SizeBytes), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel)}, nil
+	return modelLayout{size: uint64(e.SizeBytes), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), path: e.Path}, nil
 }
 
 // sourceLayout resolves an hf.co reference and reads its file's header
@@ -209,6 +211,12 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 	if err != nil {
 		return state.Instance{}, err
 	}
+	if req.Parallelism.TensorParallel() {
+		return m.placeTensor(ctx, req, ml, existed)
+	}
+	if p := req.Parallelism; p != nil && p.Tensor == 1 && p.Pipeline == 1 && len(req.Nodes) > 1 {
+		return state.Instance{}, fmt.Errorf(`%w: {"pipeline": 1, "tensor": 1} on %d nodes`, runner.ErrBadRequest, len(req.Nodes))
+	}
 	var ranks []placement.Rank
 	switch {
 	case len(req.Ranks) > 0:
@@ -247,6 +255,16 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 			return state.Instance{}, placeErr(err)
 		}
 	}
+	return m.create(ctx, req, ml, ranks, 0, existed)
+}
+
+// create publishes an instance of ranks (one tensor-parallel group of
+// tensor ranks when tensor > 1), or answers with a live one on the same
+// nodes and split.
+func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayout, ranks []placement.Rank, tensor int, existed *bool) (state.Instance, error) {
+	if tensor < 2 {
+		tensor = 0
+	}
 	// Checked and created (to the state) under one lock, so that two
 	// placements at once cannot both pass the check.
 	m.createMu.Lock()
@@ -254,7 +272,7 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 	live := m.liveInstances(req.Model)
 	if !req.Duplicate {
 		for _, in := range live {
-			if !sameNodes(in.Ranks, ranks) {
+			if !sameNodes(in.Ranks, ranks) || in.Tensor != tensor {
 				continue
 			}
 			in, ok, err := m.reuse(ctx, in, req)
@@ -271,7 +289,7 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
 		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1),
-		Source: ml.source}
+		Source: ml.source, Tensor: tensor}
 	if k := req.KeepAlive; k != nil && !k.Pinned() {
 		// Unloaded if its first request does not come (or comes and ends).
 		exp := in.CreatedAt.Add(k.D + firstUseGrace)

@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
+	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/internal/transfer"
 )
@@ -72,13 +73,13 @@ func New(cfg Config) *Cache {
 // from the shard cache, cut here, pulled from the model's source (only
 // the rank's tensors), or fetched from a node with the model.
 func (c *Cache) ModelFile(ctx context.Context, in state.Instance, rank int, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
-	rg := in.Ranks[rank]
+	pc := pieceOf(in, rank)
 	id := in.ModelID
 	if in.Source != nil {
 		id = in.Source.Model // as a node that pulled it whole lists it
 	}
 	e, local := c.cfg.Models.Find(id)
-	if local && e.Error == "" && rg.FirstLayer == 0 && rg.LastLayer == e.Layers {
+	if local && e.Error == "" && pc.whole(e.Layers) {
 		return e.Path, supervisor.ShardInfo{How: "model"}, nil
 	}
 	if local && e.Error == "" {
@@ -86,8 +87,11 @@ func (c *Cache) ModelFile(ctx context.Context, in state.Instance, rank int, prog
 		if err != nil {
 			return "", supervisor.ShardInfo{}, err
 		}
-		path, n, err := c.cut(e.Path, hash, rg.FirstLayer, rg.LastLayer)
+		path, n, err := c.cut(e.Path, hash, pc)
 		return path, supervisor.ShardInfo{How: "built", Bytes: n}, err
+	}
+	if in.Source != nil && c.cfg.Puller != nil && pc.tpRanks > 1 {
+		return "", supervisor.ShardInfo{}, fmt.Errorf("a tensor-parallel slice of %s comes from a node that has the model, not from its source: pull it to one first", in.Source.Ref)
 	}
 	if in.Source != nil && c.cfg.Puller != nil {
 		path, info, err := c.pull(ctx, in, rank, progress)
@@ -100,7 +104,55 @@ func (c *Cache) ModelFile(ctx context.Context, in state.Instance, rank int, prog
 		}
 		c.log.Warn("shard pull failed; fetching from a node with the model", "ref", in.Source.Ref, "err", err)
 	}
-	return c.fetch(ctx, in, id, rg, progress)
+	return c.fetch(ctx, in, id, pc, progress)
+}
+
+// piece is what a rank loads of a model: blocks [first, last), and of a
+// tensor-parallel instance, slice tpRank of tpRanks of them.
+type piece struct {
+	first, last     int
+	tpRank, tpRanks int
+}
+
+func pieceOf(in state.Instance, rank int) piece {
+	rg := in.Ranks[rank]
+	pc := piece{first: rg.FirstLayer, last: rg.LastLayer}
+	if in.Tensor > 1 {
+		pc.tpRank, pc.tpRanks = rank, in.Tensor
+	}
+	return pc
+}
+
+// whole reports whether the piece is the whole model of layers blocks.
+func (pc piece) whole(layers int) bool { return pc.first == 0 && pc.last == layers && pc.tpRanks < 2 }
+
+// name is the piece's file in the cache: <hash prefix>-<first>-<last>,
+// and -tp<rank>of<ranks> for a slice.
+func (pc piece) name(hash string) string {
+	if pc.tpRanks > 1 {
+		return fmt.Sprintf("%.16s-%d-%d-tp%dof%d.gguf", hash, pc.first, pc.last, pc.tpRank, pc.tpRanks)
+	}
+	return shardName(hash, pc.first, pc.last)
+}
+
+// write cuts the piece of the model at path into dst.
+func (pc piece) write(path, dst, hash string) error {
+	if pc.tpRanks < 2 {
+		return model.WriteShard(path, dst, pc.first, pc.last, hash)
+	}
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		return err
+	}
+	plan, err := model.PlanTP(f, cfg, pc.tpRanks)
+	if err != nil {
+		return err
+	}
+	return model.WriteTPSlice(path, dst, pc.first, pc.last, plan[pc.tpRank], hash)
 }
 
 // pull gets the rank's part of an instance placed from its source: the
@@ -145,26 +197,26 @@ func shardName(hash string, first, last int) string {
 	return fmt.Sprintf("%.16s-%d-%d.gguf", hash, first, last)
 }
 
-// cut returns the cached shard of the model at path, cutting it first if
+// cut returns the cached piece of the model at path, cutting it first if
 // needed.
-func (c *Cache) cut(path, hash string, first, last int) (string, int64, error) {
+func (c *Cache) cut(path, hash string, pc piece) (string, int64, error) {
 	c.cutMu.Lock()
 	defer c.cutMu.Unlock()
-	dst := filepath.Join(c.cfg.Dir, shardName(hash, first, last))
+	dst := filepath.Join(c.cfg.Dir, pc.name(hash))
 	if st, err := os.Stat(dst); err == nil {
 		return dst, st.Size(), nil
 	}
 	if err := os.MkdirAll(c.cfg.Dir, 0o700); err != nil {
 		return "", 0, err
 	}
-	if err := model.WriteShard(path, dst, first, last, hash); err != nil {
-		return "", 0, fmt.Errorf("cut shard [%d, %d): %w", first, last, err)
+	if err := pc.write(path, dst, hash); err != nil {
+		return "", 0, fmt.Errorf("cut shard %+v: %w", pc, err)
 	}
 	st, err := os.Stat(dst)
 	if err != nil {
 		return "", 0, err
 	}
-	c.log.Info("shard cut", "model", path, "first", first, "last", last, "bytes", st.Size())
+	c.log.Info("shard cut", "model", path, "first", pc.first, "last", pc.last, "tpRank", pc.tpRank, "tpRanks", pc.tpRanks, "bytes", st.Size())
 	return dst, st.Size(), nil
 }
 

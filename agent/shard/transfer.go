@@ -15,6 +15,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
+	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
@@ -43,13 +44,17 @@ const (
 
 // fetch receives the shard from a node that has the model, over the peer
 // API, into the shard cache (atomically), reporting progress.
-func (c *Cache) fetch(ctx context.Context, in state.Instance, modelID string, rg state.ShardRange, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
+func (c *Cache) fetch(ctx context.Context, in state.Instance, modelID string, pc piece, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
 	src, err := c.source(in, modelID)
 	if err != nil {
 		return "", supervisor.ShardInfo{}, err
 	}
-	q := url.Values{"model": {modelID}, "first": {strconv.Itoa(rg.FirstLayer)}, "last": {strconv.Itoa(rg.LastLayer)}}
-	f := &shardFetch{c: c, src: src, url: "http://" + src + Path + "?" + q.Encode(), rg: rg, size: -1, progress: progress}
+	q := url.Values{"model": {modelID}, "first": {strconv.Itoa(pc.first)}, "last": {strconv.Itoa(pc.last)}}
+	if pc.tpRanks > 1 {
+		q.Set("tp", strconv.Itoa(pc.tpRank))
+		q.Set("of", strconv.Itoa(pc.tpRanks))
+	}
+	f := &shardFetch{c: c, src: src, url: "http://" + src + Path + "?" + q.Encode(), pc: pc, size: -1, progress: progress}
 	defer f.discard()
 	backoff := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -61,7 +66,7 @@ func (c *Cache) fetch(ctx context.Context, in state.Instance, modelID string, rg
 			if err := f.commit(); err != nil {
 				return "", supervisor.ShardInfo{}, fmt.Errorf("shard from %s: %w", src, err)
 			}
-			c.log.Info("shard received", "from", src, "model", modelID, "first", rg.FirstLayer, "last", rg.LastLayer, "bytes", f.done, "attempts", attempt)
+			c.log.Info("shard received", "from", src, "model", modelID, "first", pc.first, "last", pc.last, "tpRank", pc.tpRank, "tpRanks", pc.tpRanks, "bytes", f.done, "attempts", attempt)
 			return f.dst, supervisor.ShardInfo{How: "transfer", From: src, Bytes: f.done}, nil
 		}
 		var r retryable
@@ -91,7 +96,7 @@ func (r retryable) Unwrap() error { return r.error }
 type shardFetch struct {
 	c        *Cache
 	src, url string
-	rg       state.ShardRange
+	pc       piece
 	progress func(supervisor.Progress)
 
 	hash string   // the model's, from the first answer
@@ -141,7 +146,7 @@ func (f *shardFetch) attempt(ctx context.Context) (cached bool, err error) {
 	}
 	if f.hash == "" {
 		f.hash, f.size = hash, resp.ContentLength
-		f.dst = filepath.Join(f.c.cfg.Dir, shardName(hash, f.rg.FirstLayer, f.rg.LastLayer))
+		f.dst = filepath.Join(f.c.cfg.Dir, f.pc.name(hash))
 		if st, err := os.Stat(f.dst); err == nil && st.Size() == f.size {
 			return true, nil
 		}
@@ -251,12 +256,22 @@ func (c *Cache) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("layers [%s, %s) of a %d-layer model", q.Get("first"), q.Get("last"), e.Layers), http.StatusBadRequest)
 		return
 	}
+	pc := piece{first: first, last: last}
+	if q.Has("of") {
+		tp, err3 := strconv.Atoi(q.Get("tp"))
+		of, err4 := strconv.Atoi(q.Get("of"))
+		if err3 != nil || err4 != nil || of < 2 || of > model.MaxTPRanks || tp < 0 || tp >= of {
+			http.Error(w, fmt.Sprintf("tensor-parallel slice %s of %s", q.Get("tp"), q.Get("of")), http.StatusBadRequest)
+			return
+		}
+		pc.tpRank, pc.tpRanks = tp, of
+	}
 	hash, err := c.hashes.get(e.Path)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	path, _, err := c.cut(e.Path, hash, first, last)
+	path, _, err := c.cut(e.Path, hash, pc)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

@@ -276,6 +276,10 @@ type Instance struct {
 	// Parallel is how many requests every rank serves at once (its KV
 	// cache's sequences); 0 reads as 1.
 	Parallel int `json:"parallel,omitempty"`
+	// Tensor > 1 makes the ranks one tensor-parallel group: each holds
+	// every block, rank i its slice i of Tensor (heads and MLP columns),
+	// and rank 0 serves. 0 or 1: the ranks are a pipeline.
+	Tensor int `json:"tensor,omitempty"`
 	// Keep-alive, like Ollama's: Pinned instances stay until deleted;
 	// the others are unloaded KeepAliveMs after their last request ends,
 	// at ExpiresAt (nil while a request runs). Active counts the requests

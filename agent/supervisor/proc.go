@@ -272,8 +272,14 @@ func (p *proc) args(path string) []string {
 	cfg := p.s.cfg
 	rg := p.inst.Ranks[p.rank]
 	args := []string{"runner", "--model", path, "--node", cfg.NodeID, "--node-name", cfg.NodeName,
-		"--first-layer", strconv.Itoa(rg.FirstLayer), "--last-layer", strconv.Itoa(rg.LastLayer),
-		"--instance", p.inst.InstanceID, "--rank", strconv.Itoa(p.rank), "--ranks", strconv.Itoa(len(p.inst.Ranks))}
+		"--first-layer", strconv.Itoa(rg.FirstLayer), "--last-layer", strconv.Itoa(rg.LastLayer), "--instance", p.inst.InstanceID}
+	if p.inst.Tensor > 1 {
+		// One tensor-parallel group: no pipeline; its links go through
+		// the agents, like a pipeline's.
+		args = append(args, "--rank", "0", "--ranks", "1", "--tp-rank", strconv.Itoa(p.rank), "--tp-ranks", strconv.Itoa(p.inst.Tensor))
+	} else {
+		args = append(args, "--rank", strconv.Itoa(p.rank), "--ranks", strconv.Itoa(len(p.inst.Ranks)))
+	}
 	if len(p.inst.Ranks) > 1 {
 		args = append(args, "--agent-api", cfg.AgentAPI)
 	}

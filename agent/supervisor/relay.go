@@ -81,7 +81,7 @@ func (r *Relay) Accept(peer, id string, c net.Conn) {
 		c.Close()
 		return
 	}
-	if in, ok := r.cfg.State().Instances[inst]; !ok || rank >= len(in.Ranks) || in.Ranks[(rank+len(in.Ranks)-1)%len(in.Ranks)].NodeID != peer {
+	if in, ok := r.cfg.State().Instances[inst]; !ok || rank >= len(in.Ranks) || !linksTo(in, rank, peer) {
 		r.s.log.Warn("refused a rank link", "from", peer, "id", id)
 		c.Close()
 		return
@@ -95,6 +95,21 @@ func (r *Relay) Accept(peer, id string, c net.Conn) {
 		return
 	}
 	splice(c, rc)
+}
+
+// linksTo reports whether node peer runs a rank that links to rank: its
+// predecessor in a pipeline, or, in a tensor-parallel group, a rank above
+// it (each rank dials the ones below).
+func linksTo(in state.Instance, rank int, peer string) bool {
+	if in.Tensor > 1 {
+		for r := rank + 1; r < len(in.Ranks); r++ {
+			if in.Ranks[r].NodeID == peer {
+				return true
+			}
+		}
+		return false
+	}
+	return in.Ranks[(rank+len(in.Ranks)-1)%len(in.Ranks)].NodeID == peer
 }
 
 // splice copies both ways until either side ends, then closes both.
@@ -142,6 +157,15 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	next := (rank + 1) % len(in.Ranks)
+	if to := req.URL.Query().Get(runner.RankLinkToParam); to != "" {
+		// A tensor-parallel rank's link to a rank below it.
+		t, err := strconv.Atoi(to)
+		if err != nil || in.Tensor < 2 || t < 0 || t >= rank {
+			http.Error(w, fmt.Sprintf("rank link from rank %d to %q: want a lower rank of a tensor-parallel group", rank, to), http.StatusBadRequest)
+			return
+		}
+		next = t
+	}
 	node := in.Ranks[next].NodeID
 	ctx, cancel := context.WithTimeout(req.Context(), dialWait)
 	defer cancel()

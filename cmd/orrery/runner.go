@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,7 +60,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	nodeName := fs.String("node-name", "", "node name stamped on trace spans")
 	tpRank := fs.Int("tp-rank", 0, "this runner's rank in its tensor-parallel group (its --model is that rank's slice)")
 	tpRanks := fs.Int("tp-ranks", 1, "ranks in the tensor-parallel group (1: none)")
-	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own); the group's token is $"+tpTokenEnv)
+	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+tpTokenEnv+"); empty: the links go through the agent at --agent-api, as a pipeline's")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
@@ -91,7 +92,15 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift}
 	if *tpRanks > 1 {
-		connect, ln, err := tpFlags(*tpRank, *tpRanks, *tpAddrs, getenv(tpTokenEnv))
+		var connect func(context.Context) (*collective.Mesh, error)
+		var ln net.Listener
+		var err error
+		if *tpAddrs == "" {
+			connect, ln, err = tpViaAgent(*tpRank, *tpRanks, *agentAPI, *instance, token)
+			cfg.RankListener = ln // the agent connects the other ranks here
+		} else {
+			connect, ln, err = tpFlags(*tpRank, *tpRanks, *tpAddrs, getenv(tpTokenEnv))
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "orrery runner: %v\n", err)
 			return 2
@@ -162,4 +171,48 @@ func tpFlags(rank, ranks int, addrList, token string) (func(context.Context) (*c
 	return func(ctx context.Context) (*collective.Mesh, error) {
 		return collective.Connect(ctx, rank, ranks, addrs, ln, token)
 	}, ln, nil
+}
+
+// tpViaAgent sets up a tensor-parallel rank whose links go through its
+// agent: it dials each lower rank through the agent (which relays to that
+// rank's node over the cluster's TLS links), and accepts the higher ranks
+// on a loopback port where the agent presents this runner's token first.
+// The group's token is the instance id: the links are already
+// authenticated by the agents (runner tokens, the cluster key).
+func tpViaAgent(rank, ranks int, agentAPI, instance, token string) (func(context.Context) (*collective.Mesh, error), net.Listener, error) {
+	switch {
+	case ranks > model.MaxTPRanks || rank < 0 || rank >= ranks:
+		return nil, nil, fmt.Errorf("--tp-rank %d of --tp-ranks %d (at most %d)", rank, ranks, model.MaxTPRanks)
+	case agentAPI == "" || instance == "":
+		return nil, nil, errors.New("--agent-api and --instance are required with --tp-ranks > 1 and no --tp-addrs")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, fmt.Errorf("tensor-parallel listen: %w", err)
+	}
+	dial := func(ctx context.Context, r int) (net.Conn, error) { return runner.DialRankLinkTo(ctx, agentAPI, token, r) }
+	return func(ctx context.Context) (*collective.Mesh, error) {
+		return collective.ConnectWith(ctx, rank, ranks, dial, agentAuthListener{ln, token}, instance)
+	}, ln, nil
+}
+
+// agentAuthListener yields the connections on which the agent presented
+// this runner's token; it drops the others.
+type agentAuthListener struct {
+	net.Listener
+	token string
+}
+
+func (l agentAuthListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if err := runner.ReadAuth(c, l.token); err != nil {
+			c.Close()
+			continue
+		}
+		return c, nil
+	}
 }

@@ -16,7 +16,12 @@ import (
 // path on one machine (runner to runner on loopback); across machines the
 // agents' TLS links carry the same streams.
 
-const helloMagic = "ORTP"
+const (
+	helloMagic = "ORTP"
+	// ackMagic answers a hello: a relay may accept a link it cannot
+	// complete, so the dialler waits for the far rank itself.
+	ackMagic = "ORTA"
+)
 
 // maxToken bounds a hello's token.
 const maxToken = 256
@@ -27,6 +32,20 @@ const maxToken = 256
 func Connect(ctx context.Context, rank, n int, addrs []string, ln net.Listener, token string) (*Mesh, error) {
 	if n < 2 || rank < 0 || rank >= n || len(addrs) != n {
 		return nil, fmt.Errorf("connect: rank %d of %d with %d addresses", rank, n, len(addrs))
+	}
+	var d net.Dialer
+	return ConnectWith(ctx, rank, n, func(ctx context.Context, r int) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", addrs[r])
+	}, ln, token)
+}
+
+// ConnectWith is Connect with the links to the ranks below made by dial
+// (through the agents, between machines), retried until ctx ends. ln
+// yields the links from the ranks above, authenticated by whoever made
+// them; the group's hello and token follow on each.
+func ConnectWith(ctx context.Context, rank, n int, dial func(ctx context.Context, r int) (net.Conn, error), ln net.Listener, token string) (*Mesh, error) {
+	if n < 2 || rank < 0 || rank >= n {
+		return nil, fmt.Errorf("connect: rank %d of %d", rank, n)
 	}
 	if len(token) > maxToken {
 		return nil, fmt.Errorf("connect: a token of %d bytes, at most %d", len(token), maxToken)
@@ -47,10 +66,11 @@ func Connect(ctx context.Context, rank, n int, addrs []string, ln net.Listener, 
 		accepted <- nil
 	}
 	for r := 0; r < rank; r++ {
-		c, err := dialRank(ctx, addrs[r], rank, token)
+		c, err := dialRank(ctx, func(ctx context.Context) (net.Conn, error) { return dial(ctx, r) }, rank, r, token)
 		if err != nil {
+			ln.Close() // ends the accepting
 			<-accepted
-			return fail(fmt.Errorf("connect to rank %d at %s: %w", r, addrs[r], err))
+			return fail(fmt.Errorf("connect to rank %d: %w", r, err))
 		}
 		conns[r] = c
 	}
@@ -69,7 +89,13 @@ func acceptAbove(ctx context.Context, rank, n int, ln net.Listener, token string
 			return fmt.Errorf("accept the ranks above %d: %w", rank, err)
 		}
 		from, err := readHello(c, token)
-		if err != nil || from <= rank || from >= n || conns[from] != nil {
+		if err == nil && (from <= rank || from >= n || conns[from] != nil) {
+			err = fmt.Errorf("a hello from rank %d", from)
+		}
+		if err == nil {
+			err = writeAck(c, rank)
+		}
+		if err != nil {
 			c.Close() // a stranger, or a bad hello: not one of ours
 			continue
 		}
@@ -79,12 +105,14 @@ func acceptAbove(ctx context.Context, rank, n int, ln net.Listener, token string
 	return nil
 }
 
-func dialRank(ctx context.Context, addr string, rank int, token string) (net.Conn, error) {
-	var d net.Dialer
+func dialRank(ctx context.Context, dial func(context.Context) (net.Conn, error), rank, to int, token string) (net.Conn, error) {
 	for {
-		c, err := d.DialContext(ctx, "tcp", addr)
+		c, err := dial(ctx)
 		if err == nil {
 			if err = writeHello(c, rank, token); err == nil {
+				err = readAck(c, to)
+			}
+			if err == nil {
 				return c, nil
 			}
 			c.Close()
@@ -107,6 +135,28 @@ func writeHello(c net.Conn, rank int, token string) error {
 	defer c.SetWriteDeadline(time.Time{})
 	_, err := c.Write(b)
 	return err
+}
+
+func writeAck(c net.Conn, rank int) error {
+	b := binary.LittleEndian.AppendUint32([]byte(ackMagic), uint32(rank))
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetWriteDeadline(time.Time{})
+	_, err := c.Write(b)
+	return err
+}
+
+// readAck waits for rank to's answer to our hello.
+func readAck(c net.Conn, to int) error {
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	var b [8]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return fmt.Errorf("no answer from rank %d: %w", to, err)
+	}
+	if string(b[:4]) != ackMagic || int(binary.LittleEndian.Uint32(b[4:])) != to {
+		return fmt.Errorf("rank %d answered %q", to, b[:])
+	}
+	return nil
 }
 
 // readHello reads a dialler's hello and checks its token; it returns the

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"strconv"
 	"bufio"
 	"bytes"
 	"context"
@@ -62,12 +63,25 @@ type RankTrace struct {
 // rank. It speaks HTTP/1.1 by hand because the link is a raw net.Conn
 // after the 101 answer.
 func DialRankLink(ctx context.Context, agentAPI, token string) (net.Conn, error) {
+	return dialRankLink(ctx, agentAPI, token, RankLinkPath)
+}
+
+// DialRankLinkTo asks the agent for a link to rank to of this runner's
+// tensor-parallel group (a lower rank: the higher one dials).
+func DialRankLinkTo(ctx context.Context, agentAPI, token string, to int) (net.Conn, error) {
+	return dialRankLink(ctx, agentAPI, token, RankLinkPath+"?"+RankLinkToParam+"="+strconv.Itoa(to))
+}
+
+// RankLinkToParam names the rank a tensor-parallel rank link goes to.
+const RankLinkToParam = "to"
+
+func dialRankLink(ctx context.Context, agentAPI, token, path string) (net.Conn, error) {
 	c, err := (&net.Dialer{Timeout: rankLinkDialTimeout}).DialContext(ctx, "tcp", agentAPI)
 	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s\r\n%s: %s%s\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n",
-		RankLinkPath, agentAPI, AuthHeader, BearerPrefix, token, RankLinkUpgrade)
+		path, agentAPI, AuthHeader, BearerPrefix, token, RankLinkUpgrade)
 	br := bufio.NewReader(c)
 	c.SetReadDeadline(time.Now().Add(rankLinkAnswerTimeout))
 	resp, err := http.ReadResponse(br, nil)

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"crypto/subtle"
 	"bufio"
 	"encoding/binary"
 	"encoding/json"
@@ -157,6 +158,36 @@ func (l *Link) handshake(me linkHello, want func(linkHello) error) error {
 func SendAuth(c net.Conn, token string) error {
 	l := NewLink(c)
 	return l.sendJSON(frameHello, linkHello{Token: token})
+}
+
+// maxAuthFrame bounds the agent's first frame on a runner's rank port.
+const maxAuthFrame = 4 << 10
+
+// ReadAuth reads what SendAuth wrote, byte for byte (nothing after it:
+// the link's own protocol follows), and checks the token.
+func ReadAuth(c net.Conn, token string) error {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	var hdr [5]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.LittleEndian.Uint32(hdr[1:])
+	if hdr[0] != frameHello || n > maxAuthFrame {
+		return fmt.Errorf("rank port: a frame of type %d and %d bytes, want the agent's hello", hdr[0], n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return err
+	}
+	var h linkHello
+	if err := json.Unmarshal(b, &h); err != nil {
+		return fmt.Errorf("rank port: %w", err)
+	}
+	if subtle.ConstantTimeCompare([]byte(h.Token), []byte(token)) != 1 {
+		return errors.New("rank port: wrong token")
+	}
+	return nil
 }
 
 // LinkSampleEvery is how often a traced request's rank samples the bytes

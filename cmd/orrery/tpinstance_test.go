@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/auth"
+)
+
+// A model placed as one tensor-parallel group over two real agents: the
+// model only on B, A's slice cut there and received over the peer link,
+// the ranks linked through the agents; greedy output identical to the
+// whole model on one rank. Refusals name their reason, and a killed rank
+// fails the instance.
+func TestTensorParallelInstance(t *testing.T) {
+	bin := buildBinary(t)
+	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
+	lb := t.TempDir()
+	extra := []string{"--loopback-dir", lb, "--runner-threads", "1"}
+	dirs := []string{t.TempDir(), t.TempDir()}
+	modelID := genModel(t, bin, dirs[1], "tp-test", "--preset", "small")
+	var ps []*agentProc
+	for _, d := range dirs {
+		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), extra...))
+	}
+	for _, p := range ps {
+		waitHealthy(t, p)
+	}
+	pollAll(t, ps, 10*time.Second, "one master and 2 members", func() (bool, string) { return agreed(t, ps, 2) })
+	ids := make([]string, 2)
+	for i, p := range ps {
+		p.mustGet(t, "/node_id", &ids[i])
+	}
+	a, b := ps[0], ps[1]
+	poll(t, a, 20*time.Second, "B's model in A's /v1/models", func() (bool, string) {
+		_, body, _ := a.get("/v1/models")
+		return strings.Contains(string(body), ids[1]), string(body)
+	})
+
+	req := `{"model":"` + modelID + `","messages":[{"role":"user","content":"hello group"}],"max_tokens":16,"temperature":0,"ignore_eos":true}`
+	one := placeJSON(t, a, `{"model":"`+modelID+`","node":"`+ids[1]+`"}`)
+	waitReadyRanks(t, a, one)
+	lpReq := `{"model":"` + modelID + `","prompt":"hello group","max_tokens":24,"temperature":0,"ignore_eos":true,"logprobs":2}`
+	ref := legacyComplete(t, a, lpReq)
+	deleteInstance(t, a, one.InstanceID)
+
+	for _, c := range []struct{ body, says string }{
+		{`"parallelism":"auto"`, "not built yet"},
+		{`"parallelism":{"tensor":3}`, "3 on a cluster of 2"},
+		{`"parallelism":{"pipeline":2,"tensor":2}`, "not built yet"},
+		{`"parallelism":"tensor","node":"` + ids[0] + `"`, "not ranks or one node"},
+	} {
+		code, body, _ := a.post("/instance", `{"model":"`+modelID+`",`+c.body+`}`)
+		if code != http.StatusBadRequest || !strings.Contains(string(body), c.says) {
+			t.Errorf("placement with %s: %d %s, want 400 saying %q", c.body, code, body, c.says)
+		}
+	}
+
+	code, body, err := a.post("/instance", fmt.Sprintf(`{"model":"%s","nodes":["%s","%s"],"parallelism":"tensor"}`, modelID, ids[0], ids[1]))
+	if err != nil || code != http.StatusCreated {
+		t.Fatalf("tensor-parallel placement: %d %s %v", code, body, err)
+	}
+	var pr struct {
+		Instance struct {
+			instanceState
+			Tensor int
+		}
+	}
+	if err := json.Unmarshal(body, &pr); err != nil {
+		t.Fatal(err)
+	}
+	in := pr.Instance
+	if in.Tensor != 2 || len(in.Ranks) != 2 || in.Ranks[0].NodeID != ids[0] || in.Ranks[1].LastLayer != 8 || in.Ranks[0].FirstLayer != 0 {
+		t.Fatalf("placement %+v: want 2 ranks of all 8 blocks, tensor 2", in)
+	}
+	runners := waitReadyRanks(t, b, in.instanceState)
+	code, hdr, answer := chat(t, b, req)
+	if code != http.StatusOK || answer.Usage.CompletionTokens != 16 || hdr.Get("X-Orrery-Node") != ids[0] {
+		t.Fatalf("tensor 2 through B: %d %+v (node %s)", code, answer, hdr.Get("X-Orrery-Node"))
+	}
+	agreeUpToNearTie(t, "tensor 2", legacyComplete(t, b, lpReq), ref, 0.05)
+	if !strings.Contains(a.stderr.String(), "tpRanks=2") {
+		t.Errorf("A's log does not show its slice received or cut:\n%.4000s", a.stderr.String())
+	}
+
+	// kill -9 of rank 1: rank 0 notices at its next step and the
+	// instance fails, naming the rank.
+	if err := syscall.Kill(runners[1].Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	chat(t, a, req)
+	poll(t, a, 20*time.Second, "the instance Failed", func() (bool, string) {
+		st := instancesOf(t, a)[in.InstanceID]
+		return st.Status == "Failed" && strings.Contains(st.Error, "rank 1"), fmt.Sprintf("%+v", st)
+	})
+}
+
+// agreeUpToNearTie checks that a greedy completion gives want's tokens,
+// with logprobs within 0.05, until the first token that differs, where
+// the two tokens were within tieGap of each other in want's logprobs: a
+// near-tie that another order of summation (and the f16 KV cache's
+// rounding of it) may flip.
+func agreeUpToNearTie(t *testing.T, what string, got, want legacyCompletion, tieGap float64) {
+	t.Helper()
+	g, w := got.Choices[0].Logprobs, want.Choices[0].Logprobs
+	if g == nil || w == nil || len(g.Tokens) != len(w.Tokens) {
+		t.Fatalf("%s: logprobs %+v, want %+v", what, g, w)
+	}
+	for i := range w.Tokens {
+		if g.Tokens[i] == w.Tokens[i] {
+			if d := g.TokenLogprobs[i] - w.TokenLogprobs[i]; d > 0.05 || d < -0.05 {
+				t.Fatalf("%s: token %d %q: logprob %v, want %v", what, i, w.Tokens[i], g.TokenLogprobs[i], w.TokenLogprobs[i])
+			}
+			continue
+		}
+		alt, ok := w.TopLogprobs[i][g.Tokens[i]]
+		gap := w.TokenLogprobs[i] - alt
+		if !ok || gap > tieGap {
+			t.Fatalf("%s: token %d is %q, want %q (%v; %q had %v in want's top, ok %v): not a near-tie", what, i, g.Tokens[i], w.Tokens[i],
+				w.TokenLogprobs[i], g.Tokens[i], alt, ok)
+		}
+		t.Logf("%s: the same %d tokens, then a near-tie (%q vs %q, %.4f apart)", what, i, g.Tokens[i], w.Tokens[i], gap)
+		return
+	}
+	t.Logf("%s: the same %d tokens", what, len(w.Tokens))
+}
