@@ -92,21 +92,12 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift}
 	if *tpRanks > 1 {
-		var connect func(context.Context) (*collective.Mesh, error)
-		var ln net.Listener
-		var err error
-		if *tpAddrs == "" {
-			connect, ln, err = tpViaAgent(*tpRank, *tpRanks, *agentAPI, *instance, token)
-			cfg.RankListener = ln // the agent connects the other ranks here
-		} else {
-			connect, ln, err = tpFlags(*tpRank, *tpRanks, *tpAddrs, getenv(tpTokenEnv))
-		}
+		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *agentAPI, getenv(tpTokenEnv))
 		if err != nil {
 			fmt.Fprintf(stderr, "orrery runner: %v\n", err)
 			return 2
 		}
 		defer ln.Close()
-		cfg.TPRank, cfg.TPRanks, cfg.TPConnect = *tpRank, *tpRanks, connect
 	}
 	if *ranks > 1 {
 		if *agentAPI == "" || *instance == "" {
@@ -139,6 +130,25 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		return 1
 	}
 	return 0
+}
+
+// tpSetup makes cfg a tensor-parallel rank: linked directly over loopback
+// (addrs) or through the agent. It returns the rank's listener.
+func tpSetup(cfg *runner.Config, rank, ranks int, addrs, agentAPI, groupToken string) (net.Listener, error) {
+	var connect func(context.Context) (*collective.Mesh, error)
+	var ln net.Listener
+	var err error
+	if addrs == "" {
+		connect, ln, err = tpViaAgent(rank, ranks, agentAPI, cfg.Instance, cfg.Token)
+		cfg.RankListener = ln // the agent connects the other ranks here
+	} else {
+		connect, ln, err = tpFlags(rank, ranks, addrs, groupToken)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.TPRank, cfg.TPRanks, cfg.TPConnect = rank, ranks, connect
+	return ln, nil
 }
 
 // tpTokenEnv holds the token every link of a tensor-parallel group
@@ -190,7 +200,9 @@ func tpViaAgent(rank, ranks int, agentAPI, instance, token string) (func(context
 	if err != nil {
 		return nil, nil, fmt.Errorf("tensor-parallel listen: %w", err)
 	}
-	dial := func(ctx context.Context, r int) (net.Conn, error) { return runner.DialRankLinkTo(ctx, agentAPI, token, r) }
+	dial := func(ctx context.Context, r int) (net.Conn, error) {
+		return runner.DialRankLinkTo(ctx, agentAPI, token, r)
+	}
 	return func(ctx context.Context) (*collective.Mesh, error) {
 		return collective.ConnectWith(ctx, rank, ranks, dial, agentAuthListener{ln, token}, instance)
 	}, ln, nil

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"strconv"
 	"bufio"
 	"bytes"
 	"context"
@@ -10,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 

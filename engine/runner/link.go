@@ -1,8 +1,8 @@
 package runner
 
 import (
-	"crypto/subtle"
 	"bufio"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
