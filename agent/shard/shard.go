@@ -126,11 +126,16 @@ func pieceOf(in state.Instance, rank int) piece {
 // whole reports whether the piece is the whole model of layers blocks.
 func (pc piece) whole(layers int) bool { return pc.first == 0 && pc.last == layers && pc.tpRanks < 2 }
 
+// tpPlanVersion names how model.PlanTP splits: a slice cut by another
+// version is not reused (the runners also check that their slices tile
+// the model).
+const tpPlanVersion = 2
+
 // name is the piece's file in the cache: <hash prefix>-<first>-<last>,
-// and -tp<rank>of<ranks> for a slice.
+// and -tp<rank>of<ranks>-v<plan version> for a slice.
 func (pc piece) name(hash string) string {
 	if pc.tpRanks > 1 {
-		return fmt.Sprintf("%.16s-%d-%d-tp%dof%d.gguf", hash, pc.first, pc.last, pc.tpRank, pc.tpRanks)
+		return fmt.Sprintf("%.16s-%d-%d-tp%dof%d-v%d.gguf", hash, pc.first, pc.last, pc.tpRank, pc.tpRanks, tpPlanVersion)
 	}
 	return shardName(hash, pc.first, pc.last)
 }

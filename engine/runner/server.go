@@ -241,8 +241,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
 		"rank", s.cfg.Rank, "ranks", s.cfg.Ranks)
 	if s.cfg.TPRanks > 1 {
-		s.serveTP(ctx, rank, tok)
-		return nil
+		return s.serveTP(ctx, rank, tok)
 	}
 	if s.cfg.Ranks == 1 {
 		s.serve(ctx, &Generator{M: &Local{F: rank, Tok: tok}, Tok: tok})

@@ -37,17 +37,51 @@ func (s *Server) connectTP(ctx context.Context, opts *backend.Options) error {
 	return nil
 }
 
+// checkTiling checks, with one all-reduce, that the group's slices tile
+// the model: every query head and every MLP column held by exactly one
+// rank. Slices cut by different plans (a stale cache, two versions) would
+// otherwise sum wrong partial outputs without a word.
+func checkTiling(m *collective.Mesh, s *model.TPSlice) error {
+	if s == nil {
+		return errors.New("the model file is not a tensor-parallel slice")
+	}
+	v := make([]float32, s.FullHeads+s.FullFF)
+	for h := s.Head; h < s.Head+s.Heads && h < s.FullHeads; h++ {
+		v[h] = 1
+	}
+	for c := s.FF; c < s.FF+s.FFDim && c < s.FullFF; c++ {
+		v[s.FullHeads+c] = 1
+	}
+	if err := m.AllReduce(v); err != nil {
+		return err
+	}
+	m.TakeTimings() // not a request's
+	for i, x := range v {
+		if x != 1 {
+			what := fmt.Sprintf("query head %d", i)
+			if i >= s.FullHeads {
+				what = fmt.Sprintf("MLP column %d", i-s.FullHeads)
+			}
+			return fmt.Errorf("the group's slices do not tile the model: %s is held by %v ranks (slices of different plans?)", what, x)
+		}
+	}
+	return nil
+}
+
 // serveTP runs a loaded tensor-parallel rank: rank 0 serves completions
 // with every step replayed on the others; the others replay until the
 // group breaks, which ends the runner (as a broken pipeline does).
-func (s *Server) serveTP(ctx context.Context, rank backend.Rank, tok *model.Tokenizer) {
+func (s *Server) serveTP(ctx context.Context, rank backend.Rank, tok *model.Tokenizer) error {
 	s.mu.Lock()
 	mesh := s.mesh
 	s.mu.Unlock()
+	if err := checkTiling(mesh, rank.Config().TP); err != nil {
+		return fmt.Errorf("tensor-parallel rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
+	}
 	if s.cfg.TPRank == 0 {
 		s.serveAs(ctx, &Generator{M: &Local{F: &TPLeader{F: rank, Mesh: mesh}, Tok: tok}, Tok: tok},
 			fmt.Sprintf("tensor-parallel group of %d broke at rank 0", s.cfg.TPRanks))
-		return
+		return nil
 	}
 	f := &TPFollower{F: rank, Mesh: mesh}
 	s.loop(ctx, func(ctx context.Context) error {
@@ -56,6 +90,7 @@ func (s *Server) serveTP(ctx context.Context, rank backend.Rank, tok *model.Toke
 		}
 		return nil
 	})
+	return nil
 }
 
 // closeTPLocked closes the mesh: a rank blocked in an all-reduce returns.

@@ -1,0 +1,78 @@
+package runner
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+func meshPair(t *testing.T) [2]*collective.Mesh {
+	t.Helper()
+	var lns [2]net.Listener
+	addrs := make([]string, 2)
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], addrs[i] = ln, ln.Addr().String()
+		t.Cleanup(func() { ln.Close() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var ms [2]*collective.Mesh
+	var errs [2]error
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() { ms[r], errs[r] = collective.Connect(ctx, r, 2, addrs, lns[r], "t") })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ms[r].Close)
+	}
+	return ms
+}
+
+// Slices that tile the model pass; slices of two plans (rank 1's MLP
+// columns overlapping rank 0's) are refused on both ranks, naming a
+// column.
+func TestCheckTiling(t *testing.T) {
+	full := model.TPSlice{Ranks: 2, FullHeads: 8, FullKVHeads: 4, FullFF: 256}
+	s0, s1 := full, full
+	s0.Heads, s0.KVHeads, s0.FFDim = 4, 2, 96
+	s1.Rank, s1.Head, s1.Heads, s1.KVHead, s1.KVHeads, s1.FF, s1.FFDim = 1, 4, 4, 2, 2, 96, 160
+	for _, c := range []struct {
+		name   string
+		ff1    int
+		wantOK bool
+	}{{"tiled", 96, true}, {"overlapping", 64, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			ms := meshPair(t)
+			b := s1
+			b.FF, b.FFDim = c.ff1, 256-c.ff1
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for r, s := range []model.TPSlice{s0, b} {
+				wg.Go(func() { errs[r] = checkTiling(ms[r], &s) })
+			}
+			wg.Wait()
+			for r, err := range errs {
+				if c.wantOK && err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+				if !c.wantOK && (err == nil || !strings.Contains(err.Error(), "MLP column 64")) {
+					t.Errorf("rank %d: %v, want a refusal naming MLP column 64", r, err)
+				}
+			}
+		})
+	}
+}
