@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -207,9 +208,12 @@ func tpSide(ctx context.Context, o TPOptions, paths []string) (TPSide, error) {
 	if err != nil {
 		return side, err
 	}
+	// Pinned: one thread on its core. Unpinned: the machine's cores
+	// shared out (ggml's threads spin while they wait: more threads than
+	// cores would mostly wait for each other).
 	threads := "1"
 	if o.Cores == nil {
-		threads = "0"
+		threads = strconv.Itoa(max(1, runtime.NumCPU()/len(paths)))
 	}
 	var client *runner.Client
 	var stops []func()
