@@ -18,7 +18,6 @@ import (
 	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/internal/transfer"
 )
@@ -145,15 +144,7 @@ func (pc piece) write(path, dst, hash string) error {
 	if pc.tpRanks < 2 {
 		return model.WriteShard(path, dst, pc.first, pc.last, hash)
 	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		return err
-	}
-	plan, err := model.PlanTP(f, cfg, pc.tpRanks)
+	plan, err := model.PlanTPFile(path, pc.tpRanks)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/sample"
@@ -201,15 +200,7 @@ func TestTensorParallelRunners(t *testing.T) {
 
 func tpPlan(t *testing.T, path string, ranks int) []model.TPSlice {
 	t.Helper()
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := model.PlanTP(f, cfg, ranks)
+	plan, err := model.PlanTPFile(path, ranks)
 	if err != nil {
 		t.Fatal(err)
 	}

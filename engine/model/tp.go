@@ -181,6 +181,19 @@ func ffUnits(f *gguf.File, cfg Config, first, block, ranks int) []int {
 	return out
 }
 
+// PlanTPFile is PlanTP of the model file at path.
+func PlanTPFile(path string, ranks int) ([]TPSlice, error) {
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return PlanTP(f, cfg, ranks)
+}
+
 // spread splits n units over k parts, the first n%k one larger.
 func spread(n, k int) []int {
 	out := make([]int, k)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
@@ -64,22 +63,14 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 		for _, ranks := range c.ranks {
 			name := fmt.Sprintf("%s-%s-%dh%dkv-tp%d", c.family, c.typ, c.shape.Heads, c.shape.KVHeads, ranks)
 			t.Run(name, func(t *testing.T) {
-				f, err := gguf.ReadFile(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg, err := model.FromGGUF(f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				plan, err := model.PlanTP(f, cfg, ranks)
+				plan, err := model.PlanTPFile(path, ranks)
 				if err != nil {
 					t.Fatal(err)
 				}
 				paths := make([]string, ranks)
 				for r, s := range plan {
 					paths[r] = filepath.Join(t.TempDir(), fmt.Sprintf("tp%d.gguf", r))
-					if err := model.WriteTPSlice(path, paths[r], 0, cfg.Layers, s, "test"); err != nil {
+					if err := model.WriteTPSlice(path, paths[r], 0, c.shape.Layers, s, "test"); err != nil {
 						t.Fatal(err)
 					}
 				}
