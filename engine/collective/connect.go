@@ -106,6 +106,9 @@ func acceptAbove(ctx context.Context, rank, n int, ln net.Listener, token string
 }
 
 func dialRank(ctx context.Context, dial func(context.Context) (net.Conn, error), rank, to int, token string) (net.Conn, error) {
+	// From 20 ms (ranks on one machine come up together) to 250 ms (a
+	// rank still loading, whose agent each attempt asks anew).
+	wait := 20 * time.Millisecond
 	for {
 		c, err := dial(ctx)
 		if err == nil {
@@ -120,8 +123,9 @@ func dialRank(ctx context.Context, dial func(context.Context) (net.Conn, error),
 		select {
 		case <-ctx.Done():
 			return nil, errors.Join(ctx.Err(), err)
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 250*time.Millisecond)
 	}
 }
 
