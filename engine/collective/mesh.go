@@ -33,6 +33,11 @@ const MaxPayload = 64 << 20
 
 const headerLen = 9
 
+// DefaultReduceTimeout is Mesh.ReduceTimeout unless set: far more than
+// the compute between two all-reduces (one block's half, even of a long
+// prompt on a large model).
+const DefaultReduceTimeout = 2 * time.Minute
+
 // ErrLinkLost is wrapped when a link of the group breaks: a rank died or
 // its node went away. The mesh is unusable after it.
 var ErrLinkLost = errors.New("tensor-parallel link lost")
@@ -49,6 +54,11 @@ type Mesh struct {
 
 	mu   sync.Mutex
 	dead error
+
+	// ReduceTimeout bounds how long an all-reduce waits for a rank: one
+	// that stays silent longer (stopped, cut off without a reset) fails the
+	// group instead of hanging it. Set before the first AllReduce.
+	ReduceTimeout time.Duration
 
 	// Stats, for traces and benchmarks.
 	Reduces    uint64
@@ -91,7 +101,7 @@ func New(rank, n int, conns []net.Conn) (*Mesh, error) {
 	if !littleEndian() {
 		return nil, errors.New("mesh: a big-endian machine; the wire is little endian")
 	}
-	m := &Mesh{rank: rank, n: n, links: make([]*link, n), recv: make([][]byte, n)}
+	m := &Mesh{rank: rank, n: n, links: make([]*link, n), recv: make([][]byte, n), ReduceTimeout: DefaultReduceTimeout}
 	for r, c := range conns {
 		if r == rank {
 			continue
@@ -145,6 +155,12 @@ func (m *Mesh) AllReduce(buf []float32) error {
 		return fmt.Errorf("%w: %w", ErrLinkLost, err)
 	}
 	start := time.Now()
+	deadline := start.Add(m.ReduceTimeout)
+	for _, l := range m.links {
+		if l != nil {
+			l.c.SetDeadline(deadline)
+		}
+	}
 	m.seq++
 	payload := floatBytes(buf)
 	if len(payload) > MaxPayload {
@@ -231,6 +247,7 @@ func (m *Mesh) Send(payload []byte) error {
 		if l == nil {
 			continue
 		}
+		l.c.SetWriteDeadline(time.Now().Add(m.ReduceTimeout))
 		if err := l.write(frameControl, 0, payload); err != nil {
 			err = m.fail(fmt.Errorf("to rank %d: %w", r, err))
 			m.Close()
@@ -245,6 +262,10 @@ func (m *Mesh) Recv(from int) ([]byte, error) {
 	if from < 0 || from >= m.n || m.links[from] == nil {
 		return nil, fmt.Errorf("mesh: no link to rank %d", from)
 	}
+	// A follower waits here between requests, as long as they are apart:
+	// no deadline (the last all-reduce's would cut it); the leader's link
+	// closing ends the wait.
+	m.links[from].c.SetReadDeadline(time.Time{})
 	b, err := m.links[from].read(frameControl, 0, -1, nil)
 	if err != nil {
 		err = m.fail(fmt.Errorf("from rank %d: %w", from, err))

@@ -201,3 +201,39 @@ func BenchmarkAllReduce2048(b *testing.B) {
 	b.ReportMetric(float64(times[len(times)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(times[len(times)*99/100].Microseconds()), "p99-µs")
 }
+
+// A rank that stays silent (stopped, or cut off without a reset) fails
+// the others' all-reduce after ReduceTimeout instead of hanging them; a
+// follower idle between requests longer than that is not cut off.
+func TestSilentRankTimesOut(t *testing.T) {
+	ms := group(t, 2, "secret")
+	ms[0].ReduceTimeout = 300 * time.Millisecond
+	ms[1].ReduceTimeout = 300 * time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- ms[0].AllReduce(make([]float32, 2048)) }()
+	// Rank 1 answers once, then idles past the timeout in Recv.
+	if err := ms[1].AllReduce(make([]float32, 2048)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { _, err := ms[1].Recv(0); got <- err }()
+	time.Sleep(600 * time.Millisecond)
+	if err := ms[0].Send([]byte("late step")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("an idle follower was cut off: %v", err)
+	}
+	// Now rank 1 stays silent in an all-reduce.
+	start := time.Now()
+	err := ms[0].AllReduce(make([]float32, 2048))
+	if !errors.Is(err, ErrLinkLost) {
+		t.Fatalf("all-reduce with a silent rank: %v, want ErrLinkLost", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the silent rank held the all-reduce %v", d)
+	}
+}
