@@ -72,6 +72,14 @@ func ShardSize(f *gguf.File, cfg Config, first, last int) (uint64, error) {
 // the tensors ShardTensors lists, copied byte for byte. sourceHash names
 // the model the shard came from.
 func WriteShard(src, dst string, first, last int, sourceHash string) error {
+	return fromFile(src, func(f *gguf.File, r io.ReaderAt) error {
+		return WriteShardFrom(f, r, dst, first, last, sourceHash)
+	})
+}
+
+// fromFile runs write on the model file at src (its header and its data),
+// naming src in write's error.
+func fromFile(src string, write func(*gguf.File, io.ReaderAt) error) error {
 	f, err := gguf.ReadFile(src)
 	if err != nil {
 		return err
@@ -81,7 +89,7 @@ func WriteShard(src, dst string, first, last int, sourceHash string) error {
 		return err
 	}
 	defer in.Close()
-	if err := WriteShardFrom(f, in, dst, first, last, sourceHash); err != nil {
+	if err := write(f, in); err != nil {
 		return fmt.Errorf("%s: %w", src, err)
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 
@@ -390,19 +389,9 @@ func (cut tpCut) apply(t gguf.TensorInfo, r io.ReaderAt, off int64) ([]uint64, f
 // model at src to dst, atomically (see the package's tensor-parallel
 // comment). sourceHash names the model it came from.
 func WriteTPSlice(src, dst string, first, last int, s TPSlice, sourceHash string) error {
-	f, err := gguf.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if err := WriteTPSliceFrom(f, in, dst, first, last, s, sourceHash); err != nil {
-		return fmt.Errorf("%s: %w", src, err)
-	}
-	return nil
+	return fromFile(src, func(f *gguf.File, r io.ReaderAt) error {
+		return WriteTPSliceFrom(f, r, dst, first, last, s, sourceHash)
+	})
 }
 
 // WriteTPSliceFrom is WriteTPSlice from a model's header f and data r.
