@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/identity"
@@ -32,8 +33,10 @@ import (
 
 // Agent is one running node: the parts New wires, which Start runs.
 type Agent struct {
-	cfg      Config
-	log      *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// idMu guards identity's Speed, set once measured.
+	idMu     sync.Mutex
 	identity state.NodeIdentity
 	store    *state.Store
 	seq      state.Sequencer
@@ -50,6 +53,7 @@ type Agent struct {
 	// ring runs the ring benchmark.
 	tracer    *tracecollect.Tracer
 	ring      *ringbench.Bench
+	exe       string // the orrery binary runners (and the speed benchmark) run
 	sup       *supervisor.Supervisor
 	relay     *supervisor.Relay
 	instances *instance.Manager
@@ -186,6 +190,7 @@ func (a *Agent) wire(k keys, exe string) error {
 		return a.node.DialStream(ctx, node, cluster.PurposeHTTP, "")
 	})
 	a.wireServing(exe)
+	a.exe = exe
 	node, err := cluster.NewNode(cluster.Config{
 		NodeID: id, StartedAt: k.id.StartedAt, Version: cfg.Version,
 		Listener: a.pln, PeerPort: peerPort,
@@ -272,7 +277,10 @@ func (a *Agent) wireServing(exe string) {
 }
 
 func (a *Agent) publishIdentity() {
-	if err := a.seq.Publish(state.NodeIdentityMeasured{NodeID: a.identity.NodeID, Identity: a.identity}); err != nil {
+	a.idMu.Lock()
+	id := a.identity
+	a.idMu.Unlock()
+	if err := a.seq.Publish(state.NodeIdentityMeasured{NodeID: id.NodeID, Identity: id}); err != nil {
 		a.log.Warn("publish identity", "err", err)
 	}
 }

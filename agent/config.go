@@ -69,6 +69,11 @@ type Config struct {
 	// RunnerExe is the orrery binary that model runners are started with
 	// (`RunnerExe runner …`); empty means this very executable.
 	RunnerExe string
+	// Speed is where this node's compute speed for placement's cost model
+	// comes from: "auto" (the cached benchmark, or `orrery speed` run at
+	// start), a JSON file of `orrery speed --json`, or "" / "off" (none:
+	// other nodes' figures stand in for it).
+	Speed string
 	// RunnerThreads and ContextLen are passed to runners (0: all CPUs,
 	// and the model's context length).
 	RunnerThreads, ContextLen int

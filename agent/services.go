@@ -73,6 +73,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	// Instances restored from disk follow at once.
 	a.publishIdentity()
 	a.ledger.Kick("agent started")
+	go a.measureSpeed(ctx, a.exe)
 	go func() {
 		r.err = runAll(ctx, a.log, svcs)
 		a.shutdown(&r.node)

@@ -118,4 +118,10 @@ type PreviewsResponse struct {
 	ModelBytes uint64              `json:"modelBytes"`
 	ContextLen int                 `json:"contextLength"`
 	Previews   []placement.Preview `json:"previews"`
+	// Plans are the cost model's predictions of every candidate plan
+	// (pipelines over the first k nodes, tensor-parallel groups over the
+	// first T), and Auto the one "parallelism": "auto" would place ("":
+	// none can be predicted yet, so auto places a pipeline).
+	Plans []placement.Prediction `json:"plans"`
+	Auto  string                 `json:"auto"`
 }

@@ -9,10 +9,13 @@ import (
 // Parallelism is how POST /instance splits a model over its nodes:
 // "pipeline" (each node a range of blocks; the default), "tensor" (each
 // node a slice of every block, all computing each token together), or
-// {"pipeline": P, "tensor": T}. "auto", which would choose from the
-// measured links, is refused until its cost model is built.
+// {"pipeline": P, "tensor": T}, or "auto": the plan the cost model
+// predicts fastest from the nodes' measured speed and links
+// (docs/cost-model.md). Loading on demand uses "auto".
 type Parallelism struct {
-	Pipeline int `json:"pipeline,omitempty"`
+	// Auto chooses the plan.
+	Auto     bool `json:"-"`
+	Pipeline int  `json:"pipeline,omitempty"`
 	// Tensor is the tensor-parallel degree; -1 for "tensor": every node
 	// the placement uses.
 	Tensor int `json:"tensor,omitempty"`
@@ -32,9 +35,9 @@ func (p *Parallelism) UnmarshalJSON(b []byte) error {
 		case "tensor":
 			*p = Parallelism{Pipeline: 1, Tensor: -1}
 		case "auto":
-			return fmt.Errorf(`parallelism "auto" is not built yet (it needs the cost model of the tensor-parallel issue): name "pipeline" or "tensor"`)
+			*p = Parallelism{Auto: true}
 		default:
-			return fmt.Errorf(`parallelism %q: want "pipeline", "tensor" or {"pipeline": P, "tensor": T}`, s)
+			return fmt.Errorf(`parallelism %q: want "auto", "pipeline", "tensor" or {"pipeline": P, "tensor": T}`, s)
 		}
 		return nil
 	}
@@ -43,7 +46,7 @@ func (p *Parallelism) UnmarshalJSON(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&v); err != nil {
-		return fmt.Errorf(`parallelism: %w (want "pipeline", "tensor" or {"pipeline": P, "tensor": T})`, err)
+		return fmt.Errorf(`parallelism: %w (want "auto", "pipeline", "tensor" or {"pipeline": P, "tensor": T})`, err)
 	}
 	if v.Pipeline < 0 || v.Tensor < 0 {
 		return fmt.Errorf("parallelism %+v: negative", v)
@@ -52,8 +55,11 @@ func (p *Parallelism) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// MarshalJSON writes "tensor" for every node, else the object.
+// MarshalJSON writes "auto", "tensor" for every node, else the object.
 func (p Parallelism) MarshalJSON() ([]byte, error) {
+	if p.Auto {
+		return []byte(`"auto"`), nil
+	}
 	if p.Tensor == -1 {
 		return []byte(`"tensor"`), nil
 	}
@@ -62,4 +68,6 @@ func (p Parallelism) MarshalJSON() ([]byte, error) {
 }
 
 // TensorParallel reports whether p asks for a tensor-parallel group.
-func (p *Parallelism) TensorParallel() bool { return p != nil && (p.Tensor > 1 || p.Tensor == -1) }
+func (p *Parallelism) TensorParallel() bool {
+	return p != nil && !p.Auto && (p.Tensor > 1 || p.Tensor == -1)
+}

@@ -27,6 +27,9 @@ type modelLayout struct {
 	source *state.ModelSource
 	// path is this node's copy ("" when placed from its source).
 	path string
+	// file and cfg are its header, for the cost model.
+	file *gguf.File
+	cfg  model.Config
 }
 
 // layout reads a model's placement layout: from this node's copy, else
@@ -56,7 +59,7 @@ func (m *Manager) layout(ctx context.Context, modelID string) (modelLayout, erro
 	if err != nil {
 		return modelLayout{}, err
 	}
-	return modelLayout{size: uint64(e.SizeBytes), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), path: e.Path}, nil
+	return modelLayout{size: uint64(e.SizeBytes), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), path: e.Path, file: f, cfg: cfg}, nil
 }
 
 // sourceLayout resolves an hf.co reference and reads its file's header
@@ -77,7 +80,7 @@ func (m *Manager) sourceLayout(ctx context.Context, ref string) (modelLayout, er
 	if err != nil {
 		return modelLayout{}, fmt.Errorf("%w: %s cannot run: %v", api.ErrModelNotFound, ref, err)
 	}
-	return modelLayout{size: uint64(src.Size), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), source: &src}, nil
+	return modelLayout{size: uint64(src.Size), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), source: &src, file: f, cfg: cfg}, nil
 }
 
 // candidates are the cluster's members with their available memory: the
@@ -191,8 +194,16 @@ func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
 	for _, b := range l.Block {
 		total += b
 	}
+	plans := m.predictions(ml, nodes, false)
+	if plans == nil {
+		plans = []placement.Prediction{}
+	}
+	auto := ""
+	if best, ok := placement.Fastest(plans); ok {
+		auto = best.Plan
+	}
 	return api.PreviewsResponse{Model: modelID, Layers: l.Layers, ModelBytes: ml.size, ContextLen: l.ContextLen,
-		Previews: placement.Previews(l, nodes)}, nil
+		Previews: placement.Previews(l, nodes), Plans: plans, Auto: auto}, nil
 }
 
 // Place creates an instance of a model that is on this node: on the
@@ -210,6 +221,9 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 	l := ml.layout
 	if err != nil {
 		return state.Instance{}, err
+	}
+	if p := req.Parallelism; p != nil && p.Auto {
+		return m.placeAuto(ctx, req, ml, existed)
 	}
 	if req.Parallelism.TensorParallel() {
 		return m.placeTensor(ctx, req, ml, existed)
@@ -289,7 +303,7 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
 		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1),
-		Source: ml.source, Tensor: tensor}
+		Source: ml.source, Tensor: tensor, Prediction: m.predict(ml, ranks, tensor)}
 	if k := req.KeepAlive; k != nil && !k.Pinned() {
 		// Unloaded if its first request does not come (or comes and ends).
 		exp := in.CreatedAt.Add(k.D + firstUseGrace)

@@ -76,7 +76,8 @@ func (m *Manager) Route(ctx context.Context, modelID string, keepAlive *api.Keep
 // second placement (409), and this waits for the first to show.
 func (m *Manager) placeOnDemand(ctx context.Context, modelID string, keepAlive api.KeepAlive) (string, string, error) {
 	m.log.Info("placing on demand", "model", modelID, "keepAlive", keepAlive)
-	in, err := m.placeAnywhere(ctx, api.PlaceRequest{Model: modelID, IfNone: true, KeepAlive: &keepAlive})
+	in, err := m.placeAnywhere(ctx, api.PlaceRequest{Model: modelID, IfNone: true, KeepAlive: &keepAlive,
+		Parallelism: &api.Parallelism{Auto: true}})
 	if err != nil && !errors.Is(err, api.ErrConflict) {
 		return "", "", fmt.Errorf("load %s on demand: %w", modelID, err)
 	}

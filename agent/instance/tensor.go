@@ -58,38 +58,9 @@ func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml mode
 	if err != nil {
 		return bad("%v", err)
 	}
-	if err := tensorFits(ml.layout, plan, nodes); err != nil {
-		return state.Instance{}, err
-	}
-	ranks := make([]placement.Rank, t)
-	for i, n := range nodes {
-		ranks[i] = placement.Rank{Rank: i, NodeID: n.ID, FirstLayer: 0, LastLayer: cfg.Layers}
+	ranks, err := placement.Tensor(ml.layout, plan, nodes)
+	if err != nil {
+		return state.Instance{}, placeErr(err)
 	}
 	return m.create(ctx, req, ml, ranks, t, existed)
 }
-
-// tensorFits checks each node's memory for its slice: its share of the
-// blocks' weights (the larger of its heads' and its MLP columns' share)
-// and of the KV cache (its kv heads'), the embeddings, and on rank 0 the
-// output head.
-func tensorFits(l placement.Layout, plan []model.TPSlice, nodes []placement.Node) error {
-	var blocks, kv uint64
-	for i := range l.Block {
-		blocks += l.Block[i]
-		kv += l.KV[i]
-	}
-	for i, s := range plan {
-		share := max(float64(s.Heads)/float64(s.FullHeads), float64(s.FFDim)/float64(s.FullFF))
-		need := uint64(float64(blocks)*share) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads) + l.Embed
-		if i == 0 {
-			need += l.Head
-		}
-		if n := nodes[i]; n.Available < need {
-			return fmt.Errorf("%w: rank %d of the tensor-parallel group needs %s on node %s, which has %s available",
-				api.ErrNoMemory, i, human(need), n.ID, human(n.Available))
-		}
-	}
-	return nil
-}
-
-func human(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -3,6 +3,9 @@ package state
 import (
 	"math"
 	"time"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/placement"
 )
 
 // Memory is a byte count in exo's shape: {"inBytes": n}.
@@ -43,6 +46,9 @@ type NodeIdentity struct {
 	RAMTotal     *Memory   `json:"ramTotal,omitempty"`
 	AgentVersion string    `json:"agentVersion"`
 	StartedAt    time.Time `json:"startedAt"`
+	// Speed is the node's measured compute (orrery speed), once known:
+	// what placement's cost model predicts from.
+	Speed *backend.Speed `json:"speed,omitempty"`
 }
 
 // NodeMemory is one memory sample, in exo's nodeMemory shape.
@@ -280,6 +286,9 @@ type Instance struct {
 	// every block, rank i its slice i of Tensor (heads and MLP columns),
 	// and rank 0 serves. 0 or 1: the ranks are a pipeline.
 	Tensor int `json:"tensor,omitempty"`
+	// Prediction is the cost model's prediction for the plan it was placed
+	// on (nil when no node's speed was known).
+	Prediction *placement.Prediction `json:"prediction,omitempty"`
 	// Keep-alive, like Ollama's: Pinned instances stay until deleted;
 	// the others are unloaded KeepAliveMs after their last request ends,
 	// at ExpiresAt (nil while a request runs). Active counts the requests

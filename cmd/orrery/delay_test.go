@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
-	"github.com/orrery-cluster/orrery/internal/netnstest"
+	"github.com/orrery-cluster/orrery/internal/delayproxy"
 )
 
 // delayedPair starts two agents that reach each other only through delay
@@ -20,16 +20,16 @@ import (
 // its upstream from another loopback address (127.0.0.3 or .4), so the
 // address a node learns from an inbound link leads nowhere: every link,
 // rank links included, goes through a proxy.
-func delayedPair(t *testing.T, bin string, delay time.Duration, extra ...string) (a, b *agentProc, toB, toA *netnstest.DelayProxy) {
+func delayedPair(t *testing.T, bin string, delay time.Duration, extra ...string) (a, b *agentProc, toB, toA *delayproxy.Proxy) {
 	t.Helper()
 	peerA, peerB := freeAddr(t), freeAddr(t)
-	proxy := func(upstream, from string) *netnstest.DelayProxy {
+	proxy := func(upstream, from string) *delayproxy.Proxy {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
-		p := netnstest.NewDelayProxy(ln, delay, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", upstream) })
+		p := delayproxy.New(ln, delay, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", upstream) })
 		t.Cleanup(func() { p.Close() })
 		return p
 	}

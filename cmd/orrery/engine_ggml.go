@@ -19,3 +19,8 @@ func loadRank(ctx context.Context, path string, opts backend.Options, progress f
 // engineBuildWarning says when ggml was compiled for less than this CPU
 // can do (see ggml.BuildWarning); "" when all is well.
 func engineBuildWarning() string { return ggml.BuildWarning() }
+
+// measureCompute runs the compute micro-benchmark (ggml.MeasureSpeed).
+func measureCompute(ctx context.Context, dir string, threads int) (backend.Speed, error) {
+	return ggml.MeasureSpeed(ctx, dir, threads)
+}

@@ -14,3 +14,7 @@ func loadRank(context.Context, string, backend.Options, func(float32)) (backend.
 }
 
 func engineBuildWarning() string { return "" }
+
+func measureCompute(context.Context, string, int) (backend.Speed, error) {
+	return backend.Speed{}, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend to measure")
+}

@@ -38,6 +38,7 @@ Usage:
   orrery engine-bench [flags] time prefill and decode of a model on this machine, in process
   orrery batch-bench [flags]  time requests served at once (continuous batching) and a cached second turn, in process
   orrery tp-bench [flags]     time one runner against a tensor-parallel group of runners on this machine
+  orrery speed [flags]        measure this machine's compute for the placement cost model
   orrery runner [flags]       the model runner child process (started by the agent)
   orrery key show             print this machine's cluster key (creating one if none)
   orrery key set KEY|-        use the cluster key from another machine
@@ -86,6 +87,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runBatchBench(context.Background(), args[1:], stdout, stderr)
 	case "tp-bench":
 		return runTPBench(context.Background(), args[1:], stdout, stderr)
+	case "speed":
+		return runSpeed(context.Background(), args[1:], stdout, stderr)
 	case "runner":
 		return runRunner(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "key":
@@ -118,6 +121,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.FailAfter, "fail-after", cfg.FailAfter, "silence after which a peer is marked gone")
 	fs.DurationVar(&cfg.TraceMergeTimeout, "trace-merge-timeout", cfg.TraceMergeTimeout, "how long the master waits for a traced task's ranks before saving a partial trace")
 	fs.IntVar(&cfg.RunnerThreads, "runner-threads", 0, "CPU threads per model runner (0: all)")
+	fs.StringVar(&cfg.Speed, "speed", "auto", `this node's compute speed for "parallelism": "auto": "auto" (measured at start by orrery speed, about 3 s, and kept in the data dir), a file of orrery speed --json, or "off"`)
 	fs.IntVar(&cfg.ContextLen, "ctx", 0, "context length of model runners in tokens (0: each model's own)")
 	fs.BoolVar(&cfg.ContextShift, "context-shift", false, "let a generation run past the context: when a request's cache is full, drop the older half after BOS and go on (llama.cpp's context shift; off: such a max_tokens is a 400)")
 	fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "requests each instance placed from this node serves at once (slots sharing one KV cache of --ctx positions; batched together)")

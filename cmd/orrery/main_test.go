@@ -194,7 +194,9 @@ func startAgent(t *testing.T, bin, addr, dataDir string, extra ...string) *agent
 // otherwise (later flags win), so tests never touch port 52400 or 5353.
 func startAgentEnv(t *testing.T, bin, addr, dataDir string, env []string, extra ...string) *agentProc {
 	t.Helper()
-	args := append([]string{"agent", "--api-addr", addr, "--data-dir", dataDir, "--peer-addr", "127.0.0.1:0", "--mdns=false"}, extra...)
+	// No speed benchmark at start (3 s of both cores) unless a test asks
+	// for one with its own --speed.
+	args := append([]string{"agent", "--api-addr", addr, "--data-dir", dataDir, "--peer-addr", "127.0.0.1:0", "--mdns=false", "--speed", "off"}, extra...)
 	p := &agentProc{cmd: exec.Command(bin, args...), addr: addr, stderr: &syncBuffer{}, done: make(chan struct{})}
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)

@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/delayproxy"
 	"github.com/orrery-cluster/orrery/internal/netnstest"
 	"github.com/orrery-cluster/orrery/internal/testutil"
 )
@@ -72,7 +73,7 @@ type netnsAgent struct {
 func startNetnsAgent(t *testing.T, bin, name, ns, dataDir string, env []string, extra ...string) *netnsAgent {
 	t.Helper()
 	args := append([]string{"netns", "exec", ns, bin, "agent", "--api-addr", netnsAPIAddr, "--data-dir", dataDir,
-		"--mdns=false", "--network-interval", "1s"}, extra...)
+		"--mdns=false", "--network-interval", "1s", "--speed", "off"}, extra...)
 	a := &netnsAgent{name: name, ns: ns, cmd: exec.Command("ip", args...), stderr: &syncBuffer{},
 		done: make(chan struct{}), client: netnstest.HTTPClient(ns, 2*time.Second)}
 	a.cmd.Env = append(os.Environ(), env...)
@@ -203,7 +204,7 @@ func TestNetNSLinkTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("proxy listener in %s: %v", nsA, err)
 	}
-	proxy := netnstest.NewDelayProxy(pln, netnsDelay, func(ctx context.Context) (net.Conn, error) {
+	proxy := delayproxy.New(pln, netnsDelay, func(ctx context.Context) (net.Conn, error) {
 		return netnstest.Dial(ctx, nsA, "tcp", net.JoinHostPort(netnsIPB, netnsPeerPort))
 	})
 	t.Cleanup(func() { proxy.Close() })

@@ -50,7 +50,7 @@ func TestTensorParallelInstance(t *testing.T) {
 	deleteInstance(t, a, one.InstanceID)
 
 	for _, c := range []struct{ body, says string }{
-		{`"parallelism":"auto"`, "not built yet"},
+		{`"parallelism":"auto","node":"` + ids[0] + `"`, "not ranks or one node"},
 		{`"parallelism":{"tensor":3}`, "3 on a cluster of 2"},
 		{`"parallelism":{"pipeline":2,"tensor":2}`, "not built yet"},
 		{`"parallelism":"tensor","node":"` + ids[0] + `"`, "not ranks or one node"},

@@ -508,3 +508,36 @@ func deepseekMetadata(o GenOptions, kvs []gguf.KV) []gguf.KV {
 	}
 	return kvs
 }
+
+// GenHeader is the header Generate would write for o (metadata and tensor
+// directory, no data): for the cost model's projections of shapes too
+// large to write. retype, when not nil, gives each tensor another type
+// (e.g. a K-quant mix), its size following.
+func GenHeader(o GenOptions, retype func(name string, t gguf.TensorType) gguf.TensorType) (*gguf.File, error) {
+	if err := o.fill(); err != nil {
+		return nil, err
+	}
+	kvs, err := genMetadata(o)
+	if err != nil {
+		return nil, err
+	}
+	f := &gguf.File{KV: kvs}
+	var off uint64
+	for _, t := range genTensors(o) {
+		typ := t.Type
+		if retype != nil {
+			typ = retype(t.Name, typ)
+		}
+		elems := uint64(1)
+		for _, d := range t.Dims {
+			elems *= d
+		}
+		size, ok := typ.RowBytes(elems)
+		if !ok {
+			return nil, fmt.Errorf("tensor %s: %v does not hold %d values", t.Name, typ, elems)
+		}
+		f.Tensors = append(f.Tensors, gguf.TensorInfo{Name: t.Name, Dims: t.Dims, Type: typ, Offset: off, Size: size})
+		off += size
+	}
+	return f, nil
+}

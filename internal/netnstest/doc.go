@@ -1,7 +1,8 @@
 // Package netnstest helps tests that need real networking between
 // processes: Linux network namespaces (ip netns), veth pairs between them,
-// sockets and HTTP clients opened inside a namespace from the test process,
-// and a TCP proxy that delays every chunk it forwards.
+// sockets and HTTP clients opened inside a namespace from the test process.
+// The TCP proxy that delays every chunk it forwards is internal/delayproxy
+// (tp-bench uses it too).
 //
 // The namespace helpers are Linux-only and need root; the tests that use
 // them are behind the netns build tag (go test -tags netns …), so that a

@@ -1,4 +1,4 @@
-package netnstest
+package delayproxy
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 	"time"
 )
 
-// DelayProxy forwards each TCP connection it accepts to a new connection
+// Proxy forwards each TCP connection it accepts to a new connection
 // from its dial function, holding every chunk it reads for Delay before
 // writing it on, in both directions. Each direction has a reader and a
 // writer goroutine joined by a queue of (deliverAt, bytes), so the delay
 // adds latency without limiting throughput (up to the queue's length).
 // It is pure Go: no netem needed.
-type DelayProxy struct {
+type Proxy struct {
 	ln    net.Listener
 	dial  func(context.Context) (net.Conn, error)
 	delay time.Duration
@@ -40,33 +40,33 @@ type DelayProxy struct {
 // delayQueueLen bounds the chunks in flight per direction.
 const delayQueueLen = 4096
 
-// NewDelayProxy serves ln until Close. dial opens the upstream connection
+// New serves ln until Close. dial opens the upstream connection
 // for each accepted one (e.g. with Dial, inside a namespace).
-func NewDelayProxy(ln net.Listener, delay time.Duration, dial func(context.Context) (net.Conn, error)) *DelayProxy {
+func New(ln net.Listener, delay time.Duration, dial func(context.Context) (net.Conn, error)) *Proxy {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &DelayProxy{ln: ln, dial: dial, delay: delay, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, dial: dial, delay: delay, ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.serve()
 	return p
 }
 
 // Addr is the listening address.
-func (p *DelayProxy) Addr() net.Addr { return p.ln.Addr() }
+func (p *Proxy) Addr() net.Addr { return p.ln.Addr() }
 
 // Accepted counts the connections accepted so far.
-func (p *DelayProxy) Accepted() int64 { return p.accepted.Load() }
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
 // DialFailed counts the accepted connections whose upstream dial failed.
-func (p *DelayProxy) DialFailed() int64 { return p.dialFailed.Load() }
+func (p *Proxy) DialFailed() int64 { return p.dialFailed.Load() }
 
 // Forwarded returns the bytes forwarded client→upstream and upstream→client.
-func (p *DelayProxy) Forwarded() (up, down int64) {
+func (p *Proxy) Forwarded() (up, down int64) {
 	return p.forwarded[0].Load(), p.forwarded[1].Load()
 }
 
 // Lateness reports how many chunks were forwarded and by how much their
 // write started later than Delay after their read: the proxy's own error.
-func (p *DelayProxy) Lateness() (chunks int64, mean, max time.Duration) {
+func (p *Proxy) Lateness() (chunks int64, mean, max time.Duration) {
 	p.lateMu.Lock()
 	defer p.lateMu.Unlock()
 	if p.chunks > 0 {
@@ -75,7 +75,7 @@ func (p *DelayProxy) Lateness() (chunks int64, mean, max time.Duration) {
 	return p.chunks, mean, p.lateMax
 }
 
-func (p *DelayProxy) noteLate(d time.Duration) {
+func (p *Proxy) noteLate(d time.Duration) {
 	p.lateMu.Lock()
 	p.chunks++
 	p.lateTotal += d
@@ -98,7 +98,7 @@ func sleepUntil(t time.Time) {
 
 // Close stops accepting, closes every connection and waits for the
 // proxy's goroutines.
-func (p *DelayProxy) Close() error {
+func (p *Proxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	for c := range p.conns {
@@ -115,7 +115,7 @@ func (p *DelayProxy) Close() error {
 }
 
 // track registers c for Close; false when the proxy is already closed.
-func (p *DelayProxy) track(c net.Conn) bool {
+func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -125,14 +125,14 @@ func (p *DelayProxy) track(c net.Conn) bool {
 	return true
 }
 
-func (p *DelayProxy) untrack(c net.Conn) {
+func (p *Proxy) untrack(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	p.mu.Unlock()
 	c.Close()
 }
 
-func (p *DelayProxy) serve() {
+func (p *Proxy) serve() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -175,7 +175,7 @@ type delayedChunk struct {
 // pipe copies src to dst, each chunk delayed by p.delay after it was read.
 // On EOF it half-closes dst once the queue is flushed; on a write error it
 // closes both, so that the other direction ends too.
-func (p *DelayProxy) pipe(dst, src net.Conn, count *atomic.Int64) {
+func (p *Proxy) pipe(dst, src net.Conn, count *atomic.Int64) {
 	q := make(chan delayedChunk, delayQueueLen)
 	go func() {
 		defer close(q)

@@ -1,4 +1,4 @@
-package netnstest
+package delayproxy
 
 import (
 	"bytes"
@@ -33,13 +33,13 @@ func echoServer(t *testing.T) net.Listener {
 	return ln
 }
 
-func startProxy(t *testing.T, delay time.Duration, upstream string) *DelayProxy {
+func startProxy(t *testing.T, delay time.Duration, upstream string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := NewDelayProxy(ln, delay, func(ctx context.Context) (net.Conn, error) {
+	p := New(ln, delay, func(ctx context.Context) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "tcp", upstream)
 	})
 	t.Cleanup(func() {

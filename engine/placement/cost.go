@@ -1,0 +1,504 @@
+package placement
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// The cost model: what "parallelism": "auto" predicts each candidate plan
+// from. docs/cost-model.md gives the formulas; in short, a decode step is
+// every rank's weight bytes over its node's measured kernel rate, plus a
+// measured cost per block and per pass, plus the messages: one hop per
+// rank for a pipeline, two all-reduces per block for a tensor-parallel
+// group.
+
+// Weights are matrices by type: bytes read, and values (2 flops each per
+// token).
+type Weights map[string]TypeBytes
+
+// TypeBytes is one type's share of a set of weights.
+type TypeBytes struct {
+	Bytes  float64 `json:"bytes"`
+	Values float64 `json:"values"`
+	Bits   float64 `json:"bits"` // per value, for types the node did not measure
+}
+
+func (w Weights) add(t gguf.TensorInfo, share float64) {
+	e := w[t.Type.String()]
+	e.Bytes += float64(t.Size) * share
+	e.Values += float64(t.Elements()) * share
+	if n := t.Elements(); n > 0 {
+		e.Bits = float64(t.Size) * 8 / float64(n)
+	}
+	w[t.Type.String()] = e
+}
+
+func (w Weights) scaled(f float64) Weights {
+	out := Weights{}
+	for k, v := range w {
+		v.Bytes *= f
+		v.Values *= f
+		out[k] = v
+	}
+	return out
+}
+
+func (w Weights) plus(o Weights) Weights {
+	out := Weights{}
+	for _, m := range []Weights{w, o} {
+		for k, v := range m {
+			e := out[k]
+			e.Bytes += v.Bytes
+			e.Values += v.Values
+			e.Bits = v.Bits
+			out[k] = e
+		}
+	}
+	return out
+}
+
+// Bytes is the total.
+func (w Weights) Bytes() float64 {
+	var b float64
+	for _, v := range w {
+		b += v.Bytes
+	}
+	return b
+}
+
+// ModelCost is what one token costs a model: the weights it reads per
+// block (attention by its heads, the MLP by its columns, the rest
+// replicated), the head's, and the sizes of what moves between ranks.
+type ModelCost struct {
+	Layers int
+	// Attn holds the matrices split by query heads (q, output), KV those
+	// split by kv heads (k, v), MLP those split by columns, Rest the
+	// replicated ones (norms, routers), per block. A mixture of experts'
+	// experts count with the fraction a token uses.
+	Attn, KV, MLP, Rest []Weights
+	Head                Weights
+	// Dim is the hidden size: one row of activations is Dim f32.
+	Dim, Heads, HeadDim int
+	// KVWidth is the cache values per position per block (k and v).
+	KVWidth int
+	cfg     model.Config
+	f       *gguf.File
+}
+
+// CostOf reads a model's cost from its header.
+func CostOf(f *gguf.File, cfg model.Config) ModelCost {
+	c := ModelCost{Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, HeadDim: cfg.HeadDim, KVWidth: cfg.KVWidth(), Head: Weights{}, cfg: cfg, f: f}
+	for range cfg.Layers {
+		c.Attn, c.KV, c.MLP, c.Rest = append(c.Attn, Weights{}), append(c.KV, Weights{}), append(c.MLP, Weights{}), append(c.Rest, Weights{})
+	}
+	used := 1.0
+	if cfg.Experts > 0 && cfg.ExpertsUsed > 0 {
+		used = float64(cfg.ExpertsUsed) / float64(cfg.Experts)
+	}
+	for _, t := range f.Tensors {
+		switch {
+		case t.Name == "output_norm.weight" || strings.HasPrefix(t.Name, "output."):
+			c.Head.add(t, 1)
+		case strings.HasPrefix(t.Name, "blk."):
+			var n int
+			if _, err := fmt.Sscanf(t.Name, "blk.%d.", &n); err != nil || n < 0 || n >= cfg.Layers {
+				continue
+			}
+			name := t.Name[strings.Index(t.Name[4:], ".")+5:]
+			switch {
+			case len(t.Dims) < 2:
+				c.Rest[n].add(t, 1)
+			case strings.Contains(name, "_exps"):
+				c.MLP[n].add(t, used)
+			case strings.HasPrefix(name, "attn_k.") || strings.HasPrefix(name, "attn_v."):
+				c.KV[n].add(t, 1)
+			case strings.HasPrefix(name, "attn_"):
+				c.Attn[n].add(t, 1)
+			case strings.HasPrefix(name, "ffn_gate_inp"):
+				c.Rest[n].add(t, 1)
+			case strings.HasPrefix(name, "ffn_"):
+				c.MLP[n].add(t, 1)
+			default:
+				c.Rest[n].add(t, 1)
+			}
+		}
+	}
+	if cfg.TiedOutput {
+		if t, ok := f.Tensor("token_embd.weight"); ok {
+			c.Head.add(*t, 1)
+		}
+	}
+	return c
+}
+
+// Link is what the cost model knows of the path from one node to
+// another: the latency one way (half the measured round trip) and the
+// bytes per second it carries.
+type Link struct {
+	OneWayMicros float64 `json:"oneWayMicros"`
+	BytesPerSec  float64 `json:"bytesPerSec"`
+}
+
+// Inputs are the measurements a prediction uses.
+type Inputs struct {
+	// Speed of each node by id.
+	Speed map[string]backend.Speed
+	// Link from a node to another; false when unmeasured.
+	Link func(from, to string) (Link, bool)
+	// Position is where decode is predicted (tokens already in the
+	// cache); Prompt the prefill's length.
+	Position, Prompt int
+}
+
+// Plan is a candidate: a pipeline of Pipeline stages, each a group of
+// Tensor ranks (Tensor 1: plain pipeline ranks), on Nodes in rank order
+// (stage-major).
+type Plan struct {
+	Pipeline int    `json:"pipeline"`
+	Tensor   int    `json:"tensor"`
+	Ranks    []Rank `json:"ranks"`
+}
+
+// Name is how a plan reads in previews and logs.
+func (p Plan) Name() string {
+	switch {
+	case p.Tensor > 1 && p.Pipeline > 1:
+		return fmt.Sprintf("pipeline %d × tensor %d", p.Pipeline, p.Tensor)
+	case p.Tensor > 1:
+		return fmt.Sprintf("tensor %d", p.Tensor)
+	case p.Pipeline == 1:
+		return "one node"
+	}
+	return fmt.Sprintf("pipeline %d", p.Pipeline)
+}
+
+// Prediction is a plan's predicted speed.
+type Prediction struct {
+	Plan     string   `json:"plan"`
+	Pipeline int      `json:"pipeline"`
+	Tensor   int      `json:"tensor"`
+	Nodes    []string `json:"nodes"`
+	// DecodeMs is one token's decode step at Position; CommMs the part
+	// of it spent on messages.
+	DecodeMs        float64 `json:"decodeMsPerToken"`
+	CommMs          float64 `json:"commMsPerToken"`
+	DecodeTokPerSec float64 `json:"decodeTokPerSec"`
+	// PrefillMs is a prompt of PrefillTokens tokens.
+	PrefillMs        float64 `json:"prefillMs"`
+	PrefillTokens    int     `json:"prefillTokens"`
+	PrefillTokPerSec float64 `json:"prefillTokPerSec"`
+	// Fits says whether every rank fits its node's memory (Error: why
+	// not, or why it could not be predicted).
+	Fits  bool   `json:"fits"`
+	Error string `json:"error,omitempty"`
+	// Assumed lists what stood in for a missing measurement.
+	Assumed []string `json:"assumed,omitempty"`
+}
+
+// groupTime is one pipeline stage's compute (a group of t ranks, or one
+// rank): its slowest rank's blocks (every block is split alike, so the
+// slowest is the same in each), then the head on the last stage's rank 0,
+// which the others wait for: the next token needs its sample.
+func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[string]backend.Speed, in Inputs) (dec, pre float64, err error) {
+	t := len(group)
+	first, last := group[0].FirstLayer, group[0].LastLayer
+	for i, r := range group {
+		w := Weights{}
+		share := func(num, den int) float64 { return float64(num) / float64(den) }
+		for il := first; il < last; il++ {
+			a, kv, m := 1.0, 1.0, 1.0
+			if t > 1 {
+				sl := shares[i]
+				a, kv, m = share(sl.Heads, sl.FullHeads), share(sl.KVHeads, sl.FullKVHeads), share(sl.FFDim, sl.FullFF)
+			}
+			w = w.plus(c.Attn[il].scaled(a)).plus(c.KV[il].scaled(kv)).plus(c.MLP[il].scaled(m)).plus(c.Rest[il])
+		}
+		heads, kvw := float64(c.Heads), float64(c.KVWidth)
+		if t > 1 {
+			heads *= share(shares[i].Heads, shares[i].FullHeads)
+			kvw *= share(shares[i].KVHeads, shares[i].FullKVHeads)
+		}
+		sp := speed[r.NodeID]
+		d, pf, err := passTime(sp, w, last-first, heads, float64(c.HeadDim), kvw, in)
+		if err != nil {
+			return 0, 0, err
+		}
+		dec, pre = max(dec, d), max(pre, pf)
+	}
+	if last == c.Layers {
+		d, pf, err := headTime(speed[group[0].NodeID], c.Head, in)
+		if err != nil {
+			return 0, 0, err
+		}
+		dec, pre = dec+d, pre+pf
+	}
+	return dec, pre, nil
+}
+
+// ErrNoSpeed is returned when no node has a measured speed.
+var ErrNoSpeed = errors.New("no node has measured its speed yet")
+
+// Predict predicts plan p. A node without a speed takes another's (said
+// in Assumed); a link never measured is assumed to be loopback-fast only
+// when both ranks share a node, else the prediction fails.
+func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
+	pr := Prediction{Plan: p.Name(), Pipeline: p.Pipeline, Tensor: p.Tensor, PrefillTokens: in.Prompt}
+	for _, r := range p.Ranks {
+		pr.Nodes = append(pr.Nodes, r.NodeID)
+	}
+	speed, err := c.speeds(p, in, &pr)
+	if err != nil {
+		return pr, err
+	}
+	t := max(p.Tensor, 1)
+	var shares []model.TPSlice
+	if t > 1 {
+		if shares, err = model.PlanTP(c.f, c.cfg, t); err != nil {
+			return pr, err
+		}
+	}
+	link := func(a, b string) (Link, error) {
+		if a == b {
+			return Link{BytesPerSec: 10e9}, nil
+		}
+		if l, ok := in.Link(a, b); ok {
+			return l, nil
+		}
+		if l, ok := in.Link(b, a); ok {
+			pr.Assumed = append(pr.Assumed, fmt.Sprintf("link %s→%s: the reverse direction's figures", a, b))
+			return l, nil
+		}
+		return Link{}, fmt.Errorf("no measured link between %s and %s", a, b)
+	}
+	row := float64(c.Dim * 4)
+	var decode, prefill, comm, commPre float64 // seconds
+	for s := range p.Pipeline {
+		group := p.Ranks[s*t : (s+1)*t]
+		first, last := group[0].FirstLayer, group[0].LastLayer
+		dec, pre, err := c.groupTime(group, shares, speed, in)
+		if err != nil {
+			return pr, err
+		}
+		decode += dec
+		prefill += pre
+		// The group's all-reduces: two per block, each a direct exchange
+		// of one row per token with the other t-1 ranks.
+		if t > 1 {
+			var worst Link
+			for _, a := range group {
+				for _, b := range group {
+					if a.NodeID == b.NodeID {
+						continue
+					}
+					l, err := link(a.NodeID, b.NodeID)
+					if err != nil {
+						return pr, err
+					}
+					worst.OneWayMicros = max(worst.OneWayMicros, l.OneWayMicros)
+					if worst.BytesPerSec == 0 || l.BytesPerSec < worst.BytesPerSec {
+						worst.BytesPerSec = l.BytesPerSec
+					}
+				}
+			}
+			sp := speed[group[0].NodeID]
+			reduce := func(rows float64) float64 {
+				return (sp.ReduceMicros*float64(t-1)+2*sp.HopMicros+worst.OneWayMicros)/1e6 + float64(t-1)*rows*row/worst.BytesPerSec
+			}
+			n := float64(2 * (last - first))
+			comm += n * reduce(1)
+			commPre += n * reduce(float64(in.Prompt))
+		}
+		// The hop to the next stage (the last stage's token goes back to
+		// the first): through both ends' agents and the link.
+		if p.Pipeline > 1 {
+			from, to := group[0].NodeID, p.Ranks[((s+1)%p.Pipeline)*t].NodeID
+			l, err := link(from, to)
+			if err != nil {
+				return pr, err
+			}
+			hop := func(bytes float64) float64 {
+				return (2*speed[from].HopMicros+l.OneWayMicros)/1e6 + bytes/l.BytesPerSec
+			}
+			comm += hop(row)
+			commPre += hop(row * float64(in.Prompt))
+		}
+	}
+	decode += comm
+	prefill += commPre
+	pr.DecodeMs, pr.CommMs, pr.PrefillMs = decode*1e3, comm*1e3, prefill*1e3
+	pr.DecodeTokPerSec = 1 / decode
+	if prefill > 0 {
+		pr.PrefillTokPerSec = float64(in.Prompt) / prefill
+	}
+	return pr, nil
+}
+
+// speeds maps each node of p to a speed, standing in a measured node's
+// for one without.
+func (c ModelCost) speeds(p Plan, in Inputs, pr *Prediction) (map[string]backend.Speed, error) {
+	var known []string
+	for id, s := range in.Speed {
+		if s.Check() == nil {
+			known = append(known, id)
+		}
+	}
+	if len(known) == 0 {
+		return nil, ErrNoSpeed
+	}
+	slices.Sort(known)
+	out := map[string]backend.Speed{}
+	for _, r := range p.Ranks {
+		if s, ok := in.Speed[r.NodeID]; ok && s.Check() == nil {
+			out[r.NodeID] = s
+			continue
+		}
+		out[r.NodeID] = in.Speed[known[0]]
+		pr.Assumed = append(pr.Assumed, fmt.Sprintf("node %s: no speed measured yet; %s's", r.NodeID, known[0]))
+	}
+	if len(p.Ranks) != p.Pipeline*max(p.Tensor, 1) {
+		return nil, fmt.Errorf("plan %s with %d ranks", p.Name(), len(p.Ranks))
+	}
+	return out, nil
+}
+
+// headTime is the output head's share of a decode step and of a prefill
+// (whose head computes the last position only).
+func headTime(sp backend.Speed, w Weights, in Inputs) (decode, prefill float64, err error) {
+	for k, v := range w {
+		ts, ok := sp.Type(k, v.Bits)
+		if !ok {
+			return 0, 0, fmt.Errorf("no kernel figures for %s", k)
+		}
+		decode += v.Bytes / sp.DecodeRate(ts)
+	}
+	if in.Prompt > 0 {
+		prefill = decode
+	}
+	return decode, prefill, nil
+}
+
+// passTime is one rank's decode step (one token at Position) and prefill
+// (Prompt tokens in one pass) over w and layers blocks with heads query
+// heads of headDim and kvw cache values per position.
+func passTime(sp backend.Speed, w Weights, layers int, heads, headDim, kvw float64, in Inputs) (decode, prefill float64, err error) {
+	types := make([]string, 0, len(w))
+	for k := range w {
+		types = append(types, k)
+	}
+	slices.Sort(types)
+	for _, k := range types {
+		v := w[k]
+		ts, ok := sp.Type(k, v.Bits)
+		if !ok {
+			return 0, 0, fmt.Errorf("no kernel figures for %s", k)
+		}
+		decode += v.Bytes / sp.DecodeRate(ts)
+		prefill += 2 * v.Values * float64(in.Prompt) / ts.PrefillFlopsPerSec
+	}
+	fixed := (float64(layers)*sp.LayerMicros + sp.TokenMicros) / 1e6
+	// Attention: decode reads the cache (f16); prefill's scores and sums
+	// are 2·2·P²/2 flops per head dim, at the F16 kernels' rate.
+	decode += fixed + float64(layers)*float64(in.Position)*kvw*2/sp.MemBytesPerSec
+	if in.Prompt > 0 {
+		f16, _ := sp.Type("F16", 16)
+		p := float64(in.Prompt)
+		prefill += fixed + float64(layers)*2*p*p*heads*headDim/cmp.Or(f16.PrefillFlopsPerSec, 1e12)
+	}
+	return decode, prefill, nil
+}
+
+// Tensor places one tensor-parallel group: rank i, on nodes[i], holds
+// slice plan[i] of every block. Each rank needs its share of the blocks'
+// weights (the larger of its heads' and its MLP columns' share) and of the
+// KV cache (its kv heads'), the embeddings, and on rank 0 the output head;
+// ErrNoFit names the first that does not fit.
+func Tensor(l Layout, plan []model.TPSlice, nodes []Node) ([]Rank, error) {
+	if len(plan) != len(nodes) {
+		return nil, fmt.Errorf("%d slices for %d nodes", len(plan), len(nodes))
+	}
+	var blocks, kv uint64
+	for i := range l.Block {
+		blocks += l.Block[i]
+		kv += l.KV[i]
+	}
+	ranks := make([]Rank, len(plan))
+	for i, s := range plan {
+		share := max(float64(s.Heads)/float64(s.FullHeads), float64(s.FFDim)/float64(s.FullFF))
+		need := uint64(Overhead) + uint64(float64(blocks)*share) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads) + l.Embed
+		if i == 0 {
+			need += l.Head
+		}
+		n := nodes[i]
+		ranks[i] = Rank{Rank: i, NodeID: n.ID, FirstLayer: 0, LastLayer: l.Layers, Need: need, Available: n.Available}
+		if n.Available < need {
+			return ranks, fmt.Errorf("%w: rank %d of the tensor-parallel group needs %.2f GiB on node %s, which has %.2f GiB available",
+				ErrNoFit, i, gib(need), n.ID, gib(n.Available))
+		}
+	}
+	return ranks, nil
+}
+
+// Candidates predicts every plan over nodes (best first): a pipeline over
+// the first k of them for each k, and a tensor-parallel group over the
+// first T for each T ≥ 2 the model splits into; with all, only the two
+// plans over every node (the nodes were named). A plan that does not fit,
+// does not split or cannot be predicted is listed with its Error.
+func Candidates(l Layout, c ModelCost, nodes []Node, all bool, in Inputs) []Prediction {
+	var out []Prediction
+	add := func(p Plan, err error) {
+		if err != nil {
+			pr := Prediction{Plan: p.Name(), Pipeline: p.Pipeline, Tensor: p.Tensor, Error: err.Error(), PrefillTokens: in.Prompt}
+			for _, n := range nodes[:max(p.Pipeline*max(p.Tensor, 1), 0)] {
+				pr.Nodes = append(pr.Nodes, n.ID)
+			}
+			out = append(out, pr)
+			return
+		}
+		pr, err := c.Predict(p, in)
+		if err != nil {
+			pr.Error = err.Error()
+		} else {
+			pr.Fits = true
+		}
+		out = append(out, pr)
+	}
+	from := 1
+	if all {
+		from = len(nodes)
+	}
+	for k := from; k <= len(nodes) && k <= l.Layers; k++ {
+		ranks, err := Split(l, nodes[:k])
+		add(Plan{Pipeline: k, Tensor: 1, Ranks: ranks}, err)
+	}
+	for t := max(2, from); t <= len(nodes); t++ {
+		p := Plan{Pipeline: 1, Tensor: t}
+		sl, err := model.PlanTP(c.f, c.cfg, t)
+		if err == nil {
+			p.Ranks, err = Tensor(l, sl, nodes[:t])
+		}
+		add(p, err)
+	}
+	return out
+}
+
+// Fastest is the plan with the shortest predicted decode step among
+// those that fit (fewer nodes on a tie); false when none does.
+func Fastest(ps []Prediction) (Prediction, bool) {
+	best, ok := Prediction{}, false
+	for _, p := range ps {
+		if !p.Fits || p.Error != "" {
+			continue
+		}
+		if !ok || p.DecodeMs < best.DecodeMs || p.DecodeMs == best.DecodeMs && len(p.Nodes) < len(best.Nodes) {
+			best, ok = p, true
+		}
+	}
+	return best, ok
+}

@@ -1,0 +1,167 @@
+package placement
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// smallModel writes the small preset (8 blocks of dim 512, Q8_0) and
+// returns its cost and layout.
+func smallModel(t *testing.T) (ModelCost, Layout) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "small.gguf")
+	if err := model.Generate(path, model.Presets["small"]); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return CostOf(f, cfg), LayoutOf(f, cfg, 0, 1)
+}
+
+// speed is a node whose kernels read rate bytes/s of any type and whose
+// software costs are round figures.
+func speed(rate float64) backend.Speed {
+	ts := backend.TypeSpeed{DecodeBytesPerSec: rate, PrefillFlopsPerSec: 50e9, BitsPerWeight: 8.5}
+	f16 := ts
+	f16.BitsPerWeight = 16
+	return backend.Speed{Threads: 1, MemBytesPerSec: 1e12, StreamRatio: 1, LayerMicros: 20, TokenMicros: 100,
+		ReduceMicros: 30, HopMicros: 10, Types: map[string]backend.TypeSpeed{"Q8_0": ts, "F32": {DecodeBytesPerSec: rate, PrefillFlopsPerSec: 50e9, BitsPerWeight: 32}, "F16": f16}}
+}
+
+func inputs(rate, oneWay float64) Inputs {
+	return Inputs{Speed: map[string]backend.Speed{"a": speed(rate), "b": speed(rate)}, Prompt: 64,
+		Link: func(from, to string) (Link, bool) { return Link{OneWayMicros: oneWay, BytesPerSec: 1.25e9}, true }}
+}
+
+// One node's decode step is its weights over the kernel rate plus the
+// measured costs per block and per pass, exactly.
+func TestPredictOneNode(t *testing.T) {
+	c, l := smallModel(t)
+	in := inputs(3e9, 50)
+	ranks, err := Split(l, []Node{{"a", 8 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := c.Predict(Plan{Pipeline: 1, Tensor: 1, Ranks: ranks}, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes float64
+	for il := range c.Layers {
+		bytes += c.Attn[il].Bytes() + c.KV[il].Bytes() + c.MLP[il].Bytes() + c.Rest[il].Bytes()
+	}
+	bytes += c.Head.Bytes()
+	want := (bytes/3e9 + (8*20+100)/1e6) * 1e3
+	if math.Abs(pr.DecodeMs-want) > 1e-9 || pr.CommMs != 0 {
+		t.Fatalf("decode %.6f ms (comm %.6f), want %.6f", pr.DecodeMs, pr.CommMs, want)
+	}
+	if pr.Plan != "one node" || math.Abs(pr.DecodeTokPerSec-1e3/pr.DecodeMs) > 1e-9 || pr.PrefillTokPerSec <= 0 {
+		t.Fatalf("prediction %+v", pr)
+	}
+}
+
+// A pipeline of 2 pays two hops per token (the last stage's token goes
+// back to the first); a tensor group of 2 pays two all-reduces per block
+// and computes half of each block on each rank.
+func TestPredictCommunication(t *testing.T) {
+	c, l := smallModel(t)
+	const oneWay = 1000.0
+	in := inputs(3e9, oneWay)
+	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}}
+	ps := Candidates(l, c, nodes, true, in)
+	if len(ps) != 2 || ps[0].Plan != "pipeline 2" || ps[1].Plan != "tensor 2" {
+		t.Fatalf("candidates over two named nodes: %+v", ps)
+	}
+	row := float64(c.Dim * 4)
+	hop := (2*10+oneWay)/1e3 + row/1.25e9*1e3
+	if math.Abs(ps[0].CommMs-2*hop) > 1e-9 {
+		t.Errorf("pipeline comm %.6f ms, want two hops %.6f", ps[0].CommMs, 2*hop)
+	}
+	reduce := (30+2*10+oneWay)/1e3 + row/1.25e9*1e3
+	if math.Abs(ps[1].CommMs-2*8*reduce) > 1e-9 {
+		t.Errorf("tensor comm %.6f ms, want 16 all-reduces of %.6f", ps[1].CommMs, reduce)
+	}
+	pipeCompute, tpCompute := ps[0].DecodeMs-ps[0].CommMs, ps[1].DecodeMs-ps[1].CommMs
+	if r := tpCompute / pipeCompute; r < 0.5 || r > 0.7 {
+		t.Errorf("tensor compute %.3f ms against the pipeline's %.3f (%.2f): want about half, plus rank 0's head", tpCompute, pipeCompute, r)
+	}
+}
+
+// The choice follows the links: over 1 ms each way a pipeline, over
+// 50 µs (Thunderbolt-like) the tensor group, on a model whose step takes
+// ~10 ms; over free nodes, one node when it fits and links are slow.
+func TestChoiceFollowsLinks(t *testing.T) {
+	c, l := smallModel(t)
+	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}}
+	var bytes float64
+	for il := range c.Layers {
+		bytes += c.Attn[il].Bytes() + c.KV[il].Bytes() + c.MLP[il].Bytes() + c.Rest[il].Bytes()
+	}
+	rate := (bytes + c.Head.Bytes()) / 10e-3 // ~10 ms for the whole model
+	for _, tc := range []struct {
+		oneWay float64
+		all    bool
+		want   string
+	}{{1000, true, "pipeline 2"}, {50, true, "tensor 2"}, {1000, false, "one node"}, {50, false, "tensor 2"}} {
+		best, ok := Fastest(Candidates(l, c, nodes, tc.all, inputs(rate, tc.oneWay)))
+		if !ok || best.Plan != tc.want {
+			t.Errorf("%.0f µs each way (named %v): chose %q, want %q", tc.oneWay, tc.all, best.Plan, tc.want)
+		}
+	}
+	// Without any speed, nothing is predicted.
+	ps := Candidates(l, c, nodes, true, Inputs{Link: inputs(rate, 50).Link})
+	if _, ok := Fastest(ps); ok || ps[0].Error != ErrNoSpeed.Error() {
+		t.Errorf("no speeds: %+v", ps)
+	}
+	// A node without a speed takes another's, and says so.
+	in := inputs(rate, 50)
+	delete(in.Speed, "b")
+	ps = Candidates(l, c, nodes, true, in)
+	if !ps[1].Fits || len(ps[1].Assumed) == 0 || !strings.Contains(ps[1].Assumed[0], "node b") {
+		t.Errorf("a node without speed: %+v", ps[1])
+	}
+}
+
+// A tensor group that does not fit names the rank, the node and the bytes.
+func TestTensorFit(t *testing.T) {
+	c, l := smallModel(t)
+	sl, err := model.PlanTP(c.f, c.cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks, err := Tensor(l, sl, []Node{{"a", 8 << 30}, {"b", 8 << 30}})
+	if err != nil || ranks[0].Need <= ranks[1].Need || ranks[1].LastLayer != l.Layers {
+		t.Fatalf("ranks %+v, err %v: rank 0 holds the head too", ranks, err)
+	}
+	_, err = Tensor(l, sl, []Node{{"a", 8 << 30}, {"b", 100 << 20}})
+	if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "node b") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// Types a node did not measure take the nearest in bits per weight.
+func TestSpeedTypeNearest(t *testing.T) {
+	sp := backend.Speed{Types: map[string]backend.TypeSpeed{
+		"Q8_0": {DecodeBytesPerSec: 1, BitsPerWeight: 8.5}, "Q4_K": {DecodeBytesPerSec: 2, BitsPerWeight: 4.5}}}
+	if ts, ok := sp.Type("Q3_K", 3.4375); !ok || ts.DecodeBytesPerSec != 2 {
+		t.Errorf("Q3_K: %+v", ts)
+	}
+	if ts, ok := sp.Type("Q8_0", 0); !ok || ts.DecodeBytesPerSec != 1 {
+		t.Errorf("Q8_0: %+v", ts)
+	}
+	if _, ok := (&backend.Speed{}).Type("Q8_0", 8.5); ok {
+		t.Error("no types measured, yet found one")
+	}
+}
