@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/placement"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
 
@@ -49,6 +50,11 @@ type Run struct {
 	TraceIDs         []string                `json:"trace_ids"`
 	TraceID          string                  `json:"trace_id"`
 	Errors           []string                `json:"errors,omitempty"`
+	// Plan is the plan placed ("pipeline 2", "tensor 2", …) and
+	// Predicted the cost model's prediction for it (nil when no node
+	// had measured its speed).
+	Plan      string                `json:"plan,omitempty"`
+	Predicted *placement.Prediction `json:"predicted,omitempty"`
 }
 
 // MetricsSummary is one metric of one node over the whole benchmark.
@@ -114,8 +120,8 @@ func Cluster(ctx context.Context, c *client.Client, o Options) (*Report, error) 
 	}()
 
 	b := &benchmark{c: c, o: o, prog: prog, samp: samp, sizer: &promptSizer{c: c, model: o.Model}, out: out}
-	for _, set := range sets {
-		if err := b.placement(ctx, set, shapes); err != nil {
+	for i, set := range sets {
+		if err := b.placement(ctx, set, parOf(o.Placements, i), shapes); err != nil {
 			return out, err
 		}
 	}
@@ -133,13 +139,32 @@ type benchmark struct {
 	out   *Report
 }
 
-// placement measures every shape and concurrency on one node set.
-func (b *benchmark) placement(ctx context.Context, set []string, shapes [][2]int) error {
+// parOf is placement i's parallelism ("" when placements were not given).
+func parOf(ps []Placement, i int) string {
+	if i < len(ps) {
+		return ps[i].Parallelism
+	}
+	return ""
+}
+
+// placement measures every shape and concurrency on one node set, split
+// as par says.
+func (b *benchmark) placement(ctx context.Context, set []string, par string, shapes [][2]int) error {
 	o := b.o
 	label := fmt.Sprintf("%d node(s): %s", len(set), strings.Join(shortAll(set), "+"))
-	inst, err := place(ctx, b.c, o, set, b.prog)
+	if par != "" {
+		label = par + " " + label
+	}
+	inst, err := place(ctx, b.c, o, set, par, b.prog)
 	if err != nil {
 		return fmt.Errorf("place %s on %s: %w", o.Model, label, err)
+	}
+	var plan string
+	var pred *placement.Prediction
+	if st, err := b.c.State(ctx); err == nil {
+		if in, ok := st.Instances[inst]; ok && in.Prediction != nil {
+			pred, plan = in.Prediction, in.Prediction.Plan
+		}
 	}
 	for _, sh := range shapes {
 		prompt, err := b.sizer.prompt(ctx, sh[0], o.Timeout)
@@ -163,6 +188,7 @@ func (b *benchmark) placement(ctx context.Context, set []string, shapes [][2]int
 				}
 				run := summarize(res, start, end)
 				run.Placement, run.Nodes, run.InstanceID = label, set, inst
+				run.Plan, run.Predicted = plan, pred
 				run.PP, run.TG, run.Concurrency, run.Repeat = sh[0], sh[1], cc, r
 				run.PeakMemory = b.samp.peakMemory(set, start, end)
 				if !o.NoSystemMetrics {
@@ -202,6 +228,20 @@ func resolvePlacements(ps []Placement, pv api.PreviewsResponse, st state.State) 
 	}
 	var out [][]string
 	for _, p := range ps {
+		if p.Count > 0 && p.Parallelism != "" {
+			// The previews list nodes best first: the largest one's.
+			var all []string
+			for _, r := range pv.Previews[len(pv.Previews)-1:] {
+				for _, rk := range r.Ranks {
+					all = append(all, rk.NodeID)
+				}
+			}
+			if len(all) < p.Count {
+				return nil, fmt.Errorf("placement %s: the cluster has %d node(s)", p, len(all))
+			}
+			out = append(out, all[:p.Count])
+			continue
+		}
 		if p.Count > 0 {
 			ids, ok := byCount[p.Count]
 			if !ok {

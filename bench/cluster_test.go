@@ -24,6 +24,14 @@ func TestBenchParsing(t *testing.T) {
 	if err != nil || len(ps) != 3 || ps[0].Count != 1 || ps[1].Count != 3 || !reflect.DeepEqual(ps[2].Nodes, []string{"ab12", "cd34"}) {
 		t.Errorf("ParsePlacements = %+v, %v", ps, err)
 	}
+	ps, err = ParsePlacements("tensor:2,auto:ab12+cd34,pipeline:2")
+	if err != nil || len(ps) != 3 || ps[0].Count != 2 || ps[0].Parallelism != "tensor" || ps[1].Parallelism != "auto" ||
+		!reflect.DeepEqual(ps[1].Nodes, []string{"ab12", "cd34"}) || ps[2].Parallelism != "" || ps[0].String() != "tensor:2 node(s)" {
+		t.Errorf("ParsePlacements with plans = %+v, %v", ps, err)
+	}
+	if _, err := ParsePlacements("tensor:1"); err == nil {
+		t.Error("a tensor group of 1 taken")
+	}
 	if _, err := ParsePlacements("0"); err == nil {
 		t.Error("placement on 0 nodes taken")
 	}

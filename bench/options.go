@@ -37,17 +37,23 @@ type Options struct {
 }
 
 // Placement is a node count (taken from the placement previews) or an
-// explicit node set (ids or unique id prefixes).
+// explicit node set (ids or unique id prefixes), split as Parallelism
+// says: "" (a pipeline, the default), "tensor" or "auto".
 type Placement struct {
-	Count int
-	Nodes []string
+	Count       int
+	Nodes       []string
+	Parallelism string
 }
 
 func (p Placement) String() string {
+	s := strings.Join(shortAll(p.Nodes), "+")
 	if p.Count > 0 {
-		return fmt.Sprintf("%d node(s)", p.Count)
+		s = fmt.Sprintf("%d node(s)", p.Count)
 	}
-	return strings.Join(shortAll(p.Nodes), "+")
+	if p.Parallelism != "" {
+		s = p.Parallelism + ":" + s
+	}
+	return s
 }
 
 // ParseIntList reads "128,512" (each ≥ 1); name is the flag's, for the
@@ -66,7 +72,9 @@ func ParseIntList(name, s string) ([]int, error) {
 }
 
 // ParsePlacements reads "1,2,3" (node counts) and "ID+ID,ID" (node sets,
-// ids or unique id prefixes, resolved against the cluster later).
+// ids or unique id prefixes, resolved against the cluster later), each
+// optionally prefixed "tensor:" (one tensor-parallel group over them) or
+// "auto:" (the plan the cost model picks over them).
 func ParsePlacements(s string) ([]Placement, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
@@ -74,11 +82,23 @@ func ParsePlacements(s string) ([]Placement, error) {
 	var out []Placement
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
+		par := ""
+		for _, p := range []string{"tensor", "auto", "pipeline"} {
+			if rest, ok := strings.CutPrefix(f, p+":"); ok {
+				par, f = p, rest
+			}
+		}
+		if par == "pipeline" {
+			par = ""
+		}
 		if n, err := strconv.Atoi(f); err == nil {
 			if n < 1 {
 				return nil, fmt.Errorf("--placements: node count %d: want ≥ 1", n)
 			}
-			out = append(out, Placement{Count: n})
+			if par == "tensor" && n < 2 {
+				return nil, fmt.Errorf("--placements: tensor:%d: a tensor-parallel group needs 2 nodes or more", n)
+			}
+			out = append(out, Placement{Count: n, Parallelism: par})
 			continue
 		}
 		var nodes []string
@@ -88,7 +108,7 @@ func ParsePlacements(s string) ([]Placement, error) {
 			}
 			nodes = append(nodes, id)
 		}
-		out = append(out, Placement{Nodes: nodes})
+		out = append(out, Placement{Nodes: nodes, Parallelism: par})
 	}
 	return out, nil
 }

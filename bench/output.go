@@ -62,17 +62,21 @@ func PrintTable(w io.Writer, r *Report) {
 		groups[k] = append(groups[k], run)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "placement\tpp\ttg\tconc\tprompt tok/s\tgen tok/s\tthroughput\tTTFT ms\tenergy J\tavg W\tpeak mem\truns\t")
+	fmt.Fprintln(tw, "placement\tplan\tpp\ttg\tconc\tprompt tok/s\tgen tok/s\tpredicted\tthroughput\tTTFT ms\tenergy J\tavg W\tpeak mem\truns\t")
 	for _, k := range order {
 		rs := groups[k]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t\n", k.placement, k.pp, k.tg, k.conc,
-			medianOf(rs, func(r Run) float64 { return r.PromptTPS }), medianOf(rs, func(r Run) float64 { return r.GenTPS }),
+		plan, pred := "–", "–"
+		if p := rs[0].Predicted; p != nil {
+			plan, pred = rs[0].Plan, fmt.Sprintf("%.1f", p.DecodeTokPerSec)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\t%s\t%.1f\t%.0f\t%s\t%s\t%s\t%s\t\n", k.placement, plan, k.pp, k.tg, k.conc,
+			medianOf(rs, func(r Run) float64 { return r.PromptTPS }), medianOf(rs, func(r Run) float64 { return r.GenTPS }), pred,
 			medianOf(rs, func(r Run) float64 { return r.GenThroughputTPS }), medianOf(rs, func(r Run) float64 { return r.TTFTMs }),
 			optMedian(rs, func(r Run) *float64 { return r.EnergyJ }), optMedian(rs, func(r Run) *float64 { return r.AvgWatts }),
 			HumanBytes(int64(peakOf(rs))), runsCell(rs))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(medians over the runs; peak mem: the most any node of the placement used; energy and W are – where a node's power is unknown)")
+	fmt.Fprintln(w, "(medians over the runs; predicted: the cost model's decode tok/s for the plan placed, – where no node has measured its speed; peak mem: the most any node of the placement used; energy and W are – where a node's power is unknown)")
 }
 
 func medianOf(rs []Run, f func(Run) float64) float64 {

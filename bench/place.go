@@ -20,7 +20,7 @@ const (
 
 // place deletes the model's instances, places it on nodes and waits until
 // every runner is ready, showing load progress. It returns the instance.
-func place(ctx context.Context, c *client.Client, o Options, nodes []string, prog *progress) (string, error) {
+func place(ctx context.Context, c *client.Client, o Options, nodes []string, par string, prog *progress) (string, error) {
 	st, err := c.State(ctx)
 	if err != nil {
 		return "", err
@@ -46,12 +46,19 @@ func place(ctx context.Context, c *client.Client, o Options, nodes []string, pro
 	}); err != nil {
 		return "", fmt.Errorf("wait for the earlier instances to go: %w", err)
 	}
-	pr, err := c.Place(ctx, api.PlaceRequest{Model: o.Model, Nodes: nodes})
+	req := api.PlaceRequest{Model: o.Model, Nodes: nodes}
+	switch par {
+	case "tensor":
+		req.Parallelism = &api.Parallelism{Pipeline: 1, Tensor: len(nodes)}
+	case "auto":
+		req.Parallelism = &api.Parallelism{Auto: true}
+	}
+	pr, err := c.Place(ctx, req)
 	if err != nil {
 		return "", err
 	}
 	id := pr.Instance.InstanceID
-	r := &readiness{id: id, model: o.Model, nodes: len(nodes), prog: prog}
+	r := &readiness{id: id, model: o.Model, nodes: len(pr.Instance.Ranks), prog: prog}
 	if err := waitState(ctx, c, o.Timeout, readyEvery, r.check); err != nil {
 		return id, fmt.Errorf("instance %s not ready: %w", id, err)
 	}

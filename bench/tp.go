@@ -63,6 +63,8 @@ type TPReport struct {
 	Concurrent int             `json:"concurrent"`
 	PrefillX   float64         `json:"prefillSpeedup"`
 	AllReduce  ReduceFigures   `json:"allReduce"`
+	// Choice is the --choice part (nil when not run).
+	Choice *ChoiceReport `json:"choice,omitempty"`
 }
 
 // TPSide is one side's runs.
@@ -461,6 +463,23 @@ func ReduceWorker(ctx context.Context, rank int, addrs []string, token string, n
 
 // PrintTP prints a TP report as a table.
 func PrintTP(w io.Writer, r *TPReport) {
+	if r.Config != "" {
+		printTPRunners(w, r)
+	}
+	if r.Choice != nil {
+		if r.Config != "" {
+			fmt.Fprintln(w)
+		}
+		pin := "agents unpinned"
+		if r.Choice.Cores != nil {
+			pin = fmt.Sprintf("each agent pinned to its own core (%v), runners on one thread: one machine standing in for 2", r.Choice.Cores)
+		}
+		fmt.Fprintf(w, "parallelism auto, two agents through delay proxies (%s):\n", pin)
+		PrintChoice(w, r.Choice)
+	}
+}
+
+func printTPRunners(w io.Writer, r *TPReport) {
 	pin := "unpinned"
 	if r.Cores != nil {
 		pin = fmt.Sprintf("each runner pinned to its own core (%v): one machine standing in for %d", r.Cores[:r.Ranks], r.Ranks)

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/orrery-cluster/orrery/bench"
 )
@@ -26,6 +27,13 @@ TCP). It writes the model's slices into --dir first (once).
 With --cores (the default on a machine with enough cores), each runner and
 the single one run on one thread, pinned to its own core with taskset: on
 one machine this stands in for --tp machines, and says so.
+
+With --choice DELAYS, it then starts two agents (each pinned to its own
+core, its runners on one thread) that reach each other only through delay
+proxies adding each delay each way, lets each measure its speed, places the
+model with "parallelism": "auto" over both, and measures both plans (a
+pipeline of 2 and a tensor-parallel group of 2) beside the cost model's
+predictions.
 
 Flags:
 `
@@ -48,6 +56,9 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&o.ReduceIters, "reduce-iters", 2000, "all-reduces to time")
 	fs.IntVar(&o.Concurrent, "concurrent", 4, "requests decoded at once in the batched test (0 or 1: skip it)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	choice := fs.String("choice", "", `also run "parallelism": "auto" on two agents that reach each other through delay proxies adding these delays each way (e.g. 1ms,50us), and measure both plans against their predictions (each agent pinned to its own core, as the runners)`)
+	choiceOnly := fs.Bool("choice-only", false, "run only the --choice part")
+	choiceTG := fs.Int("choice-tg", 64, "tokens decoded per request in the --choice part")
 	// The all-reduce's ranks are this command again, with these flags.
 	worker := fs.Int("reduce-worker", -1, "internal: run as rank N of the all-reduce timing")
 	workerAddrs := fs.String("reduce-addrs", "", "internal: the all-reduce ranks' loopback addresses")
@@ -80,8 +91,38 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "orrery tp-bench: %v\n", err)
 		return 1
 	}
+	var delays []time.Duration
+	for _, f := range strings.Split(*choice, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 || d > time.Second {
+			fmt.Fprintf(stderr, "orrery tp-bench: --choice %q: want delays such as 1ms,50us (0..1s)\n", f)
+			return 2
+		}
+		delays = append(delays, d)
+	}
+	if *choiceOnly && len(delays) == 0 {
+		fmt.Fprintln(stderr, "orrery tp-bench: --choice-only needs --choice")
+		return 2
+	}
 	return runInProcess(stdout, stderr, "tp-bench", *asJSON, func() (*bench.TPReport, error) {
-		return bench.TP(ctx, o, stderr)
+		rep := &bench.TPReport{Model: o.Model, Ranks: o.Ranks, Cores: o.Cores}
+		if !*choiceOnly {
+			if rep, err = bench.TP(ctx, o, stderr); err != nil {
+				return rep, err
+			}
+		}
+		if len(delays) > 0 {
+			var cores []int
+			if o.Cores != nil {
+				cores = o.Cores[:2]
+			}
+			rep.Choice, err = bench.Choice(ctx, bench.ChoiceOptions{Model: o.Model, Bin: o.Bin, Delays: delays, Cores: cores,
+				PP: 32, TG: *choiceTG, Repeat: o.Repeat, Dir: o.Dir, Timeout: 10 * time.Minute}, stderr)
+		}
+		return rep, err
 	}, bench.PrintTP)
 }
 

@@ -1,0 +1,328 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/internal/delayproxy"
+)
+
+// ChoiceOptions configures Choice: "parallelism": "auto" on two agents
+// that reach each other only through delay proxies, against both plans
+// measured.
+type ChoiceOptions struct {
+	// Model is a GGUF file; Bin the orrery binary the agents run.
+	Model, Bin string
+	// Delays are added each way on every link between the agents (0: no
+	// proxy, plain loopback).
+	Delays []time.Duration
+	// Cores pins agent i (and its runner) to Cores[i] with taskset; nil
+	// leaves them unpinned. Runners compute on one thread.
+	Cores []int
+	// PP, TG and Repeat shape the measured requests (after one warmup).
+	PP, TG, Repeat int
+	// Dir holds the agents' data dirs (removed afterwards).
+	Dir string
+	// Timeout bounds one load or request.
+	Timeout time.Duration
+}
+
+// ChoiceReport is what Choice measured, one entry per delay.
+type ChoiceReport struct {
+	Model string      `json:"model"`
+	Cores []int       `json:"cores,omitempty"`
+	Runs  []ChoiceRun `json:"runs"`
+}
+
+// ChoiceRun is one delay: the plan auto placed, and each plan's
+// prediction beside its measured decode.
+type ChoiceRun struct {
+	DelayMicros float64 `json:"delayMicros"`
+	// RTTMinMs are the smallest round trips the link telemetry measured,
+	// A→B and B→A.
+	RTTMinMs [2]float64   `json:"rttMinMs"`
+	Chosen   string       `json:"chosen"`
+	Plans    []ChoicePlan `json:"plans"`
+	// ChosenVsOther is the chosen plan's measured decode over the other's.
+	ChosenVsOther float64 `json:"chosenVsOther"`
+}
+
+// ChoicePlan is one plan's prediction and measurement.
+type ChoicePlan struct {
+	Plan                  string                `json:"plan"`
+	Predicted             *placement.Prediction `json:"predicted"`
+	DecodeTokPerSec       float64               `json:"decodeTokPerSec"`
+	PrefillTokPerSec      float64               `json:"prefillTokPerSec"`
+	PredictedOverMeasured float64               `json:"predictedOverMeasured"`
+}
+
+// Choice runs the benchmark; progress goes to log.
+func Choice(ctx context.Context, o ChoiceOptions, log io.Writer) (*ChoiceReport, error) {
+	rep := &ChoiceReport{Model: o.Model, Cores: o.Cores}
+	for _, d := range o.Delays {
+		run, err := choiceAt(ctx, o, d, log)
+		if err != nil {
+			return rep, fmt.Errorf("at %v each way: %w", d, err)
+		}
+		rep.Runs = append(rep.Runs, run)
+	}
+	return rep, nil
+}
+
+// choiceAgent is one agent of the pair.
+type choiceAgent struct {
+	cmd  *exec.Cmd
+	c    *client.Client
+	id   string
+	done chan error
+}
+
+func (a *choiceAgent) stop() {
+	if a == nil || a.cmd.Process == nil {
+		return
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		a.cmd.Process.Kill()
+		<-a.done
+	}
+}
+
+func choiceAt(ctx context.Context, o ChoiceOptions, delay time.Duration, log io.Writer) (ChoiceRun, error) {
+	run := ChoiceRun{DelayMicros: float64(delay.Microseconds())}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return run, err
+	}
+	root, err := os.MkdirTemp(o.Dir, "choice-")
+	if err != nil {
+		return run, err
+	}
+	defer os.RemoveAll(root)
+	const modelID = "choice-model"
+	dirs := [2]string{filepath.Join(root, "a"), filepath.Join(root, "b")}
+	if err := os.MkdirAll(filepath.Join(dirs[0], "models"), 0o700); err != nil {
+		return run, err
+	}
+	abs, err := filepath.Abs(o.Model)
+	if err != nil {
+		return run, err
+	}
+	if err := os.Symlink(abs, filepath.Join(dirs[0], "models", modelID+".gguf")); err != nil {
+		return run, err
+	}
+	agents, stop, err := startPair(ctx, o, delay, root, dirs)
+	defer stop()
+	if err != nil {
+		return run, err
+	}
+	fmt.Fprintf(log, "choice: %v each way: two agents up, measuring their speed and links\n", delay)
+	for _, a := range agents {
+		if err := pollUntil(ctx, 30*time.Second, func() (bool, error) {
+			id, err := a.c.NodeID(ctx)
+			a.id = id
+			return err == nil && id != "", nil
+		}); err != nil {
+			return run, fmt.Errorf("agent did not answer: %w", err)
+		}
+	}
+	a, b := agents[0], agents[1]
+	rtt := func(st state.State, from, to string) float64 {
+		for _, l := range st.NodeLinkTelemetry[from].Links {
+			if l.Peer == to && l.Probes > 0 {
+				return l.RTTMinMs
+			}
+		}
+		return 0
+	}
+	if err := waitState(ctx, a.c, 90*time.Second, 200*time.Millisecond, func(st state.State) (bool, error) {
+		for _, x := range []*choiceAgent{a, b} {
+			if ni, ok := st.NodeIdentities[x.id]; !ok || ni.Speed == nil {
+				return false, nil
+			}
+		}
+		run.RTTMinMs = [2]float64{rtt(st, a.id, b.id), rtt(st, b.id, a.id)}
+		return run.RTTMinMs[0] > 0 && run.RTTMinMs[1] > 0, nil
+	}); err != nil {
+		return run, fmt.Errorf("speeds and links: %w", err)
+	}
+	// A few more probes, so that the minimum round trip settles.
+	time.Sleep(4 * time.Second)
+	if st, err := a.c.State(ctx); err == nil {
+		run.RTTMinMs = [2]float64{rtt(st, a.id, b.id), rtt(st, b.id, a.id)}
+	}
+	pr, err := a.c.Place(ctx, api.PlaceRequest{Model: modelID, Nodes: []string{a.id, b.id}, Parallelism: &api.Parallelism{Auto: true}})
+	if err != nil {
+		return run, fmt.Errorf("place auto: %w", err)
+	}
+	if p := pr.Instance.Prediction; p != nil {
+		run.Chosen = p.Plan
+	}
+	fmt.Fprintf(log, "choice: %v each way (round trips %.3f/%.3f ms): auto placed %q\n", delay, run.RTTMinMs[0], run.RTTMinMs[1], run.Chosen)
+	if err := a.c.DeleteInstance(ctx, pr.Instance.InstanceID); err != nil {
+		return run, err
+	}
+	for _, par := range []string{"", "tensor"} {
+		rep, err := Cluster(ctx, a.c, Options{Model: modelID, PP: []int{o.PP}, TG: []int{o.TG}, Conc: []int{1}, Warmup: 1, Repeat: o.Repeat,
+			Placements: []Placement{{Nodes: []string{a.id, b.id}, Parallelism: par}}, NoSystemMetrics: true,
+			MetricsInterval: time.Second, Timeout: o.Timeout, Progress: log})
+		if err != nil {
+			return run, err
+		}
+		if len(rep.Runs) == 0 {
+			return run, errors.New("no runs")
+		}
+		cp := ChoicePlan{Plan: rep.Runs[0].Plan, Predicted: rep.Runs[0].Predicted,
+			DecodeTokPerSec:  medianOf(rep.Runs, func(r Run) float64 { return r.GenTPS }),
+			PrefillTokPerSec: medianOf(rep.Runs, func(r Run) float64 { return r.PromptTPS })}
+		if cp.Predicted != nil && cp.DecodeTokPerSec > 0 {
+			cp.PredictedOverMeasured = cp.Predicted.DecodeTokPerSec / cp.DecodeTokPerSec
+		}
+		run.Plans = append(run.Plans, cp)
+	}
+	run.ChosenVsOther = chosenVsOther(run)
+	return run, nil
+}
+
+// chosenVsOther is the chosen plan's measured decode over the other's
+// (0 when either is missing).
+func chosenVsOther(run ChoiceRun) float64 {
+	var chosen, other float64
+	for _, p := range run.Plans {
+		if p.Plan == run.Chosen {
+			chosen = p.DecodeTokPerSec
+		} else {
+			other = p.DecodeTokPerSec
+		}
+	}
+	if other == 0 {
+		return 0
+	}
+	return chosen / other
+}
+
+// startPair starts the two agents (data in dirs, logs in root), each
+// reaching the other only through a proxy adding delay each way (none
+// for 0). stop stops them and the proxies, whatever err.
+func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root string, dirs [2]string) (agents [2]*choiceAgent, stop func(), err error) {
+	var proxies [2]*delayproxy.Proxy
+	stop = func() {
+		for _, a := range agents {
+			a.stop()
+		}
+		for _, p := range proxies {
+			if p != nil {
+				p.Close()
+			}
+		}
+	}
+	// Each agent's peer address, and a proxy to it that dials from
+	// another loopback address, so that every link (rank links too) goes
+	// through a proxy.
+	peers := [2]string{freePort(), freePort()}
+	for i, from := range []string{"127.0.0.4", "127.0.0.3"} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return agents, stop, err
+		}
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+		up := peers[i]
+		proxies[i] = delayproxy.New(ln, delay, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", up) })
+	}
+	key := auth.GenerateKey().String()
+	for i := range agents {
+		addr := freePort()
+		peer := proxies[1-i].Addr().String()
+		if delay == 0 {
+			peer = peers[1-i] // no proxy: loopback as it is
+		}
+		args := []string{"agent", "--api-addr", addr, "--data-dir", dirs[i], "--peer-addr", peers[i],
+			"--peer", peer, "--mdns=false", "--runner-threads", "1", "--speed", "auto"}
+		cmd := exec.CommandContext(ctx, o.Bin, args...)
+		if o.Cores != nil {
+			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(o.Cores[i]), o.Bin}, args...)...)
+		}
+		cmd.Env = append(os.Environ(), "ORRERY_CLUSTER_KEY="+key, "HOME="+dirs[i])
+		logf, err := os.Create(filepath.Join(root, fmt.Sprintf("agent-%d.log", i)))
+		if err != nil {
+			return agents, stop, err
+		}
+		defer logf.Close() // the child has its own copy
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			return agents, stop, err
+		}
+		a := &choiceAgent{cmd: cmd, c: client.New("http://" + addr), done: make(chan error, 1)}
+		go func() { a.done <- cmd.Wait() }()
+		agents[i] = a
+	}
+	return agents, stop, nil
+}
+
+// freePort is a loopback address free a moment ago (another process may
+// take it before the agent binds it; the benchmark then fails to start).
+func freePort() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "127.0.0.1:0"
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func pollUntil(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ok, err := cond()
+		if ok || err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not after %v", limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// PrintChoice prints one row per delay and plan.
+func PrintChoice(w io.Writer, r *ChoiceReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "each way\tRTT ms\tplan\tpredicted tok/s\tmeasured tok/s\tpredicted/measured\tauto\t")
+	for _, run := range r.Runs {
+		for _, p := range run.Plans {
+			pred, ratio := "–", "–"
+			if p.Predicted != nil {
+				pred, ratio = fmt.Sprintf("%.1f", p.Predicted.DecodeTokPerSec), fmt.Sprintf("%.2f", p.PredictedOverMeasured)
+			}
+			mark := ""
+			if p.Plan == run.Chosen {
+				mark = "chosen"
+			}
+			fmt.Fprintf(tw, "%.0f µs\t%.3f\t%s\t%s\t%.1f\t%s\t%s\t\n", run.DelayMicros, max(run.RTTMinMs[0], run.RTTMinMs[1]), p.Plan, pred, p.DecodeTokPerSec, ratio, mark)
+		}
+	}
+	tw.Flush()
+	for _, run := range r.Runs {
+		fmt.Fprintf(w, "%.0f µs each way: auto placed %s; measured, it decodes at %.2f× the other plan\n", run.DelayMicros, run.Chosen, run.ChosenVsOther)
+	}
+}
