@@ -36,6 +36,16 @@ export interface Instance {
   pinned?: boolean; keepAliveMs?: number; expiresAt?: string; active?: number;
   // Placed from the hub: the ranks pull their own tensors from this file.
   source?: ModelSource;
+  // > 1: the ranks are one tensor-parallel group (each holds a slice of every block).
+  tensor?: number;
+  // The cost model's prediction for the plan it was placed on.
+  prediction?: Prediction;
+}
+export interface Prediction {
+  plan: string; pipeline: number; tensor: number; nodes: string[];
+  decodeMsPerToken: number; commMsPerToken: number; decodeTokPerSec: number;
+  prefillMs: number; prefillTokens: number; prefillTokPerSec: number;
+  fits: boolean; error?: string; assumed?: string[];
 }
 export interface ModelSource { ref: string; file: string; size: number; sha256: string; model: string }
 export interface Transfer { from: string; bytes: Bytes; total: Bytes; mbps?: number | null; etaSeconds?: number | null }
