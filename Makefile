@@ -141,11 +141,14 @@ merge-load:
 # tp-bench times one runner against TP_RANKS tensor-parallel runners, each
 # pinned to its own core (on this machine: a stand-in for TP_RANKS
 # machines), on TP_MODEL (the 1b preset, generated once into
-# $(TP_CACHE)), and the all-reduce of one decode row between them.
+# $(TP_CACHE)), and the all-reduce of one decode row between them; then
+# "parallelism": "auto" on two agents through delay proxies of TP_CHOICE
+# each way, both plans measured beside the cost model's predictions.
 TP_RANKS ?= 2
 TP_CACHE ?= $(HOME)/.cache/orrery/tp-bench
 TP_MODEL ?= $(TP_CACHE)/1b.gguf
-TP_ARGS ?=
+TP_CHOICE ?= 1ms,50us
+TP_ARGS ?= --choice $(TP_CHOICE)
 tp-bench: build
 	@mkdir -p $(TP_CACHE)
 	@test -f $(TP_MODEL) || ./$(BIN) gen-model --preset 1b -o $(TP_MODEL)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
@@ -28,8 +29,22 @@ type speedCache struct {
 	Speed   backend.Speed `json:"speed"`
 }
 
-// speedTimeout bounds the benchmark's child process.
-const speedTimeout = 2 * time.Minute
+// speedTimeout bounds the benchmark's child process; speedIdlePoll is how
+// often a node with busy runners looks again.
+const (
+	speedTimeout  = 2 * time.Minute
+	speedIdlePoll = 5 * time.Second
+)
+
+// runnersBusy reports whether a runner of this node is loading or serving.
+func (a *Agent) runnersBusy() bool {
+	for _, r := range a.store.State().Runners {
+		if r.NodeID == a.identity.NodeID && (r.Status == state.RunnerLoading || r.Status == state.RunnerRunning) {
+			return true
+		}
+	}
+	return false
+}
 
 // measureSpeed finds this node's compute speed for placement's cost model
 // (Config.Speed): read from a file, from the cache when it matches, or
@@ -85,6 +100,15 @@ func (a *Agent) cachedOrMeasured(ctx context.Context, exe string) (backend.Speed
 			return c.Speed, nil
 		}
 	}
+	// Measured while this node's runners are idle: a loading or busy one
+	// would share the cores with the benchmark (and be slowed by it).
+	for a.runnersBusy() {
+		select {
+		case <-ctx.Done():
+			return backend.Speed{}, ctx.Err()
+		case <-time.After(speedIdlePoll):
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, speedTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe, "speed", "--json", "--threads", strconv.Itoa(key.Threads), "--dir", a.cfg.DataDir)
@@ -102,6 +126,11 @@ func (a *Agent) cachedOrMeasured(ctx context.Context, exe string) (backend.Speed
 		return sp, err
 	}
 	key.Speed = sp
+	if a.runnersBusy() {
+		// Perturbed: used, but measured again at the next start.
+		a.log.Info("a runner got busy while the speed was measured: not keeping the figures")
+		return sp, nil
+	}
 	if b, err := json.MarshalIndent(key, "", "  "); err == nil {
 		if err := atomicfile.Write(path, b, 0o600); err != nil {
 			a.log.Warn("keep the measured speed", "err", err)

@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
@@ -27,6 +28,41 @@ const (
 	placeTimeout = 30 * time.Second
 	chatTimeout  = time.Minute
 )
+
+// linksMeasured waits (at most linkWait) until the host's state has a
+// measured link between every pair of nodes, so that the instance is
+// placed with the cost model's prediction (docs/cost-model.md).
+func linksMeasured(ctx context.Context, host *node, ids []string) {
+	deadline := time.Now().Add(linkWait)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st, err := host.api.State(ctx)
+		if err == nil && allLinked(st, ids) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// linkWait bounds linksMeasured (links are sampled every 2 s).
+const linkWait = 10 * time.Second
+
+func allLinked(st state.State, ids []string) bool {
+	for _, a := range ids {
+		for _, b := range ids {
+			if a == b {
+				continue
+			}
+			ok := false
+			for _, l := range st.NodeLinkTelemetry[a].Links {
+				ok = ok || l.Peer == b && l.Probes > 0
+			}
+			if !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
 
 // chat generates the demo model on the last node, places it across
 // every node (the others receive their shards from the last node over the
@@ -45,6 +81,7 @@ func chat(ctx context.Context, nodes []*node, stdout, stderr io.Writer) (string,
 	for _, n := range nodes {
 		ids = append(ids, n.id)
 	}
+	linksMeasured(ctx, host, ids)
 	pctx, cancel := context.WithTimeout(ctx, placeTimeout)
 	placed, err := host.api.Place(pctx, api.PlaceRequest{Model: Model, Nodes: ids})
 	cancel()

@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
 // Limits and defaults of Options.
@@ -69,6 +70,31 @@ type Options struct {
 	Exe string
 	// NoChat skips the chat: no model is generated, placed or asked.
 	NoChat bool
+}
+
+// machineSpeed is the file of this machine's speed every node takes (the
+// nodes share the machine): measured once, before the agents start so
+// that nothing else runs meanwhile, and again when the binary is newer.
+// "off" when it cannot be measured.
+func machineSpeed(ctx context.Context, exe, dir string, stderr io.Writer) string {
+	path := filepath.Join(dir, "speed.json")
+	if st, err := os.Stat(path); err == nil {
+		if xt, err := os.Stat(exe); err == nil && st.ModTime().After(xt.ModTime()) {
+			return path
+		}
+	}
+	fmt.Fprintf(stderr, "orrery demo: measuring this machine's speed for the placement cost model (once, a few seconds)\n")
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, exe, "speed", "--json", "--dir", dir).Output()
+	if err == nil {
+		err = atomicfile.Write(path, out, 0o600)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery demo: speed benchmark: %v (the cost model will have no figures)\n", err)
+		return "off"
+	}
+	return path
 }
 
 // DefaultDir is where the demo keeps its files unless told otherwise.
@@ -172,6 +198,7 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 		}
 	}
 	loopbackDir := filepath.Join(opts.Dir, "loopback")
+	speed := machineSpeed(ctx, exe, opts.Dir, stderr)
 
 	nodes := make([]*node, 0, opts.Nodes)
 	exits := make(chan *node, opts.Nodes)
@@ -187,7 +214,7 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 		n.url = fmt.Sprintf("http://127.0.0.1:%d", n.port)
 		n.api = &client.Client{BaseURL: n.url, Timeout: requestTimeout}
 		n.logPath = filepath.Join(n.dataDir, "agent.log")
-		if err := startNode(n, exe, env, loopbackDir, opts.LogLevel, exits); err != nil {
+		if err := startNode(n, exe, env, loopbackDir, opts.LogLevel, speed, exits); err != nil {
 			stopNodes(nodes, io.Discard)
 			return fmt.Errorf("node %d: %w", i, err)
 		}
@@ -291,7 +318,7 @@ func ringTrace(ctx context.Context, c *client.Client) (string, error) {
 
 // startNode starts one agent with its stderr (and stdout) appended to
 // its agent.log. The process's exit is sent on exits.
-func startNode(n *node, exe string, env []string, loopbackDir, logLevel string, exits chan<- *node) error {
+func startNode(n *node, exe string, env []string, loopbackDir, logLevel, speed string, exits chan<- *node) error {
 	if err := os.MkdirAll(n.dataDir, 0o700); err != nil {
 		return err
 	}
@@ -307,12 +334,8 @@ func startNode(n *node, exe string, env []string, loopbackDir, logLevel string, 
 		"--peer-addr", "127.0.0.1:0",
 		"--mdns=false",
 		"--loopback-dir", loopbackDir,
-		"--log-level", logLevel)
-	if n.idx > 0 {
-		// The nodes share this machine: the first measures its speed for
-		// the cost model, and the others' stand in from it.
-		n.cmd.Args = append(n.cmd.Args, "--speed", "off")
-	}
+		"--log-level", logLevel,
+		"--speed", speed)
 	n.cmd.Env = env
 	n.cmd.Stdout = logf
 	n.cmd.Stderr = logf

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
@@ -23,7 +25,8 @@ const assumedLinkMbps = 1000
 // costInputs are the cluster's measurements as the cost model takes them:
 // each node's speed (from its identity) and each link's one-way latency
 // (half the smallest measured round trip: the floor a small message
-// pays) and capacity.
+// pays) and capacity; a pair not measured yet takes the slowest measured
+// link's figures.
 func (m *Manager) costInputs(st state.State) placement.Inputs {
 	speeds := map[string]backend.Speed{}
 	for id, ni := range st.NodeIdentities {
@@ -31,20 +34,77 @@ func (m *Manager) costInputs(st state.State) placement.Inputs {
 			speeds[id] = *ni.Speed
 		}
 	}
-	return placement.Inputs{Speed: speeds, Position: predictPrompt, Prompt: predictPrompt,
+	m.reduces.learn(st)
+	link := func(l state.LinkTelemetry) placement.Link {
+		mbps := float64(assumedLinkMbps)
+		if l.CapacityMbps != nil && *l.CapacityMbps > 0 {
+			mbps = *l.CapacityMbps
+		}
+		return placement.Link{OneWayMicros: l.RTTMinMs * 1e3 / 2, BytesPerSec: mbps * 1e6 / 8}
+	}
+	return placement.Inputs{Speed: speeds, Position: predictPrompt, Prompt: predictPrompt, Reduce: m.reduces.get,
 		Link: func(from, to string) (placement.Link, bool) {
 			for _, l := range st.NodeLinkTelemetry[from].Links {
-				if l.Peer != to || l.Probes == 0 {
-					continue
+				if l.Peer == to && l.Probes > 0 {
+					return link(l), true
 				}
-				mbps := float64(assumedLinkMbps)
-				if l.CapacityMbps != nil && *l.CapacityMbps > 0 {
-					mbps = *l.CapacityMbps
-				}
-				return placement.Link{OneWayMicros: l.RTTMinMs * 1e3 / 2, BytesPerSec: mbps * 1e6 / 8}, true
 			}
 			return placement.Link{}, false
+		},
+		Unmeasured: func() (placement.Link, bool) {
+			var worst placement.Link
+			found := false
+			for _, nl := range st.NodeLinkTelemetry {
+				for _, l := range nl.Links {
+					if x := link(l); l.Probes > 0 && (!found || x.OneWayMicros > worst.OneWayMicros) {
+						worst, found = x, true
+					}
+				}
+			}
+			return worst, found
 		}}
+}
+
+// reduceSeen remembers the mean all-reduce each tensor-parallel group's
+// leader measured in decode (state.Runner.ReduceMicros), by the group's
+// nodes, for as long as this agent runs: a later placement on the same
+// nodes is predicted from it, even after that instance is gone.
+type reduceSeen struct {
+	mu sync.Mutex
+	m  map[string]float64
+}
+
+func groupKey(nodes []string) string {
+	s := slices.Clone(nodes)
+	slices.Sort(s)
+	return strings.Join(s, ",")
+}
+
+// learn takes the measurements of the live groups in st.
+func (r *reduceSeen) learn(st state.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, run := range st.Runners {
+		in, ok := st.Instances[run.InstanceID]
+		if run.Rank != 0 || run.ReduceMicros <= 0 || !ok || in.Tensor < 2 {
+			continue
+		}
+		nodes := make([]string, len(in.Ranks))
+		for i, rk := range in.Ranks {
+			nodes[i] = rk.NodeID
+		}
+		if r.m == nil {
+			r.m = map[string]float64{}
+		}
+		r.m[groupKey(nodes)] = run.ReduceMicros
+	}
+}
+
+func (r *reduceSeen) get(nodes []string) (float64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	us, ok := r.m[groupKey(nodes)]
+	return us, ok
 }
 
 // predictions lists every candidate plan of the model over nodes (all:
@@ -76,6 +136,7 @@ func (m *Manager) predict(ml modelLayout, ranks []placement.Rank, tensor int) *p
 	}
 	pr, err := placement.CostOf(ml.file, ml.cfg).Predict(p, m.costInputs(m.cfg.Store.State()))
 	if err != nil {
+		m.log.Info("no prediction for the plan placed", "plan", p.Name(), "err", err)
 		return nil
 	}
 	pr.Fits = true

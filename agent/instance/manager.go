@@ -82,6 +82,7 @@ type Manager struct {
 	failSeen map[string]time.Time
 	vocabs   vocabCache // tokenizers for /tokenize
 	holds    holds      // requests running on instances whose rank 0 is here
+	reduces  reduceSeen // all-reduces measured by tensor-parallel groups, by node set
 }
 
 var _ api.Inference = (*Manager)(nil)

@@ -331,6 +331,12 @@ type Runner struct {
 	// Transfer is the shard transfer in progress while Loading, if any.
 	Transfer *Transfer `json:"transfer,omitempty"`
 	Since    time.Time `json:"since"`
+	// DecodeTokPerSec is rank 0's decode in the last request it finished
+	// (of 8 tokens or more), and ReduceMicros a tensor-parallel leader's
+	// mean all-reduce in that decode: what the cost model's prediction is
+	// held against, and calibrates its next ones with.
+	DecodeTokPerSec float64 `json:"decodeTokPerSec,omitempty"`
+	ReduceMicros    float64 `json:"reduceMicros,omitempty"`
 }
 
 // Transfer is a shard coming from another node.

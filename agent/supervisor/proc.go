@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,13 +60,40 @@ func (p *proc) begin() {
 	}
 }
 
-func (p *proc) end() {
+// end ends a request; done (nil if none) gives the runner's measured
+// decode speed and a tensor-parallel leader's mean all-reduce, kept in
+// its status (published with the next change).
+func (p *proc) end(done *runner.Done) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.inflight--
+	dec, reduce := measuredOf(done)
+	if dec > 0 {
+		p.status.DecodeTokPerSec, p.status.ReduceMicros = dec, reduce
+	}
 	if p.inflight == 0 && p.status.Status == state.RunnerRunning {
 		p.setLocked(func(r *state.Runner) { r.Status = state.RunnerReady })
 	}
+}
+
+// measuredOf is a finished request's decode tok/s (0 when it decoded
+// fewer than 8 tokens: too few to say) and the mean of its decode
+// all-reduces in µs (0 when there were none).
+func measuredOf(done *runner.Done) (decode, reduceMicros float64) {
+	if done == nil || done.CompletionTokens < 8 {
+		return 0, 0
+	}
+	var n, ns int64
+	for _, sp := range done.Spans {
+		if sp.Name == "all-reduce" && sp.Cat == "decode/comms" {
+			n++
+			ns += sp.DurNs
+		}
+	}
+	if n > 0 {
+		reduceMicros = float64(ns) / float64(n) / 1e3
+	}
+	return done.DecodeTokPerSec(), reduceMicros
 }
 
 // setLocked changes the status, publishes it and wakes waiters.
@@ -283,8 +311,15 @@ func (p *proc) args(path string) []string {
 	if len(p.inst.Ranks) > 1 {
 		args = append(args, "--agent-api", cfg.AgentAPI)
 	}
-	if cfg.Threads > 0 {
+	switch {
+	case cfg.Threads > 0:
 		args = append(args, "--threads", strconv.Itoa(cfg.Threads))
+	case p.inst.Tensor > 1 && runtime.NumCPU() > 1:
+		// A tensor-parallel rank sums inside its graph while ggml's other
+		// threads spin at the barrier, and the agent must relay the sum's
+		// bytes meanwhile: leave it a core (with every core computing, an
+		// all-reduce waited for the scheduler, 12 ms each, on 2 cores).
+		args = append(args, "--threads", strconv.Itoa(runtime.NumCPU()-1))
 	}
 	if cfg.ContextLen > 0 {
 		args = append(args, "--ctx", strconv.Itoa(cfg.ContextLen))

@@ -378,8 +378,9 @@ func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner
 		return nil, err
 	}
 	p.begin()
-	defer p.end()
-	done, err := c.Complete(ctx, req, onPiece)
+	var done *runner.Done
+	defer func() { p.end(done) }()
+	done, err = c.Complete(ctx, req, onPiece)
 	if errors.Is(err, runner.ErrStreamBroken) {
 		return done, fmt.Errorf("%w: runner %s (instance %s) broke off mid-completion: %v", ErrRunnerFailed, p.id, instanceID, err)
 	}

@@ -139,4 +139,10 @@ func TestAutoPicksFromLinks(t *testing.T) {
 	}
 	t.Logf("pipeline 2, 1 ms each way (agents sharing this machine's cores): predicted %.1f tok/s, measured %.1f (%.0f %%)",
 		in.Prediction.DecodeTokPerSec, best, 100*best/in.Prediction.DecodeTokPerSec)
+	// Rank 0 keeps its measured decode beside the prediction (a pipeline
+	// has no all-reduce).
+	r, ok := runnerOf(t, a, in.InstanceID+"-0")
+	if !ok || r.DecodeTokPerSec <= 0 || r.ReduceMicros != 0 {
+		t.Errorf("rank 0 after the chats: %+v", r)
+	}
 }

@@ -37,6 +37,9 @@ type runnerState struct {
 	TotalLayers  int    `json:"totalLayers"`
 	Error        string `json:"error"`
 	Pid          int    `json:"pid"`
+	// What rank 0 measured in its last request.
+	DecodeTokPerSec float64 `json:"decodeTokPerSec"`
+	ReduceMicros    float64 `json:"reduceMicros"`
 }
 
 func runnerOf(t *testing.T, p *agentProc, id string) (runnerState, bool) {

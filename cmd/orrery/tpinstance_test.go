@@ -88,6 +88,13 @@ func TestTensorParallelInstance(t *testing.T) {
 		t.Errorf("A's log does not show its slice received or cut:\n%.4000s", a.stderr.String())
 	}
 
+	// Rank 0 keeps what it measured: the decode and the group's mean
+	// all-reduce, which the cost model calibrates with.
+	poll(t, a, 10*time.Second, "rank 0's measured decode and all-reduce", func() (bool, string) {
+		r, ok := runnerOf(t, a, in.InstanceID+"-0")
+		return ok && r.DecodeTokPerSec > 0 && r.ReduceMicros > 0 && r.ReduceMicros < 1e6, fmt.Sprintf("%+v", r)
+	})
+
 	// kill -9 of rank 1: rank 0 notices at its next step and the
 	// instance fails, naming the rank.
 	if err := syscall.Kill(runners[1].Pid, syscall.SIGKILL); err != nil {

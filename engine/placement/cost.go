@@ -155,6 +155,13 @@ type Inputs struct {
 	// Position is where decode is predicted (tokens already in the
 	// cache); Prompt the prefill's length.
 	Position, Prompt int
+	// Unmeasured, when not nil, gives the figures to assume for a pair of
+	// nodes whose link has no measurement yet (a cluster just formed).
+	Unmeasured func() (Link, bool)
+	// Reduce, when not nil, is the mean all-reduce of one decode row a
+	// tensor-parallel group on these nodes measured (µs); it then stands
+	// in for the formula's latency and software.
+	Reduce func(nodes []string) (float64, bool)
 }
 
 // Plan is a candidate: a pipeline of Pipeline stages, each a group of
@@ -198,8 +205,10 @@ type Prediction struct {
 	// not, or why it could not be predicted).
 	Fits  bool   `json:"fits"`
 	Error string `json:"error,omitempty"`
-	// Assumed lists what stood in for a missing measurement.
-	Assumed []string `json:"assumed,omitempty"`
+	// Assumed lists what stood in for a missing measurement; Measured the
+	// figures taken from an earlier run instead of the formula.
+	Assumed  []string `json:"assumed,omitempty"`
+	Measured []string `json:"measured,omitempty"`
 }
 
 // groupTime is one pipeline stage's compute (a group of t ranks, or one
@@ -275,45 +284,31 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 			pr.Assumed = append(pr.Assumed, fmt.Sprintf("link %s→%s: the reverse direction's figures", a, b))
 			return l, nil
 		}
+		if in.Unmeasured != nil {
+			if l, ok := in.Unmeasured(); ok {
+				pr.Assumed = append(pr.Assumed, fmt.Sprintf("link %s→%s: not measured yet; the slowest measured link's figures", a, b))
+				return l, nil
+			}
+		}
 		return Link{}, fmt.Errorf("no measured link between %s and %s", a, b)
 	}
 	row := float64(c.Dim * 4)
 	var decode, prefill, comm, commPre float64 // seconds
 	for s := range p.Pipeline {
 		group := p.Ranks[s*t : (s+1)*t]
-		first, last := group[0].FirstLayer, group[0].LastLayer
 		dec, pre, err := c.groupTime(group, shares, speed, in)
 		if err != nil {
 			return pr, err
 		}
 		decode += dec
 		prefill += pre
-		// The group's all-reduces: two per block, each a direct exchange
-		// of one row per token with the other t-1 ranks.
 		if t > 1 {
-			var worst Link
-			for _, a := range group {
-				for _, b := range group {
-					if a.NodeID == b.NodeID {
-						continue
-					}
-					l, err := link(a.NodeID, b.NodeID)
-					if err != nil {
-						return pr, err
-					}
-					worst.OneWayMicros = max(worst.OneWayMicros, l.OneWayMicros)
-					if worst.BytesPerSec == 0 || l.BytesPerSec < worst.BytesPerSec {
-						worst.BytesPerSec = l.BytesPerSec
-					}
-				}
+			dc, pc, err := c.groupComm(group, speed, in, link, &pr)
+			if err != nil {
+				return pr, err
 			}
-			sp := speed[group[0].NodeID]
-			reduce := func(rows float64) float64 {
-				return (sp.ReduceMicros*float64(t-1)+2*sp.HopMicros+worst.OneWayMicros)/1e6 + float64(t-1)*rows*row/worst.BytesPerSec
-			}
-			n := float64(2 * (last - first))
-			comm += n * reduce(1)
-			commPre += n * reduce(float64(in.Prompt))
+			comm += dc
+			commPre += pc
 		}
 		// The hop to the next stage (the last stage's token goes back to
 		// the first): through both ends' agents and the link.
@@ -338,6 +333,49 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 		pr.PrefillTokPerSec = float64(in.Prompt) / prefill
 	}
 	return pr, nil
+}
+
+// groupComm is a tensor-parallel group's messages in one decode step and
+// one prefill: two all-reduces per block, each a direct exchange of one
+// row per token with the other ranks, over the group's slowest link. A
+// figure measured on the same nodes (in.Reduce) replaces the formula's
+// latency and software.
+func (c ModelCost) groupComm(group []Rank, speed map[string]backend.Speed, in Inputs, link func(a, b string) (Link, error), pr *Prediction) (decode, prefill float64, err error) {
+	t := len(group)
+	row := float64(c.Dim * 4)
+	var worst Link
+	for _, a := range group {
+		for _, b := range group {
+			if a.NodeID == b.NodeID {
+				continue
+			}
+			l, err := link(a.NodeID, b.NodeID)
+			if err != nil {
+				return 0, 0, err
+			}
+			worst.OneWayMicros = max(worst.OneWayMicros, l.OneWayMicros)
+			if worst.BytesPerSec == 0 || l.BytesPerSec < worst.BytesPerSec {
+				worst.BytesPerSec = l.BytesPerSec
+			}
+		}
+	}
+	sp := speed[group[0].NodeID]
+	wire := float64(t-1) * row / worst.BytesPerSec // one row's bytes
+	latency := (sp.ReduceMicros*float64(t-1) + 2*sp.HopMicros + worst.OneWayMicros) / 1e6
+	if in.Reduce != nil {
+		ids := make([]string, t)
+		for i, r := range group {
+			ids[i] = r.NodeID
+		}
+		if us, ok := in.Reduce(ids); ok {
+			pr.Measured = append(pr.Measured, fmt.Sprintf("all-reduce on these nodes: %.0f µs measured in decode, where the formula says %.0f",
+				us, (latency+wire)*1e6))
+			latency = max(0, us/1e6-wire)
+		}
+	}
+	first, last := group[0].FirstLayer, group[0].LastLayer
+	n := float64(2 * (last - first))
+	return n * (latency + wire), n * (latency + wire*float64(in.Prompt)), nil
 }
 
 // speeds maps each node of p to a speed, standing in a measured node's

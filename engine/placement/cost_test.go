@@ -93,6 +93,12 @@ func TestPredictCommunication(t *testing.T) {
 	if math.Abs(ps[1].CommMs-2*8*reduce) > 1e-9 {
 		t.Errorf("tensor comm %.6f ms, want 16 all-reduces of %.6f", ps[1].CommMs, reduce)
 	}
+	// An all-reduce measured on these nodes replaces the formula's.
+	in.Reduce = func(nodes []string) (float64, bool) { return 300, len(nodes) == 2 }
+	measured := Candidates(l, c, nodes, true, in)[1]
+	if math.Abs(measured.CommMs-2*8*0.3) > 1e-9 || len(measured.Measured) != 1 || !strings.Contains(measured.Measured[0], "300 µs") {
+		t.Errorf("with a measured 300 µs all-reduce: comm %.6f ms, want 16 × 0.3; %v", measured.CommMs, measured.Measured)
+	}
 	pipeCompute, tpCompute := ps[0].DecodeMs-ps[0].CommMs, ps[1].DecodeMs-ps[1].CommMs
 	if r := tpCompute / pipeCompute; r < 0.5 || r > 0.7 {
 		t.Errorf("tensor compute %.3f ms against the pipeline's %.3f (%.2f): want about half, plus rank 0's head", tpCompute, pipeCompute, r)
@@ -120,13 +126,24 @@ func TestChoiceFollowsLinks(t *testing.T) {
 			t.Errorf("%.0f µs each way (named %v): chose %q, want %q", tc.oneWay, tc.all, best.Plan, tc.want)
 		}
 	}
+	// A link not measured yet fails the plan, unless Unmeasured gives
+	// figures to assume, which the prediction names.
+	in := inputs(rate, 50)
+	in.Link = func(a, b string) (Link, bool) { return Link{}, false }
+	if ps := Candidates(l, c, nodes, true, in); ps[0].Fits || !strings.Contains(ps[0].Error, "no measured link") {
+		t.Errorf("no links measured: %+v", ps[0])
+	}
+	in.Unmeasured = func() (Link, bool) { return Link{OneWayMicros: 50, BytesPerSec: 1.25e9}, true }
+	if ps := Candidates(l, c, nodes, true, in); !ps[1].Fits || len(ps[1].Assumed) == 0 || !strings.Contains(ps[1].Assumed[0], "not measured yet") {
+		t.Errorf("links assumed: %+v", ps[1])
+	}
 	// Without any speed, nothing is predicted.
 	ps := Candidates(l, c, nodes, true, Inputs{Link: inputs(rate, 50).Link})
 	if _, ok := Fastest(ps); ok || ps[0].Error != ErrNoSpeed.Error() {
 		t.Errorf("no speeds: %+v", ps)
 	}
 	// A node without a speed takes another's, and says so.
-	in := inputs(rate, 50)
+	in = inputs(rate, 50)
 	delete(in.Speed, "b")
 	ps = Candidates(l, c, nodes, true, in)
 	if !ps[1].Fits || len(ps[1].Assumed) == 0 || !strings.Contains(ps[1].Assumed[0], "node b") {

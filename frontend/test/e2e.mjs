@@ -236,6 +236,16 @@ try {
   check(keep === 'kept loaded until deleted', `the demo's instance, placed explicitly, is shown pinned (${keep})`);
   await page.waitForSelector('[data-testid=previews] tbody tr');
   check((await page.$$('[data-testid=previews] tbody tr')).length === 3, 'placement previews for 1, 2 and 3 nodes');
+  // The cost model's plans: the demo measured this machine's speed before
+  // its agents started, so every plan has a prediction and auto a pick.
+  await page.waitForSelector('[data-testid=plans] tbody tr', { timeout: 20000 });
+  const plans = await page.$$eval('[data-testid=plans] tbody tr', (rs) => rs.map((r) => r.innerText));
+  check(plans.some((p) => /^one node/.test(p)) && plans.some((p) => /^pipeline 3/.test(p)) && plans.some((p) => /^tensor 2/.test(p)),
+    `the plans list one node, pipelines and tensor groups (${plans.length} rows)`);
+  const auto = await page.$eval('[data-testid=auto-plan]', (e) => e.innerText);
+  check(/"auto" places (one node|pipeline \d|tensor \d)/.test(auto), `auto's pick is shown (${auto.slice(0, 60)})`);
+  const plan = await page.$eval('[data-testid=instance] [data-testid=plan]', (e) => e.innerText);
+  check(/pipeline of 3/.test(plan) && /predicted [\d.]+ tok\/s/.test(plan), `the instance shows its plan and prediction (${plan.slice(0, 80)})`);
   await page.screenshot({ path: join(out, 'instances.png') });
 
   // Models: every node's models; a pull canceled mid-way; a pull onto

@@ -45,13 +45,15 @@ export interface Prediction {
   plan: string; pipeline: number; tensor: number; nodes: string[];
   decodeMsPerToken: number; commMsPerToken: number; decodeTokPerSec: number;
   prefillMs: number; prefillTokens: number; prefillTokPerSec: number;
-  fits: boolean; error?: string; assumed?: string[];
+  fits: boolean; error?: string; assumed?: string[]; measured?: string[];
 }
 export interface ModelSource { ref: string; file: string; size: number; sha256: string; model: string }
 export interface Transfer { from: string; bytes: Bytes; total: Bytes; mbps?: number | null; etaSeconds?: number | null }
 export interface Runner {
   runnerId: string; instanceId: string; nodeId: string; rank: number; status: string;
   layersLoaded: number; totalLayers: number; error?: string; pid?: number; transfer?: Transfer; since: string;
+  // Rank 0's decode in its last request, and a tensor-parallel leader's mean all-reduce in it.
+  decodeTokPerSec?: number; reduceMicros?: number;
 }
 export interface ModelInfo {
   id: string; source: string; size?: Bytes | null; arch?: string; layers?: number; quantization?: string; error?: string;
