@@ -12,8 +12,8 @@ import (
 	"unicode"
 
 	"github.com/orrery-cluster/orrery/agent/api"
-	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
