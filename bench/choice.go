@@ -69,6 +69,9 @@ type ChoicePlan struct {
 	DecodeTokPerSec       float64               `json:"decodeTokPerSec"`
 	PrefillTokPerSec      float64               `json:"prefillTokPerSec"`
 	PredictedOverMeasured float64               `json:"predictedOverMeasured"`
+	// Recalibrated is the plan's prediction after both plans ran, from
+	// the all-reduce the group measured (nil: no preview).
+	Recalibrated *placement.Prediction `json:"recalibrated,omitempty"`
 }
 
 // Choice runs the benchmark; progress goes to log.
@@ -196,8 +199,25 @@ func choiceAt(ctx context.Context, o ChoiceOptions, delay time.Duration, log io.
 		}
 		run.Plans = append(run.Plans, cp)
 	}
+	recalibrated(ctx, a.c, modelID, run.Plans)
 	run.ChosenVsOther = chosenVsOther(run)
 	return run, nil
+}
+
+// recalibrated takes each plan's prediction from the previews, which now
+// predict from what the group measured.
+func recalibrated(ctx context.Context, c *client.Client, modelID string, plans []ChoicePlan) {
+	pv, err := c.Previews(ctx, modelID)
+	if err != nil {
+		return
+	}
+	for i := range plans {
+		for _, p := range pv.Plans {
+			if p.Plan == plans[i].Plan && p.Error == "" {
+				plans[i].Recalibrated = &p
+			}
+		}
+	}
 }
 
 // chosenVsOther is the chosen plan's measured decode over the other's
@@ -307,7 +327,7 @@ func pollUntil(ctx context.Context, limit time.Duration, cond func() (bool, erro
 // PrintChoice prints one row per delay and plan.
 func PrintChoice(w io.Writer, r *ChoiceReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "each way\tRTT ms\tplan\tpredicted tok/s\tmeasured tok/s\tpredicted/measured\tauto\t")
+	fmt.Fprintln(tw, "each way\tRTT ms\tplan\tpredicted tok/s\tmeasured tok/s\tpredicted/measured\tauto\tpredicted after the runs\t")
 	for _, run := range r.Runs {
 		for _, p := range run.Plans {
 			pred, ratio := "–", "–"
@@ -318,10 +338,15 @@ func PrintChoice(w io.Writer, r *ChoiceReport) {
 			if p.Plan == run.Chosen {
 				mark = "chosen"
 			}
-			fmt.Fprintf(tw, "%.0f µs\t%.3f\t%s\t%s\t%.1f\t%s\t%s\t\n", run.DelayMicros, max(run.RTTMinMs[0], run.RTTMinMs[1]), p.Plan, pred, p.DecodeTokPerSec, ratio, mark)
+			after := "–"
+			if r := p.Recalibrated; r != nil {
+				after = fmt.Sprintf("%.1f (%.2f)", r.DecodeTokPerSec, r.DecodeTokPerSec/p.DecodeTokPerSec)
+			}
+			fmt.Fprintf(tw, "%.0f µs\t%.3f\t%s\t%s\t%.1f\t%s\t%s\t%s\t\n", run.DelayMicros, max(run.RTTMinMs[0], run.RTTMinMs[1]), p.Plan, pred, p.DecodeTokPerSec, ratio, mark, after)
 		}
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "(predicted after the runs: the previews once the group has measured its all-reduce, and that over measured)")
 	for _, run := range r.Runs {
 		fmt.Fprintf(w, "%.0f µs each way: auto placed %s; measured, it decodes at %.2f× the other plan\n", run.DelayMicros, run.Chosen, run.ChosenVsOther)
 	}
