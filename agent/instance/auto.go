@@ -145,8 +145,9 @@ func (m *Manager) predict(ml modelLayout, ranks []placement.Rank, tensor int) *p
 
 // placeAuto places the model on the plan the cost model predicts fastest
 // among those that fit: over the nodes named (pipeline or tensor over all
-// of them), else over any prefix of the candidates. With no speed
-// measured anywhere it places a pipeline, as by default.
+// of them), else over any prefix of the candidates. When no plan that
+// fits can be predicted (no speed measured yet, or none fits), it places
+// as by default: a pipeline, or the default's error with its numbers.
 func (m *Manager) placeAuto(ctx context.Context, req api.PlaceRequest, ml modelLayout, existed *bool) (state.Instance, error) {
 	if len(req.Ranks) > 0 || req.Node != "" {
 		return state.Instance{}, fmt.Errorf(`%w: "parallelism": "auto" chooses the ranks: name nodes (or none), not ranks or one node`, runner.ErrBadRequest)
@@ -160,19 +161,10 @@ func (m *Manager) placeAuto(ctx context.Context, req api.PlaceRequest, ml modelL
 	pipeline := req
 	pipeline.Parallelism = nil
 	if !ok {
-		noSpeed := len(preds) > 0
-		for _, p := range preds {
-			noSpeed = noSpeed && p.Error == placement.ErrNoSpeed.Error()
-		}
-		if noSpeed || len(preds) == 0 {
-			m.log.Info("parallelism auto: no node has measured its speed yet; placing a pipeline", "model", req.Model)
-			return m.place(ctx, pipeline, existed)
-		}
-		var why []string
-		for _, p := range preds {
-			why = append(why, p.Plan+": "+p.Error)
-		}
-		return state.Instance{}, fmt.Errorf("%w: no plan fits: %s", api.ErrNoMemory, strings.Join(why, "; "))
+		// Nothing predicted fits: no speed measured yet, or no plan fits.
+		// The default placement says which, with its numbers.
+		m.log.Info("parallelism auto: no plan predicted that fits; placing a pipeline", "model", req.Model, "candidates", len(preds))
+		return m.place(ctx, pipeline, existed)
 	}
 	m.log.Info("parallelism auto", "model", req.Model, "plan", best.Plan, "nodes", best.Nodes,
 		"decodeTokPerSec", fmt.Sprintf("%.1f", best.DecodeTokPerSec), "candidates", len(preds))

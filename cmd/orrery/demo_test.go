@@ -320,7 +320,13 @@ func TestDemoProcess(t *testing.T) {
 		_, models, _ := (&agentProc{addr: strings.TrimPrefix(rows[0].url, "http://")}).get("/state/nodeModels")
 		t.Fatalf("orrery bench: %v\n%s\nnodeModels: %s", err, benchOut, models)
 	}
-	if !regexp.MustCompile(`(?m)^\s+placement\s+pp\s+tg\s+conc\s+prompt tok/s`).Match(benchOut) || !strings.Contains(string(benchOut), "4/4") {
+	if !regexp.MustCompile(`(?m)^\s+placement\s+plan\s+pp\s+tg\s+conc\s+prompt tok/s\s+gen tok/s\s+predicted`).Match(benchOut) || !strings.Contains(string(benchOut), "4/4") {
+		t.Errorf("bench output lacks the progress or the table:\n%s", benchOut)
+	}
+	// The demo measured the machine's speed: each run has the plan placed
+	// and its prediction beside the measured decode.
+	if !regexp.MustCompile(`(?m)1 node\(s\): \S+\s+one node\s+16\s+8\s+1\s+[\d.]+\s+[\d.]+\s+[\d.]+`).Match(benchOut) ||
+		!regexp.MustCompile(`(?m)2 node\(s\): \S+\s+pipeline 2\s+16\s+8\s+1\s+[\d.]+\s+[\d.]+\s+[\d.]+`).Match(benchOut) {
 		t.Errorf("bench output lacks the progress or the table:\n%s", benchOut)
 	}
 	raw, err := os.ReadFile(jsonOut)
