@@ -23,9 +23,9 @@ seconds): each common weight type's one-row (decode) and 64-row (prefill)
 matrix products on --threads threads, the memory bandwidth, the cost of a
 decode pass beyond its products, a two-rank all-reduce over loopback, and
 one hop between two processes (this one and a child, as a runner and its
-agent). The agent runs it at
-start (with its --runner-threads) and keeps the result with the node's
-identity; "parallelism": "auto" predicts from it. See docs/cost-model.md.
+agent). The agent runs it at start (with its --runner-threads) and keeps
+the result with the node's identity; "parallelism": "auto" predicts from
+it. See docs/cost-model.md.
 
 Flags:
 `
@@ -76,7 +76,7 @@ func measureSpeed(ctx context.Context, dir string, threads int) (backend.Speed, 
 	if err != nil {
 		return sp, err
 	}
-	reduce, _, err := collective.MeasureLoopback(ctx, 2048, 400)
+	reduce, err := collective.MeasureLoopback(ctx, 2048, 400)
 	if err != nil {
 		return sp, fmt.Errorf("loopback all-reduce: %w", err)
 	}

@@ -237,3 +237,12 @@ func TestSilentRankTimesOut(t *testing.T) {
 		t.Fatalf("the silent rank held the all-reduce %v", d)
 	}
 }
+
+// The loopback measurement links two ranks, all-reduces, and gives a
+// median that is a real duration.
+func TestMeasureLoopback(t *testing.T) {
+	d, err := MeasureLoopback(context.Background(), 2048, 50)
+	if err != nil || d <= 0 || d > time.Second {
+		t.Fatalf("loopback all-reduce %v, %v", d, err)
+	}
+}
