@@ -137,7 +137,7 @@ func choiceAt(ctx context.Context, o ChoiceOptions, delay time.Duration, log io.
 	}
 	fmt.Fprintf(log, "choice: %v each way: two agents up, measuring their speed and links\n", delay)
 	for _, a := range agents {
-		if err := pollUntil(ctx, 30*time.Second, func() (bool, error) {
+		if err := pollUntil(ctx, 30*time.Second, 200*time.Millisecond, func() (bool, error) {
 			id, err := a.c.NodeID(ctx)
 			a.id = id
 			return err == nil && id != "", nil
@@ -255,7 +255,13 @@ func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root s
 	// Each agent's peer address, and a proxy to it that dials from
 	// another loopback address, so that every link (rank links too) goes
 	// through a proxy.
-	peers := [2]string{freePort(), freePort()}
+	// Two peer addresses and two API ones (free a moment ago: another
+	// process may take one before its agent binds it).
+	addrs, err := loopbackAddrs(4)
+	if err != nil {
+		return agents, stop, err
+	}
+	peers := [2]string{addrs[0], addrs[1]}
 	for i, from := range []string{"127.0.0.4", "127.0.0.3"} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -267,7 +273,7 @@ func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root s
 	}
 	key := auth.GenerateKey().String()
 	for i := range agents {
-		addr := freePort()
+		addr := addrs[2+i]
 		peer := proxies[1-i].Addr().String()
 		if delay == 0 {
 			peer = peers[1-i] // no proxy: loopback as it is
@@ -293,35 +299,6 @@ func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root s
 		agents[i] = a
 	}
 	return agents, stop, nil
-}
-
-// freePort is a loopback address free a moment ago (another process may
-// take it before the agent binds it; the benchmark then fails to start).
-func freePort() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "127.0.0.1:0"
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func pollUntil(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(limit)
-	for {
-		ok, err := cond()
-		if ok || err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not after %v", limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 // PrintChoice prints one row per delay and plan.

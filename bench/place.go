@@ -108,13 +108,21 @@ func (r *readiness) check(st state.State) (bool, error) {
 // waitState polls the state every period until cond holds or fails, for
 // at most limit.
 func waitState(ctx context.Context, c *client.Client, limit, every time.Duration, cond func(state.State) (bool, error)) error {
-	deadline := time.Now().Add(limit)
-	for {
+	return pollUntil(ctx, limit, every, func() (bool, error) {
 		st, err := c.State(ctx)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if ok, err := cond(st); ok || err != nil {
+		return cond(st)
+	})
+}
+
+// pollUntil calls cond every period until it holds or fails, for at most
+// limit.
+func pollUntil(ctx context.Context, limit, every time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if ok, err := cond(); ok || err != nil {
 			return err
 		}
 		if time.Now().After(deadline) {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/placement"
 	"github.com/orrery-cluster/orrery/engine/runner"
@@ -29,14 +28,6 @@ func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml mode
 	case ml.path == "":
 		return bad("tensor-parallel slices are cut on a node that has %s: pull it to one first", req.Model)
 	}
-	f, err := gguf.ReadFile(ml.path)
-	if err != nil {
-		return state.Instance{}, err
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		return state.Instance{}, err
-	}
 	nodes, err := m.candidates(req.Model, req.Nodes)
 	if err != nil {
 		return state.Instance{}, err
@@ -54,7 +45,7 @@ func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml mode
 	case t < 2:
 		return bad("a tensor-parallel group needs 2 nodes or more; this cluster offers %d", t)
 	}
-	plan, err := model.PlanTP(f, cfg, t)
+	plan, err := model.PlanTP(ml.file, ml.cfg, t)
 	if err != nil {
 		return bad("%v", err)
 	}

@@ -254,9 +254,10 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 // ErrNoSpeed is returned when no node has a measured speed.
 var ErrNoSpeed = errors.New("no node has measured its speed yet")
 
-// Predict predicts plan p. A node without a speed takes another's (said
-// in Assumed); a link never measured is assumed to be loopback-fast only
-// when both ranks share a node, else the prediction fails.
+// Predict predicts plan p. A node without a speed takes another's, a
+// link measured one way only its reverse's figures, one never measured
+// in.Unmeasured's (each said in Assumed); with none of those, the
+// prediction fails.
 func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 	pr := Prediction{Plan: p.Name(), Pipeline: p.Pipeline, Tensor: p.Tensor, PrefillTokens: in.Prompt}
 	for _, r := range p.Ranks {

@@ -58,12 +58,7 @@ func TestPredictOneNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var bytes float64
-	for il := range c.Layers {
-		bytes += c.Attn[il].Bytes() + c.KV[il].Bytes() + c.MLP[il].Bytes() + c.Rest[il].Bytes()
-	}
-	bytes += c.Head.Bytes()
-	want := (bytes/3e9 + (8*20+100)/1e6) * 1e3
+	want := (decodeBytes(c)/3e9 + (8*20+100)/1e6) * 1e3
 	if math.Abs(pr.DecodeMs-want) > 1e-9 || pr.CommMs != 0 {
 		t.Fatalf("decode %.6f ms (comm %.6f), want %.6f", pr.DecodeMs, pr.CommMs, want)
 	}
@@ -111,11 +106,7 @@ func TestPredictCommunication(t *testing.T) {
 func TestChoiceFollowsLinks(t *testing.T) {
 	c, l := smallModel(t)
 	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}}
-	var bytes float64
-	for il := range c.Layers {
-		bytes += c.Attn[il].Bytes() + c.KV[il].Bytes() + c.MLP[il].Bytes() + c.Rest[il].Bytes()
-	}
-	rate := (bytes + c.Head.Bytes()) / 10e-3 // ~10 ms for the whole model
+	rate := decodeBytes(c) / 10e-3 // ~10 ms for the whole model
 	for _, tc := range []struct {
 		oneWay float64
 		all    bool

@@ -113,6 +113,8 @@ func TestMacProjection(t *testing.T) {
 	}
 }
 
+// decodeBytes is every byte a one-node decode step reads: each block's
+// matrices and the head.
 func decodeBytes(c ModelCost) float64 {
 	b := c.Head.Bytes()
 	for il := range c.Layers {
