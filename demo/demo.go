@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/agent/speed"
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
@@ -84,9 +86,7 @@ func machineSpeed(ctx context.Context, exe, dir string, stderr io.Writer) string
 		}
 	}
 	fmt.Fprintf(stderr, "orrery demo: measuring this machine's speed for the placement cost model (once, a few seconds)\n")
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, exe, "speed", "--json", "--dir", dir).Output()
+	_, out, err := speed.Measure(ctx, exe, dir, runtime.NumCPU())
 	if err == nil {
 		err = atomicfile.Write(path, out, 0o600)
 	}
