@@ -77,6 +77,11 @@ func (p *Parser) mistral(final bool) (Delta, bool) {
 		return p.giveUp(mistralCalls)
 	}
 	name := t[:i]
+	if strings.ContainsAny(name, "{\n") {
+		// What streaming gives up on before [ARGS] arrives, the whole
+		// text gives up on too: a name holds no brace or line break.
+		return p.giveUp(mistralCalls)
+	}
 	if j := strings.Index(name, mistralID); j >= 0 {
 		name = name[:j]
 	}
