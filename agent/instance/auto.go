@@ -113,15 +113,7 @@ func (m *Manager) predictions(ml modelLayout, nodes []placement.Node, all bool) 
 	if ml.file == nil {
 		return nil
 	}
-	preds := placement.Candidates(ml.layout, placement.CostOf(ml.file, ml.cfg), nodes, all, m.costInputs(m.cfg.Store.State()))
-	if ml.path == "" {
-		for i := range preds {
-			if preds[i].Tensor > 1 && preds[i].Error == "" {
-				preds[i].Fits, preds[i].Error = false, "tensor-parallel slices are cut on a node that has the model: pull it to one first"
-			}
-		}
-	}
-	return preds
+	return placement.Candidates(ml.layout, placement.CostOf(ml.file, ml.cfg), nodes, all, m.costInputs(m.cfg.Store.State()))
 }
 
 // predict is the prediction of the plan placed (nil when none can be

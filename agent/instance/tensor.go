@@ -25,8 +25,6 @@ func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml mode
 		return bad("a tensor-parallel group takes nodes (or none), not ranks or one node")
 	case p.Pipeline > 1:
 		return bad("a pipeline of %d tensor-parallel groups is not built yet: one group, or a pipeline", p.Pipeline)
-	case ml.path == "":
-		return bad("tensor-parallel slices are cut on a node that has %s: pull it to one first", req.Model)
 	}
 	nodes, err := m.candidates(req.Model, req.Nodes)
 	if err != nil {

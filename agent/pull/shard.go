@@ -164,15 +164,52 @@ func (f *Fetcher) span(ctx context.Context, t Target, off, n int64) ([]byte, err
 // resumes: the ranges in are kept in dst's part file until the shard is
 // written. progress gets the bytes of the ranges in, of those wanted.
 func (p *Puller) Shard(ctx context.Context, src state.ModelSource, first, last int, dst string, progress func(done, size int64)) (ShardStats, error) {
+	what := fmt.Sprintf("shard [%d, %d) of %s", first, last, src.Ref)
+	return p.piece(ctx, src, what, dst, progress, func(hdr *gguf.File) ([][2]int64, func(io.ReaderAt) error, error) {
+		ranges, err := model.ShardRanges(hdr, first, last)
+		return ranges, func(part io.ReaderAt) error { return model.WriteShardFrom(hdr, part, dst, first, last, src.SHA256) }, err
+	})
+}
+
+// Slice is Shard for rank of a tensor-parallel group of ranks: it fetches
+// only the byte ranges the rank's slice of blocks [first, last) is cut
+// from (model.TPRanges: its experts, its heads' rows, and the column-cut
+// matrices about whole) and writes the slice to dst.
+func (p *Puller) Slice(ctx context.Context, src state.ModelSource, first, last, rank, ranks int, dst string, progress func(done, size int64)) (ShardStats, error) {
+	what := fmt.Sprintf("slice %d of %d of blocks [%d, %d) of %s", rank, ranks, first, last, src.Ref)
+	return p.piece(ctx, src, what, dst, progress, func(hdr *gguf.File) ([][2]int64, func(io.ReaderAt) error, error) {
+		cfg, err := model.FromGGUF(hdr)
+		if err != nil {
+			return nil, nil, err
+		}
+		plan, err := model.PlanTP(hdr, cfg, ranks)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rank < 0 || rank >= len(plan) {
+			return nil, nil, fmt.Errorf("rank %d of a group of %d", rank, ranks)
+		}
+		ranges, err := model.TPRanges(hdr, first, last, plan[rank])
+		return ranges, func(part io.ReaderAt) error {
+			return model.WriteTPSliceFrom(hdr, part, dst, first, last, plan[rank], src.SHA256)
+		}, err
+	})
+}
+
+// piece fetches the byte ranges of src's file that cut gives for its
+// header into dst's part file (at their offsets in the file), then has
+// cut's writer build dst from it.
+func (p *Puller) piece(ctx context.Context, src state.ModelSource, what, dst string, progress func(done, size int64),
+	cut func(*gguf.File) ([][2]int64, func(io.ReaderAt) error, error)) (ShardStats, error) {
 	var st ShardStats
 	hdr, n, err := p.Header(ctx, src)
 	st.Header = n
 	if err != nil {
 		return st, err
 	}
-	ranges, err := model.ShardRanges(hdr, first, last)
+	ranges, write, err := cut(hdr)
 	if err != nil {
-		return st, fmt.Errorf("shard [%d, %d) of %s: %w", first, last, src.Ref, err)
+		return st, fmt.Errorf("%s: %w", what, err)
 	}
 	for _, r := range ranges {
 		st.Want += r[1]
@@ -185,20 +222,19 @@ func (p *Puller) Shard(ctx context.Context, src state.ModelSource, first, last i
 	fs, err := f.Fetch(ctx, t, progress)
 	st.Fetched, st.Resumed = fs.Fetched, fs.Resumed
 	if err != nil {
-		return st, fmt.Errorf("shard [%d, %d) of %s: %w", first, last, src.Ref, err)
+		return st, fmt.Errorf("%s: %w", what, err)
 	}
 	part, err := os.Open(PartPath(dst))
 	if err != nil {
 		return st, err
 	}
 	defer part.Close()
-	if err := model.WriteShardFrom(hdr, part, dst, first, last, src.SHA256); err != nil {
-		return st, fmt.Errorf("write shard [%d, %d) of %s: %w", first, last, src.Ref, err)
+	if err := write(part); err != nil {
+		return st, fmt.Errorf("write %s: %w", what, err)
 	}
 	os.Remove(PartPath(dst))
 	os.Remove(StatePath(dst))
-	p.log.Info("shard pulled", "ref", src.Ref, "first", first, "last", last, "header", st.Header, "fetched", st.Fetched,
-		"resumed", st.Resumed, "model", src.Size)
+	p.log.Info("piece pulled", "what", what, "header", st.Header, "fetched", st.Fetched, "resumed", st.Resumed, "model", src.Size)
 	return st, nil
 }
 

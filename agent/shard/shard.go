@@ -89,11 +89,8 @@ func (c *Cache) ModelFile(ctx context.Context, in state.Instance, rank int, prog
 		path, n, err := c.cut(e.Path, hash, pc)
 		return path, supervisor.ShardInfo{How: "built", Bytes: n}, err
 	}
-	if in.Source != nil && c.cfg.Puller != nil && pc.tpRanks > 1 {
-		return "", supervisor.ShardInfo{}, fmt.Errorf("a tensor-parallel slice of %s comes from a node that has the model, not from its source: pull it to one first", in.Source.Ref)
-	}
 	if in.Source != nil && c.cfg.Puller != nil {
-		path, info, err := c.pull(ctx, in, rank, progress)
+		path, info, err := c.pull(ctx, in, rank, pc, progress)
 		if err == nil || ctx.Err() != nil {
 			return path, info, err
 		}
@@ -153,8 +150,8 @@ func (pc piece) write(path, dst, hash string) error {
 
 // pull gets the rank's part of an instance placed from its source: the
 // whole file when it has one rank (its sha256 checked), else only the
-// rank's tensors.
-func (c *Cache) pull(ctx context.Context, in state.Instance, rank int, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
+// bytes of the rank's tensors (of a tensor-parallel rank, of its slice).
+func (c *Cache) pull(ctx context.Context, in state.Instance, rank int, pc piece, progress func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
 	src, rg := *in.Source, in.Ranks[rank]
 	report := func(done, size int64) { progress(supervisor.Progress{From: src.Ref, Done: done, Size: size}) }
 	if len(in.Ranks) == 1 {
@@ -171,7 +168,7 @@ func (c *Cache) pull(ctx context.Context, in state.Instance, rank int, progress 
 	if !sha256Hex.MatchString(src.SHA256) { // it names the shard's file
 		return "", supervisor.ShardInfo{}, fmt.Errorf("source %s: sha256 %q refused", src.Ref, src.SHA256)
 	}
-	dst := filepath.Join(c.cfg.Dir, shardName(src.SHA256, rg.FirstLayer, rg.LastLayer))
+	dst := filepath.Join(c.cfg.Dir, pc.name(src.SHA256))
 	c.pullMu.Lock()
 	defer c.pullMu.Unlock()
 	if _, err := os.Stat(dst); err == nil {
@@ -180,7 +177,13 @@ func (c *Cache) pull(ctx context.Context, in state.Instance, rank int, progress 
 	if err := os.MkdirAll(c.cfg.Dir, 0o700); err != nil {
 		return "", supervisor.ShardInfo{}, err
 	}
-	st, err := c.cfg.Puller.Shard(ctx, src, rg.FirstLayer, rg.LastLayer, dst, report)
+	var st pull.ShardStats
+	var err error
+	if pc.tpRanks > 1 {
+		st, err = c.cfg.Puller.Slice(ctx, src, rg.FirstLayer, rg.LastLayer, pc.tpRank, pc.tpRanks, dst, report)
+	} else {
+		st, err = c.cfg.Puller.Shard(ctx, src, rg.FirstLayer, rg.LastLayer, dst, report)
+	}
 	if err != nil {
 		return "", supervisor.ShardInfo{}, err
 	}

@@ -159,6 +159,12 @@ func ShardRanges(f *gguf.File, first, last int) ([][2]int64, error) {
 			rs = append(rs, [2]int64{off, n})
 		}
 	}
+	return mergeRanges(rs), nil
+}
+
+// mergeRanges sorts ranges {offset, length} and merges those less than
+// rangeGap apart.
+func mergeRanges(rs [][2]int64) [][2]int64 {
 	slices.SortFunc(rs, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
 	var out [][2]int64
 	for _, r := range rs {
@@ -170,7 +176,7 @@ func ShardRanges(f *gguf.File, first, last int) ([][2]int64, error) {
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out
 }
 
 // FileHash is the sha256 of a file, hex: a model's identity across nodes.

@@ -114,8 +114,10 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 		ff := uint64(c.FFDim)
 		want["ffn_up.weight"], want["ffn_down.weight"] = []uint64{dim, 2 * ff}, []uint64{ff, dim}
 	} else if c.Experts > 0 {
-		e, eff := uint64(c.Experts), uint64(c.ExpertFFDim)
-		want["ffn_gate_inp.weight"] = []uint64{dim, e}
+		// The router scores every expert; a slice holds some of them.
+		_, local := c.LocalExperts()
+		e, eff := uint64(local), uint64(c.ExpertFFDim)
+		want["ffn_gate_inp.weight"] = []uint64{dim, uint64(c.Experts)}
 		want["ffn_gate_exps.weight"], want["ffn_up_exps.weight"] = []uint64{dim, eff, e}, []uint64{dim, eff, e}
 		want["ffn_down_exps.weight"] = []uint64{eff, dim, e}
 	} else {
@@ -129,8 +131,9 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 		want["attn_output.bias"] = []uint64{dim}
 	}
 	if c.ExpertBiases {
-		e, eff := uint64(c.Experts), uint64(c.ExpertFFDim)
-		want["ffn_gate_inp.bias"] = []uint64{e}
+		_, local := c.LocalExperts()
+		e, eff := uint64(local), uint64(c.ExpertFFDim)
+		want["ffn_gate_inp.bias"] = []uint64{uint64(c.Experts)}
 		want["ffn_gate_exps.bias"], want["ffn_up_exps.bias"], want["ffn_down_exps.bias"] = []uint64{eff, e}, []uint64{eff, e}, []uint64{dim, e}
 	}
 	if c.QKNorm {

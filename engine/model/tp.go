@@ -18,6 +18,13 @@ import (
 // the sum and the embeddings are replicated; the output head is on rank 0
 // only, which samples.
 //
+// A mixture of experts splits its experts instead (expert parallelism):
+// each rank holds a range of whole experts, with their biases, and the
+// router whole. Every rank routes every token to the same experts (the
+// all-reduced input is the same on all ranks, to the bit), computes those
+// it holds, and the same all-reduce adds them up: exact, no expert is
+// masked.
+//
 // A slice is written as a GGUF file that keeps the tensors' names, with
 // the orrery.tp keys: FromGGUF reads such a file's Heads, KVHeads and
 // FFDim as the rank's own, and TP says where they sit in the model.
@@ -36,6 +43,10 @@ const (
 	KeyTPFullHeads   = "orrery.tp.full_heads"
 	KeyTPFullKVHeads = "orrery.tp.full_kv_heads"
 	KeyTPFullFF      = "orrery.tp.full_ff"
+	// Expert parallelism: the slice's experts [first, first+n) of full.
+	KeyTPExpert      = "orrery.tp.expert_first"
+	KeyTPExperts     = "orrery.tp.experts"
+	KeyTPFullExperts = "orrery.tp.full_experts"
 )
 
 // MaxTPRanks bounds a tensor-parallel group.
@@ -44,7 +55,9 @@ const MaxTPRanks = 16
 // TPSlice is what rank Rank of a Ranks-way tensor-parallel group holds of
 // each block: query heads [Head, Head+Heads), kv heads [KVHead,
 // KVHead+KVHeads) (shared with other ranks when the model has fewer kv
-// heads than ranks), MLP columns [FF, FF+FFDim).
+// heads than ranks), MLP columns [FF, FF+FFDim), and of a mixture of
+// experts, experts [Expert, Expert+Experts) (FF then covers the whole MLP,
+// which no block of such a model has).
 type TPSlice struct {
 	Rank    int `json:"rank"`
 	Ranks   int `json:"ranks"`
@@ -54,10 +67,13 @@ type TPSlice struct {
 	KVHeads int `json:"kvHeads"`
 	FF      int `json:"ffFirst"`
 	FFDim   int `json:"ff"`
+	Expert  int `json:"expertFirst,omitempty"`
+	Experts int `json:"experts,omitempty"`
 	// The whole model's counts.
 	FullHeads   int `json:"fullHeads"`
 	FullKVHeads int `json:"fullKvHeads"`
 	FullFF      int `json:"fullFf"`
+	FullExperts int `json:"fullExperts,omitempty"`
 }
 
 // ErrTPSplit is wrapped by PlanTP's refusals: the model does not split
@@ -71,7 +87,8 @@ var ErrTPSplit = errors.New("tensor-parallel split")
 // falls on a quantization block of the output projection and of the MLP's
 // down projection (32 values, or 256 for the K-quants), so that their
 // rows can be cut into columns. Uneven splits are allowed: 32 heads of 128
-// in 8 groups on 3 ranks are 12/12/8.
+// in 8 groups on 3 ranks are 12/12/8. A mixture of experts (every block
+// of qwen3moe and gpt-oss) splits its experts whole, evenly.
 func PlanTP(f *gguf.File, cfg Config, ranks int) ([]TPSlice, error) {
 	switch {
 	case ranks < 2 || ranks > MaxTPRanks:
@@ -80,16 +97,14 @@ func PlanTP(f *gguf.File, cfg Config, ranks int) ([]TPSlice, error) {
 		return nil, fmt.Errorf("%w: the file is itself a tensor-parallel slice", ErrTPSplit)
 	case cfg.MLA:
 		return nil, fmt.Errorf("%w: %s's latent attention does not split by heads yet", ErrTPSplit, cfg.Arch)
-	case cfg.Experts > 0:
-		return nil, fmt.Errorf("%w: %s is a mixture of experts; expert parallelism is not built yet", ErrTPSplit, cfg.Arch)
+	case cfg.Experts > 0 && cfg.LeadDense > 0:
+		return nil, fmt.Errorf("%w: %s mixes dense and expert blocks, which do not split yet", ErrTPSplit, cfg.Arch)
+	case cfg.Experts > 0 && cfg.Experts < ranks:
+		return nil, fmt.Errorf("%w: %d experts cannot be split whole over %d ranks", ErrTPSplit, cfg.Experts, ranks)
 	}
 	first, _ := cfg.Blocks()
 	p := fmt.Sprintf("blk.%d.", first)
 	oBlock, err := blockElems(f, p+"attn_output.weight")
-	if err != nil {
-		return nil, err
-	}
-	downBlock, err := blockElems(f, p+"ffn_down.weight")
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +145,20 @@ func PlanTP(f *gguf.File, cfg Config, ranks int) ([]TPSlice, error) {
 			out[r].KVHead, out[r].KVHeads = kv, 1
 			out[r].Head, out[r].Heads = kv*group+(r%share)*h, h
 		}
+	}
+	if cfg.Experts > 0 {
+		at := 0
+		for r, n := range spread(cfg.Experts, ranks) {
+			s := &out[r]
+			s.Expert, s.Experts, s.FullExperts = at, n, cfg.Experts
+			s.FF, s.FFDim = 0, cfg.FFDim
+			at += n
+		}
+		return out, nil
+	}
+	downBlock, err := blockElems(f, p+"ffn_down.weight")
+	if err != nil {
+		return nil, err
 	}
 	if cfg.FFDim%downBlock != 0 || cfg.FFDim/downBlock < ranks {
 		return nil, fmt.Errorf("%w: an MLP of %d columns in %d-value blocks of ffn_down does not split over %d ranks", ErrTPSplit, cfg.FFDim, downBlock, ranks)
@@ -194,7 +223,8 @@ func readTP(c *Config, f *gguf.File) error {
 	}
 	g := func(k string) int { return int(f.Uint(k, 0)) }
 	s := &TPSlice{Rank: g(KeyTPRank), Ranks: g(KeyTPRanks), Head: g(KeyTPHead), Heads: g(KeyTPHeads), KVHead: g(KeyTPKVHead),
-		KVHeads: g(KeyTPKVHeads), FF: g(KeyTPFF), FFDim: g(KeyTPFFDim), FullHeads: g(KeyTPFullHeads), FullKVHeads: g(KeyTPFullKVHeads), FullFF: g(KeyTPFullFF)}
+		KVHeads: g(KeyTPKVHeads), FF: g(KeyTPFF), FFDim: g(KeyTPFFDim), FullHeads: g(KeyTPFullHeads), FullKVHeads: g(KeyTPFullKVHeads), FullFF: g(KeyTPFullFF),
+		Expert: g(KeyTPExpert), Experts: g(KeyTPExperts), FullExperts: g(KeyTPFullExperts)}
 	switch {
 	case s.Ranks < 2 || s.Ranks > MaxTPRanks || s.Rank < 0 || s.Rank >= s.Ranks:
 		return fmt.Errorf("tensor-parallel slice: rank %d of %d", s.Rank, s.Ranks)
@@ -206,12 +236,24 @@ func readTP(c *Config, f *gguf.File) error {
 		return fmt.Errorf("tensor-parallel slice: %d kv heads do not divide %d heads", s.KVHeads, s.Heads)
 	case s.FFDim < 1 || s.FF < 0 || s.FF+s.FFDim > c.FFDim:
 		return fmt.Errorf("tensor-parallel slice: MLP columns [%d, +%d) of %d", s.FF, s.FFDim, c.FFDim)
-	case c.MLA || c.Experts > 0:
+	case c.MLA || c.Experts > 0 && c.LeadDense > 0:
 		return fmt.Errorf("tensor-parallel slice of %s, which does not split by heads yet", c.Arch)
+	case s.FullExperts != c.Experts:
+		return fmt.Errorf("tensor-parallel slice of %d experts, but the model has %d", s.FullExperts, c.Experts)
+	case c.Experts > 0 && (s.Experts < 1 || s.Expert < 0 || s.Expert+s.Experts > c.Experts):
+		return fmt.Errorf("tensor-parallel slice: experts [%d, +%d) of %d", s.Expert, s.Experts, c.Experts)
 	}
 	c.TP = s
 	c.Heads, c.KVHeads, c.FFDim = s.Heads, s.KVHeads, s.FFDim
 	return nil
+}
+
+// LocalExperts is the range of experts this file holds: a slice's, or all.
+func (c Config) LocalExperts() (first, n int) {
+	if c.TP != nil && c.TP.FullExperts > 0 {
+		return c.TP.Expert, c.TP.Experts
+	}
+	return 0, c.Experts
 }
 
 // HasHead reports whether this file's rank applies the output head: the
@@ -222,9 +264,11 @@ func (c Config) HasHead(last int) bool {
 
 // tpCut is how one tensor is cut for a slice: rows and columns are
 // [from, to) ranges, concatenated in order (a fused matrix takes ranges of
-// each of its parts). nil ranges keep the dimension whole.
+// each of its parts). nil ranges keep the dimension whole. planes, set,
+// keeps matrices [from, to) of a 3-dimensional tensor (the experts).
 type tpCut struct {
 	rows, cols [][2]uint64
+	planes     *[2]uint64
 }
 
 // tpCutFor is the cut of tensor name (with its blk.N. prefix) for slice s
@@ -272,16 +316,32 @@ func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
 	case "ffn_down.weight":
 		return tpCut{cols: [][2]uint64{ff}}, false
 	}
+	if s.FullExperts > 0 {
+		e := [2]uint64{uint64(s.Expert), uint64(s.Expert + s.Experts)}
+		switch name[i+1+j+1:] {
+		case "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight":
+			return tpCut{planes: &e}, false
+		case "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias":
+			return tpCut{rows: [][2]uint64{e}}, false
+		}
+	}
 	return tpCut{}, false
 }
 
-// apply returns the cut tensor's dims and a writer of its bytes, read
-// from r at the tensor's offset off.
-func (cut tpCut) apply(t gguf.TensorInfo, r io.ReaderAt, off int64) ([]uint64, func(io.Writer) error, error) {
+// span is a range of a file's bytes: offset, length.
+type span struct{ off, n int64 }
+
+// spans returns the cut tensor's dims and the byte ranges of the file
+// (the tensor's data at off) that make its data, in order.
+func (cut tpCut) spans(t gguf.TensorInfo, off int64) ([]uint64, []span, error) {
+	if cut.planes != nil {
+		return cut.planeSpans(t, off)
+	}
 	if len(t.Dims) == 0 || len(t.Dims) > 2 {
 		if cut.rows != nil || cut.cols != nil {
 			return nil, nil, fmt.Errorf("tensor %s of %d dims cannot be cut", t.Name, len(t.Dims))
 		}
+		return t.Dims, []span{{off, int64(t.Size)}}, nil
 	}
 	ne0, ne1 := t.Dims[0], uint64(1)
 	if len(t.Dims) == 2 {
@@ -299,8 +359,7 @@ func (cut tpCut) apply(t gguf.TensorInfo, r io.ReaderAt, off int64) ([]uint64, f
 	if cols == nil {
 		cols = [][2]uint64{{0, ne0}}
 	}
-	type span struct{ off, n int64 }
-	var spans []span // byte ranges to copy, in order
+	var spans []span
 	var outRows, outCols uint64
 	for _, c := range cols {
 		if c[0] >= c[1] || c[1] > ne0 {
@@ -332,23 +391,87 @@ func (cut tpCut) apply(t gguf.TensorInfo, r io.ReaderAt, off int64) ([]uint64, f
 	if len(t.Dims) == 2 {
 		dims = append(dims, outRows)
 	}
+	return dims, spans, nil
+}
+
+// planeSpans keeps a range of a 3-dimensional tensor's matrices: one
+// contiguous range of bytes.
+func (cut tpCut) planeSpans(t gguf.TensorInfo, off int64) ([]uint64, []span, error) {
+	p := *cut.planes
+	if len(t.Dims) != 3 || p[0] >= p[1] || p[1] > t.Dims[2] {
+		return nil, nil, fmt.Errorf("tensor %s of dims %v: matrices [%d, %d)", t.Name, t.Dims, p[0], p[1])
+	}
+	rowBytes, ok := t.Type.RowBytes(t.Dims[0])
+	if !ok {
+		return nil, nil, fmt.Errorf("tensor %s: %d values of %s", t.Name, t.Dims[0], t.Type)
+	}
+	plane := int64(rowBytes * t.Dims[1])
+	return []uint64{t.Dims[0], t.Dims[1], p[1] - p[0]}, []span{{off + int64(p[0])*plane, int64(p[1]-p[0]) * plane}}, nil
+}
+
+// apply returns the cut tensor's dims and a writer of its bytes, read
+// from r at the tensor's offset off.
+func (cut tpCut) apply(t gguf.TensorInfo, r io.ReaderAt, off int64) ([]uint64, func(io.Writer) error, error) {
+	dims, spans, err := cut.spans(t, off)
+	if err != nil {
+		return nil, nil, err
+	}
 	write := func(w io.Writer) error {
 		var buf []byte
 		for _, s := range spans {
 			if int64(cap(buf)) < s.n {
-				buf = make([]byte, s.n)
+				buf = make([]byte, min(s.n, 4<<20))
 			}
-			b := buf[:s.n]
-			if _, err := r.ReadAt(b, s.off); err != nil {
-				return fmt.Errorf("tensor %s: %w", t.Name, err)
-			}
-			if _, err := w.Write(b); err != nil {
-				return err
+			for done := int64(0); done < s.n; {
+				b := buf[:min(s.n-done, int64(cap(buf)))]
+				if _, err := r.ReadAt(b, s.off+done); err != nil {
+					return fmt.Errorf("tensor %s: %w", t.Name, err)
+				}
+				if _, err := w.Write(b); err != nil {
+					return err
+				}
+				done += int64(len(b))
 			}
 		}
 		return nil
 	}
 	return dims, write, nil
+}
+
+// TPRanges are the byte ranges {offset, length} of the model file f that
+// slice s of blocks [first, last) is cut from, sorted and merged as
+// ShardRanges merges: what a node fetches to build its slice without the
+// rest of the model. Experts and rows cut whole are one range each; a
+// matrix cut by columns (attn_output, ffn_down) needs a piece of every
+// row, and pieces closer than rangeGap merge, so it costs about the
+// whole matrix unless its rows are long.
+func TPRanges(f *gguf.File, first, last int, s TPSlice) ([][2]int64, error) {
+	cfg, err := FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := ShardTensors(f, cfg, first, last)
+	if err != nil {
+		return nil, err
+	}
+	var rs [][2]int64
+	for _, t := range ts {
+		cut, drop := tpCutFor(t.Name, cfg, s)
+		if drop {
+			continue
+		}
+		off, _ := TensorRange(f, t)
+		_, spans, err := cut.spans(t, off)
+		if err != nil {
+			return nil, err
+		}
+		for _, sp := range spans {
+			if sp.n > 0 {
+				rs = append(rs, [2]int64{sp.off, sp.n})
+			}
+		}
+	}
+	return mergeRanges(rs), nil
 }
 
 // WriteTPSlice writes rank s.Rank's slice of blocks [first, last) of the
@@ -392,6 +515,9 @@ func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, 
 		u(KeyTPRank, s.Rank), u(KeyTPRanks, s.Ranks), u(KeyTPHead, s.Head), u(KeyTPHeads, s.Heads), u(KeyTPKVHead, s.KVHead),
 		u(KeyTPKVHeads, s.KVHeads), u(KeyTPFF, s.FF), u(KeyTPFFDim, s.FFDim), u(KeyTPFullHeads, s.FullHeads),
 		u(KeyTPFullKVHeads, s.FullKVHeads), u(KeyTPFullFF, s.FullFF))
+	if s.FullExperts > 0 {
+		kvs = append(kvs, u(KeyTPExpert, s.Expert), u(KeyTPExperts, s.Experts), u(KeyTPFullExperts, s.FullExperts))
+	}
 	var wts []gguf.WriteTensor
 	for _, t := range ts {
 		cut, drop := tpCutFor(t.Name, cfg, s)

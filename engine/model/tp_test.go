@@ -63,7 +63,8 @@ func TestPlanTP(t *testing.T) {
 	}{
 		{"one rank", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512}, 1, "1 ranks"},
 		{"too many ranks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512}, 17, "17 ranks"},
-		{"mixture of experts", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Experts: 8, Arch: "qwen3moe"}, 2, "expert"},
+		{"fewer experts than ranks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Experts: 2, Arch: "qwen3moe"}, 4, "2 experts"},
+		{"dense and expert blocks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Experts: 8, LeadDense: 1, Arch: "x"}, 2, "dense and expert"},
 		{"latent attention", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, MLA: true, Arch: "deepseek2"}, 2, "latent"},
 		{"kv heads not shareable", Config{Heads: 8, KVHeads: 2, HeadDim: 64, FFDim: 512}, 3, "2 kv heads"},
 		{"more ranks than groups", Config{Heads: 8, KVHeads: 4, HeadDim: 64, FFDim: 512}, 3, "4 kv heads"},
@@ -80,4 +81,51 @@ func TestPlanTP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A mixture of experts splits its heads as a dense model does and its
+// experts whole and evenly; its MLP columns stay whole (no block has a
+// dense MLP).
+func TestPlanTPExperts(t *testing.T) {
+	cfg := Config{Arch: "qwen3moe", Layers: 2, Heads: 8, KVHeads: 4, HeadDim: 64, FFDim: 512, Experts: 8, ExpertsUsed: 2, ExpertFFDim: 64}
+	f := &gguf.File{Tensors: []gguf.TensorInfo{{Name: "blk.0.attn_output.weight", Type: gguf.Q8_0}}}
+	plan, err := PlanTP(f, cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][3]int
+	at := 0
+	for _, s := range plan {
+		got = append(got, [3]int{s.Expert, s.Experts, s.Heads})
+		if s.Expert != at || s.FullExperts != 8 || s.FF != 0 || s.FFDim != 512 {
+			t.Errorf("rank %d: %+v", s.Rank, s)
+		}
+		at += s.Experts
+	}
+	if fmt.Sprint(got) != "[[0 3 4] [3 3 2] [6 2 2]]" {
+		t.Errorf("experts and heads by rank: %v", got)
+	}
+	for _, c := range []struct {
+		name string
+		cut  tpCut
+		drop bool
+	}{
+		{"blk.1.ffn_up_exps.weight", tpCut{planes: &[2]uint64{3, 6}}, false},
+		{"blk.1.ffn_down_exps.bias", tpCut{rows: [][2]uint64{{3, 6}}}, false},
+		{"blk.1.ffn_gate_inp.weight", tpCut{}, false},
+		{"output.weight", tpCut{}, true},
+	} {
+		cut, drop := tpCutFor(c.name, cfg, plan[1])
+		if cut.String() != c.cut.String() || drop != c.drop {
+			t.Errorf("%s: cut %s (drop %v), want %s (drop %v)", c.name, cut, drop, c.cut, c.drop)
+		}
+	}
+}
+
+func (cut tpCut) String() string {
+	planes := "all"
+	if cut.planes != nil {
+		planes = fmt.Sprint(*cut.planes)
+	}
+	return fmt.Sprintf("rows %v cols %v planes %s", cut.rows, cut.cols, planes)
 }

@@ -218,16 +218,31 @@ type Prediction struct {
 func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[string]backend.Speed, in Inputs) (dec, pre float64, err error) {
 	t := len(group)
 	first, last := group[0].FirstLayer, group[0].LastLayer
+	share := func(num, den int) float64 { return float64(num) / float64(den) }
+	// A mixture's decode step waits for the rank that holds the most of
+	// the token's experts; a prefill's many tokens spread over all.
+	var busiest float64
+	if t > 1 && shares[0].FullExperts > 0 {
+		sizes := make([]int, t)
+		for i, s := range shares {
+			sizes[i] = s.Experts
+		}
+		busiest = expertShare(c.cfg.ExpertsUsed, sizes)
+	}
 	for i, r := range group {
-		w := Weights{}
-		share := func(num, den int) float64 { return float64(num) / float64(den) }
+		wDec, wPre := Weights{}, Weights{}
 		for il := first; il < last; il++ {
-			a, kv, m := 1.0, 1.0, 1.0
+			a, kv, mDec, mPre := 1.0, 1.0, 1.0, 1.0
 			if t > 1 {
 				sl := shares[i]
-				a, kv, m = share(sl.Heads, sl.FullHeads), share(sl.KVHeads, sl.FullKVHeads), share(sl.FFDim, sl.FullFF)
+				a, kv, mDec = share(sl.Heads, sl.FullHeads), share(sl.KVHeads, sl.FullKVHeads), share(sl.FFDim, sl.FullFF)
+				mPre = mDec
+				if sl.FullExperts > 0 {
+					mDec, mPre = busiest, share(sl.Experts, sl.FullExperts)
+				}
 			}
-			w = w.plus(c.Attn[il].scaled(a)).plus(c.KV[il].scaled(kv)).plus(c.MLP[il].scaled(m)).plus(c.Rest[il])
+			w := c.Attn[il].scaled(a).plus(c.KV[il].scaled(kv)).plus(c.Rest[il])
+			wDec, wPre = wDec.plus(w).plus(c.MLP[il].scaled(mDec)), wPre.plus(w).plus(c.MLP[il].scaled(mPre))
 		}
 		heads, kvw := float64(c.Heads), float64(c.KVWidth)
 		if t > 1 {
@@ -235,7 +250,11 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 			kvw *= share(shares[i].KVHeads, shares[i].FullKVHeads)
 		}
 		sp := speed[r.NodeID]
-		d, pf, err := passTime(sp, w, last-first, heads, float64(c.HeadDim), kvw, in)
+		d, _, err := passTime(sp, wDec, last-first, heads, float64(c.HeadDim), kvw, in)
+		if err != nil {
+			return 0, 0, err
+		}
+		_, pf, err := passTime(sp, wPre, last-first, heads, float64(c.HeadDim), kvw, in)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -249,6 +268,51 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 		dec, pre = dec+d, pre+pf
 	}
 	return dec, pre, nil
+}
+
+// expertShare is the share of a token's used experts that the busiest
+// rank computes on average, E[max_r c_r] / used, when the used experts
+// are drawn without replacement from ranks holding sizes[r] experts each
+// (routing spread evenly, as it is on average). Exact:
+// E[max] = Σ_k P(max ≥ k), and P(max < k) counts the draws that take
+// fewer than k from every rank.
+func expertShare(used int, sizes []int) float64 {
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	if used < 1 || used > total {
+		return 1
+	}
+	all := binomial(total, used)
+	var e float64
+	for k := 1; k <= used; k++ {
+		ways := make([]float64, used+1) // ways[j]: draws of j from the ranks so far
+		ways[0] = 1
+		for _, n := range sizes {
+			next := make([]float64, used+1)
+			for j, w := range ways {
+				for c := 0; c < k && c <= n && j+c <= used; c++ {
+					next[j+c] += w * binomial(n, c)
+				}
+			}
+			ways = next
+		}
+		e += 1 - ways[used]/all
+	}
+	return e / float64(used)
+}
+
+// binomial is n choose k, as a float.
+func binomial(n, k int) float64 {
+	if k < 0 || k > n {
+		return 0
+	}
+	r := 1.0
+	for i := 1; i <= k; i++ {
+		r = r * float64(n-k+i) / float64(i)
+	}
+	return r
 }
 
 // ErrNoSpeed is returned when no node has a measured speed.
@@ -455,22 +519,31 @@ func passTime(sp backend.Speed, w Weights, layers int, heads, headDim, kvw float
 
 // Tensor places one tensor-parallel group: rank i, on nodes[i], holds
 // slice plan[i] of every block. Each rank needs its share of the blocks'
-// weights (the larger of its heads' and its MLP columns' share) and of the
-// KV cache (its kv heads'), the embeddings, and on rank 0 the output head;
+// weights (the larger of its heads' and its MLP columns' share; in a
+// mixture, its experts' share of the experts and its heads' of the rest)
+// and of the KV cache (its kv heads'), the embeddings, and on rank 0 the
+// output head;
 // ErrNoFit names the first that does not fit.
 func Tensor(l Layout, plan []model.TPSlice, nodes []Node) ([]Rank, error) {
 	if len(plan) != len(nodes) {
 		return nil, fmt.Errorf("%d slices for %d nodes", len(plan), len(nodes))
 	}
-	var blocks, kv uint64
+	var blocks, experts, kv uint64
 	for i := range l.Block {
 		blocks += l.Block[i]
 		kv += l.KV[i]
+		if i < len(l.Experts) {
+			experts += l.Experts[i]
+		}
 	}
 	ranks := make([]Rank, len(plan))
 	for i, s := range plan {
 		share := max(float64(s.Heads)/float64(s.FullHeads), float64(s.FFDim)/float64(s.FullFF))
-		need := uint64(Overhead) + uint64(float64(blocks)*share) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads) + l.Embed
+		mine := float64(blocks) * share
+		if s.FullExperts > 0 { // the experts split whole, the rest by heads
+			mine = float64(blocks-experts)*float64(s.Heads)/float64(s.FullHeads) + float64(experts)*float64(s.Experts)/float64(s.FullExperts)
+		}
+		need := uint64(Overhead) + uint64(mine) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads) + l.Embed
 		if i == 0 {
 			need += l.Head
 		}

@@ -2,7 +2,9 @@ package placement
 
 import (
 	"math"
+	"math/bits"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,4 +174,114 @@ func TestSpeedTypeNearest(t *testing.T) {
 	if _, ok := (&backend.Speed{}).Type("Q8_0", 8.5); ok {
 		t.Error("no types measured, yet found one")
 	}
+}
+
+// expertShare agrees with counting every draw of used experts from ranks
+// of the given sizes, and knows the bounds: one expert per token keeps a
+// rank busy for all of it, and one rank holding all is all.
+func TestExpertShare(t *testing.T) {
+	for _, c := range []struct {
+		used  int
+		sizes []int
+	}{{3, []int{3, 3, 2}}, {2, []int{4, 4}}, {4, []int{5, 4}}, {1, []int{2, 2}}, {3, []int{6}}} {
+		total := 0
+		for _, n := range c.sizes {
+			total += n
+		}
+		owner := []int{}
+		for r, n := range c.sizes {
+			for range n {
+				owner = append(owner, r)
+			}
+		}
+		var sum, draws float64
+		for mask := 0; mask < 1<<total; mask++ {
+			if bits.OnesCount(uint(mask)) != c.used {
+				continue
+			}
+			count := make([]int, len(c.sizes))
+			for e := range total {
+				if mask&(1<<e) != 0 {
+					count[owner[e]]++
+				}
+			}
+			sum += float64(slices.Max(count))
+			draws++
+		}
+		want := sum / draws / float64(c.used)
+		if got := expertShare(c.used, c.sizes); math.Abs(got-want) > 1e-12 {
+			t.Errorf("used %d of %v: %.6f, counted %.6f", c.used, c.sizes, got, want)
+		}
+	}
+	if got := expertShare(1, []int{64, 64}); got != 1 {
+		t.Errorf("one expert per token: %v", got)
+	}
+	// Qwen3-30B-A3B's routing on 2 ranks: the busier rank has ~0.63 of a
+	// token's 8 experts, not half.
+	if got := expertShare(8, []int{64, 64}); got < 0.6 || got > 0.66 {
+		t.Errorf("8 of 128 on 2 ranks: %v", got)
+	}
+}
+
+// A mixture split by experts: each rank needs its half of the experts
+// and of the attention, and a decode step computes the attention's half
+// but the busier rank's share of the token's experts (more than half).
+func TestExpertParallelCost(t *testing.T) {
+	o, err := model.ApplyFamily(model.Presets["small"], "qwen3moe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "moe.gguf")
+	if err := model.Generate(path, o); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, l := CostOf(f, cfg), LayoutOf(f, cfg, 0, 1)
+	sl, err := model.PlanTP(f, cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks, err := Tensor(l, sl, []Node{{"a", 8 << 30}, {"b", 8 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks, experts, kv uint64
+	for i := range l.Block {
+		blocks, experts, kv = blocks+l.Block[i], experts+l.Experts[i], kv+l.KV[i]
+	}
+	if experts < blocks/2 {
+		t.Fatalf("experts %d of %d block bytes: the preset should be mostly experts", experts, blocks)
+	}
+	if want := uint64(Overhead) + blocks/2 + kv/2 + l.Embed; absDiff(ranks[1].Need, want) > 64 {
+		t.Errorf("rank 1 needs %d, want %d: half the experts and half the rest", ranks[1].Need, want)
+	}
+	rate := 3e9
+	in := inputs(rate, 50)
+	pr, err := c.Predict(Plan{Pipeline: 1, Tensor: 2, Ranks: ranks}, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := expertShare(cfg.ExpertsUsed, []int{sl[0].Experts, sl[1].Experts})
+	var b float64
+	for il := range c.Layers {
+		b += (c.Attn[il].Bytes()+c.KV[il].Bytes())/2 + c.Rest[il].Bytes() + c.MLP[il].Bytes()*share
+	}
+	want := ((b+c.Head.Bytes())/rate + (float64(c.Layers)*20+100)/1e6) * 1e3
+	if got := pr.DecodeMs - pr.CommMs; math.Abs(got-want) > 1e-9 || share <= 0.5 {
+		t.Errorf("decode compute %.6f ms, want %.6f (the busier rank's %.3f of the experts)", got, want, share)
+	}
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }

@@ -26,7 +26,10 @@ type Layout struct {
 	Layers int
 	// Block is the weight bytes of each block; Embed of token_embd,
 	// Head of output_norm plus the output matrix (0 when tied to Embed).
-	Block       []uint64
+	Block []uint64
+	// Experts is the part of each block's bytes in a mixture's experts
+	// (ffn_*_exps), which expert parallelism splits whole.
+	Experts     []uint64
 	Embed, Head uint64
 	Tied        bool
 	// KV is each layer's KV cache (f16): the context length for a global
@@ -42,7 +45,8 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen, parallel int) Layout {
 	if ctxLen <= 0 || ctxLen > cfg.ContextLen {
 		ctxLen = cfg.ContextLen
 	}
-	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), KV: make([]uint64, cfg.Layers), Tied: cfg.TiedOutput, ContextLen: ctxLen}
+	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), Experts: make([]uint64, cfg.Layers), KV: make([]uint64, cfg.Layers),
+		Tied: cfg.TiedOutput, ContextLen: ctxLen}
 	for i := range l.KV {
 		// The slots share one pool of ctxLen positions.
 		tokens := ctxLen
@@ -62,6 +66,9 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen, parallel int) Layout {
 			var n int
 			if _, err := fmt.Sscanf(t.Name, "blk.%d.", &n); err == nil && n >= 0 && n < cfg.Layers {
 				l.Block[n] += t.Size
+				if strings.Contains(t.Name, "_exps.") {
+					l.Experts[n] += t.Size
+				}
 			}
 		}
 	}

@@ -38,18 +38,24 @@ func (s *Server) connectTP(ctx context.Context, opts *backend.Options) error {
 }
 
 // checkTiling checks, with one all-reduce, that the group's slices tile
-// the model: every query head and every MLP column held by exactly one
-// rank. Slices cut by different plans (a stale cache, two versions) would
-// otherwise sum wrong partial outputs without a word.
+// the model: every query head and every MLP column (of a mixture: every
+// expert) held by exactly one rank. Slices cut by different plans (a
+// stale cache, two versions) would otherwise sum wrong partial outputs
+// without a word.
 func checkTiling(m *collective.Mesh, s *model.TPSlice) error {
 	if s == nil {
 		return errors.New("the model file is not a tensor-parallel slice")
 	}
-	v := make([]float32, s.FullHeads+s.FullFF)
+	// The MLP's units: its columns, or its experts.
+	unit, first, n, full := "MLP column", s.FF, s.FFDim, s.FullFF
+	if s.FullExperts > 0 {
+		unit, first, n, full = "expert", s.Expert, s.Experts, s.FullExperts
+	}
+	v := make([]float32, s.FullHeads+full)
 	for h := s.Head; h < s.Head+s.Heads && h < s.FullHeads; h++ {
 		v[h] = 1
 	}
-	for c := s.FF; c < s.FF+s.FFDim && c < s.FullFF; c++ {
+	for c := first; c < first+n && c < full; c++ {
 		v[s.FullHeads+c] = 1
 	}
 	if err := m.AllReduce(v); err != nil {
@@ -60,7 +66,7 @@ func checkTiling(m *collective.Mesh, s *model.TPSlice) error {
 		if x != 1 {
 			what := fmt.Sprintf("query head %d", i)
 			if i >= s.FullHeads {
-				what = fmt.Sprintf("MLP column %d", i-s.FullHeads)
+				what = fmt.Sprintf("%s %d", unit, i-s.FullHeads)
 			}
 			return fmt.Errorf("the group's slices do not tile the model: %s is held by %v ranks (slices of different plans?)", what, x)
 		}

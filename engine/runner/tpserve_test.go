@@ -76,3 +76,31 @@ func TestCheckTiling(t *testing.T) {
 		})
 	}
 }
+
+// Experts tile as columns do: a rank 1 cut for another expert split (its
+// first expert also rank 0's) is refused, naming the expert.
+func TestCheckTilingExperts(t *testing.T) {
+	full := model.TPSlice{Ranks: 2, FullHeads: 8, FullKVHeads: 4, FullFF: 256, FFDim: 256, FullExperts: 8}
+	s0, s1 := full, full
+	s0.Heads, s0.KVHeads, s0.Experts = 4, 2, 4
+	s1.Rank, s1.Head, s1.Heads, s1.KVHead, s1.KVHeads = 1, 4, 4, 2, 2
+	for _, c := range []struct {
+		first  int
+		wantOK bool
+	}{{4, true}, {3, false}} {
+		ms := meshPair(t)
+		b := s1
+		b.Expert, b.Experts = c.first, 8-c.first
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r, s := range []model.TPSlice{s0, b} {
+			wg.Go(func() { errs[r] = checkTiling(ms[r], &s) })
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if c.wantOK != (err == nil) || err != nil && !strings.Contains(err.Error(), "expert 3 is held by 2 ranks") {
+				t.Errorf("rank 1's experts from %d: rank %d: %v (want ok %v)", c.first, r, err, c.wantOK)
+			}
+		}
+	}
+}

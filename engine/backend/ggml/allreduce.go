@@ -121,12 +121,17 @@ func (r *Rank) allReduce(c ml.Context, t ml.Tensor) ml.Tensor {
 	if dst == nil {
 		panic(errors.New("tensor-parallel all-reduce: ggml_map_custom1_inplace failed"))
 	}
-	// A copy of ollama's Tensor (its backend) around the new C tensor.
+	return wrapLike(t, unsafe.Pointer(dst))
+}
+
+// wrapLike is a copy of ollama's Tensor t (its backend) around the C
+// tensor dst.
+func wrapLike(t ml.Tensor, dst unsafe.Pointer) ml.Tensor {
 	v := reflect.ValueOf(t).Elem()
 	nv := reflect.New(v.Type())
 	nv.Elem().Set(v)
 	f := nv.Elem().FieldByName("t")
-	*(*unsafe.Pointer)(unsafe.Pointer(f.UnsafeAddr())) = unsafe.Pointer(dst)
+	*(*unsafe.Pointer)(unsafe.Pointer(f.UnsafeAddr())) = dst
 	if s := nv.Elem().FieldByName("sync"); s.IsValid() {
 		reflect.NewAt(s.Type(), unsafe.Pointer(s.UnsafeAddr())).Elem().SetZero()
 	}

@@ -20,3 +20,7 @@ func (*tpGroup) take() error                 { return nil }
 func (r *Rank) allReduce(ml.Context, ml.Tensor) ml.Tensor {
 	panic("tensor parallelism needs cgo")
 }
+
+func localExperts(ml.Context, ml.Tensor, ml.Tensor, int, int) (ml.Tensor, ml.Tensor) {
+	panic("expert parallelism needs cgo")
+}

@@ -57,6 +57,10 @@ func (r *Rank) experts(c ml.Context, l *layer, h ml.Tensor, n int) ml.Tensor {
 	if s := cfg.ExpertWeightsScale; s != 0 && s != 1 {
 		w = w.Scale(c, s)
 	}
+	if first, count := cfg.LocalExperts(); count < cfg.Experts {
+		// This rank holds some of the experts (expert parallelism).
+		chosen, w = localExperts(c, chosen, w, first, count)
+	}
 	h = h.Reshape(c, cfg.Dim, 1, n)
 	up, gate := l.upExps.MulmatID(c, h, chosen), l.gateExps.MulmatID(c, h, chosen) // [ff, used, n]
 	if l.upExpsB != nil {
@@ -76,6 +80,9 @@ func (r *Rank) experts(c ml.Context, l *layer, h ml.Tensor, n int) ml.Tensor {
 	out := e.View(c, 0, cfg.Dim, e.Stride(2), n)
 	for i := 1; i < used; i++ {
 		out = out.Add(c, e.View(c, i*e.Stride(1), cfg.Dim, e.Stride(2), n))
+	}
+	if used == 1 && r.group != nil {
+		out = out.Contiguous(c) // the all-reduce sums a contiguous tensor
 	}
 	return out
 }

@@ -46,6 +46,11 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 	for _, fam := range []string{"llama", "llama3", "qwen2", "qwen3", "gemma3", "phi3", "mistral3"} {
 		cases = append(cases, tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2, 3}})
 	}
+	// Mixtures of experts split their experts whole (8 experts, 2 chosen).
+	for _, fam := range []string{"qwen3moe", "gpt-oss"} {
+		cases = append(cases, tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2, 3}})
+	}
+	cases = append(cases, tpCase{"qwen3moe", "Q8_0", tpShape("qwen3moe", "Q8_0", 128, 4, 2), []int{2}})
 	cases = append(cases, tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 4), []int{4}},
 		tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 2), []int{4}})
 	// Quantized weights: every cut falls on a block, so each rank's blocks
