@@ -260,7 +260,7 @@ func (a *Agent) wireServing(exe string) {
 		}})
 	a.pulls = newPuller(cfg, id, publish, func() { a.instances.PublishModels() }, a.log)
 	a.instances = instance.New(instance.Config{Self: id, Store: a.store, Publish: publish, Models: models,
-		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, KeepAlive: &cfg.KeepAlive, Parallel: cfg.Parallel, Logger: a.log,
+		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, RAMLimit: cfg.RAMLimit, KeepAlive: &cfg.KeepAlive, Parallel: cfg.Parallel, Logger: a.log,
 		Sources: a.pulls, Owned: func() []state.Instance { return a.ledger.Instances() }, // the ledger is wired later
 		ShipTrace: func(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange, errText string) {
 			a.tracer.ShipTask(task, kind, spans, counters, ranks, errText)

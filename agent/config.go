@@ -33,6 +33,10 @@ type Config struct {
 	SystemInterval  time.Duration
 	DiskInterval    time.Duration
 	NetworkInterval time.Duration
+	// RAMLimit, when not 0, caps the RAM this node reports (total and
+	// available) and so offers to placement: a stand-in for a smaller
+	// machine in tests and demos.
+	RAMLimit uint64
 	// LinkInterval is how often the link telemetry (RTT, per-peer MB/s)
 	// is sampled.
 	LinkInterval time.Duration

@@ -177,7 +177,7 @@ type sampler struct {
 func (a *Agent) samplers() []sampler {
 	id := a.identity.NodeID
 	return []sampler{
-		{&telemetry.MemorySampler{NodeID: id}, a.cfg.MemoryInterval},
+		{&telemetry.MemorySampler{NodeID: id, Limit: a.cfg.RAMLimit}, a.cfg.MemoryInterval},
 		{telemetry.NewSystemSampler(id, a.cfg.Logger), a.cfg.SystemInterval},
 		{&telemetry.DiskSampler{NodeID: id, Path: filepath.Join(a.cfg.DataDir, "models")}, a.cfg.DiskInterval},
 		{telemetry.NewNetworkSampler(id), a.cfg.NetworkInterval},

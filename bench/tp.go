@@ -161,7 +161,7 @@ func writeSlices(o TPOptions, cfg model.Config, plan []model.TPSlice, log io.Wri
 	for _, s := range plan {
 		p := filepath.Join(o.Dir, fmt.Sprintf("%s-%d-tp%d-of-%d.gguf", base, st.Size(), s.Rank, s.Ranks))
 		if _, err := os.Stat(p); err != nil {
-			fmt.Fprintf(log, "writing slice %d of %d: %d/%d heads, ff %d…\n", s.Rank, s.Ranks, s.Heads, s.FullHeads, s.FFDim)
+			fmt.Fprintf(log, "writing slice %d of %d: %d/%d heads, ff %d, experts %d/%d…\n", s.Rank, s.Ranks, s.Heads, s.FullHeads, s.FFDim, s.Experts, s.FullExperts)
 			if err := model.WriteTPSlice(o.Model, p, 0, cfg.Layers, s, "tp-bench"); err != nil {
 				return nil, err
 			}
@@ -497,6 +497,10 @@ func printTPRunners(w io.Writer, r *TPReport) {
 	fmt.Fprintf(w, "weights: model %s;", HumanBytes(r.ModelBytes))
 	for i, b := range r.SliceBytes {
 		s := r.Slices[i]
+		if s.FullExperts > 0 {
+			fmt.Fprintf(w, " rank %d %s (%d/%d heads, experts %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.Experts, s.FullExperts)
+			continue
+		}
 		fmt.Fprintf(w, " rank %d %s (%d/%d heads, ff %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.FFDim, s.FullFF)
 	}
 	fmt.Fprintln(w)

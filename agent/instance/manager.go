@@ -29,6 +29,8 @@ const placeWait = 5 * time.Second
 type Config struct {
 	// Self is this node's id.
 	Self string
+	// RAMLimit, when not 0, caps the RAM this node offers (agent.Config's).
+	RAMLimit uint64
 	// Store is this node's replicated state; Publish sends an event to
 	// the master for sequencing.
 	Store   *state.Store

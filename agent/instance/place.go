@@ -93,7 +93,7 @@ func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, 
 			return m.RAMAvailable.InBytes
 		}
 		if id == m.cfg.Self { // measure our own now
-			if ev, err := (&telemetry.MemorySampler{NodeID: id}).Sample(context.Background()); err == nil {
+			if ev, err := (&telemetry.MemorySampler{NodeID: id, Limit: m.cfg.RAMLimit}).Sample(context.Background()); err == nil {
 				if m, ok := ev.(state.NodeMemoryMeasured); ok && m.Memory.RAMAvailable != nil {
 					return m.Memory.RAMAvailable.InBytes
 				}

@@ -17,6 +17,8 @@ import (
 type MemorySampler struct {
 	NodeID string
 	Now    func() time.Time // nil: time.Now
+	// Limit, when not 0, caps the RAM reported, total and available.
+	Limit uint64
 }
 
 func (*MemorySampler) Name() string { return "memory" }
@@ -31,9 +33,13 @@ func (m *MemorySampler) Read(ctx context.Context) (state.NodeMemory, error) {
 	if m.Now != nil {
 		now = m.Now
 	}
+	total, avail := vm.Total, vm.Available
+	if m.Limit > 0 {
+		total, avail = min(total, m.Limit), min(avail, m.Limit)
+	}
 	out := state.NodeMemory{
-		RAMTotal:     state.Bytes(vm.Total),
-		RAMAvailable: state.Bytes(vm.Available),
+		RAMTotal:     state.Bytes(total),
+		RAMAvailable: state.Bytes(avail),
 		SampledAt:    now().UTC(),
 	}
 	if runtime.GOOS == "linux" {

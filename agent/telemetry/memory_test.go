@@ -34,6 +34,18 @@ func TestMemorySamplerRealMachine(t *testing.T) {
 	}
 }
 
+// A limit caps what the node reports, total and available, as a smaller
+// machine would report them.
+func TestMemorySamplerLimit(t *testing.T) {
+	r, err := (&MemorySampler{NodeID: "n1", Limit: 64 << 20}).Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RAMTotal == nil || r.RAMAvailable == nil || r.RAMTotal.InBytes != 64<<20 || r.RAMAvailable.InBytes > 64<<20 || r.RAMAvailable.InBytes == 0 {
+		t.Fatalf("with a 64 MiB limit: %+v / %+v", r.RAMAvailable, r.RAMTotal)
+	}
+}
+
 // BenchmarkMemorySample measures one memory sample and reports its p99 (the
 // goal is ≤ 1 ms at p99) besides the mean.
 func BenchmarkMemorySample(b *testing.B) {

@@ -112,6 +112,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	finishAgentFlags := cfg.RegisterFlags(fs)
 	fs.DurationVar(&cfg.MemoryInterval, "memory-interval", cfg.MemoryInterval, "memory sampling period")
+	ramLimit := fs.Uint64("ram-limit-mib", 0, "report at most this many MiB of RAM, total and available, to the cluster: a stand-in for a smaller machine in tests and demos (0: the machine's)")
 	fs.DurationVar(&cfg.SystemInterval, "system-interval", cfg.SystemInterval, "CPU/GPU/temperature/power sampling period")
 	fs.DurationVar(&cfg.DiskInterval, "disk-interval", cfg.DiskInterval, "disk sampling period (models directory)")
 	fs.DurationVar(&cfg.NetworkInterval, "network-interval", cfg.NetworkInterval, "network interface sampling period")
@@ -130,6 +131,11 @@ func runAgent(args []string, stderr io.Writer) int {
 		return code
 	}
 	finishAgentFlags()
+	if *ramLimit > 1<<30 { // MiB: more than an exbibyte overflows
+		fmt.Fprintf(stderr, "orrery agent: --ram-limit-mib %d: too large\n", *ramLimit)
+		return 2
+	}
+	cfg.RAMLimit = *ramLimit << 20
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(strings.ToLower(*level))); err != nil {
 		fmt.Fprintf(stderr, "orrery agent: --log-level %q: want debug, info, warn or error\n", *level)

@@ -46,7 +46,7 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fs.PrintDefaults()
 	}
 	var o bench.TPOptions
-	fs.StringVar(&o.Model, "model", "", "GGUF model (a whole dense model)")
+	fs.StringVar(&o.Model, "model", "", "GGUF model (a whole model: dense, or a mixture of experts, split by experts)")
 	fs.IntVar(&o.Ranks, "tp", 2, "tensor-parallel ranks")
 	cores := fs.String("cores", "auto", `cores to pin the runners to, comma-separated ("auto": 0..tp-1 when the machine has them; "none": no pinning)`)
 	fs.IntVar(&o.PP, "pp", 128, "prompt tokens for the prefill test (0: skip)")

@@ -4,12 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/placement"
 )
 
 // A model placed as one tensor-parallel group over two real agents: the
@@ -135,4 +139,79 @@ func agreeUpToNearTie(t *testing.T, what string, got, want legacyCompletion, tie
 		return
 	}
 	t.Logf("%s: the same %d tokens", what, len(w.Tokens))
+}
+
+// A mixture of experts that fits neither node alone (each agent reports
+// less RAM than one rank of the whole model needs) is refused on one node
+// and runs split by experts over both: each rank holds about half, and its
+// greedy output is the pipeline's over the same two nodes, up to a
+// near-tie.
+func TestExpertParallelFitsNoSingleNode(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	modelID := genModel(t, bin, dirs[1], "ep-test", "--preset", "small", "--arch", "qwen3moe")
+	f, err := gguf.ReadFile(filepath.Join(dirs[1], "models", modelID+".gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agents' defaults: the model's context, 4 slots.
+	l := placement.LayoutOf(f, cfg, 0, 4)
+	plan, err := model.PlanTP(f, cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := []placement.Node{{ID: "a", Available: 1 << 40}, {ID: "b", Available: 1 << 40}}
+	ranks, err := placement.Tensor(l, plan, big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, rank0 := l.Need(0, l.Layers), ranks[0].Need
+	// A limit between what one node and what rank 0 need.
+	limitMiB := (whole + rank0) / 2 >> 20
+	if limitMiB<<20 <= rank0 || limitMiB<<20 >= whole {
+		t.Fatalf("no room between rank 0's %d and the whole model's %d bytes", rank0, whole)
+	}
+	t.Logf("whole model needs %.0f MiB, a tensor-parallel rank %.0f and %.0f; each node offers %d", float64(whole)/(1<<20),
+		float64(ranks[0].Need)/(1<<20), float64(ranks[1].Need)/(1<<20), limitMiB)
+
+	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
+	extra := []string{"--loopback-dir", t.TempDir(), "--runner-threads", "1", "--ram-limit-mib", fmt.Sprint(limitMiB), "--speed", "off"}
+	var ps []*agentProc
+	for _, d := range dirs {
+		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), extra...))
+	}
+	for _, p := range ps {
+		waitHealthy(t, p)
+	}
+	pollAll(t, ps, 10*time.Second, "one master and 2 members", func() (bool, string) { return agreed(t, ps, 2) })
+	ids := make([]string, 2)
+	for i, p := range ps {
+		p.mustGet(t, "/node_id", &ids[i])
+	}
+	a := ps[0]
+	poll(t, a, 20*time.Second, "B's model in A's /v1/models", func() (bool, string) {
+		_, body, _ := a.get("/v1/models")
+		return strings.Contains(string(body), modelID), string(body)
+	})
+	code, body, _ := a.post("/instance", `{"model":"`+modelID+`","node":"`+ids[1]+`"}`)
+	if code == http.StatusCreated || !strings.Contains(string(body), "available") {
+		t.Fatalf("one node: %d %s, want a refusal naming the memory", code, body)
+	}
+
+	lpReq := `{"model":"` + modelID + `","prompt":"too big for one","max_tokens":16,"temperature":0,"ignore_eos":true,"logprobs":2}`
+	pipe := placeJSON(t, a, fmt.Sprintf(`{"model":"%s","nodes":["%s","%s"]}`, modelID, ids[0], ids[1]))
+	waitReadyRanks(t, a, pipe)
+	ref := legacyComplete(t, a, lpReq)
+	deleteInstance(t, a, pipe.InstanceID)
+
+	in := placeJSON(t, a, fmt.Sprintf(`{"model":"%s","nodes":["%s","%s"],"parallelism":"tensor"}`, modelID, ids[0], ids[1]))
+	if len(in.Ranks) != 2 || in.Ranks[0].FirstLayer != 0 || in.Ranks[1].LastLayer != cfg.Layers {
+		t.Fatalf("placement %+v: want 2 ranks of every block", in)
+	}
+	waitReadyRanks(t, a, in)
+	agreeUpToNearTie(t, "split by experts", legacyComplete(t, a, lpReq), ref, 0.05)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -97,6 +98,7 @@ var settings = []setting{{"defaults", "on", "f16", true}, {"matched", "off", "f3
 type row struct {
 	setting, arch, typ string
 	ranks              int
+	tensor             int     // > 1: the ranks are one tensor-parallel group
 	top1               float64 // teacher-forced argmax agreement over the prompt
 	maxDelta           float64 // max |Δlogit| / std of the reference's logits
 	rmsDelta           float64 // rms |Δlogit|, absolute
@@ -193,8 +195,12 @@ func conformFamily(t *testing.T, dir, family, name string, types []string, tweak
 		exact := runExact(t, path, ids)
 		for _, st := range settings {
 			ref := runReference(t, dir, path, ids, st)
+			var one result
 			for _, ranks := range []int{1, 3} {
 				got := runOrrery(t, path, ranks, ids, st)
+				if ranks == 1 {
+					one = got
+				}
 				r := compare(ref, got)
 				r.setting, r.arch, r.typ, r.ranks = st.name, name, v.typ, ranks
 				r.exactOrrery, r.exactLlama = distance(exact, got), distance(exact, ref)
@@ -204,6 +210,25 @@ func conformFamily(t *testing.T, dir, family, name string, types []string, tweak
 				} else {
 					check(t, v, st, r)
 				}
+			}
+			// Tensor-parallel groups of the exact types, under matched
+			// kernels: against llama.cpp and against one rank.
+			if !v.exact || st.name != "matched" {
+				continue
+			}
+			for _, tp := range []int{2, 3} {
+				got, err := runOrreryTP(t, path, tp, ids, st)
+				if errors.Is(err, errNoSplit) {
+					t.Logf("%s-%s: no tensor-parallel row of %d: %v", name, v.typ, tp, err)
+					continue
+				}
+				r, vsOne := compare(ref, got), compare(one, got)
+				r.setting, r.arch, r.typ, r.ranks, r.tensor = st.name, name, v.typ, tp, tp
+				r.exactOrrery, r.exactLlama = distance(exact, got), distance(exact, ref)
+				vsOne.arch, vsOne.typ, vsOne.tensor = name, v.typ, tp
+				rows = append(rows, r)
+				t.Logf("%s %s-%s, tensor %d: max |Δ|/std %.2g against one rank, %.2g against llama.cpp", st.name, name, v.typ, tp, vsOne.maxDelta, r.maxDelta)
+				checkTP(t, v, st, r, vsOne, o.Experts > 0)
 			}
 		}
 	}
@@ -538,7 +563,11 @@ func table(rows []row) string {
 			}
 			return fmt.Sprintf("%.2g", v)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f %% | %.2g | %s | %s | %s | %s | %d |\n", r.setting, r.arch, r.typ, r.ranks, 100*r.top1, r.maxDelta, div, m, ex(r.exactOrrery), ex(r.exactLlama), r.repacked)
+		ranks := strconv.Itoa(r.ranks)
+		if r.tensor > 1 {
+			ranks = fmt.Sprintf("tensor %d", r.tensor)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f %% | %.2g | %s | %s | %s | %s | %d |\n", r.setting, r.arch, r.typ, ranks, 100*r.top1, r.maxDelta, div, m, ex(r.exactOrrery), ex(r.exactLlama), r.repacked)
 	}
 	return b.String()
 }

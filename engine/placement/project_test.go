@@ -49,8 +49,9 @@ func macSpeed(reduce, hop float64) backend.Speed {
 // today (TCP through the agents: 50 µs one way, the all-reduce and hop
 // software measured on this machine) and over RDMA (5 µs, 5 µs of
 // software, no relay). It logs the table docs/cost-model.md shows, and
-// checks the shape of it: tensor parallelism speeds the dense model up,
-// more so over the faster link, and a pipeline never does.
+// checks the shape of it: tensor (and expert) parallelism speeds the
+// models up over RDMA, the dense one over TCP too, and a pipeline never
+// does.
 func TestMacProjection(t *testing.T) {
 	type model_ struct {
 		name string
@@ -104,10 +105,12 @@ func TestMacProjection(t *testing.T) {
 			if !one.Fits || got["pipeline 2"].DecodeTokPerSec >= one.DecodeTokPerSec {
 				t.Errorf("%s, %s: one node %+v, pipeline 2 %+v: a pipeline must not decode faster", m.name, lk.name, one, got["pipeline 2"])
 			}
-			if cfg.Experts == 0 {
-				if tp2, tp4 := got["tensor 2"], got["tensor 4"]; !(tp2.DecodeTokPerSec > one.DecodeTokPerSec && tp4.DecodeTokPerSec > tp2.DecodeTokPerSec) {
-					t.Errorf("%s, %s: tensor 2 %.1f and 4 %.1f tok/s against one node's %.1f", m.name, lk.name, tp2.DecodeTokPerSec, tp4.DecodeTokPerSec, one.DecodeTokPerSec)
-				}
+			// Over RDMA more Macs are faster for both; over TCP through
+			// the agents the mixture's 188 all-reduces per token eat most
+			// of what its small per-token reads save.
+			if tp2, tp4 := got["tensor 2"], got["tensor 4"]; (cfg.Experts == 0 || lk.reduce < 10) &&
+				!(tp2.DecodeTokPerSec > one.DecodeTokPerSec && tp4.DecodeTokPerSec > tp2.DecodeTokPerSec) {
+				t.Errorf("%s, %s: tensor 2 %.1f and 4 %.1f tok/s against one node's %.1f", m.name, lk.name, tp2.DecodeTokPerSec, tp4.DecodeTokPerSec, one.DecodeTokPerSec)
 			}
 		}
 	}
