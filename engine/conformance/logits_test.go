@@ -145,7 +145,9 @@ var shipped = []string{"F32", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q6_K"}
 // loading its shard, hidden states handed from rank to rank) and to
 // llama.cpp, compares the logits at every position, then lets both continue
 // greedily for 32 tokens; for every family, its weight types and the three
-// settings. The table goes into docs/conformance.md. A family is a subtest:
+// settings; and, for the exact types under matched kernels, through
+// tensor-parallel groups of 2 and 3 ranks (tp_test.go). The table goes
+// into docs/conformance.md. A family is a subtest:
 // -run 'TestLogitsMatchLlamaCpp/qwen3moe' runs one.
 func TestLogitsMatchLlamaCpp(t *testing.T) {
 	dir := llamaref.Require(t, "bin/orrery-llama-logits", "bin/llama-quantize")

@@ -188,11 +188,16 @@ func runOrreryTP(t *testing.T, path string, ranks int, ids []int32, st setting) 
 
 // checkTP holds a tensor-parallel row (r: against llama.cpp; one: against
 // Orrery's one rank) to the bounds. Only the order of summation
-// differs from one rank, so a dense model's logits stay within 1e-4 of a
-// std of one rank's and llama.cpp's, and the greedy run parts only at a
-// near-tie. A mixture of experts is held to the MoE rule (checkMoE)
-// without its exactness: a rounding that flips an expert choice at a
-// near-tie moves that position by a fraction of a std.
+// differs from one rank, so in F32 the logits stay within 1e-4 of a std
+// of one rank's and llama.cpp's (gemma3's GELU table: 2e-3). In the quantized types the activations
+// are quantized too: a last-bit difference of a value (another order of
+// summation in one row of a batch) can round it to the next step, which
+// moves that row by a few hundredths of a std (measured: 0.02–0.08 for
+// BF16, Q8_0 and Q4_0, while rows without such a flip stay bit-identical),
+// so they are held to their type's bound. Either way the greedy run parts
+// only at a near-tie. A mixture of experts is held to the MoE rule
+// (checkMoE) without its exactness: a flipped expert choice at a near-tie
+// moves that position by a fraction of a std.
 func checkTP(t *testing.T, v variant, st setting, r, one row, moe bool) {
 	t.Helper()
 	if moe {
@@ -201,8 +206,18 @@ func checkTP(t *testing.T, v variant, st setting, r, one row, moe bool) {
 		return
 	}
 	what := fmt.Sprintf("%s %s-%s on %d tensor-parallel ranks", st.name, r.arch, r.typ, r.tensor)
-	if r.maxDelta > 1e-4 || one.maxDelta > 1e-4 {
-		t.Errorf("%s: max |Δ|/std %.2g against llama.cpp, %.2g against one rank; want ≤ 1e-4", what, r.maxDelta, one.maxDelta)
+	bound := v.bound
+	switch {
+	case v.typ == "F32" && strings.HasPrefix(r.arch, "gemma3"):
+		// ggml's CPU GELU reads an f16 table: an input that differs in
+		// its last bits can round to the neighbouring entry (measured:
+		// 7.2e-4; the one-rank row is 0.002 from exact math for it).
+		bound = 2e-3
+	case v.typ == "F32":
+		bound = 1e-4
+	}
+	if r.maxDelta > bound || one.maxDelta > bound {
+		t.Errorf("%s: max |Δ|/std %.2g against llama.cpp, %.2g against one rank; want ≤ %.2g", what, r.maxDelta, one.maxDelta, bound)
 	}
 	for _, x := range []row{r, one} {
 		if x.diverge >= 0 && x.gap > 4*x.rmsDelta {
