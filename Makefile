@@ -144,8 +144,8 @@ merge-load:
 # $(TP_CACHE)), and the all-reduce of one decode row between them; then
 # "parallelism": "auto" on two agents through delay proxies of TP_CHOICE
 # each way, both plans measured beside the cost model's predictions; then
-# the same runners on TP_MOE_MODEL (the 1b qwen3moe preset), split by
-# experts.
+# the same runners on TP_MOE_MODEL (the 1b qwen3moe preset), its experts
+# split by columns and then whole.
 TP_RANKS ?= 2
 TP_CACHE ?= $(HOME)/.cache/orrery/tp-bench
 TP_MODEL ?= $(TP_CACHE)/1b.gguf
@@ -157,7 +157,8 @@ tp-bench: build
 	@test -f $(TP_MODEL) || ./$(BIN) gen-model --preset 1b -o $(TP_MODEL)
 	@test -f $(TP_MOE_MODEL) || ./$(BIN) gen-model --preset 1b --arch qwen3moe -o $(TP_MOE_MODEL)
 	./$(BIN) tp-bench --model $(TP_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) $(TP_ARGS)
-	./$(BIN) tp-bench --model $(TP_MOE_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE)
+	./$(BIN) tp-bench --model $(TP_MOE_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) --experts columns
+	./$(BIN) tp-bench --model $(TP_MOE_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) --experts whole
 
 clean:
 	rm -rf bin test-output

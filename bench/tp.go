@@ -45,6 +45,8 @@ type TPOptions struct {
 	// Concurrent decodes of TG tokens run at once in the batched test
 	// (0: none); each runner serves that many slots.
 	Concurrent int
+	// Experts is how a mixture's experts split (model.PlanTPExperts).
+	Experts model.ExpertSplit
 }
 
 // TPReport is what TP measured; it is tp-bench's --json.
@@ -100,7 +102,7 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := model.PlanTP(f, cfg, o.Ranks)
+	plan, err := model.PlanTPExperts(f, cfg, o.Ranks, o.Experts)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +161,14 @@ func writeSlices(o TPOptions, cfg model.Config, plan []model.TPSlice, log io.Wri
 	base := strings.TrimSuffix(filepath.Base(o.Model), ".gguf")
 	var paths []string
 	for _, s := range plan {
-		p := filepath.Join(o.Dir, fmt.Sprintf("%s-%d-tp%d-of-%d.gguf", base, st.Size(), s.Rank, s.Ranks))
+		split := ""
+		switch {
+		case s.ExpertColumns:
+			split = "-expert-columns"
+		case s.FullExperts > 0:
+			split = "-experts-whole"
+		}
+		p := filepath.Join(o.Dir, fmt.Sprintf("%s-%d-tp%d-of-%d%s.gguf", base, st.Size(), s.Rank, s.Ranks, split))
 		if _, err := os.Stat(p); err != nil {
 			fmt.Fprintf(log, "writing slice %d of %d: %d/%d heads, ff %d, experts %d/%d…\n", s.Rank, s.Ranks, s.Heads, s.FullHeads, s.FFDim, s.Experts, s.FullExperts)
 			if err := model.WriteTPSlice(o.Model, p, 0, cfg.Layers, s, "tp-bench"); err != nil {
@@ -497,7 +506,11 @@ func printTPRunners(w io.Writer, r *TPReport) {
 	fmt.Fprintf(w, "weights: model %s;", HumanBytes(r.ModelBytes))
 	for i, b := range r.SliceBytes {
 		s := r.Slices[i]
-		if s.FullExperts > 0 {
+		switch {
+		case s.ExpertColumns:
+			fmt.Fprintf(w, " rank %d %s (%d/%d heads, every expert's columns %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.FFDim, s.FullFF)
+			continue
+		case s.FullExperts > 0:
 			fmt.Fprintf(w, " rank %d %s (%d/%d heads, experts %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.Experts, s.FullExperts)
 			continue
 		}

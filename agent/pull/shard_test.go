@@ -176,64 +176,79 @@ func TestShardSourceRefused(t *testing.T) {
 	}
 }
 
-// A tensor-parallel rank of a mixture pulls only its slice's bytes: its
-// half of the experts (one range each), its heads' rows, and the matrices
-// cut by columns about whole. The slice is byte for byte the one cut from
-// the whole file.
+// A tensor-parallel rank of a mixture pulls only its slice's bytes. Split
+// whole (96 expert columns: 3 blocks, which 2 ranks cannot share evenly),
+// that is its half of the experts (one range each), its heads' rows, and
+// the matrices cut by columns about whole: under 60 % of the file. Split
+// by columns (256: 8 blocks), each expert's down projection is cut by
+// columns, a piece of every row, and the pieces of this small model's
+// matrices lie closer than a request is worth, so it fetches about all of
+// it. Either way the slice is byte for byte the one cut from the whole
+// file.
 func TestSlicePull(t *testing.T) {
-	o := model.Presets["small"]
-	o.Dim, o.Vocab = 256, 2048
-	o, err := model.ApplyFamily(o, "qwen3moe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := filepath.Join(t.TempDir(), "moe-Q8_0.gguf")
-	if err := model.Generate(local, o); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := pulltest.NewHub(t)
-	h.Add("org/MoE-GGUF", "moe-Q8_0.gguf", data)
-	p := shardPuller(h)
-	defer p.Close()
-	ctx := context.Background()
-	src, err := p.Resolve(ctx, "hf.co/org/MoE-GGUF:Q8_0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := model.PlanTPFile(local, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	for rank := range 2 {
-		before := h.Served.Load()
-		dst := filepath.Join(dir, "slice.gguf")
-		st, err := p.Slice(ctx, src, 0, o.Layers, rank, 2, dst, func(done, size int64) {})
+	for _, c := range []struct {
+		eff     int
+		columns bool
+		most    float64
+	}{{96, false, 0.6}, {256, true, 1}} {
+		o := model.Presets["small"]
+		o.Dim, o.Vocab = 256, 2048
+		o, err := model.ApplyFamily(o, "qwen3moe")
 		if err != nil {
 			t.Fatal(err)
 		}
-		served := h.Served.Load() - before
-		t.Logf("rank %d: header %d + ranges %d = %d bytes fetched of the model's %d (%.0f%%)", rank, st.Header, st.Fetched, served,
-			len(data), 100*float64(served)/float64(len(data)))
-		if st.Fetched != st.Want || served != st.Header+st.Fetched || served > int64(len(data))*6/10 {
-			t.Errorf("rank %d: %+v, %d bytes served of %d", rank, st, served, len(data))
-		}
-		want := filepath.Join(dir, "cut.gguf")
-		if err := model.WriteTPSlice(local, want, 0, o.Layers, plan[rank], src.SHA256); err != nil {
+		o.ExpertFFDim = c.eff
+		local := filepath.Join(t.TempDir(), "moe-Q8_0.gguf")
+		if err := model.Generate(local, o); err != nil {
 			t.Fatal(err)
 		}
-		got, _ := os.ReadFile(dst)
-		exp, _ := os.ReadFile(want)
-		if len(exp) == 0 || !bytes.Equal(got, exp) {
-			t.Fatalf("rank %d: the pulled slice (%d bytes) differs from the cut one (%d)", rank, len(got), len(exp))
+		data, err := os.ReadFile(local)
+		if err != nil {
+			t.Fatal(err)
 		}
-		os.Remove(dst)
-	}
-	if _, err := p.Slice(ctx, src, 0, o.Layers, 2, 2, filepath.Join(dir, "x.gguf"), func(done, size int64) {}); err == nil || !strings.Contains(err.Error(), "rank 2 of a group of 2") {
-		t.Errorf("rank 2 of 2: %v", err)
+		h := pulltest.NewHub(t)
+		h.Add("org/MoE-GGUF", "moe-Q8_0.gguf", data)
+		p := shardPuller(h)
+		defer p.Close()
+		ctx := context.Background()
+		src, err := p.Resolve(ctx, "hf.co/org/MoE-GGUF:Q8_0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, err := model.PlanTPFile(local, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan[0].ExpertColumns != c.columns {
+			t.Fatalf("experts of %d columns: %+v", c.eff, plan[0])
+		}
+		dir := t.TempDir()
+		for rank := range 2 {
+			before := h.Served.Load()
+			dst := filepath.Join(dir, "slice.gguf")
+			st, err := p.Slice(ctx, src, 0, o.Layers, rank, 2, dst, func(done, size int64) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := h.Served.Load() - before
+			t.Logf("experts of %d columns (by columns: %v), rank %d: header %d + ranges %d = %d bytes fetched of the model's %d (%.0f%%)",
+				c.eff, c.columns, rank, st.Header, st.Fetched, served, len(data), 100*float64(served)/float64(len(data)))
+			if st.Fetched != st.Want || served != st.Header+st.Fetched || float64(served) > c.most*float64(len(data)) {
+				t.Errorf("rank %d: %+v, %d bytes served of %d", rank, st, served, len(data))
+			}
+			want := filepath.Join(dir, "cut.gguf")
+			if err := model.WriteTPSlice(local, want, 0, o.Layers, plan[rank], src.SHA256); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(dst)
+			exp, _ := os.ReadFile(want)
+			if len(exp) == 0 || !bytes.Equal(got, exp) {
+				t.Fatalf("rank %d: the pulled slice (%d bytes) differs from the cut one (%d)", rank, len(got), len(exp))
+			}
+			os.Remove(dst)
+		}
+		if _, err := p.Slice(ctx, src, 0, o.Layers, 2, 2, filepath.Join(dir, "x.gguf"), func(done, size int64) {}); err == nil || !strings.Contains(err.Error(), "rank 2 of a group of 2") {
+			t.Errorf("rank 2 of 2: %v", err)
+		}
 	}
 }

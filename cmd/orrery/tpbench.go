@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/bench"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 const tpBenchUsage = `Usage: orrery tp-bench --model PATH [flags]
@@ -55,6 +56,7 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&o.Dir, "dir", filepath.Join(os.TempDir(), "orrery-tp-slices"), "where the slices are written (kept for later runs)")
 	fs.IntVar(&o.ReduceIters, "reduce-iters", 2000, "all-reduces to time")
 	fs.IntVar(&o.Concurrent, "concurrent", 4, "requests decoded at once in the batched test (0 or 1: skip it)")
+	experts := fs.String("experts", "auto", `how a mixture of experts splits: "whole" (each rank a range of experts), "columns" (each rank every expert's range of columns) or "auto" (columns where they divide evenly)`)
 	asJSON := fs.Bool("json", false, "print JSON")
 	choice := fs.String("choice", "", `also run "parallelism": "auto" on two agents that reach each other through delay proxies adding these delays each way (e.g. 1ms,50us), and measure both plans against their predictions (each agent pinned to its own core, as the runners)`)
 	choiceOnly := fs.Bool("choice-only", false, "run only the --choice part")
@@ -80,6 +82,14 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if o.Model == "" || o.Ranks < 2 || o.Repeat < 1 || o.PP < 0 || o.TG < 0 || o.ReduceIters < 10 {
 		fmt.Fprintln(stderr, "orrery tp-bench: --model is required; --tp ≥ 2, --repeat ≥ 1, --pp and --tg ≥ 0, --reduce-iters ≥ 10")
+		return 2
+	}
+	switch *experts {
+	case "auto":
+	case "whole", "columns":
+		o.Experts = model.ExpertSplit(*experts)
+	default:
+		fmt.Fprintf(stderr, "orrery tp-bench: --experts %q: want auto, whole or columns\n", *experts)
 		return 2
 	}
 	var err error

@@ -47,6 +47,10 @@ const (
 	KeyTPExpert      = "orrery.tp.expert_first"
 	KeyTPExperts     = "orrery.tp.experts"
 	KeyTPFullExperts = "orrery.tp.full_experts"
+	// KeyTPExpertColumns, true, says the experts are split by columns:
+	// the slice holds every expert's columns [ff_first, ff_first+ff) of
+	// full_ff, the experts' hidden size.
+	KeyTPExpertColumns = "orrery.tp.expert_columns"
 )
 
 // MaxTPRanks bounds a tensor-parallel group.
@@ -57,18 +61,20 @@ const MaxTPRanks = 16
 // KVHead+KVHeads) (shared with other ranks when the model has fewer kv
 // heads than ranks), MLP columns [FF, FF+FFDim), and of a mixture of
 // experts, experts [Expert, Expert+Experts) (FF then covers the whole MLP,
-// which no block of such a model has).
+// which no block of such a model has) or, with ExpertColumns, every
+// expert's columns [FF, FF+FFDim) of FullFF, the experts' hidden size.
 type TPSlice struct {
-	Rank    int `json:"rank"`
-	Ranks   int `json:"ranks"`
-	Head    int `json:"headFirst"`
-	Heads   int `json:"heads"`
-	KVHead  int `json:"kvHeadFirst"`
-	KVHeads int `json:"kvHeads"`
-	FF      int `json:"ffFirst"`
-	FFDim   int `json:"ff"`
-	Expert  int `json:"expertFirst,omitempty"`
-	Experts int `json:"experts,omitempty"`
+	Rank          int  `json:"rank"`
+	Ranks         int  `json:"ranks"`
+	Head          int  `json:"headFirst"`
+	Heads         int  `json:"heads"`
+	KVHead        int  `json:"kvHeadFirst"`
+	KVHeads       int  `json:"kvHeads"`
+	FF            int  `json:"ffFirst"`
+	FFDim         int  `json:"ff"`
+	Expert        int  `json:"expertFirst,omitempty"`
+	Experts       int  `json:"experts,omitempty"`
+	ExpertColumns bool `json:"expertColumns,omitempty"`
 	// The whole model's counts.
 	FullHeads   int `json:"fullHeads"`
 	FullKVHeads int `json:"fullKvHeads"`
@@ -88,8 +94,34 @@ var ErrTPSplit = errors.New("tensor-parallel split")
 // down projection (32 values, or 256 for the K-quants), so that their
 // rows can be cut into columns. Uneven splits are allowed: 32 heads of 128
 // in 8 groups on 3 ranks are 12/12/8. A mixture of experts (every block
-// of qwen3moe and gpt-oss) splits its experts whole, evenly.
+// of qwen3moe and gpt-oss) splits every expert's columns evenly where its
+// hidden size divides into the ranks' blocks, else its experts whole
+// (see ExpertSplit).
 func PlanTP(f *gguf.File, cfg Config, ranks int) ([]TPSlice, error) {
+	return PlanTPExperts(f, cfg, ranks, ExpertsAuto)
+}
+
+// ExpertSplit is how a tensor-parallel group splits a mixture's experts.
+type ExpertSplit string
+
+const (
+	// ExpertsAuto: by columns where they split evenly, else whole.
+	ExpertsAuto ExpertSplit = ""
+	// ExpertsWhole: each rank a range of whole experts. A token's chosen
+	// experts fall unevenly on the ranks, and the decode step waits for
+	// the busiest; the rows of other ranks' experts still cost a few dot
+	// products each (localexperts.go), which in a prefill is as many rows
+	// as the rank's own.
+	ExpertsWhole ExpertSplit = "whole"
+	// ExpertsColumns: each rank every expert's range of hidden columns,
+	// as a dense MLP: every rank computes every chosen expert on its
+	// columns, evenly; gpt-oss's down bias is on rank 0 (zeros on the
+	// others). The cut needs the hidden size in whole blocks per rank.
+	ExpertsColumns ExpertSplit = "columns"
+)
+
+// PlanTPExperts is PlanTP with the experts split as split says.
+func PlanTPExperts(f *gguf.File, cfg Config, ranks int, split ExpertSplit) ([]TPSlice, error) {
 	switch {
 	case ranks < 2 || ranks > MaxTPRanks:
 		return nil, fmt.Errorf("%w: %d ranks, want 2..%d", ErrTPSplit, ranks, MaxTPRanks)
@@ -147,6 +179,24 @@ func PlanTP(f *gguf.File, cfg Config, ranks int) ([]TPSlice, error) {
 		}
 	}
 	if cfg.Experts > 0 {
+		eBlock, err := blockElems(f, p+"ffn_down_exps.weight")
+		if err != nil {
+			return nil, err
+		}
+		even := cfg.ExpertFFDim%eBlock == 0 && (cfg.ExpertFFDim/eBlock)%ranks == 0
+		switch {
+		case split == ExpertsColumns && !even:
+			return nil, fmt.Errorf("%w: experts of %d columns in %d-value blocks of ffn_down_exps do not split evenly over %d ranks", ErrTPSplit, cfg.ExpertFFDim, eBlock, ranks)
+		case split == ExpertsColumns || split == ExpertsAuto && even:
+			at := 0
+			for r, n := range spread(cfg.ExpertFFDim/eBlock, ranks) {
+				s := &out[r]
+				s.Expert, s.Experts, s.FullExperts, s.ExpertColumns = 0, cfg.Experts, cfg.Experts, true
+				s.FF, s.FFDim, s.FullFF = at*eBlock, n*eBlock, cfg.ExpertFFDim
+				at += n
+			}
+			return out, nil
+		}
 		at := 0
 		for r, n := range spread(cfg.Experts, ranks) {
 			s := &out[r]
@@ -224,27 +274,38 @@ func readTP(c *Config, f *gguf.File) error {
 	g := func(k string) int { return int(f.Uint(k, 0)) }
 	s := &TPSlice{Rank: g(KeyTPRank), Ranks: g(KeyTPRanks), Head: g(KeyTPHead), Heads: g(KeyTPHeads), KVHead: g(KeyTPKVHead),
 		KVHeads: g(KeyTPKVHeads), FF: g(KeyTPFF), FFDim: g(KeyTPFFDim), FullHeads: g(KeyTPFullHeads), FullKVHeads: g(KeyTPFullKVHeads), FullFF: g(KeyTPFullFF),
-		Expert: g(KeyTPExpert), Experts: g(KeyTPExperts), FullExperts: g(KeyTPFullExperts)}
+		Expert: g(KeyTPExpert), Experts: g(KeyTPExperts), FullExperts: g(KeyTPFullExperts), ExpertColumns: f.Bool(KeyTPExpertColumns, false)}
+	ff := c.FFDim // what the slice's columns are of
+	if s.ExpertColumns {
+		ff = c.ExpertFFDim
+	}
 	switch {
 	case s.Ranks < 2 || s.Ranks > MaxTPRanks || s.Rank < 0 || s.Rank >= s.Ranks:
 		return fmt.Errorf("tensor-parallel slice: rank %d of %d", s.Rank, s.Ranks)
-	case s.FullHeads != c.Heads || s.FullKVHeads != c.KVHeads || s.FullFF != c.FFDim:
-		return fmt.Errorf("tensor-parallel slice of %d/%d heads and ff %d, but the model has %d/%d and %d", s.FullHeads, s.FullKVHeads, s.FullFF, c.Heads, c.KVHeads, c.FFDim)
+	case s.FullHeads != c.Heads || s.FullKVHeads != c.KVHeads || s.FullFF != ff:
+		return fmt.Errorf("tensor-parallel slice of %d/%d heads and ff %d, but the model has %d/%d and %d", s.FullHeads, s.FullKVHeads, s.FullFF, c.Heads, c.KVHeads, ff)
 	case s.Heads < 1 || s.Head < 0 || s.Head+s.Heads > c.Heads || s.KVHeads < 1 || s.KVHead < 0 || s.KVHead+s.KVHeads > c.KVHeads:
 		return fmt.Errorf("tensor-parallel slice: heads [%d, +%d) and kv heads [%d, +%d) of %d/%d", s.Head, s.Heads, s.KVHead, s.KVHeads, c.Heads, c.KVHeads)
 	case s.Heads%s.KVHeads != 0:
 		return fmt.Errorf("tensor-parallel slice: %d kv heads do not divide %d heads", s.KVHeads, s.Heads)
-	case s.FFDim < 1 || s.FF < 0 || s.FF+s.FFDim > c.FFDim:
-		return fmt.Errorf("tensor-parallel slice: MLP columns [%d, +%d) of %d", s.FF, s.FFDim, c.FFDim)
+	case s.FFDim < 1 || s.FF < 0 || s.FF+s.FFDim > ff:
+		return fmt.Errorf("tensor-parallel slice: MLP columns [%d, +%d) of %d", s.FF, s.FFDim, ff)
 	case c.MLA || c.Experts > 0 && c.LeadDense > 0:
 		return fmt.Errorf("tensor-parallel slice of %s, which does not split by heads yet", c.Arch)
 	case s.FullExperts != c.Experts:
 		return fmt.Errorf("tensor-parallel slice of %d experts, but the model has %d", s.FullExperts, c.Experts)
 	case c.Experts > 0 && (s.Experts < 1 || s.Expert < 0 || s.Expert+s.Experts > c.Experts):
 		return fmt.Errorf("tensor-parallel slice: experts [%d, +%d) of %d", s.Expert, s.Experts, c.Experts)
+	case s.ExpertColumns && (c.Experts == 0 || s.Expert != 0 || s.Experts != c.Experts):
+		return fmt.Errorf("tensor-parallel slice of expert columns, of experts [%d, +%d) of %d", s.Expert, s.Experts, c.Experts)
 	}
 	c.TP = s
-	c.Heads, c.KVHeads, c.FFDim = s.Heads, s.KVHeads, s.FFDim
+	c.Heads, c.KVHeads = s.Heads, s.KVHeads
+	if s.ExpertColumns {
+		c.ExpertFFDim = s.FFDim
+	} else {
+		c.FFDim = s.FFDim
+	}
 	return nil
 }
 
@@ -264,11 +325,14 @@ func (c Config) HasHead(last int) bool {
 
 // tpCut is how one tensor is cut for a slice: rows and columns are
 // [from, to) ranges, concatenated in order (a fused matrix takes ranges of
-// each of its parts). nil ranges keep the dimension whole. planes, set,
-// keeps matrices [from, to) of a 3-dimensional tensor (the experts).
+// each of its parts), of a matrix or of each matrix of a 3-dimensional
+// tensor (the experts). nil ranges keep the dimension whole. planes, set,
+// keeps matrices [from, to) of a 3-dimensional tensor; zero writes zeros
+// in the tensor's shape (a bias that only rank 0 adds).
 type tpCut struct {
 	rows, cols [][2]uint64
 	planes     *[2]uint64
+	zero       bool
 }
 
 // tpCutFor is the cut of tensor name (with its blk.N. prefix) for slice s
@@ -316,7 +380,17 @@ func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
 	case "ffn_down.weight":
 		return tpCut{cols: [][2]uint64{ff}}, false
 	}
-	if s.FullExperts > 0 {
+	if s.ExpertColumns {
+		switch name[i+1+j+1:] {
+		case "ffn_gate_exps.weight", "ffn_up_exps.weight":
+			return tpCut{rows: [][2]uint64{ff}}, false
+		case "ffn_down_exps.weight", "ffn_gate_exps.bias", "ffn_up_exps.bias":
+			return tpCut{cols: [][2]uint64{ff}}, false
+		case "ffn_down_exps.bias": // added after the experts' sum: once
+			return tpCut{zero: s.Rank != 0}, false
+		}
+	}
+	if s.FullExperts > 0 && !s.ExpertColumns {
 		e := [2]uint64{uint64(s.Expert), uint64(s.Expert + s.Experts)}
 		switch name[i+1+j+1:] {
 		case "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight":
@@ -334,10 +408,30 @@ type span struct{ off, n int64 }
 // spans returns the cut tensor's dims and the byte ranges of the file
 // (the tensor's data at off) that make its data, in order.
 func (cut tpCut) spans(t gguf.TensorInfo, off int64) ([]uint64, []span, error) {
-	if cut.planes != nil {
+	switch {
+	case cut.zero:
+		return t.Dims, nil, nil
+	case cut.planes != nil:
 		return cut.planeSpans(t, off)
-	}
-	if len(t.Dims) == 0 || len(t.Dims) > 2 {
+	case len(t.Dims) == 3 && (cut.rows != nil || cut.cols != nil):
+		// The same cut of each matrix.
+		m := gguf.TensorInfo{Name: t.Name, Type: t.Type, Dims: t.Dims[:2]}
+		rowBytes, ok := t.Type.RowBytes(t.Dims[0])
+		if !ok {
+			return nil, nil, fmt.Errorf("tensor %s: %d values of %s", t.Name, t.Dims[0], t.Type)
+		}
+		plane := int64(rowBytes * t.Dims[1])
+		var out []span
+		var dims []uint64
+		for p := range int64(t.Dims[2]) {
+			d, sp, err := tpCut{rows: cut.rows, cols: cut.cols}.spans(m, off+p*plane)
+			if err != nil {
+				return nil, nil, err
+			}
+			dims, out = d, append(out, sp...)
+		}
+		return append(dims, t.Dims[2]), out, nil
+	case len(t.Dims) == 0 || len(t.Dims) > 2:
 		if cut.rows != nil || cut.cols != nil {
 			return nil, nil, fmt.Errorf("tensor %s of %d dims cannot be cut", t.Name, len(t.Dims))
 		}
@@ -416,6 +510,12 @@ func (cut tpCut) apply(t gguf.TensorInfo, r io.ReaderAt, off int64) ([]uint64, f
 	if err != nil {
 		return nil, nil, err
 	}
+	if cut.zero {
+		return dims, func(w io.Writer) error {
+			_, err := io.CopyN(w, zeros{}, int64(t.Size))
+			return err
+		}, nil
+	}
 	write := func(w io.Writer) error {
 		var buf []byte
 		for _, s := range spans {
@@ -436,6 +536,14 @@ func (cut tpCut) apply(t gguf.TensorInfo, r io.ReaderAt, off int64) ([]uint64, f
 		return nil
 	}
 	return dims, write, nil
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 // TPRanges are the byte ranges {offset, length} of the model file f that
@@ -492,7 +600,11 @@ func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, 
 	if cfg.ShardLast != 0 || cfg.TP != nil {
 		return errors.New("the model is itself a shard")
 	}
-	plan, err := PlanTP(f, cfg, s.Ranks)
+	split := ExpertsWhole
+	if s.ExpertColumns {
+		split = ExpertsColumns
+	}
+	plan, err := PlanTPExperts(f, cfg, s.Ranks, split)
 	if err != nil {
 		return err
 	}
@@ -516,7 +628,8 @@ func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, 
 		u(KeyTPKVHeads, s.KVHeads), u(KeyTPFF, s.FF), u(KeyTPFFDim, s.FFDim), u(KeyTPFullHeads, s.FullHeads),
 		u(KeyTPFullKVHeads, s.FullKVHeads), u(KeyTPFullFF, s.FullFF))
 	if s.FullExperts > 0 {
-		kvs = append(kvs, u(KeyTPExpert, s.Expert), u(KeyTPExperts, s.Experts), u(KeyTPFullExperts, s.FullExperts))
+		kvs = append(kvs, u(KeyTPExpert, s.Expert), u(KeyTPExperts, s.Experts), u(KeyTPFullExperts, s.FullExperts),
+			gguf.KV{Key: KeyTPExpertColumns, Value: s.ExpertColumns})
 	}
 	var wts []gguf.WriteTensor
 	for _, t := range ts {

@@ -88,7 +88,36 @@ func TestPlanTP(t *testing.T) {
 // dense MLP).
 func TestPlanTPExperts(t *testing.T) {
 	cfg := Config{Arch: "qwen3moe", Layers: 2, Heads: 8, KVHeads: 4, HeadDim: 64, FFDim: 512, Experts: 8, ExpertsUsed: 2, ExpertFFDim: 64}
-	f := &gguf.File{Tensors: []gguf.TensorInfo{{Name: "blk.0.attn_output.weight", Type: gguf.Q8_0}}}
+	f := &gguf.File{Tensors: []gguf.TensorInfo{{Name: "blk.0.attn_output.weight", Type: gguf.Q8_0}, {Name: "blk.0.ffn_down_exps.weight", Type: gguf.Q8_0}}}
+	// 64 columns are 2 blocks of Q8_0: by columns over 2 ranks, whole
+	// experts over 3.
+	cols, err := PlanTP(f, cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, s := range cols {
+		if !s.ExpertColumns || s.FF != 32*r || s.FFDim != 32 || s.FullFF != 64 || s.Experts != 8 || s.Expert != 0 {
+			t.Errorf("by columns, rank %d: %+v", r, s)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		rank int
+		cut  tpCut
+	}{
+		{"blk.1.ffn_up_exps.weight", 1, tpCut{rows: [][2]uint64{{32, 64}}}},
+		{"blk.1.ffn_down_exps.weight", 1, tpCut{cols: [][2]uint64{{32, 64}}}},
+		{"blk.1.ffn_up_exps.bias", 1, tpCut{cols: [][2]uint64{{32, 64}}}},
+		{"blk.1.ffn_down_exps.bias", 0, tpCut{}},
+		{"blk.1.ffn_down_exps.bias", 1, tpCut{zero: true}},
+	} {
+		if cut, _ := tpCutFor(c.name, cfg, cols[c.rank]); cut.String() != c.cut.String() {
+			t.Errorf("%s on rank %d: %s, want %s", c.name, c.rank, cut, c.cut)
+		}
+	}
+	if _, err := PlanTPExperts(f, cfg, 3, ExpertsColumns); !errors.Is(err, ErrTPSplit) || !strings.Contains(err.Error(), "64 columns") {
+		t.Errorf("64 columns by columns over 3: %v", err)
+	}
 	plan, err := PlanTP(f, cfg, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -127,5 +156,5 @@ func (cut tpCut) String() string {
 	if cut.planes != nil {
 		planes = fmt.Sprint(*cut.planes)
 	}
-	return fmt.Sprintf("rows %v cols %v planes %s", cut.rows, cut.cols, planes)
+	return fmt.Sprintf("rows %v cols %v planes %s zero %v", cut.rows, cut.cols, planes, cut.zero)
 }

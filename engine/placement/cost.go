@@ -222,7 +222,7 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 	// A mixture's decode step waits for the rank that holds the most of
 	// the token's experts; a prefill's many tokens spread over all.
 	var busiest float64
-	if t > 1 && shares[0].FullExperts > 0 {
+	if t > 1 && shares[0].FullExperts > 0 && !shares[0].ExpertColumns {
 		sizes := make([]int, t)
 		for i, s := range shares {
 			sizes[i] = s.Experts
@@ -237,7 +237,7 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 				sl := shares[i]
 				a, kv, mDec = share(sl.Heads, sl.FullHeads), share(sl.KVHeads, sl.FullKVHeads), share(sl.FFDim, sl.FullFF)
 				mPre = mDec
-				if sl.FullExperts > 0 {
+				if sl.FullExperts > 0 && !sl.ExpertColumns { // whole experts
 					mDec, mPre = busiest, share(sl.Experts, sl.FullExperts)
 				}
 			}
@@ -540,8 +540,12 @@ func Tensor(l Layout, plan []model.TPSlice, nodes []Node) ([]Rank, error) {
 	for i, s := range plan {
 		share := max(float64(s.Heads)/float64(s.FullHeads), float64(s.FFDim)/float64(s.FullFF))
 		mine := float64(blocks) * share
-		if s.FullExperts > 0 { // the experts split whole, the rest by heads
-			mine = float64(blocks-experts)*float64(s.Heads)/float64(s.FullHeads) + float64(experts)*float64(s.Experts)/float64(s.FullExperts)
+		if s.FullExperts > 0 { // the experts' share, the rest's by heads
+			own := float64(s.Experts) / float64(s.FullExperts)
+			if s.ExpertColumns {
+				own = float64(s.FFDim) / float64(s.FullFF)
+			}
+			mine = float64(blocks-experts)*float64(s.Heads)/float64(s.FullHeads) + float64(experts)*own
 		}
 		need := uint64(Overhead) + uint64(mine) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads) + l.Embed
 		if i == 0 {

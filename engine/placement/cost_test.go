@@ -224,8 +224,9 @@ func TestExpertShare(t *testing.T) {
 }
 
 // A mixture split by experts: each rank needs its half of the experts
-// and of the attention, and a decode step computes the attention's half
-// but the busier rank's share of the token's experts (more than half).
+// and of the attention; a decode step computes the attention's half and,
+// split by columns, half of each chosen expert, or, split whole, the
+// busier rank's share of the token's experts (more than half).
 func TestExpertParallelCost(t *testing.T) {
 	o, err := model.ApplyFamily(model.Presets["small"], "qwen3moe")
 	if err != nil {
@@ -264,18 +265,39 @@ func TestExpertParallelCost(t *testing.T) {
 	}
 	rate := 3e9
 	in := inputs(rate, 50)
+	decode := func(share float64) float64 {
+		var b float64
+		for il := range c.Layers {
+			b += (c.Attn[il].Bytes()+c.KV[il].Bytes())/2 + c.Rest[il].Bytes() + c.MLP[il].Bytes()*share
+		}
+		return (b+c.Head.Bytes())/rate + (float64(c.Layers)*20+100)/1e6
+	}
+	// Its 256 expert columns split evenly: each rank computes half of
+	// every chosen expert.
 	pr, err := c.Predict(Plan{Pipeline: 1, Tensor: 2, Ranks: ranks}, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	share := expertShare(cfg.ExpertsUsed, []int{sl[0].Experts, sl[1].Experts})
-	var b float64
-	for il := range c.Layers {
-		b += (c.Attn[il].Bytes()+c.KV[il].Bytes())/2 + c.Rest[il].Bytes() + c.MLP[il].Bytes()*share
+	if got, want := pr.DecodeMs-pr.CommMs, decode(0.5)*1e3; !sl[0].ExpertColumns || math.Abs(got-want) > 1e-9 {
+		t.Errorf("by columns (%v): decode compute %.6f ms, want %.6f", sl[0].ExpertColumns, got, want)
 	}
-	want := ((b+c.Head.Bytes())/rate + (float64(c.Layers)*20+100)/1e6) * 1e3
-	if got := pr.DecodeMs - pr.CommMs; math.Abs(got-want) > 1e-9 || share <= 0.5 {
-		t.Errorf("decode compute %.6f ms, want %.6f (the busier rank's %.3f of the experts)", got, want, share)
+	// Whole experts: the busier rank's share of a token's experts.
+	whole, err := model.PlanTPExperts(f, cfg, 2, model.ExpertsWhole)
+	if err != nil {
+		t.Fatal(err)
+	}
+	speeds := map[string]backend.Speed{"a": speed(rate), "b": speed(rate)}
+	dec, _, err := c.groupTime(ranks, whole, speeds, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := expertShare(cfg.ExpertsUsed, []int{whole[0].Experts, whole[1].Experts})
+	if want := decode(share); math.Abs(dec-want) > 1e-12 || share <= 0.5 {
+		t.Errorf("whole experts: decode compute %.6f ms, want %.6f (the busier rank's %.3f of the experts)", dec*1e3, want*1e3, share)
+	}
+	wranks, err := Tensor(l, whole, []Node{{"a", 8 << 30}, {"b", 8 << 30}})
+	if err != nil || absDiff(wranks[1].Need, ranks[1].Need) > 64 {
+		t.Errorf("whole experts need %+v (%v), by columns %d: both half", wranks, err, ranks[1].Need)
 	}
 }
 

@@ -48,7 +48,7 @@ func checkTiling(m *collective.Mesh, s *model.TPSlice) error {
 	}
 	// The MLP's units: its columns, or its experts.
 	unit, first, n, full := "MLP column", s.FF, s.FFDim, s.FullFF
-	if s.FullExperts > 0 {
+	if s.FullExperts > 0 && !s.ExpertColumns {
 		unit, first, n, full = "expert", s.Expert, s.Experts, s.FullExperts
 	}
 	v := make([]float32, s.FullHeads+full)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
@@ -23,6 +24,7 @@ type tpCase struct {
 	family, typ string
 	shape       model.GenOptions
 	ranks       []int
+	experts     model.ExpertSplit // how a mixture's experts split ("": PlanTP's choice)
 }
 
 func tpShape(family, typ string, dim, heads, kv int) model.GenOptions {
@@ -44,19 +46,22 @@ func tpShape(family, typ string, dim, heads, kv int) model.GenOptions {
 func TestTensorParallelMatchesOneRank(t *testing.T) {
 	var cases []tpCase
 	for _, fam := range []string{"llama", "llama3", "qwen2", "qwen3", "gemma3", "phi3", "mistral3"} {
-		cases = append(cases, tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2, 3}})
+		cases = append(cases, tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2, 3}, ""})
 	}
-	// Mixtures of experts split their experts whole (8 experts, 2 chosen).
+	// Mixtures of experts (8 experts of 64 columns, 2 chosen): split by
+	// columns on 2 ranks, whole (3/3/2) on 3, where 64 columns do not
+	// divide; and whole on 2 when asked.
 	for _, fam := range []string{"qwen3moe", "gpt-oss"} {
-		cases = append(cases, tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2, 3}})
+		cases = append(cases, tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2, 3}, ""},
+			tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2}, model.ExpertsWhole})
 	}
-	cases = append(cases, tpCase{"qwen3moe", "Q8_0", tpShape("qwen3moe", "Q8_0", 128, 4, 2), []int{2}})
-	cases = append(cases, tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 4), []int{4}},
-		tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 2), []int{4}})
+	cases = append(cases, tpCase{"qwen3moe", "Q8_0", tpShape("qwen3moe", "Q8_0", 128, 4, 2), []int{2}, ""})
+	cases = append(cases, tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 4), []int{4}, ""},
+		tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 2), []int{4}, ""})
 	// Quantized weights: every cut falls on a block, so each rank's blocks
 	// (and the activations quantized to match them) are the whole model's.
 	for _, typ := range []string{"F16", "BF16", "Q8_0", "Q4_0"} {
-		cases = append(cases, tpCase{"llama", typ, tpShape("llama", typ, 128, 4, 2), []int{2}})
+		cases = append(cases, tpCase{"llama", typ, tpShape("llama", typ, 128, 4, 2), []int{2}, ""})
 	}
 	prompt := []int32{1, 300, 301, 302, 17, 250, 99, 7}
 	for _, c := range cases {
@@ -67,8 +72,11 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 		want := tpLogits(t, path, nil, prompt)
 		for _, ranks := range c.ranks {
 			name := fmt.Sprintf("%s-%s-%dh%dkv-tp%d", c.family, c.typ, c.shape.Heads, c.shape.KVHeads, ranks)
+			if c.experts != "" {
+				name += "-" + string(c.experts)
+			}
 			t.Run(name, func(t *testing.T) {
-				plan, err := model.PlanTPFile(path, ranks)
+				plan, err := planExperts(path, ranks, c.experts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,6 +112,19 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 			})
 		}
 	}
+}
+
+// planExperts is model.PlanTPExperts of the model at path.
+func planExperts(path string, ranks int, split model.ExpertSplit) ([]model.TPSlice, error) {
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	return model.PlanTPExperts(f, cfg, ranks, split)
 }
 
 // tpLogits runs the prompt (5 tokens in one batch, then one at a time)
