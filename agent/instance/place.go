@@ -310,7 +310,8 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 		in.Pinned, in.KeepAliveMs, in.ExpiresAt = false, k.Ms(), &exp
 	}
 	for _, r := range ranks {
-		in.Ranks = append(in.Ranks, state.ShardRange{Rank: r.Rank, NodeID: r.NodeID, FirstLayer: r.FirstLayer, LastLayer: r.LastLayer})
+		in.Ranks = append(in.Ranks, state.ShardRange{Rank: r.Rank, NodeID: r.NodeID, FirstLayer: r.FirstLayer, LastLayer: r.LastLayer,
+			NeedBytes: r.Need, Slice: r.Slice})
 	}
 	if err := m.cfg.Publish(state.InstanceCreated{NodeID: m.cfg.Self, Instance: in}); err != nil {
 		return state.Instance{}, fmt.Errorf("publish instance: %w", err)

@@ -262,6 +262,11 @@ type ShardRange struct {
 	NodeID     string `json:"nodeId"`
 	FirstLayer int    `json:"firstLayer"`
 	LastLayer  int    `json:"lastLayer"`
+	// NeedBytes is the memory placement expected the rank to use; Slice,
+	// for a tensor-parallel rank, what it holds of each block (heads, MLP
+	// columns or experts). Both are for display.
+	NeedBytes uint64 `json:"needBytes,omitempty"`
+	Slice     string `json:"slice,omitempty"`
 }
 
 // Instance is a model placed on the cluster: the ranks that serve it.

@@ -18,6 +18,8 @@ type instanceState struct {
 		Rank                  int
 		NodeID                string
 		FirstLayer, LastLayer int
+		NeedBytes             uint64
+		Slice                 string
 	}
 }
 

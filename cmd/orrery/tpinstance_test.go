@@ -212,6 +212,12 @@ func TestExpertParallelFitsNoSingleNode(t *testing.T) {
 	if len(in.Ranks) != 2 || in.Ranks[0].FirstLayer != 0 || in.Ranks[1].LastLayer != cfg.Layers {
 		t.Fatalf("placement %+v: want 2 ranks of every block", in)
 	}
+	// The instance says what each rank holds, and what it needs.
+	for i, r := range in.Ranks {
+		if r.Slice != plan[i].String() || r.NeedBytes != ranks[i].Need || !strings.Contains(r.Slice, "every expert's columns") {
+			t.Errorf("rank %d: slice %q, need %d; want %q, %d", i, r.Slice, r.NeedBytes, plan[i].String(), ranks[i].Need)
+		}
+	}
 	waitReadyRanks(t, a, in)
 	agreeUpToNearTie(t, "split by experts", legacyComplete(t, a, lpReq), ref, 0.05)
 }

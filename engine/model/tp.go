@@ -82,6 +82,19 @@ type TPSlice struct {
 	FullExperts int `json:"fullExperts,omitempty"`
 }
 
+// String says what the slice holds of each block, for people: "heads
+// 0–7 of 16 (kv 0–1 of 4), MLP columns 0–4095 of 8192", or the experts.
+func (s TPSlice) String() string {
+	b := fmt.Sprintf("heads %d–%d of %d (kv %d–%d of %d)", s.Head, s.Head+s.Heads-1, s.FullHeads, s.KVHead, s.KVHead+s.KVHeads-1, s.FullKVHeads)
+	switch {
+	case s.ExpertColumns:
+		return b + fmt.Sprintf(", every expert's columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF)
+	case s.FullExperts > 0:
+		return b + fmt.Sprintf(", experts %d–%d of %d", s.Expert, s.Expert+s.Experts-1, s.FullExperts)
+	}
+	return b + fmt.Sprintf(", MLP columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF)
+}
+
 // ErrTPSplit is wrapped by PlanTP's refusals: the model does not split
 // that way (the message names the heads, columns or block size).
 var ErrTPSplit = errors.New("tensor-parallel split")

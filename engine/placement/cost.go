@@ -552,7 +552,7 @@ func Tensor(l Layout, plan []model.TPSlice, nodes []Node) ([]Rank, error) {
 			need += l.Head
 		}
 		n := nodes[i]
-		ranks[i] = Rank{Rank: i, NodeID: n.ID, FirstLayer: 0, LastLayer: l.Layers, Need: need, Available: n.Available}
+		ranks[i] = Rank{Rank: i, NodeID: n.ID, FirstLayer: 0, LastLayer: l.Layers, Need: need, Available: n.Available, Slice: s.String()}
 		if n.Available < need {
 			return ranks, fmt.Errorf("%w: rank %d of the tensor-parallel group needs %.2f GiB on node %s, which has %.2f GiB available",
 				ErrNoFit, i, gib(need), n.ID, gib(n.Available))

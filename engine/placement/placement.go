@@ -123,6 +123,9 @@ type Rank struct {
 	// node's, when placed.
 	Need      uint64 `json:"needBytes"`
 	Available uint64 `json:"availableBytes"`
+	// Slice says what a tensor-parallel rank holds of each block
+	// (model.TPSlice's String); "" for a pipeline rank.
+	Slice string `json:"slice,omitempty"`
 }
 
 // Split places the model on nodes, in that order (rank i on nodes[i]),

@@ -246,6 +246,8 @@ try {
   check(/"auto" places (one node|pipeline \d|tensor \d)/.test(auto), `auto's pick is shown (${auto.slice(0, 60)})`);
   const plan = await page.$eval('[data-testid=instance] [data-testid=plan]', (e) => e.innerText);
   check(/pipeline of 3/.test(plan) && /predicted [\d.]+ tok\/s/.test(plan), `the instance shows its plan and prediction (${plan.slice(0, 80)})`);
+  const mem = await page.$$eval('[data-testid=instance] [data-testid=rank-memory]', (es) => es.map((e) => e.innerText));
+  check(mem.length === 3 && mem.every((m) => /^[\d.]+ (KiB|MiB|GiB)$/.test(m)), `each rank shows the memory placement gave it (${mem.join(', ')})`);
   await page.screenshot({ path: join(out, 'instances.png') });
 
   // Models: every node's models; a pull canceled mid-way; a pull onto

@@ -29,7 +29,11 @@ export interface Connection {
   source: string; sourceInterface: string; sink: string; sinkAddress: string; connectionType: string;
   rttMs: number; lossPct: number; capacityMbps?: number | null; sendMBps?: number | null; interfaceSendMBps?: number | null;
 }
-export interface ShardRange { rank: number; nodeId: string; firstLayer: number; lastLayer: number }
+export interface ShardRange {
+  rank: number; nodeId: string; firstLayer: number; lastLayer: number;
+  // Memory placement expected the rank to use; a tensor-parallel rank's slice of each block.
+  needBytes?: number; slice?: string;
+}
 export interface Instance {
   instanceId: string; modelId: string; nodeId: string; ranks: ShardRange[]; createdAt: string; status: string; error?: string;
   // Keep-alive: pinned ones stay until deleted; the others unload at expiresAt (absent while requests run).
