@@ -47,10 +47,12 @@ func group(t testing.TB, n int, token string) []*Mesh {
 
 // Every rank ends with the same sum, bit for bit, added in rank order;
 // small (decode) and large (prefill, past the sockets' buffers) vectors,
-// many times in a row, with control messages between them.
+// many times in a row, with control messages between them. From 256 KiB
+// a group of 3 or more reduces by scatter and gather (the bytes each rank
+// sends say which way it went), to the same bits.
 func TestAllReduceSumsInRankOrder(t *testing.T) {
 	type tc struct{ n, size int }
-	cases := []tc{{2, 1 << 20}} // 4 MB: past the sockets' buffers
+	cases := []tc{{2, 1 << 20}, {3, 1 << 20}, {3, 1<<16 + 1}} // 4 MB: past the sockets' buffers; chunks of unequal size
 	for _, n := range []int{2, 3, 4} {
 		cases = append(cases, tc{n, 1}, tc{n, 2048}, tc{n, 1 << 16})
 	}
@@ -103,6 +105,19 @@ func TestAllReduceSumsInRankOrder(t *testing.T) {
 					if err != nil {
 						t.Fatalf("rank %d: %v", r, err)
 					}
+				}
+				bytes := size * 4
+				perRound := bytes * (n - 1) // direct exchange
+				if n > 2 && bytes >= DefaultScatterMin {
+					perRound = 0
+					for r := range n { // rank 0 sends chunk r and its own chunk 0 to each r
+						if r != 0 {
+							perRound += ((r+1)*size/n - r*size/n + size/n) * 4
+						}
+					}
+				}
+				if got := ms[0].BytesSent; got != uint64(rounds*perRound) {
+					t.Errorf("rank 0 sent %d bytes in %d all-reduces of %d, want %d", got, rounds, bytes, rounds*perRound)
 				}
 				for k := range rounds {
 					want := slices.Clone(in[k][0])
@@ -244,5 +259,51 @@ func TestMeasureLoopback(t *testing.T) {
 	d, err := MeasureLoopback(context.Background(), 2048, 50)
 	if err != nil || d <= 0 || d > time.Second {
 		t.Fatalf("loopback all-reduce %v, %v", d, err)
+	}
+}
+
+// BenchmarkAllReducePrefill is a prefill's rows of 2048 f32 (8 rows: 64
+// KiB; 32: 256 KiB; 128: 1 MiB) among 3 ranks on loopback, in one
+// process, by direct exchange and by reduce-scatter then all-gather.
+func BenchmarkAllReducePrefill(b *testing.B) {
+	for _, rows := range []int{8, 32, 128} {
+		for _, c := range []struct {
+			name string
+			min  int
+		}{{"exchange", -1}, {"scatter-gather", 1}} {
+			b.Run(fmt.Sprintf("%d-rows-%s", rows, c.name), func(b *testing.B) {
+				ms := group(b, 3, "secret")
+				for _, m := range ms {
+					m.ScatterMin = c.min
+				}
+				errs := make(chan error, 2)
+				for _, m := range ms[1:] {
+					go func() {
+						buf := make([]float32, rows*2048)
+						for range b.N {
+							if err := m.AllReduce(buf); err != nil {
+								errs <- err
+								return
+							}
+						}
+						errs <- nil
+					}()
+				}
+				buf := make([]float32, rows*2048)
+				b.SetBytes(int64(len(buf) * 4))
+				b.ResetTimer()
+				for range b.N {
+					if err := ms[0].AllReduce(buf); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for range 2 {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(ms[0].BytesSent)/float64(b.N), "sent-B/op")
+			})
+		}
 	}
 }

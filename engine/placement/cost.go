@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
@@ -270,51 +271,6 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 	return dec, pre, nil
 }
 
-// expertShare is the share of a token's used experts that the busiest
-// rank computes on average, E[max_r c_r] / used, when the used experts
-// are drawn without replacement from ranks holding sizes[r] experts each
-// (routing spread evenly, as it is on average). Exact:
-// E[max] = Σ_k P(max ≥ k), and P(max < k) counts the draws that take
-// fewer than k from every rank.
-func expertShare(used int, sizes []int) float64 {
-	total := 0
-	for _, n := range sizes {
-		total += n
-	}
-	if used < 1 || used > total {
-		return 1
-	}
-	all := binomial(total, used)
-	var e float64
-	for k := 1; k <= used; k++ {
-		ways := make([]float64, used+1) // ways[j]: draws of j from the ranks so far
-		ways[0] = 1
-		for _, n := range sizes {
-			next := make([]float64, used+1)
-			for j, w := range ways {
-				for c := 0; c < k && c <= n && j+c <= used; c++ {
-					next[j+c] += w * binomial(n, c)
-				}
-			}
-			ways = next
-		}
-		e += 1 - ways[used]/all
-	}
-	return e / float64(used)
-}
-
-// binomial is n choose k, as a float.
-func binomial(n, k int) float64 {
-	if k < 0 || k > n {
-		return 0
-	}
-	r := 1.0
-	for i := 1; i <= k; i++ {
-		r = r * float64(n-k+i) / float64(i)
-	}
-	return r
-}
-
 // ErrNoSpeed is returned when no node has a measured speed.
 var ErrNoSpeed = errors.New("no node has measured its speed yet")
 
@@ -402,7 +358,8 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 
 // groupComm is a tensor-parallel group's messages in one decode step and
 // one prefill: two all-reduces per block, each a direct exchange of one
-// row per token with the other ranks, over the group's slowest link. A
+// row per token with the other ranks (a large one among 3 or more:
+// reduce-scatter then all-gather), over the group's slowest link. A
 // figure measured on the same nodes (in.Reduce) replaces the formula's
 // latency and software.
 func (c ModelCost) groupComm(group []Rank, speed map[string]backend.Speed, in Inputs, link func(a, b string) (Link, error), pr *Prediction) (decode, prefill float64, err error) {
@@ -440,7 +397,13 @@ func (c ModelCost) groupComm(group []Rank, speed map[string]backend.Speed, in In
 	}
 	first, last := group[0].FirstLayer, group[0].LastLayer
 	n := float64(2 * (last - first))
-	return n * (latency + wire), n * (latency + wire*float64(in.Prompt)), nil
+	prefill = n * (latency + wire*float64(in.Prompt))
+	if t > 2 && int(row)*in.Prompt >= collective.DefaultScatterMin {
+		// Reduce-scatter then all-gather: two rounds, 2(t-1)/t rows a
+		// token on the wire instead of t-1.
+		prefill = n * (2*latency + 2*float64(t-1)/float64(t)*row*float64(in.Prompt)/worst.BytesPerSec)
+	}
+	return n * (latency + wire), prefill, nil
 }
 
 // speeds maps each node of p to a speed, standing in a measured node's
@@ -515,50 +478,6 @@ func passTime(sp backend.Speed, w Weights, layers int, heads, headDim, kvw float
 		prefill += fixed + float64(layers)*2*p*p*heads*headDim/cmp.Or(f16.PrefillFlopsPerSec, 1e12)
 	}
 	return decode, prefill, nil
-}
-
-// Tensor places one tensor-parallel group: rank i, on nodes[i], holds
-// slice plan[i] of every block. Each rank needs its share of the blocks'
-// weights (the larger of its heads' and its MLP columns' share; in a
-// mixture, its experts' share of the experts and its heads' of the rest)
-// and of the KV cache (its kv heads'), the embeddings, and on rank 0 the
-// output head;
-// ErrNoFit names the first that does not fit.
-func Tensor(l Layout, plan []model.TPSlice, nodes []Node) ([]Rank, error) {
-	if len(plan) != len(nodes) {
-		return nil, fmt.Errorf("%d slices for %d nodes", len(plan), len(nodes))
-	}
-	var blocks, experts, kv uint64
-	for i := range l.Block {
-		blocks += l.Block[i]
-		kv += l.KV[i]
-		if i < len(l.Experts) {
-			experts += l.Experts[i]
-		}
-	}
-	ranks := make([]Rank, len(plan))
-	for i, s := range plan {
-		share := max(float64(s.Heads)/float64(s.FullHeads), float64(s.FFDim)/float64(s.FullFF))
-		mine := float64(blocks) * share
-		if s.FullExperts > 0 { // the experts' share, the rest's by heads
-			own := float64(s.Experts) / float64(s.FullExperts)
-			if s.ExpertColumns {
-				own = float64(s.FFDim) / float64(s.FullFF)
-			}
-			mine = float64(blocks-experts)*float64(s.Heads)/float64(s.FullHeads) + float64(experts)*own
-		}
-		need := uint64(Overhead) + uint64(mine) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads) + l.Embed
-		if i == 0 {
-			need += l.Head
-		}
-		n := nodes[i]
-		ranks[i] = Rank{Rank: i, NodeID: n.ID, FirstLayer: 0, LastLayer: l.Layers, Need: need, Available: n.Available, Slice: s.String()}
-		if n.Available < need {
-			return ranks, fmt.Errorf("%w: rank %d of the tensor-parallel group needs %.2f GiB on node %s, which has %.2f GiB available",
-				ErrNoFit, i, gib(need), n.ID, gib(n.Available))
-		}
-	}
-	return ranks, nil
 }
 
 // Candidates predicts every plan over nodes (best first): a pipeline over
