@@ -332,11 +332,14 @@ func chaosKeepLogs(t *testing.T, nodes []*chaosNode) {
 	t.Logf("every agent's log is in %s", dir)
 }
 
-// chaosFailLine reads an owner's log line saying an instance failed.
-var chaosFailLine = regexp.MustCompile(`msg="(?:instance failed|restored instance failed)".* instance=(\S+) err=(.*)$`)
+// chaosFailLine reads a log line saying an instance failed, or that a node
+// replaced one that had.
+var chaosFailLine = regexp.MustCompile(`msg="(?:instance failed|restored instance failed|replacing failed instance)".* instance=(\S+) .*?\berr(?:or)?=(.*)$`)
 
 // chaosLoggedFailures are the instances their owners logged as Failed
-// (publishing InstanceFailed), with the reason, from every agent's log.
+// (publishing InstanceFailed), with the reason, from every agent's log;
+// and those a node replaced on demand, failed by the state itself (a
+// rank's node left the cluster: no owner logs that), with their error.
 func chaosLoggedFailures(nodes []*chaosNode) map[string]string {
 	out := map[string]string{}
 	for _, n := range nodes {
