@@ -131,7 +131,7 @@ func runAgent(args []string, stderr io.Writer) int {
 		return code
 	}
 	finishAgentFlags()
-	if *ramLimit > 1<<30 { // MiB: more than an exbibyte overflows
+	if *ramLimit > 1<<30 { // MiB: a pebibyte is past any machine
 		fmt.Fprintf(stderr, "orrery agent: --ram-limit-mib %d: too large\n", *ramLimit)
 		return 2
 	}
