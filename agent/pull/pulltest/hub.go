@@ -149,6 +149,18 @@ func (h *Hub) serveHub(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// bodyLen is the length of the response to r for a file of size bytes:
+// its range's, or the whole file's.
+func bodyLen(r *http.Request, size int, ignoreRange bool) int64 {
+	var from, to int64
+	if rng := r.Header.Get("Range"); rng != "" && !ignoreRange {
+		if _, err := fmt.Sscanf(rng, "bytes=%d-%d", &from, &to); err == nil && from <= to && to < int64(size) {
+			return to - from + 1
+		}
+	}
+	return int64(size)
+}
+
 func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 	h.Requests.Add(1)
 	key := strings.TrimPrefix(r.URL.Path, "/blob/")
@@ -172,9 +184,12 @@ func (h *Hub) serveCDN(w http.ResponseWriter, r *http.Request) {
 		h.CutTimes--
 		cut = h.CutAfter
 	}
+	// A stall goes to a response longer than where it stalls: a short
+	// one (the file's last chunk, when the chunks' requests race) would
+	// use it up without stalling.
 	stall, trickle := int64(0), false
 	switch {
-	case h.StallTimes > 0 && h.StallAfter > 0:
+	case h.StallTimes > 0 && h.StallAfter > 0 && h.StallAfter < bodyLen(r, len(b), h.IgnoreRange):
 		h.StallTimes--
 		stall = h.StallAfter
 	case h.TrickleTimes > 0:
