@@ -144,6 +144,15 @@ const rangeGap = 64 << 10
 // [first, last) needs, sorted, with adjacent tensors merged: what a node
 // fetches to build its shard without the rest of the model.
 func ShardRanges(f *gguf.File, first, last int) ([][2]int64, error) {
+	return pieceRanges(f, first, last, func(_ Config, t gguf.TensorInfo, off int64) ([]span, error) {
+		return []span{{off, int64(t.Size)}}, nil
+	})
+}
+
+// pieceRanges are the byte ranges that the tensors of blocks [first, last)
+// need, each tensor's from spansOf (given its offset in the file), sorted
+// and merged.
+func pieceRanges(f *gguf.File, first, last int, spansOf func(cfg Config, t gguf.TensorInfo, off int64) ([]span, error)) ([][2]int64, error) {
 	cfg, err := FromGGUF(f)
 	if err != nil {
 		return nil, err
@@ -154,9 +163,15 @@ func ShardRanges(f *gguf.File, first, last int) ([][2]int64, error) {
 	}
 	var rs [][2]int64
 	for _, t := range ts {
-		off, n := TensorRange(f, t)
-		if n > 0 {
-			rs = append(rs, [2]int64{off, n})
+		off, _ := TensorRange(f, t)
+		spans, err := spansOf(cfg, t, off)
+		if err != nil {
+			return nil, err
+		}
+		for _, sp := range spans {
+			if sp.n > 0 {
+				rs = append(rs, [2]int64{sp.off, sp.n})
+			}
 		}
 	}
 	return mergeRanges(rs), nil

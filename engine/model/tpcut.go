@@ -244,32 +244,14 @@ func (zeros) Read(p []byte) (int, error) {
 // row, and pieces closer than rangeGap merge, so it costs about the
 // whole matrix unless its rows are long.
 func TPRanges(f *gguf.File, first, last int, s TPSlice) ([][2]int64, error) {
-	cfg, err := FromGGUF(f)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := ShardTensors(f, cfg, first, last)
-	if err != nil {
-		return nil, err
-	}
-	var rs [][2]int64
-	for _, t := range ts {
+	return pieceRanges(f, first, last, func(cfg Config, t gguf.TensorInfo, off int64) ([]span, error) {
 		cut, drop := tpCutFor(t.Name, cfg, s)
 		if drop {
-			continue
+			return nil, nil
 		}
-		off, _ := TensorRange(f, t)
 		_, spans, err := cut.spans(t, off)
-		if err != nil {
-			return nil, err
-		}
-		for _, sp := range spans {
-			if sp.n > 0 {
-				rs = append(rs, [2]int64{sp.off, sp.n})
-			}
-		}
-	}
-	return mergeRanges(rs), nil
+		return spans, err
+	})
 }
 
 // WriteTPSlice writes rank s.Rank's slice of blocks [first, last) of the

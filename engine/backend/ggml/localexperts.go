@@ -23,7 +23,6 @@ struct ggml_tensor * ggml_map_custom1(struct ggml_context * ctx, struct ggml_ten
 struct ggml_tensor * ggml_map_custom2(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b, ggml_custom2_op_t fun, int n_tasks, void * userdata);
 void * ggml_get_data(const struct ggml_tensor * tensor);
 int64_t ggml_nelements(const struct ggml_tensor * tensor);
-int ggml_is_contiguous(const struct ggml_tensor * tensor);
 
 // The range travels in the op's userdata: first in the high 32 bits.
 static int orrery_is_local(int32_t id, uintptr_t ud) {
