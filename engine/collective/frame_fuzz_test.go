@@ -62,3 +62,23 @@ func FuzzHello(f *testing.F) {
 		}
 	})
 }
+
+// TestReadGrowing: a payload larger than its first storage arrives whole
+// across the doublings, and a short one is an error, not a short frame.
+func TestReadGrowing(t *testing.T) {
+	for _, n := range []int{0, 1, 64 << 10, 64<<10 + 1, 300 << 10} {
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = byte(i * 7)
+		}
+		got, err := readGrowing(bytes.NewReader(want), n)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%d bytes: got %d bytes, err %v", n, len(got), err)
+		}
+		if n > 0 {
+			if _, err := readGrowing(bytes.NewReader(want[:n-1]), n); err == nil {
+				t.Fatalf("%d bytes: read a frame one byte short", n)
+			}
+		}
+	}
+}

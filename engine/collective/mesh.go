@@ -394,12 +394,30 @@ func (l *link) read(typ byte, seq uint32, want int, buf []byte) ([]byte, error) 
 	case typ == frameReduce && (gotSeq != seq || int(n) != want):
 		return nil, fmt.Errorf("all-reduce %d of %d bytes, want %d of %d: the ranks are out of step", gotSeq, n, seq, want)
 	}
-	if cap(buf) < int(n) {
-		buf = make([]byte, n)
+	if cap(buf) >= int(n) {
+		buf = buf[:n]
+		if _, err := io.ReadFull(l.br, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
 	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(l.br, buf); err != nil {
-		return nil, err
+	return readGrowing(l.br, int(n))
+}
+
+// readGrowing reads n bytes into storage that grows with what arrives
+// (doubling from 64 KiB), so a header that claims MaxPayload from a peer
+// that then sends nothing costs no 64 MiB allocation.
+func readGrowing(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, min(n, 64<<10))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			buf = append(buf[:cap(buf)], make([]byte, min(n-len(buf), cap(buf)))...)[:len(buf)]
+		}
+		m, err := io.ReadFull(r, buf[len(buf):min(n, cap(buf))])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return nil, err
+		}
 	}
 	return buf, nil
 }
