@@ -162,7 +162,7 @@ func (m *Manager) placeAuto(ctx context.Context, req api.PlaceRequest, ml modelL
 		"decodeTokPerSec", fmt.Sprintf("%.1f", best.DecodeTokPerSec), "candidates", len(preds))
 	if best.Tensor > 1 {
 		tp := req
-		tp.Parallelism, tp.Nodes = &api.Parallelism{Pipeline: 1, Tensor: best.Tensor}, best.Nodes
+		tp.Parallelism, tp.Nodes = &api.Parallelism{Pipeline: best.Pipeline, Tensor: best.Tensor}, best.Nodes
 		return m.placeTensor(ctx, tp, ml, existed)
 	}
 	pipeline.Nodes = best.Nodes

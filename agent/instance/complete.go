@@ -31,7 +31,13 @@ func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req 
 		}
 		var ranks []state.ShardRange
 		if in, ok := m.cfg.Store.State().Instances[instanceID]; ok {
-			ranks = in.Ranks
+			for i, rk := range in.Ranks {
+				// A tensor-parallel group's rank 0 records the group's
+				// steps; its other ranks record none.
+				if _, tp := in.StageOf(i); tp == 0 {
+					ranks = append(ranks, rk)
+				}
+			}
 		}
 		m.cfg.ShipTrace(traceID, "chat", spans, counters, ranks, truncate(errText, 1024))
 	}

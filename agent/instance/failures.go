@@ -15,7 +15,8 @@ import (
 const failedGrace = 500 * time.Millisecond
 
 // watchFailures marks this node's instances Failed when a rank failed,
-// naming the rank that failed first for a reason other than a lost link.
+// naming the rank that failed first for a reason other than a lost link
+// (of a pipeline or a tensor-parallel group).
 func (m *Manager) watchFailures(st state.State) {
 	for id, in := range st.Instances {
 		if in.NodeID != m.cfg.Self || in.Status == state.InstanceStatusFailed {
@@ -42,7 +43,10 @@ func (m *Manager) watchFailures(st state.State) {
 		}
 		cause := failed[0]
 		for _, r := range failed {
-			if !strings.Contains(r.Error, "rank link lost") && !strings.Contains(r.Error, "pipeline broke") {
+			// A rank whose pipeline or group link broke ("rank link
+			// lost", "tensor-parallel link lost", "pipeline broke",
+			// "group … broke") is not the cause.
+			if !strings.Contains(r.Error, "link lost") && !strings.Contains(r.Error, " broke") {
 				cause = r
 				break
 			}

@@ -114,7 +114,8 @@ func pieceOf(in state.Instance, rank int) piece {
 	rg := in.Ranks[rank]
 	pc := piece{first: rg.FirstLayer, last: rg.LastLayer}
 	if in.Tensor > 1 {
-		pc.tpRank, pc.tpRanks = rank, in.Tensor
+		_, pc.tpRank = in.StageOf(rank)
+		pc.tpRanks = in.Tensor
 	}
 	return pc
 }

@@ -287,9 +287,12 @@ type Instance struct {
 	// Parallel is how many requests every rank serves at once (its KV
 	// cache's sequences); 0 reads as 1.
 	Parallel int `json:"parallel,omitempty"`
-	// Tensor > 1 makes the ranks one tensor-parallel group: each holds
-	// every block, rank i its slice i of Tensor (heads and MLP columns),
-	// and rank 0 serves. 0 or 1: the ranks are a pipeline.
+	// Tensor > 1 makes the ranks tensor-parallel groups of Tensor: rank
+	// r is slice r mod Tensor (heads and MLP columns) of pipeline stage
+	// r / Tensor, whose ranks all hold the stage's blocks. One stage: one
+	// group, rank 0 serves. More: a pipeline whose stages are groups,
+	// each group's first rank holding the stage's rank links. 0 or 1: the
+	// ranks are a pipeline.
 	Tensor int `json:"tensor,omitempty"`
 	// Prediction is the cost model's prediction for the plan it was placed
 	// on (nil when no node's speed was known).
@@ -303,6 +306,16 @@ type Instance struct {
 	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
 	Active      int        `json:"active,omitempty"`
 }
+
+// TP is the instance's tensor-parallel degree: 1 for a pipeline.
+func (in Instance) TP() int { return max(in.Tensor, 1) }
+
+// Stages is the number of the instance's pipeline stages.
+func (in Instance) Stages() int { return len(in.Ranks) / in.TP() }
+
+// StageOf returns rank's pipeline stage and its rank within the stage's
+// tensor-parallel group.
+func (in Instance) StageOf(rank int) (stage, tp int) { return rank / in.TP(), rank % in.TP() }
 
 // Instance statuses.
 const (

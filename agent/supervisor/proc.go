@@ -302,9 +302,11 @@ func (p *proc) args(path string) []string {
 	args := []string{"runner", "--model", path, "--node", cfg.NodeID, "--node-name", cfg.NodeName,
 		"--first-layer", strconv.Itoa(rg.FirstLayer), "--last-layer", strconv.Itoa(rg.LastLayer), "--instance", p.inst.InstanceID}
 	if p.inst.Tensor > 1 {
-		// One tensor-parallel group: no pipeline; its links go through
-		// the agents, like a pipeline's.
-		args = append(args, "--rank", "0", "--ranks", "1", "--tp-rank", strconv.Itoa(p.rank), "--tp-ranks", strconv.Itoa(p.inst.Tensor))
+		// Tensor-parallel groups, one per pipeline stage (one stage: no
+		// pipeline); their links go through the agents, like a pipeline's.
+		stage, tp := p.inst.StageOf(p.rank)
+		args = append(args, "--rank", strconv.Itoa(stage), "--ranks", strconv.Itoa(p.inst.Stages()),
+			"--tp-rank", strconv.Itoa(tp), "--tp-ranks", strconv.Itoa(p.inst.Tensor))
 	} else {
 		args = append(args, "--rank", strconv.Itoa(p.rank), "--ranks", strconv.Itoa(len(p.inst.Ranks)))
 	}
@@ -412,7 +414,7 @@ func (p *proc) awaitReady(c *child, path string) (*runner.Client, error) {
 			continue // not answering yet; a dead process shows on exited
 		}
 		p.mu.Lock()
-		p.rankAddr = h.RankAddr
+		p.rankAddr, p.meshAddr = h.RankAddr, h.MeshAddr
 		p.mu.Unlock()
 		status := state.RunnerLoading
 		switch h.Status {
@@ -434,7 +436,7 @@ func (p *proc) awaitReady(c *child, path string) (*runner.Client, error) {
 // forget drops the runner's client and rank address: it is going away.
 func (p *proc) forget() {
 	p.mu.Lock()
-	p.client, p.rankAddr = nil, ""
+	p.client, p.rankAddr, p.meshAddr = nil, "", ""
 	p.mu.Unlock()
 }
 

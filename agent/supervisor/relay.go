@@ -54,40 +54,62 @@ type Relay struct {
 // Relay returns the rank-link relay of this supervisor's runners.
 func (s *Supervisor) Relay(cfg RelayConfig) *Relay { return &Relay{s: s, cfg: cfg} }
 
-// RankStreamID names the receiving rank of a rank stream link.
-func RankStreamID(instanceID string, rank int) string { return fmt.Sprintf("%s-r%d", instanceID, rank) }
+// LinkKind is which port of a runner a rank link goes to.
+type LinkKind byte
 
-func parseRankStreamID(id string) (string, int, error) {
-	i := strings.LastIndex(id, "-r")
+const (
+	// PipeLink is a pipeline stage's link to the next stage (to its
+	// group's first rank, in a hybrid plan).
+	PipeLink LinkKind = iota
+	// MeshLink is a tensor-parallel rank's link to a lower rank of its
+	// group.
+	MeshLink
+)
+
+// RankStreamID names the receiving rank of a rank stream link and its
+// port: <instance>-r<rank> for a pipeline link, -m<rank> for a group's.
+func RankStreamID(instanceID string, rank int, kind LinkKind) string {
+	if kind == MeshLink {
+		return fmt.Sprintf("%s-m%d", instanceID, rank)
+	}
+	return fmt.Sprintf("%s-r%d", instanceID, rank)
+}
+
+func parseRankStreamID(id string) (string, int, LinkKind, error) {
+	i := max(strings.LastIndex(id, "-r"), strings.LastIndex(id, "-m"))
 	if i <= 0 {
-		return "", 0, fmt.Errorf("rank stream id %q", id)
+		return "", 0, 0, fmt.Errorf("rank stream id %q", id)
+	}
+	kind := PipeLink
+	if id[i+1] == 'm' {
+		kind = MeshLink
 	}
 	r, err := strconv.Atoi(id[i+2:])
 	if err != nil || r < 0 {
-		return "", 0, fmt.Errorf("rank stream id %q", id)
+		return "", 0, 0, fmt.Errorf("rank stream id %q", id)
 	}
 	if err := ident.ValidInstanceID(id[:i]); err != nil {
-		return "", 0, fmt.Errorf("rank stream id: %w", err)
+		return "", 0, 0, fmt.Errorf("rank stream id: %w", err)
 	}
-	return id[:i], r, nil
+	return id[:i], r, kind, nil
 }
 
 // Accept takes a rank stream link from peer and connects it to the local
-// runner of the rank id names, if peer runs that rank's predecessor.
+// runner of the rank id names, if peer runs a rank that links to it.
 // It owns c.
 func (r *Relay) Accept(peer, id string, c net.Conn) {
-	inst, rank, err := parseRankStreamID(id)
+	inst, rank, kind, err := parseRankStreamID(id)
 	if err != nil {
 		c.Close()
 		return
 	}
-	if in, ok := r.cfg.State().Instances[inst]; !ok || rank >= len(in.Ranks) || !linksTo(in, rank, peer) {
+	if in, ok := r.cfg.State().Instances[inst]; !ok || rank >= len(in.Ranks) || !linksTo(in, rank, kind, peer) {
 		r.s.log.Warn("refused a rank link", "from", peer, "id", id)
 		c.Close()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dialWait)
-	rc, err := r.s.DialRank(ctx, inst, rank)
+	rc, err := r.s.DialRank(ctx, inst, rank, kind)
 	cancel()
 	if err != nil {
 		r.s.log.Debug("rank link: local runner not ready", "id", id, "err", err)
@@ -97,19 +119,22 @@ func (r *Relay) Accept(peer, id string, c net.Conn) {
 	splice(c, rc)
 }
 
-// linksTo reports whether node peer runs a rank that links to rank: its
-// predecessor in a pipeline, or, in a tensor-parallel group, a rank above
-// it (each rank dials the ones below).
-func linksTo(in state.Instance, rank int, peer string) bool {
-	if in.Tensor > 1 {
-		for r := rank + 1; r < len(in.Ranks); r++ {
+// linksTo reports whether node peer runs a rank that links to rank: in a
+// tensor-parallel group, a rank above it in its stage (each rank dials
+// the ones below); in a pipeline, the previous stage's first rank, to
+// the stage's first.
+func linksTo(in state.Instance, rank int, kind LinkKind, peer string) bool {
+	stage, tp := in.StageOf(rank)
+	if kind == MeshLink {
+		for r := rank + 1; r < (stage+1)*in.TP() && r < len(in.Ranks); r++ {
 			if in.Ranks[r].NodeID == peer {
 				return true
 			}
 		}
 		return false
 	}
-	return in.Ranks[(rank+len(in.Ranks)-1)%len(in.Ranks)].NodeID == peer
+	n := in.Stages()
+	return tp == 0 && n > 1 && in.Ranks[((stage+n-1)%n)*in.TP()].NodeID == peer
 }
 
 // splice copies both ways until either side ends, then closes both.
@@ -156,25 +181,19 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "want Upgrade: "+runner.RankLinkUpgrade, http.StatusBadRequest)
 		return
 	}
-	next := (rank + 1) % len(in.Ranks)
-	if to := req.URL.Query().Get(runner.RankLinkToParam); to != "" {
-		// A tensor-parallel rank's link to a rank below it.
-		t, err := strconv.Atoi(to)
-		if err != nil || in.Tensor < 2 || t < 0 || t >= rank {
-			http.Error(w, fmt.Sprintf("rank link from rank %d to %q: want a lower rank of a tensor-parallel group", rank, to), http.StatusBadRequest)
-			return
-		}
-		next = t
+	next, kind, err := linkTarget(in, rank, req.URL.Query().Get(runner.RankLinkToParam))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
 	node := in.Ranks[next].NodeID
 	ctx, cancel := context.WithTimeout(req.Context(), dialWait)
 	defer cancel()
 	var down net.Conn
-	var err error
 	if node == r.cfg.Self {
-		down, err = r.s.DialRank(ctx, in.InstanceID, next)
+		down, err = r.s.DialRank(ctx, in.InstanceID, next, kind)
 	} else {
-		down, err = r.cfg.DialPeer(ctx, node, RankStreamID(in.InstanceID, next))
+		down, err = r.cfg.DialPeer(ctx, node, RankStreamID(in.InstanceID, next, kind))
 	}
 	if err != nil {
 		http.Error(w, fmt.Sprintf("rank %d on %s: %v", next, node, err), http.StatusServiceUnavailable)
@@ -202,6 +221,25 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 	splice(up, down)
 }
 
+// linkTarget is the rank (of the instance's) and port that rank's link
+// goes to: with to (a rank of its tensor-parallel group, below its own),
+// that rank's mesh port; else the next pipeline stage's first rank.
+func linkTarget(in state.Instance, rank int, to string) (int, LinkKind, error) {
+	stage, tp := in.StageOf(rank)
+	if to != "" {
+		t, err := strconv.Atoi(to)
+		if err != nil || in.TP() < 2 || t < 0 || t >= tp {
+			return 0, 0, fmt.Errorf("rank link from rank %d to %q: want a lower rank of its tensor-parallel group (of %d)", rank, to, in.TP())
+		}
+		return stage*in.TP() + t, MeshLink, nil
+	}
+	n := in.Stages()
+	if tp != 0 || n < 2 {
+		return 0, 0, fmt.Errorf("rank link from rank %d: it links to no pipeline stage (stage %d of %d, group rank %d)", rank, stage, n, tp)
+	}
+	return ((stage + 1) % n) * in.TP(), PipeLink, nil
+}
+
 func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {
 	in, rank, ok := r.runnerAuth(req)
 	if !ok {
@@ -216,6 +254,11 @@ func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {
 	if err := ident.ValidTraceID(b.TraceID); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
+	}
+	// A stage of a pipeline of groups records as its pipeline rank; its
+	// spans go where the instance's rank is.
+	for i := range b.Spans {
+		b.Spans[i].Rank = rank
 	}
 	r.cfg.ShipRank(b.TraceID, rank, b.Spans, b.Counters, in.Ranks)
 	w.WriteHeader(http.StatusNoContent)

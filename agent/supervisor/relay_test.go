@@ -18,15 +18,16 @@ func TestRankStreamIDRoundTrip(t *testing.T) {
 	for _, c := range []struct {
 		inst string
 		rank int
-	}{{"inst-1a2b", 0}, {"inst-r2", 3}, {"a", 12}} {
-		id := RankStreamID(c.inst, c.rank)
-		inst, rank, err := parseRankStreamID(id)
-		if err != nil || inst != c.inst || rank != c.rank {
-			t.Errorf("%q: %q %d %v", id, inst, rank, err)
+		kind LinkKind
+	}{{"inst-1a2b", 0, PipeLink}, {"inst-r2", 3, PipeLink}, {"a", 12, MeshLink}, {"inst-m2", 1, PipeLink}, {"inst-r2", 2, MeshLink}} {
+		id := RankStreamID(c.inst, c.rank, c.kind)
+		inst, rank, kind, err := parseRankStreamID(id)
+		if err != nil || inst != c.inst || rank != c.rank || kind != c.kind {
+			t.Errorf("%q: %q %d %v %v", id, inst, rank, kind, err)
 		}
 	}
-	for _, bad := range []string{"", "-r1", "inst", "inst-r", "inst-rx", "inst-r-1", "../x-r1", "a/b-r0"} {
-		if _, _, err := parseRankStreamID(bad); err == nil {
+	for _, bad := range []string{"", "-r1", "-m1", "inst", "inst-r", "inst-m", "inst-rx", "inst-r-1", "inst-m-1", "../x-r1", "a/b-m0"} {
+		if _, _, _, err := parseRankStreamID(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -55,9 +56,10 @@ func TestAcceptRefusesStrangers(t *testing.T) {
 		{Rank: 0, NodeID: "a"}, {Rank: 1, NodeID: "b"}}}}
 	r, _ := testRelay(t, st)
 	for _, c := range []struct{ peer, id string }{
-		{"c", RankStreamID("inst-1", 1)}, // not rank 0's node
-		{"a", RankStreamID("inst-9", 1)}, // no such instance
-		{"a", RankStreamID("inst-1", 5)}, // no such rank
+		{"c", RankStreamID("inst-1", 1, PipeLink)}, // not rank 0's node
+		{"a", RankStreamID("inst-9", 1, PipeLink)}, // no such instance
+		{"a", RankStreamID("inst-1", 5, PipeLink)}, // no such rank
+		{"a", RankStreamID("inst-1", 0, MeshLink)}, // not a tensor-parallel group
 		{"a", "garbage"},
 	} {
 		here, there := net.Pipe()
@@ -72,6 +74,56 @@ func TestAcceptRefusesStrangers(t *testing.T) {
 		if _, err := there.Read(make([]byte, 1)); err != io.EOF && err != io.ErrClosedPipe {
 			t.Errorf("%+v: the link was not closed: %v", c, err)
 		}
+	}
+}
+
+// TestHybridLinks: in pipeline 2 × tensor 2 (ranks 0,1 stage 0 on nodes
+// a,b; ranks 2,3 stage 1 on c,d), a rank's group links go to the lower
+// ranks of its stage, its pipeline link from the first rank of one stage
+// to the next's; anything else is refused, and a peer's link is taken
+// only from a node that runs a rank that links to it.
+func TestHybridLinks(t *testing.T) {
+	in := state.Instance{InstanceID: "i", Tensor: 2, Ranks: []state.ShardRange{{NodeID: "a"}, {NodeID: "b"}, {NodeID: "c"}, {NodeID: "d"}}}
+	for _, c := range []struct {
+		rank     int
+		to       string
+		want     int
+		wantKind LinkKind
+		wantErr  bool
+	}{
+		{0, "", 2, PipeLink, false},
+		{2, "", 0, PipeLink, false},
+		{1, "0", 0, MeshLink, false},
+		{3, "0", 2, MeshLink, false},
+		{1, "", 0, 0, true},  // a follower has no pipeline link
+		{3, "1", 0, 0, true}, // not below it
+		{2, "0", 0, 0, true}, // rank 0 of its group dials no one
+		{1, "x", 0, 0, true},
+	} {
+		got, kind, err := linkTarget(in, c.rank, c.to)
+		if (err != nil) != c.wantErr || !c.wantErr && (got != c.want || kind != c.wantKind) {
+			t.Errorf("rank %d to %q: %d %v %v, want %d %v (error %v)", c.rank, c.to, got, kind, err, c.want, c.wantKind, c.wantErr)
+		}
+	}
+	for _, c := range []struct {
+		rank int
+		kind LinkKind
+		peer string
+		want bool
+	}{
+		{2, PipeLink, "a", true}, {0, PipeLink, "c", true}, {2, PipeLink, "b", false}, {3, PipeLink, "a", false},
+		{0, MeshLink, "b", true}, {2, MeshLink, "d", true}, {0, MeshLink, "c", false}, {1, MeshLink, "a", false},
+	} {
+		if got := linksTo(in, c.rank, c.kind, c.peer); got != c.want {
+			t.Errorf("linksTo(rank %d, %v, %s) = %v, want %v", c.rank, c.kind, c.peer, got, c.want)
+		}
+	}
+	pipe := state.Instance{Ranks: in.Ranks[:3]}
+	if !linksTo(pipe, 0, PipeLink, "c") || linksTo(pipe, 0, PipeLink, "b") {
+		t.Error("a 3-rank pipeline's rank 0 should take its link from rank 2's node only")
+	}
+	if got, kind, err := linkTarget(pipe, 1, ""); err != nil || got != 2 || kind != PipeLink {
+		t.Errorf("pipeline rank 1: %d %v %v, want rank 2", got, kind, err)
 	}
 }
 

@@ -157,6 +157,7 @@ type proc struct {
 	status   state.Runner
 	client   *runner.Client // set while the runner is Ready
 	rankAddr string         // where the runner accepts its inbound rank link
+	meshAddr string         // where a tensor-parallel runner accepts its group's links
 	changed  chan struct{}  // closed and replaced on every change
 	inflight int
 	stopping bool
@@ -335,13 +336,16 @@ func (s *Supervisor) Authorize(token string) (in state.Instance, rank int, ok bo
 // DialRank connects to the rank port of this node's runner for rank of
 // instanceID and presents its token: what follows is the previous rank's
 // link.
-func (s *Supervisor) DialRank(ctx context.Context, instanceID string, rank int) (net.Conn, error) {
+func (s *Supervisor) DialRank(ctx context.Context, instanceID string, rank int, kind LinkKind) (net.Conn, error) {
 	p := s.proc(RunnerID(instanceID, rank))
 	if p == nil {
 		return nil, fmt.Errorf("%w: rank %d of %s", ErrNoInstance, rank, instanceID)
 	}
 	p.mu.Lock()
 	addr := p.rankAddr
+	if kind == MeshLink {
+		addr = p.meshAddr
+	}
 	p.mu.Unlock()
 	if addr == "" {
 		return nil, fmt.Errorf("rank %d of %s is not listening yet", rank, instanceID)

@@ -140,7 +140,7 @@ func tpSetup(cfg *runner.Config, rank, ranks int, addrs, agentAPI, groupToken st
 	var err error
 	if addrs == "" {
 		connect, ln, err = tpViaAgent(rank, ranks, agentAPI, cfg.Instance, cfg.Token)
-		cfg.RankListener = ln // the agent connects the other ranks here
+		cfg.MeshListener = ln // the agent connects the higher ranks here
 	} else {
 		connect, ln, err = tpFlags(rank, ranks, addrs, groupToken)
 	}

@@ -480,49 +480,6 @@ func passTime(sp backend.Speed, w Weights, layers int, heads, headDim, kvw float
 	return decode, prefill, nil
 }
 
-// Candidates predicts every plan over nodes (best first): a pipeline over
-// the first k of them for each k, and a tensor-parallel group over the
-// first T for each T ≥ 2 the model splits into; with all, only the two
-// plans over every node (the nodes were named). A plan that does not fit,
-// does not split or cannot be predicted is listed with its Error.
-func Candidates(l Layout, c ModelCost, nodes []Node, all bool, in Inputs) []Prediction {
-	var out []Prediction
-	add := func(p Plan, err error) {
-		if err != nil {
-			pr := Prediction{Plan: p.Name(), Pipeline: p.Pipeline, Tensor: p.Tensor, Error: err.Error(), PrefillTokens: in.Prompt}
-			for _, n := range nodes[:max(p.Pipeline*max(p.Tensor, 1), 0)] {
-				pr.Nodes = append(pr.Nodes, n.ID)
-			}
-			out = append(out, pr)
-			return
-		}
-		pr, err := c.Predict(p, in)
-		if err != nil {
-			pr.Error = err.Error()
-		} else {
-			pr.Fits = true
-		}
-		out = append(out, pr)
-	}
-	from := 1
-	if all {
-		from = len(nodes)
-	}
-	for k := from; k <= len(nodes) && k <= l.Layers; k++ {
-		ranks, err := Split(l, nodes[:k])
-		add(Plan{Pipeline: k, Tensor: 1, Ranks: ranks}, err)
-	}
-	for t := max(2, from); t <= len(nodes); t++ {
-		p := Plan{Pipeline: 1, Tensor: t}
-		sl, err := model.PlanTP(c.f, c.cfg, t)
-		if err == nil {
-			p.Ranks, err = Tensor(l, sl, nodes[:t])
-		}
-		add(p, err)
-	}
-	return out
-}
-
 // Fastest is the plan with the shortest predicted decode step among
 // those that fit (fewer nodes on a tie); false when none does.
 func Fastest(ps []Prediction) (Prediction, bool) {

@@ -161,6 +161,91 @@ func TestTensorFit(t *testing.T) {
 	}
 }
 
+// Pipeline 2 × tensor 2: each stage's group holds its own blocks, the
+// embeddings on stage 0's ranks, the head on stage 1's first; each rank
+// needs about half its stage's pipeline rank; the blocks follow the
+// groups' memory; a rank that does not fit is named with its stage.
+func TestHybridFit(t *testing.T) {
+	c, l := smallModel(t)
+	sl, err := model.PlanTP(c.f, c.cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := uint64(8 << 30)
+	ranks, err := Hybrid(l, sl, []Node{{"a", big}, {"b", big}, {"c", big}, {"d", big}}, 2)
+	if err != nil || len(ranks) != 4 {
+		t.Fatalf("ranks %+v, err %v", ranks, err)
+	}
+	half := l.Layers / 2
+	for i, r := range ranks {
+		first, last := 0, half
+		if i >= 2 {
+			first, last = half, l.Layers
+		}
+		if r.Rank != i || r.FirstLayer != first || r.LastLayer != last || r.Slice == "" {
+			t.Errorf("rank %d: %+v, want layers [%d, %d) and a slice", i, r, first, last)
+		}
+		pipe := l.Need(first, last) - Overhead
+		if own := r.Need - Overhead; own > pipe*3/5 && !(i == 2 && r.Need > ranks[3].Need) {
+			t.Errorf("rank %d needs %d of its stage's %d", i, own, pipe)
+		}
+	}
+	if ranks[2].Need <= ranks[3].Need || ranks[0].Need != ranks[1].Need {
+		t.Errorf("stage 1's rank 0 holds the head, stage 0's share the embeddings: %+v", ranks)
+	}
+	// Stage 0's group has twice stage 1's memory: about twice its blocks.
+	ranks, err = Hybrid(l, sl, []Node{{"a", 2 * big}, {"b", 2 * big}, {"c", big}, {"d", big}}, 2)
+	if err != nil || ranks[0].LastLayer-ranks[0].FirstLayer <= ranks[2].LastLayer-ranks[2].FirstLayer {
+		t.Errorf("ranks %+v, err %v: want more blocks on the larger group", ranks, err)
+	}
+	_, err = Hybrid(l, sl, []Node{{"a", big}, {"b", big}, {"c", big}, {"d", 1 << 20}}, 2)
+	if err == nil || !strings.Contains(err.Error(), "rank 3 of stage 1") || !strings.Contains(err.Error(), "node d") {
+		t.Errorf("err %v: want rank 3 of stage 1 on node d named", err)
+	}
+	if _, err := Hybrid(l, sl, []Node{{"a", big}, {"b", big}, {"c", big}}, 2); err == nil {
+		t.Error("3 nodes for 2 stages of 2 accepted")
+	}
+}
+
+// Two fast pairs (a–c, b–d: 5 µs each way, RDMA-like) joined by slow
+// links (2 ms): the hybrid candidate groups each pair into a tensor group
+// and chains the two as a pipeline, and it beats tensor 4 (its
+// all-reduces cross the slow links) and pipeline 4 (four slow hops).
+func TestHybridFollowsLinks(t *testing.T) {
+	c, l := smallModel(t)
+	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}, {"c", 8 << 30}, {"d", 8 << 30}}
+	in := inputs(decodeBytes(c)/10e-3, 0)
+	for _, n := range nodes {
+		in.Speed[n.ID] = speed(decodeBytes(c) / 10e-3)
+	}
+	in.Link = func(a, b string) (Link, bool) {
+		fast := a+b == "ac" || a+b == "ca" || a+b == "bd" || a+b == "db"
+		if fast {
+			return Link{OneWayMicros: 5, BytesPerSec: 10e9}, true
+		}
+		return Link{OneWayMicros: 2000, BytesPerSec: 1.25e9}, true
+	}
+	ps := Candidates(l, c, nodes, true, in)
+	var hybrid Prediction
+	for _, p := range ps {
+		if p.Plan == "pipeline 2 × tensor 2" {
+			hybrid = p
+		}
+	}
+	if !hybrid.Fits || strings.Join(hybrid.Nodes, "") != "acbd" {
+		t.Fatalf("hybrid candidate %+v: want it to fit, grouped a,c then b,d", hybrid)
+	}
+	if best, ok := Fastest(ps); !ok || best.Plan != hybrid.Plan {
+		t.Errorf("chose %+v, want the hybrid; candidates %+v", best, ps)
+	}
+	if got := groupings(6, 3, 100); len(got) != 10 || !slices.Equal(got[0], []int{0, 1, 2, 3, 4, 5}) {
+		t.Errorf("6 nodes in threes: %d groupings, first %v; want 10, the identity first", len(got), got[0])
+	}
+	if got := groupings(8, 2, 100); len(got) != 100 {
+		t.Errorf("8 nodes in pairs, at most 100: %d", len(got))
+	}
+}
+
 // Types a node did not measure take the nearest in bits per weight.
 func TestSpeedTypeNearest(t *testing.T) {
 	sp := backend.Speed{Types: map[string]backend.TypeSpeed{

@@ -1,24 +1,76 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 // Tensor places one tensor-parallel group: rank i, on nodes[i], holds
-// slice plan[i] of every block. Each rank needs its share of the blocks'
-// weights (the larger of its heads' and its MLP columns' share; in a
-// mixture, its experts' share of the experts and its heads' of the rest)
-// and of the KV cache (its kv heads'), the embeddings, and on rank 0 the
-// output head;
-// ErrNoFit names the first that does not fit.
+// slice plan[i] of every block. ErrNoFit names the first rank that does
+// not fit (see groupRanks for what each needs).
 func Tensor(l Layout, plan []model.TPSlice, nodes []Node) ([]Rank, error) {
 	if len(plan) != len(nodes) {
 		return nil, fmt.Errorf("%d slices for %d nodes", len(plan), len(nodes))
 	}
+	return groupRanks(l, plan, nodes, 0, l.Layers, 0, "the tensor-parallel group")
+}
+
+// Hybrid places a pipeline of stages whose members are tensor-parallel
+// groups of len(plan): stage s on nodes[s*T:(s+1)*T], rank s*T+i holding
+// slice plan[i] of the stage's blocks. The blocks are split among the
+// stages in proportion to each group's smallest available memory, as
+// Split does for nodes; ErrNoFit names every rank that does not fit.
+func Hybrid(l Layout, plan []model.TPSlice, nodes []Node, stages int) ([]Rank, error) {
+	t := len(plan)
+	switch {
+	case stages < 2 || t < 2 || len(nodes) != stages*t:
+		return nil, fmt.Errorf("%d nodes for %d stages of %d", len(nodes), stages, t)
+	case stages > l.Layers:
+		return nil, fmt.Errorf("%d pipeline stages for a %d-layer model: at most one per layer", stages, l.Layers)
+	}
+	groups := make([]Node, stages)
+	for s := range groups {
+		g := Node{ID: nodes[s*t].ID, Available: nodes[s*t].Available}
+		for _, n := range nodes[s*t : (s+1)*t] {
+			g.Available = min(g.Available, n.Available)
+		}
+		groups[s] = g
+	}
+	split, err := Split(l, groups) // for its block counts; the fit is checked per rank below
+	if split == nil {
+		return nil, err
+	}
+	var ranks []Rank
+	var short []string
+	for s, g := range split {
+		rs, err := groupRanks(l, plan, nodes[s*t:(s+1)*t], g.FirstLayer, g.LastLayer, s*t, fmt.Sprintf("stage %d", s))
+		if err != nil && !errors.Is(err, ErrNoFit) {
+			return nil, err
+		}
+		if err != nil {
+			short = append(short, strings.TrimPrefix(err.Error(), ErrNoFit.Error()+": "))
+		}
+		ranks = append(ranks, rs...)
+	}
+	if len(short) > 0 {
+		return ranks, fmt.Errorf("%w: %s", ErrNoFit, strings.Join(short, "; "))
+	}
+	return ranks, nil
+}
+
+// groupRanks places one tensor-parallel group holding blocks [first,
+// last), its ranks numbered from rank0. Each rank needs its share of the
+// blocks' weights (the larger of its heads' and its MLP columns' share;
+// in a mixture, its experts' share of the experts and its heads' of the
+// rest) and of the KV cache (its kv heads'); with the first block, the
+// embeddings (replicated); with the last, on the group's rank 0, the
+// output head.
+func groupRanks(l Layout, plan []model.TPSlice, nodes []Node, first, last, rank0 int, what string) ([]Rank, error) {
 	var blocks, experts, kv uint64
-	for i := range l.Block {
+	for i := first; i < last; i++ {
 		blocks += l.Block[i]
 		kv += l.KV[i]
 		if i < len(l.Experts) {
@@ -26,6 +78,7 @@ func Tensor(l Layout, plan []model.TPSlice, nodes []Node) ([]Rank, error) {
 		}
 	}
 	ranks := make([]Rank, len(plan))
+	var short []string
 	for i, s := range plan {
 		share := max(float64(s.Heads)/float64(s.FullHeads), float64(s.FFDim)/float64(s.FullFF))
 		mine := float64(blocks) * share
@@ -36,16 +89,25 @@ func Tensor(l Layout, plan []model.TPSlice, nodes []Node) ([]Rank, error) {
 			}
 			mine = float64(blocks-experts)*float64(s.Heads)/float64(s.FullHeads) + float64(experts)*own
 		}
-		need := uint64(Overhead) + uint64(mine) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads) + l.Embed
-		if i == 0 {
+		need := uint64(Overhead) + uint64(mine) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads)
+		if first == 0 {
+			need += l.Embed
+		}
+		if i == 0 && last == l.Layers {
 			need += l.Head
+			if l.Tied && first != 0 {
+				need += l.Embed
+			}
 		}
 		n := nodes[i]
-		ranks[i] = Rank{Rank: i, NodeID: n.ID, FirstLayer: 0, LastLayer: l.Layers, Need: need, Available: n.Available, Slice: s.String()}
+		ranks[i] = Rank{Rank: rank0 + i, NodeID: n.ID, FirstLayer: first, LastLayer: last, Need: need, Available: n.Available, Slice: s.String()}
 		if n.Available < need {
-			return ranks, fmt.Errorf("%w: rank %d of the tensor-parallel group needs %.2f GiB on node %s, which has %.2f GiB available",
-				ErrNoFit, i, gib(need), n.ID, gib(n.Available))
+			short = append(short, fmt.Sprintf("rank %d of %s needs %.2f GiB on node %s, which has %.2f GiB available",
+				rank0+i, what, gib(need), n.ID, gib(n.Available)))
 		}
+	}
+	if len(short) > 0 {
+		return ranks, fmt.Errorf("%w: %s", ErrNoFit, strings.Join(short, "; "))
 	}
 	return ranks, nil
 }

@@ -72,6 +72,9 @@ func (p *Pipeline) Submit(ctx context.Context, st *Step) error {
 	c := st.spans("compute", "compute")
 	r, err := p.F.Forward(ctx, st.batch(true))
 	st.end(c, tokenArgs)
+	if cl, ok := p.F.(commLogger); ok { // a stage that is a tensor-parallel group
+		st.commSpans(cl.commTimings())
+	}
 	if err != nil {
 		return err
 	}

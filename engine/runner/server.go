@@ -66,10 +66,14 @@ type Config struct {
 	// (Scheduler.ContextShift).
 	ContextShift bool
 	// A tensor-parallel rank: TPRank of TPRanks (> 1) of the group whose
-	// slices make up the model; TPConnect builds the group's mesh (every
-	// rank calls it before loading its slice).
+	// slices make up the model (or, with Ranks > 1, the group's pipeline
+	// stage: its rank 0 holds the stage's rank links); TPConnect builds
+	// the group's mesh (every rank calls it before loading its slice).
+	// MeshListener, if set, is where the agent connects the group's
+	// higher ranks (Health.MeshAddr).
 	TPRank, TPRanks int
 	TPConnect       func(ctx context.Context) (*collective.Mesh, error)
+	MeshListener    net.Listener
 	// OnStageTrace gets the spans and counter samples of each traced
 	// request on ranks > 0.
 	OnStageTrace func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
@@ -90,6 +94,9 @@ type Health struct {
 	Rank     int    `json:"rank"`
 	Ranks    int    `json:"ranks"`
 	RankAddr string `json:"rankAddr,omitempty"`
+	// MeshAddr is where a tensor-parallel rank accepts its group's links
+	// from higher ranks (loopback; the agent connects to it).
+	MeshAddr string `json:"meshAddr,omitempty"`
 	// LinkBytesSent and LinkBytesRecv count the rank links' frames.
 	LinkBytesSent uint64 `json:"linkBytesSent"`
 	LinkBytesRecv uint64 `json:"linkBytesRecv"`
@@ -158,6 +165,9 @@ func NewServer(cfg Config) *Server {
 	h := Health{Status: StatusLoading, Pid: os.Getpid(), Rank: cfg.Rank, Ranks: cfg.Ranks}
 	if cfg.RankListener != nil {
 		h.RankAddr = cfg.RankListener.Addr().String()
+	}
+	if cfg.MeshListener != nil {
+		h.MeshAddr = cfg.MeshListener.Addr().String()
 	}
 	return &Server{cfg: cfg, log: cfg.Logger, fatal: make(chan error, 1), health: h}
 }
@@ -240,11 +250,14 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.mu.Unlock()
 	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
 		"rank", s.cfg.Rank, "ranks", s.cfg.Ranks)
+	var fw Forwarder = rank
 	if s.cfg.TPRanks > 1 {
-		return s.serveTP(ctx, rank, tok)
+		if fw, err = s.startTP(ctx, rank, tok); fw == nil || err != nil {
+			return err // a follower, serving; or a broken group
+		}
 	}
 	if s.cfg.Ranks == 1 {
-		s.serve(ctx, &Generator{M: &Local{F: rank, Tok: tok}, Tok: tok})
+		s.serveAs(ctx, &Generator{M: &Local{F: fw, Tok: tok}, Tok: tok}, s.broke(0))
 		return nil
 	}
 	s.mu.Lock()
@@ -260,19 +273,31 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.in, s.out = in, out
 	s.mu.Unlock()
 	if s.cfg.Rank == 0 {
-		s.serve(ctx, &Generator{M: &Pipeline{F: rank, Out: out, In: in, N: s.cfg.Ranks}, Tok: tok})
+		s.serveAs(ctx, &Generator{M: &Pipeline{F: fw, Out: out, In: in, N: s.cfg.Ranks}, Tok: tok}, s.broke(0))
 		return nil
 	}
-	st := &Stage{F: rank, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
+	st := &Stage{F: fw, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
 		OnTrace: s.cfg.OnStageTrace, Tok: tok}
 	s.loop(ctx, func(ctx context.Context) error {
 		err := st.Serve(ctx)
 		if err != nil {
-			err = fmt.Errorf("pipeline broke at rank %d of %d (blocks %v): %w", s.cfg.Rank, s.cfg.Ranks, rank.Options().FirstLayer, err)
+			err = fmt.Errorf("%s (blocks %v): %w", s.broke(s.cfg.Rank), rank.Options().FirstLayer, err)
 		}
 		return err
 	})
 	return nil
+}
+
+// broke names what failed when the loop of pipeline rank r ends in an
+// error: the pipeline at that rank, or its tensor-parallel group.
+func (s *Server) broke(r int) string {
+	switch {
+	case s.cfg.TPRanks > 1 && s.cfg.Ranks > 1:
+		return fmt.Sprintf("tensor-parallel group of %d (pipeline stage %d of %d) broke at rank 0", s.cfg.TPRanks, r, s.cfg.Ranks)
+	case s.cfg.TPRanks > 1:
+		return fmt.Sprintf("tensor-parallel group of %d broke at rank 0", s.cfg.TPRanks)
+	}
+	return fmt.Sprintf("pipeline broke at rank %d of %d", r, s.cfg.Ranks)
 }
 
 // loop runs this rank's loop (rank 0's scheduler, another rank's stage)
@@ -291,13 +316,9 @@ func (s *Server) loop(ctx context.Context, run func(context.Context) error) {
 	}()
 }
 
-// serve starts rank 0's scheduler over gen's engine, until ctx ends or
-// the pipeline breaks (which ends the runner).
-func (s *Server) serve(ctx context.Context, gen *Generator) {
-	s.serveAs(ctx, gen, "pipeline broke at rank 0")
-}
-
-// serveAs is serve, with what a failure of the loop is called.
+// serveAs starts rank 0's scheduler over gen's engine, until ctx ends or
+// the pipeline or group breaks (which ends the runner); broke names what
+// failed.
 func (s *Server) serveAs(ctx context.Context, gen *Generator, broke string) {
 	gen.ContextShift = s.cfg.ContextShift
 	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift}

@@ -211,6 +211,9 @@ func (r *stageRun) act(ctx context.Context, payload []byte, first time.Time) err
 	b.Hidden = m.Hidden
 	res, err := s.F.Forward(ctx, b)
 	st.end(c, tokenArgs)
+	if cl, ok := s.F.(commLogger); ok { // a stage that is a tensor-parallel group
+		st.commSpans(cl.commTimings())
+	}
 	if err != nil {
 		return err
 	}

@@ -16,10 +16,7 @@ func (s *Server) connectTP(ctx context.Context, opts *backend.Options) error {
 	if s.cfg.TPRanks < 2 {
 		return nil
 	}
-	switch {
-	case s.cfg.Ranks > 1:
-		return errors.New("a tensor-parallel group as a pipeline stage is not supported yet")
-	case s.cfg.TPConnect == nil:
+	if s.cfg.TPConnect == nil {
 		return errors.New("a tensor-parallel rank needs TPConnect")
 	}
 	s.mu.Lock()
@@ -74,29 +71,33 @@ func checkTiling(m *collective.Mesh, s *model.TPSlice) error {
 	return nil
 }
 
-// serveTP runs a loaded tensor-parallel rank: rank 0 serves completions
-// with every step replayed on the others; the others replay until the
-// group breaks, which ends the runner (as a broken pipeline does).
-func (s *Server) serveTP(ctx context.Context, rank backend.Rank, tok *model.Tokenizer) error {
+// startTP starts a loaded tensor-parallel rank once the group's slices
+// tile the model. Rank 0 returns its Forwarder, which replays every call
+// on the others: the caller serves completions with it, or (a pipeline
+// stage) the stage's frames. The others replay until the group breaks,
+// which ends the runner (as a broken pipeline does), and return nil.
+func (s *Server) startTP(ctx context.Context, rank backend.Rank, tok *model.Tokenizer) (Forwarder, error) {
 	s.mu.Lock()
 	mesh := s.mesh
 	s.mu.Unlock()
 	if err := checkTiling(mesh, rank.Config().TP); err != nil {
-		return fmt.Errorf("tensor-parallel rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
+		return nil, fmt.Errorf("tensor-parallel rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
 	}
 	if s.cfg.TPRank == 0 {
-		s.serveAs(ctx, &Generator{M: &Local{F: &TPLeader{F: rank, Mesh: mesh}, Tok: tok}, Tok: tok},
-			fmt.Sprintf("tensor-parallel group of %d broke at rank 0", s.cfg.TPRanks))
-		return nil
+		return &TPLeader{F: rank, Mesh: mesh}, nil
 	}
 	f := &TPFollower{F: rank, Mesh: mesh}
 	s.loop(ctx, func(ctx context.Context) error {
 		if err := f.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("tensor-parallel group broke at rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
+			where := ""
+			if s.cfg.Ranks > 1 {
+				where = fmt.Sprintf(" (pipeline stage %d of %d)", s.cfg.Rank, s.cfg.Ranks)
+			}
+			return fmt.Errorf("tensor-parallel group%s broke at rank %d of %d: %w", where, s.cfg.TPRank, s.cfg.TPRanks, err)
 		}
 		return nil
 	})
-	return nil
+	return nil, nil
 }
 
 // closeTPLocked closes the mesh: a rank blocked in an all-reduce returns.

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orrery-cluster/orrery/cluster/auth"
+)
+
+// Pipeline 2 × tensor 2 over four real agents: stage 0 (blocks 0–3) a
+// tensor-parallel group on A and B, stage 1 (blocks 4–7) one on C and D,
+// the stages linked through the agents like a pipeline's ranks and each
+// group's ranks like a group's. The model is only on D: the other three
+// get their slices cut there. Greedy output is the whole model's on one
+// rank up to a near-tie, and tensor 2's to the bit; a killed rank of
+// stage 1 fails the instance, naming it.
+func TestHybridInstance(t *testing.T) {
+	bin := buildBinary(t)
+	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
+	extra := []string{"--loopback-dir", t.TempDir(), "--runner-threads", "1"}
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
+	modelID := genModel(t, bin, dirs[3], "hybrid-test", "--preset", "small")
+	var ps []*agentProc
+	for _, d := range dirs {
+		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), extra...))
+	}
+	for _, p := range ps {
+		waitHealthy(t, p)
+	}
+	pollAll(t, ps, 20*time.Second, "one master and 4 members", func() (bool, string) { return agreed(t, ps, 4) })
+	ids := make([]string, 4)
+	for i, p := range ps {
+		p.mustGet(t, "/node_id", &ids[i])
+	}
+	a := ps[0]
+	poll(t, a, 20*time.Second, "D's model in A's /v1/models", func() (bool, string) {
+		_, body, _ := a.get("/v1/models")
+		return strings.Contains(string(body), ids[3]), string(body)
+	})
+	lpReq := `{"model":"` + modelID + `","prompt":"hello stages","max_tokens":24,"temperature":0,"ignore_eos":true,"logprobs":2}`
+	one := placeJSON(t, a, `{"model":"`+modelID+`","node":"`+ids[3]+`"}`)
+	waitReadyRanks(t, a, one)
+	ref := legacyComplete(t, a, lpReq)
+	deleteInstance(t, a, one.InstanceID)
+	// Tensor 2 on A and B: the same slices of every block, so the hybrid
+	// must give its tokens and logprobs to the bit (only the hidden
+	// state, in f32, crosses the stages).
+	tp := placeJSON(t, a, fmt.Sprintf(`{"model":"%s","nodes":["%s","%s"],"parallelism":"tensor"}`, modelID, ids[0], ids[1]))
+	waitReadyRanks(t, a, tp)
+	tpRef := legacyComplete(t, a, lpReq)
+	deleteInstance(t, a, tp.InstanceID)
+
+	in := placeJSON(t, a, fmt.Sprintf(`{"model":"%s","nodes":["%s","%s","%s","%s"],"parallelism":{"pipeline":2,"tensor":2}}`,
+		modelID, ids[0], ids[1], ids[2], ids[3]))
+	for i, r := range in.Ranks {
+		first, last := 0, 4
+		if i >= 2 {
+			first, last = 4, 8
+		}
+		if r.Rank != i || r.NodeID != ids[i] || r.FirstLayer != first || r.LastLayer != last {
+			t.Fatalf("rank %d: %+v, want node %d with blocks [%d, %d)", i, r, i, first, last)
+		}
+	}
+	runners := waitReadyRanks(t, a, in)
+	got := legacyComplete(t, ps[2], lpReq)
+	agreeUpToNearTie(t, "pipeline 2 × tensor 2", got, ref, 0.05)
+	if g, w := got.Choices[0].Logprobs, tpRef.Choices[0].Logprobs; !slices.Equal(g.Tokens, w.Tokens) || !slices.Equal(g.TokenLogprobs, w.TokenLogprobs) {
+		t.Errorf("pipeline 2 × tensor 2 gave %q %v, tensor 2 %q %v: want the same bits", g.Tokens, g.TokenLogprobs, w.Tokens, w.TokenLogprobs)
+	}
+	// Each rank loaded a slice of its stage's blocks: the runners say so.
+	for i, p := range ps {
+		if !strings.Contains(p.stderr.String(), "tpRanks=2") {
+			t.Errorf("agent %d's log does not show a slice cut or received:\n%.3000s", i, p.stderr.String())
+		}
+	}
+
+	// A traced request: the two stages' leaders record the steps, with
+	// their groups' all-reduces and the stages' sends and receives.
+	code, hdr, _ := chat(t, a, `{"model":"`+modelID+`","messages":[{"role":"user","content":"trace me"}],"max_tokens":8,"temperature":0}`)
+	if code != 200 {
+		t.Fatalf("chat: %d", code)
+	}
+	st, _ := status(t, a)
+	master := ps[slices.Index(ids, st.MasterID)]
+	traceID := hdr.Get("X-Orrery-Trace-Id")
+	poll(t, master, 20*time.Second, "the trace of ranks 0 and 2 on the master", func() (bool, string) {
+		code, body, _ := master.get("/v1/traces/" + traceID + "/stats")
+		var s struct {
+			ByRank map[string]map[string]any `json:"byRank"`
+		}
+		json.Unmarshal(body, &s)
+		_, r0 := s.ByRank["0"]
+		_, r2 := s.ByRank["2"]
+		return code == 200 && len(s.ByRank) == 2 && r0 && r2 && strings.Contains(string(body), "decode/comms") &&
+			strings.Contains(string(body), "decode/send") && strings.Contains(string(body), "decode/recv"), string(body)
+	})
+
+	if err := syscall.Kill(runners[3].Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	a.post("/v1/completions", lpReq) // rank 0 notices at its next step
+	poll(t, a, 20*time.Second, "the instance Failed, naming rank 3", func() (bool, string) {
+		st := instancesOf(t, a)[in.InstanceID]
+		return st.Status == "Failed" && strings.Contains(st.Error, "rank 3"), fmt.Sprintf("%+v", st)
+	})
+}
