@@ -186,12 +186,20 @@ func TestMeshFailures(t *testing.T) {
 
 // BenchmarkAllReduce2048 is one decode row (2048 f32) between 2 ranks on
 // loopback, in one process; it reports the p50 and p99 of each call.
-func BenchmarkAllReduce2048(b *testing.B) {
+func BenchmarkAllReduce2048(b *testing.B) { benchPair(b, 2048) }
+
+// BenchmarkAllReduceLogits is half the 1b preset's vocabulary (16,000
+// f32) between 2 ranks: what gathering a head split by vocabulary would
+// send each step (an all-gather of the halves: the same bytes each way).
+func BenchmarkAllReduceLogits(b *testing.B) { benchPair(b, 16000) }
+
+// benchPair times all-reduces of n f32 between 2 ranks.
+func benchPair(b *testing.B, n int) {
 	ms := group(b, 2, "secret")
 	times := make([]time.Duration, 0, b.N)
 	done := make(chan error, 1)
 	go func() {
-		buf := make([]float32, 2048)
+		buf := make([]float32, n)
 		for range b.N {
 			if err := ms[1].AllReduce(buf); err != nil {
 				done <- err
@@ -200,7 +208,7 @@ func BenchmarkAllReduce2048(b *testing.B) {
 		}
 		done <- nil
 	}()
-	buf := make([]float32, 2048)
+	buf := make([]float32, n)
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
