@@ -149,7 +149,8 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 	return rep, nil
 }
 
-// writeSlices writes the model's slices into o.Dir, unless there already.
+// writeSlices writes the model's slices into o.Dir, unless there already
+// (cut by the same plan).
 func writeSlices(o TPOptions, cfg model.Config, plan []model.TPSlice, log io.Writer) ([]string, error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
@@ -169,7 +170,7 @@ func writeSlices(o TPOptions, cfg model.Config, plan []model.TPSlice, log io.Wri
 			split = "-experts-whole"
 		}
 		p := filepath.Join(o.Dir, fmt.Sprintf("%s-%d-tp%d-of-%d%s.gguf", base, st.Size(), s.Rank, s.Ranks, split))
-		if _, err := os.Stat(p); err != nil {
+		if !sliceOf(p, s) {
 			fmt.Fprintf(log, "writing slice %d of %d: %d/%d heads, ff %d, experts %d/%d…\n", s.Rank, s.Ranks, s.Heads, s.FullHeads, s.FFDim, s.Experts, s.FullExperts)
 			if err := model.WriteTPSlice(o.Model, p, 0, cfg.Layers, s, "tp-bench"); err != nil {
 				return nil, err
@@ -178,6 +179,17 @@ func writeSlices(o TPOptions, cfg model.Config, plan []model.TPSlice, log io.Wri
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// sliceOf reports whether path is slice s: a file cut by another plan
+// (an older version's) is written again.
+func sliceOf(path string, s model.TPSlice) bool {
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	cfg, err := model.FromGGUF(f)
+	return err == nil && cfg.TP != nil && *cfg.TP == s
 }
 
 // tpCmd is the orrery binary with args, pinned to rank's core if any.

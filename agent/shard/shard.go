@@ -126,7 +126,7 @@ func (pc piece) whole(layers int) bool { return pc.first == 0 && pc.last == laye
 // tpPlanVersion names how model.PlanTP splits: a slice cut by another
 // version is not reused (the runners also check that their slices tile
 // the model).
-const tpPlanVersion = 4 // 4: mixtures split (by expert columns or whole); 3: the MLP split evenly
+const tpPlanVersion = 5 // 5: the output head split by vocabulary; 4: mixtures split (by expert columns or whole); 3: the MLP split evenly
 
 // name is the piece's file in the cache: <hash prefix>-<first>-<last>,
 // and -tp<rank>of<ranks>-v<plan version> for a slice.

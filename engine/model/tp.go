@@ -49,6 +49,9 @@ const (
 	// the slice holds every expert's columns [ff_first, ff_first+ff) of
 	// full_ff, the experts' hidden size.
 	KeyTPExpertColumns = "orrery.tp.expert_columns"
+	// The output head's rows (vocabulary) the slice holds.
+	KeyTPVocabFirst = "orrery.tp.vocab_first"
+	KeyTPVocabRows  = "orrery.tp.vocab_rows"
 )
 
 // MaxTPRanks bounds a tensor-parallel group.
@@ -73,6 +76,11 @@ type TPSlice struct {
 	Expert        int  `json:"expertFirst,omitempty"`
 	Experts       int  `json:"experts,omitempty"`
 	ExpertColumns bool `json:"expertColumns,omitempty"`
+	// Rows [VocabFirst, VocabFirst+VocabRows) of the output head (the
+	// vocabulary), which every rank applies, the logits then gathered;
+	// VocabRows 0: the head is whole on rank 0.
+	VocabFirst int `json:"vocabFirst,omitempty"`
+	VocabRows  int `json:"vocabRows,omitempty"`
 	// The whole model's counts.
 	FullHeads   int `json:"fullHeads"`
 	FullKVHeads int `json:"fullKvHeads"`
@@ -86,11 +94,18 @@ func (s TPSlice) String() string {
 	b := fmt.Sprintf("heads %d–%d of %d (kv %d–%d of %d)", s.Head, s.Head+s.Heads-1, s.FullHeads, s.KVHead, s.KVHead+s.KVHeads-1, s.FullKVHeads)
 	switch {
 	case s.ExpertColumns:
-		return b + fmt.Sprintf(", every expert's columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF)
+		return b + fmt.Sprintf(", every expert's columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF) + s.vocabString()
 	case s.FullExperts > 0:
-		return b + fmt.Sprintf(", experts %d–%d of %d", s.Expert, s.Expert+s.Experts-1, s.FullExperts)
+		return b + fmt.Sprintf(", experts %d–%d of %d", s.Expert, s.Expert+s.Experts-1, s.FullExperts) + s.vocabString()
 	}
-	return b + fmt.Sprintf(", MLP columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF)
+	return b + fmt.Sprintf(", MLP columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF) + s.vocabString()
+}
+
+func (s TPSlice) vocabString() string {
+	if s.VocabRows == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", head rows %d–%d", s.VocabFirst, s.VocabFirst+s.VocabRows-1)
 }
 
 // ErrTPSplit is wrapped by PlanTP's refusals: the model does not split
@@ -155,6 +170,7 @@ func PlanTPExperts(f *gguf.File, cfg Config, ranks int, split ExpertSplit) ([]TP
 	for r := range out {
 		out[r] = TPSlice{Rank: r, Ranks: ranks, FullHeads: cfg.Heads, FullKVHeads: cfg.KVHeads, FullFF: cfg.FFDim}
 	}
+	splitVocab(cfg.Vocab, out)
 	group := cfg.Heads / cfg.KVHeads // query heads per kv head
 	if cfg.KVHeads >= ranks {
 		// Units of u kv-head groups, the fewest whose columns fill whole
@@ -202,16 +218,37 @@ func PlanTPExperts(f *gguf.File, cfg Config, ranks int, split ExpertSplit) ([]TP
 	if cfg.FFDim%downBlock != 0 || cfg.FFDim/downBlock < ranks {
 		return nil, fmt.Errorf("%w: an MLP of %d columns in %d-value blocks of ffn_down does not split over %d ranks", ErrTPSplit, cfg.FFDim, downBlock, ranks)
 	}
-	// Evenly: the output head, on rank 0, runs after the last block while
-	// the others wait for the next token, so giving rank 0 fewer columns
-	// to offset it only makes every block wait for the others (measured
-	// no faster on the 1b preset, and prefill slower).
+	// Evenly. (When the output head was on rank 0 alone, giving rank 0
+	// fewer columns to offset it only made every block wait for the
+	// others: measured no faster on the 1b preset, and prefill slower.)
 	at := 0
 	for r, n := range spread(cfg.FFDim/downBlock, ranks) {
 		out[r].FF, out[r].FFDim = at*downBlock, n*downBlock
 		at += n
 	}
 	return out, nil
+}
+
+// vocabUnit is the rows of the output head a vocabulary split deals in:
+// whole tiles of the repacked layouts.
+const vocabUnit = 64
+
+// splitVocab gives each rank a range of the output head's rows, evenly in
+// units of vocabUnit, the remainder on the last rank; a vocabulary too
+// small for a unit per rank is not split (the head whole on rank 0).
+// The head runs after the last block, with every other rank waiting:
+// split, each computes its part (BenchmarkHead: the 1b preset's whole
+// head 2.6 ms, half 1.2 ms) and the parts are gathered (docs/inference.md).
+func splitVocab(vocab int, out []TPSlice) {
+	if vocab/vocabUnit < len(out) {
+		return
+	}
+	at := 0
+	for r, n := range spread(vocab/vocabUnit, len(out)) {
+		out[r].VocabFirst, out[r].VocabRows = at*vocabUnit, n*vocabUnit
+		at += n
+	}
+	out[len(out)-1].VocabRows += vocab % vocabUnit
 }
 
 // splitExperts fills out's expert ranges: every expert's columns, evenly,
@@ -296,7 +333,8 @@ func readTP(c *Config, f *gguf.File) error {
 	g := func(k string) int { return int(f.Uint(k, 0)) }
 	s := &TPSlice{Rank: g(KeyTPRank), Ranks: g(KeyTPRanks), Head: g(KeyTPHead), Heads: g(KeyTPHeads), KVHead: g(KeyTPKVHead),
 		KVHeads: g(KeyTPKVHeads), FF: g(KeyTPFF), FFDim: g(KeyTPFFDim), FullHeads: g(KeyTPFullHeads), FullKVHeads: g(KeyTPFullKVHeads), FullFF: g(KeyTPFullFF),
-		Expert: g(KeyTPExpert), Experts: g(KeyTPExperts), FullExperts: g(KeyTPFullExperts), ExpertColumns: f.Bool(KeyTPExpertColumns, false)}
+		Expert: g(KeyTPExpert), Experts: g(KeyTPExperts), FullExperts: g(KeyTPFullExperts), ExpertColumns: f.Bool(KeyTPExpertColumns, false),
+		VocabFirst: g(KeyTPVocabFirst), VocabRows: g(KeyTPVocabRows)}
 	ff := c.FFDim // what the slice's columns are of
 	if s.ExpertColumns {
 		ff = c.ExpertFFDim
@@ -318,6 +356,8 @@ func readTP(c *Config, f *gguf.File) error {
 		return fmt.Errorf("tensor-parallel slice of %d experts, but the model has %d", s.FullExperts, c.Experts)
 	case c.Experts > 0 && (s.Experts < 1 || s.Expert < 0 || s.Expert+s.Experts > c.Experts):
 		return fmt.Errorf("tensor-parallel slice: experts [%d, +%d) of %d", s.Expert, s.Experts, c.Experts)
+	case s.VocabFirst < 0 || s.VocabRows < 0 || s.VocabFirst+s.VocabRows > c.Vocab:
+		return fmt.Errorf("tensor-parallel slice: head rows [%d, +%d) of a %d-token vocabulary", s.VocabFirst, s.VocabRows, c.Vocab)
 	case s.ExpertColumns && (c.Experts == 0 || s.Expert != 0 || s.Experts != c.Experts):
 		return fmt.Errorf("tensor-parallel slice of expert columns, of experts [%d, +%d) of %d", s.Expert, s.Experts, c.Experts)
 	}
@@ -340,7 +380,8 @@ func (c Config) LocalExperts() (first, n int) {
 }
 
 // HasHead reports whether this file's rank applies the output head: the
-// last block's rank, and in a tensor-parallel group only its rank 0.
+// last block's rank, and in a tensor-parallel group every rank (its rows
+// of the head) or, with the head whole, only rank 0.
 func (c Config) HasHead(last int) bool {
-	return last == c.Layers && (c.TP == nil || c.TP.Rank == 0)
+	return last == c.Layers && (c.TP == nil || c.TP.Rank == 0 || c.TP.VocabRows > 0)
 }

@@ -55,6 +55,25 @@ func TestPlanTP(t *testing.T) {
 			}
 		})
 	}
+	// The head's rows: in units of 64, evenly, the remainder on the last
+	// rank; too few rows for a unit per rank: the head stays whole.
+	for _, c := range []struct {
+		vocab, ranks int
+		want         []int
+	}{{32000, 2, []int{16000, 16000}}, {32000, 3, []int{10688, 10688, 10624}}, {4100, 2, []int{2048, 2052}}, {100, 2, []int{0, 0}}} {
+		cfg := Config{Layers: 2, Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Vocab: c.vocab}
+		plan, err := PlanTP(tpFile(gguf.Q8_0), cfg, c.ranks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := 0
+		for r, s := range plan {
+			if s.VocabRows != c.want[r] || s.VocabRows > 0 && s.VocabFirst != at {
+				t.Errorf("vocabulary %d on %d ranks: rank %d has rows [%d, +%d), want %d from %d", c.vocab, c.ranks, r, s.VocabFirst, s.VocabRows, c.want[r], at)
+			}
+			at += s.VocabRows
+		}
+	}
 	for _, c := range []struct {
 		name  string
 		cfg   Config

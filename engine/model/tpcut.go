@@ -33,6 +33,9 @@ func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
 	kv := [2]uint64{uint64(s.KVHead) * hd, uint64(s.KVHead+s.KVHeads) * hd}
 	ff := [2]uint64{uint64(s.FF), uint64(s.FF + s.FFDim)}
 	if name == "output.weight" {
+		if s.VocabRows > 0 { // the rank's rows of the head
+			return tpCut{rows: [][2]uint64{{uint64(s.VocabFirst), uint64(s.VocabFirst + s.VocabRows)}}}, false
+		}
 		return tpCut{}, s.Rank != 0
 	}
 	i := strings.Index(name, ".")
@@ -302,6 +305,9 @@ func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, 
 	if s.FullExperts > 0 {
 		kvs = append(kvs, u(KeyTPExpert, s.Expert), u(KeyTPExperts, s.Experts), u(KeyTPFullExperts, s.FullExperts),
 			gguf.KV{Key: KeyTPExpertColumns, Value: s.ExpertColumns})
+	}
+	if s.VocabRows > 0 {
+		kvs = append(kvs, u(KeyTPVocabFirst, s.VocabFirst), u(KeyTPVocabRows, s.VocabRows))
 	}
 	var wts []gguf.WriteTensor
 	for _, t := range ts {

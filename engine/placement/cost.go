@@ -214,8 +214,8 @@ type Prediction struct {
 
 // groupTime is one pipeline stage's compute (a group of t ranks, or one
 // rank): its slowest rank's blocks (every block is split alike, so the
-// slowest is the same in each), then the head on the last stage's rank 0,
-// which the others wait for: the next token needs its sample.
+// slowest is the same in each), then on the last stage the head (whole on
+// rank 0, or split by vocabulary), which the next token waits for.
 func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[string]backend.Speed, in Inputs) (dec, pre float64, err error) {
 	t := len(group)
 	first, last := group[0].FirstLayer, group[0].LastLayer
@@ -262,11 +262,24 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 		dec, pre = max(dec, d), max(pre, pf)
 	}
 	if last == c.Layers {
-		d, pf, err := headTime(speed[group[0].NodeID], c.Head, in)
-		if err != nil {
-			return 0, 0, err
+		// The head: on rank 0, or each rank its rows (the gather is in
+		// groupComm); the slowest rank's.
+		var hd, hp float64
+		for i, r := range group {
+			w := c.Head
+			switch {
+			case t > 1 && shares[i].VocabRows > 0:
+				w = w.scaled(share(shares[i].VocabRows, c.cfg.Vocab))
+			case i > 0:
+				continue
+			}
+			d, pf, err := headTime(speed[r.NodeID], w, in)
+			if err != nil {
+				return 0, 0, err
+			}
+			hd, hp = max(hd, d), max(hp, pf)
 		}
-		dec, pre = dec+d, pre+pf
+		dec, pre = dec+hd, pre+hp
 	}
 	return dec, pre, nil
 }
@@ -324,7 +337,11 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 		decode += dec
 		prefill += pre
 		if t > 1 {
-			dc, pc, err := c.groupComm(group, speed, in, link, &pr)
+			gather := 0
+			if shares[0].VocabRows > 0 {
+				gather = c.cfg.Vocab
+			}
+			dc, pc, err := c.groupComm(group, gather, speed, in, link, &pr)
 			if err != nil {
 				return pr, err
 			}
@@ -359,10 +376,11 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 // groupComm is a tensor-parallel group's messages in one decode step and
 // one prefill: two all-reduces per block, each a direct exchange of one
 // row per token with the other ranks (a large one among 3 or more:
-// reduce-scatter then all-gather), over the group's slowest link. A
-// figure measured on the same nodes (in.Reduce) replaces the formula's
-// latency and software.
-func (c ModelCost) groupComm(group []Rank, speed map[string]backend.Speed, in Inputs, link func(a, b string) (Link, error), pr *Prediction) (decode, prefill float64, err error) {
+// reduce-scatter then all-gather), over the group's slowest link; and
+// with the head split by vocabulary (gather > 0), the logits of the last
+// position gathered (an all-reduce of gather f32). A figure measured on
+// the same nodes (in.Reduce) replaces the formula's latency and software.
+func (c ModelCost) groupComm(group []Rank, gather int, speed map[string]backend.Speed, in Inputs, link func(a, b string) (Link, error), pr *Prediction) (decode, prefill float64, err error) {
 	t := len(group)
 	row := float64(c.Dim * 4)
 	var worst Link
@@ -395,15 +413,23 @@ func (c ModelCost) groupComm(group []Rank, speed map[string]backend.Speed, in In
 			latency = max(0, us/1e6-wire)
 		}
 	}
+	// One all-reduce of bytes: a direct exchange, or among 3 or more for
+	// a large one, reduce-scatter then all-gather (two rounds, 2(t-1)/t
+	// of it on the wire instead of t-1 times it).
+	reduce := func(bytes float64) float64 {
+		if t > 2 && int(bytes) >= collective.DefaultScatterMin {
+			return 2*latency + 2*float64(t-1)/float64(t)*bytes/worst.BytesPerSec
+		}
+		return latency + float64(t-1)*bytes/worst.BytesPerSec
+	}
 	first, last := group[0].FirstLayer, group[0].LastLayer
 	n := float64(2 * (last - first))
-	prefill = n * (latency + wire*float64(in.Prompt))
-	if t > 2 && int(row)*in.Prompt >= collective.DefaultScatterMin {
-		// Reduce-scatter then all-gather: two rounds, 2(t-1)/t rows a
-		// token on the wire instead of t-1.
-		prefill = n * (2*latency + 2*float64(t-1)/float64(t)*row*float64(in.Prompt)/worst.BytesPerSec)
+	decode, prefill = n*(latency+wire), n*reduce(row*float64(in.Prompt))
+	if gather > 0 && last == c.Layers {
+		g := reduce(float64(gather * 4))
+		decode, prefill = decode+g, prefill+g
 	}
-	return n * (latency + wire), prefill, nil
+	return decode, prefill, nil
 }
 
 // speeds maps each node of p to a speed, standing in a measured node's

@@ -66,8 +66,9 @@ func Hybrid(l Layout, plan []model.TPSlice, nodes []Node, stages int) ([]Rank, e
 // blocks' weights (the larger of its heads' and its MLP columns' share;
 // in a mixture, its experts' share of the experts and its heads' of the
 // rest) and of the KV cache (its kv heads'); with the first block, the
-// embeddings (replicated); with the last, on the group's rank 0, the
-// output head.
+// embeddings (replicated); with the last, its rows of the output head
+// (or, with the head whole, rank 0 all of it), and the embeddings when
+// the head is tied to them.
 func groupRanks(l Layout, plan []model.TPSlice, nodes []Node, first, last, rank0 int, what string) ([]Rank, error) {
 	var blocks, experts, kv uint64
 	for i := first; i < last; i++ {
@@ -76,6 +77,10 @@ func groupRanks(l Layout, plan []model.TPSlice, nodes []Node, first, last, rank0
 		if i < len(l.Experts) {
 			experts += l.Experts[i]
 		}
+	}
+	vocab := 0 // the head's rows, when split by vocabulary
+	for _, s := range plan {
+		vocab += s.VocabRows
 	}
 	ranks := make([]Rank, len(plan))
 	var short []string
@@ -93,9 +98,14 @@ func groupRanks(l Layout, plan []model.TPSlice, nodes []Node, first, last, rank0
 		if first == 0 {
 			need += l.Embed
 		}
-		if i == 0 && last == l.Layers {
-			need += l.Head
-			if l.Tied && first != 0 {
+		if last == l.Layers {
+			switch {
+			case vocab > 0: // the head split by vocabulary: its rows
+				need += uint64(float64(l.Head) * float64(s.VocabRows) / float64(vocab))
+			case i == 0:
+				need += l.Head
+			}
+			if l.Tied && first != 0 { // every rank of the last stage reads the embeddings
 				need += l.Embed
 			}
 		}

@@ -36,10 +36,11 @@ func (s *Server) connectTP(ctx context.Context, opts *backend.Options) error {
 
 // checkTiling checks, with one all-reduce, that the group's slices tile
 // the model: every query head and every MLP column (of a mixture: every
-// expert) held by exactly one rank. Slices cut by different plans (a
-// stale cache, two versions) would otherwise sum wrong partial outputs
-// without a word.
-func checkTiling(m *collective.Mesh, s *model.TPSlice) error {
+// expert) held by exactly one rank, and every row of the output head (of
+// vocab) by one rank, or none (the head whole on rank 0). Slices cut by
+// different plans (a stale cache, two versions) would otherwise sum wrong
+// partial outputs without a word.
+func checkTiling(m *collective.Mesh, s *model.TPSlice, vocab int) error {
 	if s == nil {
 		return errors.New("the model file is not a tensor-parallel slice")
 	}
@@ -48,18 +49,27 @@ func checkTiling(m *collective.Mesh, s *model.TPSlice) error {
 	if s.FullExperts > 0 && !s.ExpertColumns {
 		unit, first, n, full = "expert", s.Expert, s.Experts, s.FullExperts
 	}
-	v := make([]float32, s.FullHeads+full)
+	v := make([]float32, s.FullHeads+full+vocab)
 	for h := s.Head; h < s.Head+s.Heads && h < s.FullHeads; h++ {
 		v[h] = 1
 	}
 	for c := first; c < first+n && c < full; c++ {
 		v[s.FullHeads+c] = 1
 	}
+	head := v[s.FullHeads+full:]
+	for t := s.VocabFirst; t < s.VocabFirst+s.VocabRows && t < vocab; t++ {
+		head[t] = 1
+	}
 	if err := m.AllReduce(v); err != nil {
 		return err
 	}
 	m.TakeTimings() // not a request's
-	for i, x := range v {
+	for t, x := range head {
+		if x != head[0] || x != 0 && x != 1 {
+			return fmt.Errorf("the group's slices do not tile the model: row %d of the output head is held by %v ranks (slices of different plans?)", t, x)
+		}
+	}
+	for i, x := range v[:s.FullHeads+full] {
 		if x != 1 {
 			what := fmt.Sprintf("query head %d", i)
 			if i >= s.FullHeads {
@@ -80,7 +90,7 @@ func (s *Server) startTP(ctx context.Context, rank backend.Rank, tok *model.Toke
 	s.mu.Lock()
 	mesh := s.mesh
 	s.mu.Unlock()
-	if err := checkTiling(mesh, rank.Config().TP); err != nil {
+	if err := checkTiling(mesh, rank.Config().TP, rank.Config().Vocab); err != nil {
 		return nil, fmt.Errorf("tensor-parallel rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
 	}
 	if s.cfg.TPRank == 0 {

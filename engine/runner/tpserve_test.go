@@ -62,7 +62,7 @@ func TestCheckTiling(t *testing.T) {
 			errs := make([]error, 2)
 			var wg sync.WaitGroup
 			for r, s := range []model.TPSlice{s0, b} {
-				wg.Go(func() { errs[r] = checkTiling(ms[r], &s) })
+				wg.Go(func() { errs[r] = checkTiling(ms[r], &s, 0) })
 			}
 			wg.Wait()
 			for r, err := range errs {
@@ -94,12 +94,46 @@ func TestCheckTilingExperts(t *testing.T) {
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for r, s := range []model.TPSlice{s0, b} {
-			wg.Go(func() { errs[r] = checkTiling(ms[r], &s) })
+			wg.Go(func() { errs[r] = checkTiling(ms[r], &s, 0) })
 		}
 		wg.Wait()
 		for r, err := range errs {
 			if c.wantOK != (err == nil) || err != nil && !strings.Contains(err.Error(), "expert 3 is held by 2 ranks") {
 				t.Errorf("rank 1's experts from %d: rank %d: %v (want ok %v)", c.first, r, err, c.wantOK)
+			}
+		}
+	}
+}
+
+// The output head's rows tile too: split (each row on one rank) or whole
+// (on rank 0, no rows in the slices) passes; rows on two ranks, or a
+// split on one rank only, is refused naming a row.
+func TestCheckTilingVocab(t *testing.T) {
+	full := model.TPSlice{Ranks: 2, FullHeads: 8, FullKVHeads: 4, FullFF: 256, Heads: 4, KVHeads: 2, FFDim: 128}
+	s0, s1 := full, full
+	s1.Rank, s1.Head, s1.KVHead, s1.FF = 1, 4, 2, 128
+	for _, c := range []struct {
+		v0, v1 [2]int // first and rows of each rank
+		says   string
+	}{
+		{[2]int{0, 64}, [2]int{64, 64}, ""},
+		{[2]int{0, 0}, [2]int{0, 0}, ""},
+		{[2]int{0, 64}, [2]int{32, 96}, "row 32 of the output head is held by 2 ranks"},
+		{[2]int{0, 64}, [2]int{0, 0}, "row 64 of the output head is held by 0 ranks"},
+	} {
+		ms := meshPair(t)
+		a, b := s0, s1
+		a.VocabFirst, a.VocabRows = c.v0[0], c.v0[1]
+		b.VocabFirst, b.VocabRows = c.v1[0], c.v1[1]
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r, s := range []model.TPSlice{a, b} {
+			wg.Go(func() { errs[r] = checkTiling(ms[r], &s, 128) })
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if c.says == "" && err != nil || c.says != "" && (err == nil || !strings.Contains(err.Error(), c.says)) {
+				t.Errorf("head rows %v and %v: rank %d: %v, want %q", c.v0, c.v1, r, err, c.says)
 			}
 		}
 	}

@@ -117,12 +117,7 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		r.tokEmb = must("token_embd.weight")
 	}
 	if cfg.HasHead(opts.LastLayer) {
-		r.outNorm = must("output_norm.weight")
-		if cfg.TiedOutput {
-			r.out = must("token_embd.weight")
-		} else {
-			r.out = must("output.weight")
-		}
+		errs = append(errs, r.loadHead(must))
 	}
 	for i := opts.FirstLayer; i < opts.LastLayer; i++ {
 		r.layers = append(r.layers, loadLayer(cfg, i, fmt.Sprintf("blk.%d.", i), must))
@@ -297,6 +292,26 @@ func (r *Rank) repack(f *gguf.File) error {
 	return nil
 }
 
+// loadHead takes the output norm and head: output.weight (this rank's
+// rows of it, split by vocabulary) or the tied embeddings.
+func (r *Rank) loadHead(must func(string) ml.Tensor) error {
+	cfg := r.cfg
+	r.outNorm = must("output_norm.weight")
+	if cfg.TiedOutput {
+		r.out = must("token_embd.weight")
+	} else {
+		r.out = must("output.weight")
+	}
+	rows := cfg.Vocab
+	if cfg.TP != nil && cfg.TP.VocabRows > 0 && !cfg.TiedOutput {
+		rows = cfg.TP.VocabRows
+	}
+	if r.out != nil && r.out.Dim(1) != rows {
+		return fmt.Errorf("the output head has %d rows, want %d", r.out.Dim(1), rows)
+	}
+	return nil
+}
+
 // Forward runs one batch through the rank's blocks.
 func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Result, err error) {
 	n := len(in.Positions)
@@ -367,9 +382,9 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 		h = r.block(c, il, &r.layers[i], h, &ins)
 	}
 	if !last || r.out == nil {
-		// A tensor-parallel rank other than 0 ends here too: its hidden
-		// state is rank 0's (the last sum made them equal), and rank 0
-		// applies the head.
+		// A tensor-parallel rank other than 0 with the head whole on rank
+		// 0 ends here too: its hidden state is rank 0's (the last sum
+		// made them equal).
 		c.Forward(h).Compute(h)
 		hidden := h.Floats()
 		if err := r.groupErr(); err != nil {
@@ -389,14 +404,47 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	case n > 1:
 		h = h.Rows(c, c.Input().FromInts([]int32{int32(n - 1)}, 1))
 	}
+	res.Logits, err = r.head(c, h)
+	return res, err
+}
+
+// head applies the output norm and head to the output rows h: the whole
+// head, or (split by vocabulary in a tensor-parallel group) this rank's
+// rows of it, then the group's rows gathered.
+func (r *Rank) head(c ml.Context, h ml.Tensor) ([]float32, error) {
 	h = h.RMSNorm(c, r.outNorm, float32(r.cfg.Eps))
-	logits := r.out.Mulmat(c, h)
-	c.Forward(logits).Compute(logits)
-	res.Logits = logits.Floats()
-	if err := r.groupErr(); err != nil {
-		return backend.Result{}, err
+	out, split := r.out, r.cfg.TP != nil && r.cfg.TP.VocabRows > 0
+	if split && r.cfg.TiedOutput { // the rank's rows of the embeddings
+		out = out.View(c, r.cfg.TP.VocabFirst*out.Stride(1), out.Dim(0), out.Stride(1), r.cfg.TP.VocabRows)
 	}
-	return res, nil
+	logits := out.Mulmat(c, h)
+	c.Forward(logits).Compute(logits)
+	v := logits.Floats()
+	if err := r.groupErr(); err != nil {
+		return nil, err
+	}
+	if split {
+		v = r.gatherLogits(v)
+		if err := r.groupErr(); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// gatherLogits makes every rank's rows of the head's output (a
+// tensor-parallel group with the head split by vocabulary) the whole
+// vocabulary's: each rank puts its rows in place among zeros and the
+// group sums them, which adds only zeros to each logit (the same bits).
+func (r *Rank) gatherLogits(part []float32) []float32 {
+	s, vocab := r.cfg.TP, r.cfg.Vocab
+	n := len(part) / s.VocabRows
+	full := make([]float32, n*vocab)
+	for i := range n {
+		copy(full[i*vocab+s.VocabFirst:], part[i*s.VocabRows:(i+1)*s.VocabRows])
+	}
+	r.group.reduce(full)
+	return full
 }
 
 // groupErr is the error of the pass's all-reduces, if any.
