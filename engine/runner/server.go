@@ -252,7 +252,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 		"rank", s.cfg.Rank, "ranks", s.cfg.Ranks)
 	var fw Forwarder = rank
 	if s.cfg.TPRanks > 1 {
-		if fw, err = s.startTP(ctx, rank, tok); fw == nil || err != nil {
+		if fw, err = s.startTP(ctx, rank); fw == nil || err != nil {
 			return err // a follower, serving; or a broken group
 		}
 	}

@@ -86,7 +86,7 @@ func checkTiling(m *collective.Mesh, s *model.TPSlice, vocab int) error {
 // on the others: the caller serves completions with it, or (a pipeline
 // stage) the stage's frames. The others replay until the group breaks,
 // which ends the runner (as a broken pipeline does), and return nil.
-func (s *Server) startTP(ctx context.Context, rank backend.Rank, tok *model.Tokenizer) (Forwarder, error) {
+func (s *Server) startTP(ctx context.Context, rank backend.Rank) (Forwarder, error) {
 	s.mu.Lock()
 	mesh := s.mesh
 	s.mu.Unlock()
