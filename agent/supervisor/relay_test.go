@@ -156,3 +156,22 @@ func TestRunnerEndpointsNeedTheToken(t *testing.T) {
 		t.Errorf("shipped %v without a token", *shipped)
 	}
 }
+
+// FuzzRankStreamID: any id a peer sends parses without panicking, and one
+// that parses names a valid instance and a rank that read back the same.
+func FuzzRankStreamID(f *testing.F) {
+	f.Add("inst-1a2b-r0")
+	f.Add("inst-m2-r3")
+	f.Add("a-m12")
+	f.Add("../x-r1")
+	f.Fuzz(func(t *testing.T, id string) {
+		inst, rank, kind, err := parseRankStreamID(id)
+		if err != nil {
+			return
+		}
+		back, r2, k2, err := parseRankStreamID(RankStreamID(inst, rank, kind))
+		if err != nil || back != inst || r2 != rank || k2 != kind || rank < 0 {
+			t.Fatalf("%q parsed as %q %d %v, which reads back as %q %d %v (%v)", id, inst, rank, kind, back, r2, k2, err)
+		}
+	})
+}
