@@ -189,7 +189,7 @@ func (a *Agent) wire(k keys, exe string) error {
 	a.peerHTTP = peerapi.NewClient(func(ctx context.Context, node string) (net.Conn, error) {
 		return a.node.DialStream(ctx, node, cluster.PurposeHTTP, "")
 	})
-	a.wireServing(exe)
+	a.wireServing(exe, k.key)
 	a.exe = exe
 	node, err := cluster.NewNode(cluster.Config{
 		NodeID: id, StartedAt: k.id.StartedAt, Version: cfg.Version,
@@ -241,12 +241,15 @@ func (a *Agent) wire(k keys, exe string) error {
 }
 
 // wireServing builds the model-serving parts: the runner supervisor and
-// its rank-link relay, the shard cache and the instance manager.
-func (a *Agent) wireServing(exe string) {
+// its rank-link relay, the shard cache and the instance manager; key
+// derives each tensor-parallel instance's direct-link secret.
+func (a *Agent) wireServing(exe string, key auth.Key) {
 	cfg, id := a.cfg, a.identity.NodeID
 	publish := func(ev state.Event) error { return a.seq.Publish(ev) }
 	models := &model.Scanner{Dirs: cfg.modelDirs()}
+	bind, _ := a.directHost()
 	a.sup = supervisor.New(supervisor.Config{NodeID: id, NodeName: a.identity.FriendlyName, Exe: exe,
+		DirectHost: bind, LinkSecret: func(instanceID string) []byte { return key.Derive("rank-links/" + instanceID) },
 		AgentAPI: loopbackOf(a.ln.Addr()), LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads, ContextShift: cfg.ContextShift,
 		ContextLen: cfg.ContextLen, ModelFile: func(ctx context.Context, in state.Instance, rank int, p func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
 			return a.shards.ModelFile(ctx, in, rank, p)
@@ -260,7 +263,7 @@ func (a *Agent) wireServing(exe string) {
 		}})
 	a.pulls = newPuller(cfg, id, publish, func() { a.instances.PublishModels() }, a.log)
 	a.instances = instance.New(instance.Config{Self: id, Store: a.store, Publish: publish, Models: models,
-		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, RAMLimit: cfg.RAMLimit, KeepAlive: &cfg.KeepAlive, Parallel: cfg.Parallel, Logger: a.log,
+		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, RAMLimit: cfg.RAMLimit, DirectLinks: cfg.DirectLinks, KeepAlive: &cfg.KeepAlive, Parallel: cfg.Parallel, Logger: a.log,
 		Sources: a.pulls, Owned: func() []state.Instance { return a.ledger.Instances() }, // the ledger is wired later
 		ShipTrace: func(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange, errText string) {
 			a.tracer.ShipTask(task, kind, spans, counters, ranks, errText)
@@ -273,7 +276,41 @@ func (a *Agent) wireServing(exe string) {
 		},
 		DialPeer: func(ctx context.Context, node, streamID string) (net.Conn, error) {
 			return a.node.DialStream(ctx, node, cluster.PurposeRank, streamID)
-		}})
+		},
+		PeerHost: a.peerHost})
+}
+
+// directHost is the host a tensor-parallel runner's direct-link listener
+// binds (the peer address's), and the host this node's own runners dial
+// it at; "" when direct links are off.
+func (a *Agent) directHost() (bind, local string) {
+	if !a.cfg.DirectLinks {
+		return "", ""
+	}
+	host, _, err := net.SplitHostPort(a.cfg.PeerAddr)
+	if err != nil {
+		return "", ""
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return host, "127.0.0.1"
+	}
+	return host, host
+}
+
+// peerHost is where this node reaches node: its own direct host, or the
+// host of its control link to the peer.
+func (a *Agent) peerHost(node string) (string, bool) {
+	if node == a.identity.NodeID {
+		_, local := a.directHost()
+		return local, local != ""
+	}
+	for _, l := range a.node.Links() {
+		if l.PeerID == node && l.RemoteAddr != "" {
+			h, _, err := net.SplitHostPort(l.RemoteAddr)
+			return h, err == nil
+		}
+	}
+	return "", false
 }
 
 func (a *Agent) publishIdentity() {

@@ -84,6 +84,11 @@ type Config struct {
 	// ContextShift lets generations on this node's rank-0 runners run
 	// past the context (llama.cpp's context shift).
 	ContextShift bool
+	// DirectLinks lets a tensor-parallel group's ranks link to each other
+	// directly (TLS under a secret derived from the cluster key, on a
+	// listener on the peer address's host granted to each runner), not
+	// through the agents.
+	DirectLinks bool
 	// Parallel is how many requests an instance placed here serves at
 	// once: the runners' slots, sharing one KV cache of ContextLen
 	// positions.
@@ -124,6 +129,7 @@ func DefaultConfig() Config {
 		LinkInterval:      telemetry.LinkInterval,
 		DownloadIdle:      transfer.DefaultStall,
 		PeerAddr:          "0.0.0.0:52400",
+		DirectLinks:       true,
 		MDNS:              true,
 		Heartbeat:         time.Second,
 		FailAfter:         cluster.DefaultFailAfter,

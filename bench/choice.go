@@ -278,8 +278,11 @@ func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root s
 		if delay == 0 {
 			peer = peers[1-i] // no proxy: loopback as it is
 		}
+		// The delay proxies sit on the agents' peer links; a group's direct
+		// links would go around them, so behind a proxy the group links
+		// through the agents (and the cost model counts the relay).
 		args := []string{"agent", "--api-addr", addr, "--data-dir", dirs[i], "--peer-addr", peers[i],
-			"--peer", peer, "--mdns=false", "--runner-threads", "1", "--speed", "auto"}
+			"--peer", peer, "--mdns=false", "--runner-threads", "1", "--speed", "auto", fmt.Sprintf("--direct-links=%v", delay == 0)}
 		cmd := exec.CommandContext(ctx, o.Bin, args...)
 		if o.Cores != nil {
 			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(o.Cores[i]), o.Bin}, args...)...)
@@ -326,5 +329,14 @@ func PrintChoice(w io.Writer, r *ChoiceReport) {
 	fmt.Fprintln(w, "(predicted after the runs: the previews once the group has measured its all-reduce, and that over measured)")
 	for _, run := range r.Runs {
 		fmt.Fprintf(w, "%.0f µs each way: auto placed %s; measured, it decodes at %.2f× the other plan\n", run.DelayMicros, run.Chosen, run.ChosenVsOther)
+		links := "through the agents"
+		if run.DelayMicros == 0 {
+			links = "linked directly"
+		}
+		for _, p := range run.Plans {
+			if p.Recalibrated != nil && len(p.Recalibrated.Measured) > 0 {
+				fmt.Fprintf(w, "  %s, %s: %s\n", p.Plan, links, p.Recalibrated.Measured[0])
+			}
+		}
 	}
 }

@@ -42,7 +42,7 @@ func (m *Manager) costInputs(st state.State) placement.Inputs {
 		}
 		return placement.Link{OneWayMicros: l.RTTMinMs * 1e3 / 2, BytesPerSec: mbps * 1e6 / 8}
 	}
-	return placement.Inputs{Speed: speeds, Position: predictPrompt, Prompt: predictPrompt, Reduce: m.reduces.get,
+	return placement.Inputs{Speed: speeds, Position: predictPrompt, Prompt: predictPrompt, Reduce: m.reduces.get, Direct: m.cfg.DirectLinks,
 		Link: func(from, to string) (placement.Link, bool) {
 			for _, l := range st.NodeLinkTelemetry[from].Links {
 				if l.Peer == to && l.Probes > 0 {

@@ -31,6 +31,9 @@ type Config struct {
 	Self string
 	// RAMLimit, when not 0, caps the RAM this node offers (agent.Config's).
 	RAMLimit uint64
+	// DirectLinks says tensor-parallel groups placed here link their
+	// ranks directly (agent.Config's): the cost model counts no relay.
+	DirectLinks bool
 	// Store is this node's replicated state; Publish sends an event to
 	// the master for sequencing.
 	Store   *state.Store

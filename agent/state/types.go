@@ -355,6 +355,10 @@ type Runner struct {
 	// held against, and calibrates its next ones with.
 	DecodeTokPerSec float64 `json:"decodeTokPerSec,omitempty"`
 	ReduceMicros    float64 `json:"reduceMicros,omitempty"`
+	// LinkPort is where a tensor-parallel rank accepts direct links from
+	// its group's higher ranks (TLS under a secret derived from the
+	// cluster key), on its node's peer address; 0: through the agents.
+	LinkPort int `json:"linkPort,omitempty"`
 }
 
 // Transfer is a shard coming from another node.

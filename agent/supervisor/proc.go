@@ -169,7 +169,7 @@ func (p *proc) runOnce(log *slog.Logger) error {
 	defer c.closeLog()
 	log.Info("runner started", "pid", c.pid, "path", path, "rank", p.rank, "ranks", len(p.inst.Ranks))
 	p.set(func(r *state.Runner) {
-		r.Status, r.Pid, r.Error, r.LayersLoaded, r.Transfer = state.RunnerIdle, c.pid, "", 0, nil
+		r.Status, r.Pid, r.Error, r.LayersLoaded, r.Transfer, r.LinkPort = state.RunnerIdle, c.pid, "", 0, nil, c.linkPort
 	})
 	client, err := p.awaitReady(c, path)
 	if err != nil {
@@ -287,6 +287,8 @@ type child struct {
 	lines  chan string // the address the runner listens on
 	tail   *tailWriter // its last stderr lines
 	log    *os.File    // its log file, if any
+	// linkPort is the port of its direct-link listener (0: none).
+	linkPort int
 }
 
 func (c *child) closeLog() {
@@ -361,7 +363,17 @@ func (p *proc) start(path string) (*child, error) {
 		}
 	}
 	cmd.Stderr = logw
-	if err := cmd.Start(); err != nil {
+	grant, err := p.grantDirect(cmd)
+	if err != nil {
+		c.closeLog()
+		return nil, err
+	}
+	err = cmd.Start()
+	if grant != nil {
+		c.linkPort = grant.port
+		grant.close() // the runner holds its own copy
+	}
+	if err != nil {
 		c.closeLog()
 		return nil, fmt.Errorf("start runner: %w", err)
 	}

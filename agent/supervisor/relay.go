@@ -40,6 +40,9 @@ type RelayConfig struct {
 	// DialPeer opens a rank stream link to node, naming the receiving
 	// rank with id (see RankStreamID).
 	DialPeer func(ctx context.Context, node, id string) (net.Conn, error)
+	// PeerHost is the host at which this node reaches node (its peer
+	// link's), for a rank's direct link; false when unknown.
+	PeerHost func(node string) (string, bool)
 	// ShipRank ships a rank's spans and counter samples of a traced task
 	// to the master; ranks are its instance's. It must not block.
 	ShipRank func(task string, rank int, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange)
@@ -147,13 +150,13 @@ func splice(a, b net.Conn) {
 
 // RelayRoutes are the method and path of every route Handler serves.
 func RelayRoutes() [][2]string {
-	return [][2]string{{http.MethodGet, runner.RankLinkPath}, {http.MethodPost, runner.RankTracePath}}
+	return [][2]string{{http.MethodGet, runner.RankLinkPath}, {http.MethodGet, runner.RankAddrPath}, {http.MethodPost, runner.RankTracePath}}
 }
 
 // Handler serves the runners of this node: their rank links and spans.
 func (r *Relay) Handler() http.Handler {
 	mux := http.NewServeMux()
-	handlers := map[string]http.HandlerFunc{runner.RankLinkPath: r.rankLink, runner.RankTracePath: r.rankTrace}
+	handlers := map[string]http.HandlerFunc{runner.RankLinkPath: r.rankLink, runner.RankAddrPath: r.rankAddr, runner.RankTracePath: r.rankTrace}
 	for _, rt := range RelayRoutes() {
 		mux.HandleFunc(rt[0]+" "+rt[1], handlers[rt[1]])
 	}
@@ -238,6 +241,37 @@ func linkTarget(in state.Instance, rank int, to string) (int, LinkKind, error) {
 		return 0, 0, fmt.Errorf("rank link from rank %d: it links to no pipeline stage (stage %d of %d, group rank %d)", rank, stage, n, tp)
 	}
 	return ((stage + 1) % n) * in.TP(), PipeLink, nil
+}
+
+// rankAddr answers a tensor-parallel runner with the direct address of a
+// lower rank of its group: that rank's node's peer host and the port of
+// the listener its agent granted it; 404 when there is none.
+func (r *Relay) rankAddr(w http.ResponseWriter, req *http.Request) {
+	in, rank, ok := r.runnerAuth(req)
+	if !ok {
+		http.Error(w, "unknown runner token", http.StatusUnauthorized)
+		return
+	}
+	to := req.URL.Query().Get(runner.RankLinkToParam)
+	next, kind, err := linkTarget(in, rank, to)
+	if err == nil && kind != MeshLink {
+		err = fmt.Errorf("rank addr from rank %d: want ?%s= a lower rank of its group", rank, runner.RankLinkToParam)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	rs := r.cfg.State().Runners[RunnerID(in.InstanceID, next)]
+	node := in.Ranks[next].NodeID
+	host, known := "", false
+	if r.cfg.PeerHost != nil {
+		host, known = r.cfg.PeerHost(node)
+	}
+	if rs.LinkPort == 0 || !known {
+		http.Error(w, fmt.Sprintf("rank %d on %s has no direct link address (port %d, host known %v)", next, node, rs.LinkPort, known), http.StatusNotFound)
+		return
+	}
+	fmt.Fprint(w, net.JoinHostPort(host, strconv.Itoa(rs.LinkPort)))
 }
 
 func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {

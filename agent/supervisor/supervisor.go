@@ -88,6 +88,13 @@ type Config struct {
 	// Reconcile). Nil: never and nobody.
 	Owns  func(instanceID string) bool
 	Alive func(nodeID string) bool
+	// DirectHost, when set, is the host a tensor-parallel runner's direct
+	// links are accepted on (a listener on it, granted to the runner):
+	// the host of the agent's peer address. LinkSecret derives each
+	// instance's link secret (from the cluster key). Either unset: a
+	// group's links go through the agents.
+	DirectHost string
+	LinkSecret func(instanceID string) []byte
 	// MissingGrace defaults to DefaultMissingGrace.
 	MissingGrace time.Duration
 	Logger       *slog.Logger

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -72,4 +73,16 @@ func (k Key) Fingerprint() string {
 	h.Write([]byte(fingerprintPrefix))
 	h.Write(k[:])
 	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// Derive returns a 32-byte secret for purpose info, derived from the key
+// with HKDF: what a node hands a child process (a runner's direct rank
+// links) instead of the key itself. Every node with the key derives the
+// same secret; the secret does not reveal the key.
+func (k Key) Derive(info string) []byte {
+	b, err := hkdf.Key(sha256.New, k[:], nil, "orrery/derive/"+info, 32)
+	if err != nil {
+		panic(err) // only for lengths HKDF cannot give; 32 bytes of SHA-256 it can
+	}
+	return b
 }

@@ -16,7 +16,8 @@ import (
 // tensor-parallel group on A and B, stage 1 (blocks 4–7) one on C and D,
 // the stages linked through the agents like a pipeline's ranks and each
 // group's ranks like a group's. The model is only on D: the other three
-// get their slices cut there. Greedy output is the whole model's on one
+// get their slices cut there. Stage 0's group links directly, stage 1's
+// (its agents' --direct-links=false) through the agents. Greedy output is the whole model's on one
 // rank up to a near-tie, and tensor 2's to the bit; a killed rank of
 // stage 1 fails the instance, naming it.
 func TestHybridInstance(t *testing.T) {
@@ -25,9 +26,14 @@ func TestHybridInstance(t *testing.T) {
 	extra := []string{"--loopback-dir", t.TempDir(), "--runner-threads", "1"}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
 	modelID := genModel(t, bin, dirs[3], "hybrid-test", "--preset", "small")
+	// C and D link their group through the agents; A and B directly.
 	var ps []*agentProc
-	for _, d := range dirs {
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), extra...))
+	for i, d := range dirs {
+		x := extra
+		if i >= 2 {
+			x = append(slices.Clone(extra), "--direct-links=false")
+		}
+		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), x...))
 	}
 	for _, p := range ps {
 		waitHealthy(t, p)
@@ -71,6 +77,10 @@ func TestHybridInstance(t *testing.T) {
 	agreeUpToNearTie(t, "pipeline 2 × tensor 2", got, ref, 0.05)
 	if g, w := got.Choices[0].Logprobs, tpRef.Choices[0].Logprobs; !slices.Equal(g.Tokens, w.Tokens) || !slices.Equal(g.TokenLogprobs, w.TokenLogprobs) {
 		t.Errorf("pipeline 2 × tensor 2 gave %q %v, tensor 2 %q %v: want the same bits", g.Tokens, g.TokenLogprobs, w.Tokens, w.TokenLogprobs)
+	}
+	if !strings.Contains(runnerLog(t, dirs[1], in.InstanceID, 1), "direct rank link") ||
+		strings.Contains(runnerLog(t, dirs[3], in.InstanceID, 3), "direct rank link") {
+		t.Error("stage 0's group should link directly, stage 1's (--direct-links=false) through the agents")
 	}
 	// Each rank loaded a slice of its stage's blocks: the runners say so.
 	for i, p := range ps {

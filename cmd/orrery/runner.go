@@ -60,7 +60,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	nodeName := fs.String("node-name", "", "node name stamped on trace spans")
 	tpRank := fs.Int("tp-rank", 0, "this runner's rank in its tensor-parallel group (its --model is that rank's slice)")
 	tpRanks := fs.Int("tp-ranks", 1, "ranks in the tensor-parallel group (1: none)")
-	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+tpTokenEnv+"); empty: the links go through the agent at --agent-api, as a pipeline's")
+	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+tpTokenEnv+"); empty: the agent at --agent-api arranges the links (direct, where it granted a listener and a link secret; else through it, as a pipeline's)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
@@ -92,7 +92,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift}
 	if *tpRanks > 1 {
-		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *agentAPI, getenv(tpTokenEnv))
+		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *agentAPI, getenv)
 		if err != nil {
 			fmt.Fprintf(stderr, "orrery runner: %v\n", err)
 			return 2
@@ -134,15 +134,19 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 
 // tpSetup makes cfg a tensor-parallel rank: linked directly over loopback
 // (addrs) or through the agent. It returns the rank's listener.
-func tpSetup(cfg *runner.Config, rank, ranks int, addrs, agentAPI, groupToken string) (net.Listener, error) {
+func tpSetup(cfg *runner.Config, rank, ranks int, addrs, agentAPI string, getenv func(string) string) (net.Listener, error) {
 	var connect func(context.Context) (*collective.Mesh, error)
 	var ln net.Listener
 	var err error
 	if addrs == "" {
-		connect, ln, err = tpViaAgent(rank, ranks, agentAPI, cfg.Instance, cfg.Token)
+		var direct *directLinks
+		if direct, err = directFromEnv(getenv); err != nil {
+			return nil, err
+		}
+		connect, ln, err = tpViaAgent(rank, ranks, agentAPI, cfg.Instance, cfg.Token, direct, cfg.Logger)
 		cfg.MeshListener = ln // the agent connects the higher ranks here
 	} else {
-		connect, ln, err = tpFlags(rank, ranks, addrs, groupToken)
+		connect, ln, err = tpFlags(rank, ranks, addrs, getenv(tpTokenEnv))
 	}
 	if err != nil {
 		return nil, err
@@ -183,13 +187,16 @@ func tpFlags(rank, ranks int, addrList, token string) (func(context.Context) (*c
 	}, ln, nil
 }
 
-// tpViaAgent sets up a tensor-parallel rank whose links go through its
-// agent: it dials each lower rank through the agent (which relays to that
-// rank's node over the cluster's TLS links), and accepts the higher ranks
-// on a loopback port where the agent presents this runner's token first.
-// The group's token is the instance id: the links are already
-// authenticated by the agents (runner tokens, the cluster key).
-func tpViaAgent(rank, ranks int, agentAPI, instance, token string) (func(context.Context) (*collective.Mesh, error), net.Listener, error) {
+// tpViaAgent sets up a tensor-parallel rank whose links its agent
+// arranges: it dials each lower rank directly where the agent granted
+// direct links (TLS under the instance's link secret, at the address the
+// agent gives), else through the agent (which relays to that rank's node
+// over the cluster's TLS links); and it accepts the higher ranks on its
+// granted listener and on a loopback port where the agent presents this
+// runner's token first. The group's token is the instance id: the links
+// are already authenticated (the link secret, or the agents' runner
+// tokens and cluster key).
+func tpViaAgent(rank, ranks int, agentAPI, instance, token string, direct *directLinks, log *slog.Logger) (func(context.Context) (*collective.Mesh, error), net.Listener, error) {
 	switch {
 	case ranks > model.MaxTPRanks || rank < 0 || rank >= ranks:
 		return nil, nil, fmt.Errorf("--tp-rank %d of --tp-ranks %d (at most %d)", rank, ranks, model.MaxTPRanks)
@@ -201,10 +208,21 @@ func tpViaAgent(rank, ranks int, agentAPI, instance, token string) (func(context
 		return nil, nil, fmt.Errorf("tensor-parallel listen: %w", err)
 	}
 	dial := func(ctx context.Context, r int) (net.Conn, error) {
+		if c := direct.dial(ctx, agentAPI, token, r, log); c != nil {
+			return c, nil
+		}
 		return runner.DialRankLinkTo(ctx, agentAPI, token, r)
 	}
+	var accept net.Listener = agentAuthListener{ln, token}
+	if direct != nil && direct.ln != nil {
+		accept = mergeListeners(accept, tlsAccepting{direct.ln, direct.server})
+	}
 	return func(ctx context.Context) (*collective.Mesh, error) {
-		return collective.ConnectWith(ctx, rank, ranks, dial, agentAuthListener{ln, token}, instance)
+		m, err := collective.ConnectWith(ctx, rank, ranks, dial, accept, instance)
+		if direct != nil && direct.ln != nil {
+			accept.Close() // the group is formed (or failed): no more links come
+		}
+		return m, err
 	}, ln, nil
 }
 

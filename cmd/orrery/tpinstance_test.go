@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -88,6 +89,11 @@ func TestTensorParallelInstance(t *testing.T) {
 		t.Fatalf("tensor 2 through B: %d %+v (node %s)", code, answer, hdr.Get("X-Orrery-Node"))
 	}
 	agreeUpToNearTie(t, "tensor 2", legacyComplete(t, b, lpReq), ref, 0.05)
+	// Rank 1 (on B) linked to rank 0 (on A) directly, over TLS under the
+	// instance's link secret, not through the agents.
+	if log := runnerLog(t, dirs[1], in.InstanceID, 1); !strings.Contains(log, "direct rank link") {
+		t.Errorf("rank 1 did not link directly:\n%.3000s", log)
+	}
 	if !strings.Contains(a.stderr.String(), "tpRanks=2") {
 		t.Errorf("A's log does not show its slice received or cut:\n%.4000s", a.stderr.String())
 	}
@@ -220,4 +226,15 @@ func TestExpertParallelFitsNoSingleNode(t *testing.T) {
 	}
 	waitReadyRanks(t, a, in)
 	agreeUpToNearTie(t, "split by experts", legacyComplete(t, a, lpReq), ref, 0.05)
+}
+
+// runnerLog is the log of rank's runner of instance, on the agent whose
+// data dir is dir.
+func runnerLog(t *testing.T, dir, instance string, rank int) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "logs", fmt.Sprintf("runner-%s-%d.log", instance, rank)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

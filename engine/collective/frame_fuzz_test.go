@@ -3,8 +3,10 @@ package collective
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"net"
+	"sync"
 	"testing"
 	"time"
 )
@@ -80,5 +82,92 @@ func TestReadGrowing(t *testing.T) {
 				t.Fatalf("%d bytes: read a frame one byte short", n)
 			}
 		}
+	}
+}
+
+// TestLinkTLS: two ends of one secret complete the handshake and sum over
+// it; an end of another secret is refused, whichever side it is on.
+func TestLinkTLS(t *testing.T) {
+	srv, cli, err := LinkTLS([]byte("a secret of the group, 32 bytes."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	osrv, ocli, err := LinkTLS([]byte("another group's secret, 32 bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LinkTLS([]byte("short")); err == nil {
+		t.Error("a 5-byte secret accepted")
+	}
+	// Over loopback TCP: both ends of an all-reduce write before they
+	// read, which a net.Pipe (no buffer) would deadlock.
+	pair := func(s, c *tls.Config) (net.Conn, net.Conn, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, nil, err
+		}
+		defer ln.Close()
+		b, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return nil, nil, err
+		}
+		a, err := ln.Accept()
+		if err != nil {
+			return nil, nil, err
+		}
+		a.SetDeadline(time.Now().Add(10 * time.Second))
+		b.SetDeadline(time.Now().Add(10 * time.Second))
+		defer a.SetDeadline(time.Time{})
+		defer b.SetDeadline(time.Time{})
+		ts, tc := tls.Server(a, s), tls.Client(b, c)
+		errs := make(chan error, 1)
+		go func() { errs <- ts.Handshake() }()
+		err = tc.Handshake()
+		if serr := <-errs; err == nil {
+			err = serr
+		}
+		if err != nil {
+			a.Close()
+			b.Close()
+		}
+		return ts, tc, err
+	}
+	for _, c := range []struct {
+		name string
+		s, c *tls.Config
+	}{{"client of another secret", srv, ocli}, {"server of another secret", osrv, cli}} {
+		if _, _, err := pair(c.s, c.c); err == nil {
+			t.Errorf("%s: handshake succeeded", c.name)
+		}
+	}
+	a, b, err := pair(srv, cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := make([]*Mesh, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, c := range []net.Conn{a, b} {
+		wg.Go(func() {
+			conns := make([]net.Conn, 2)
+			conns[1-r] = c
+			ms[r], errs[r] = New(r, 2, conns)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer ms[0].Close()
+	defer ms[1].Close()
+	bufs := [][]float32{{1, 2, 3}, {10, 20, 30}}
+	for r := range 2 {
+		wg.Go(func() { errs[r] = ms[r].AllReduce(bufs[r]) })
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil || bufs[0][2] != 33 || bufs[1][0] != 11 {
+		t.Fatalf("all-reduce over TLS: %v %v, %v", bufs[0], bufs[1], errs)
 	}
 }

@@ -163,6 +163,9 @@ type Inputs struct {
 	// tensor-parallel group on these nodes measured (µs); it then stands
 	// in for the formula's latency and software.
 	Reduce func(nodes []string) (float64, bool)
+	// Direct says a group's ranks link directly (agent --direct-links),
+	// not through the agents: their all-reduces pay no relay hops.
+	Direct bool
 }
 
 // Plan is a candidate: a pipeline of Pipeline stages, each a group of
@@ -401,7 +404,11 @@ func (c ModelCost) groupComm(group []Rank, gather int, speed map[string]backend.
 	}
 	sp := speed[group[0].NodeID]
 	wire := float64(t-1) * row / worst.BytesPerSec // one row's bytes
-	latency := (sp.ReduceMicros*float64(t-1) + 2*sp.HopMicros + worst.OneWayMicros) / 1e6
+	hops := 2 * sp.HopMicros                       // runner → agent, agent → runner
+	if in.Direct {
+		hops = 0
+	}
+	latency := (sp.ReduceMicros*float64(t-1) + hops + worst.OneWayMicros) / 1e6
 	if in.Reduce != nil {
 		ids := make([]string, t)
 		for i, r := range group {

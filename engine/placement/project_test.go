@@ -45,10 +45,10 @@ func macSpeed(reduce, hop float64) backend.Speed {
 }
 
 // TestMacProjection predicts 2 and 4 M3 Ultra (512 GB each) on Llama 3.3
-// 70B and Qwen3-235B-A22B in Q4_K_M, over Thunderbolt 5 as Orrery links
-// today (TCP through the agents: 50 µs one way, the all-reduce and hop
-// software measured on this machine) and over RDMA (5 µs, 5 µs of
-// software, no relay). It logs the table docs/cost-model.md shows, and
+// 70B and Qwen3-235B-A22B in Q4_K_M, over Thunderbolt 5 with TCP (50 µs
+// one way, the all-reduce and hop software measured on this machine),
+// through the agents or linked directly (no relay hops), and over RDMA
+// (5 µs, 5 µs of software, direct). It logs the table docs/cost-model.md shows, and
 // checks the shape of it: tensor (and expert) parallelism speeds the
 // models up over RDMA, the dense one over TCP too, and a pipeline never
 // does.
@@ -67,7 +67,9 @@ func TestMacProjection(t *testing.T) {
 		oneWay      float64
 		reduce, hop float64
 		bytesPerSec float64
-	}{{"Thunderbolt 5, TCP via the agents", 50, 35, 15, 10e9}, {"RDMA", 5, 5, 0, 10e9}}
+		direct      bool
+	}{{"Thunderbolt 5, TCP via the agents", 50, 35, 15, 10e9, false}, {"Thunderbolt 5, TCP direct", 50, 35, 15, 10e9, true},
+		{"RDMA", 5, 5, 0, 10e9, true}}
 	for _, m := range models {
 		f, err := model.GenHeader(m.o, q4KM(m.o.Layers))
 		if err != nil {
@@ -87,7 +89,7 @@ func TestMacProjection(t *testing.T) {
 				nodes = append(nodes, Node{id, 480 << 30})
 				speeds[id] = macSpeed(lk.reduce, lk.hop)
 			}
-			in := Inputs{Speed: speeds, Position: 512, Prompt: 512,
+			in := Inputs{Speed: speeds, Position: 512, Prompt: 512, Direct: lk.direct,
 				Link: func(a, b string) (Link, bool) {
 					return Link{OneWayMicros: lk.oneWay, BytesPerSec: lk.bytesPerSec}, true
 				}}

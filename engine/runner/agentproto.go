@@ -33,6 +33,16 @@ const (
 	// RankTracePath is the agent's span upload endpoint (POST, JSON
 	// RankTrace; answered 204).
 	RankTracePath = "/internal/rank-trace"
+	// RankAddrPath is the agent's endpoint that gives a tensor-parallel
+	// rank the direct address of a lower rank of its group (GET, ?to=N;
+	// 200 with "host:port", or 404 when there is none: link through the
+	// agent instead).
+	RankAddrPath = "/internal/rank-addr"
+	// LinkSecretEnv carries the group's direct-link secret (hex), and
+	// DirectFDEnv the descriptor of the listener the agent granted for
+	// direct links from the higher ranks (see collective.LinkTLS).
+	LinkSecretEnv = "ORRERY_LINK_SECRET"
+	DirectFDEnv   = "ORRERY_DIRECT_FD"
 	// RankLinkUpgrade is the Upgrade token of a rank-link request.
 	RankLinkUpgrade = "orrery-rank"
 	// AuthHeader carries BearerPrefix + the runner's token.
@@ -134,4 +144,34 @@ func PostRankTrace(ctx context.Context, agentAPI, token string, t RankTrace) err
 		return fmt.Errorf("rank trace: %s %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return nil
+}
+
+// RankAddr asks the agent for the direct address of rank to of this
+// runner's tensor-parallel group; "" when it has none (the rank has no
+// direct listener, or its node's address is unknown).
+func RankAddr(ctx context.Context, agentAPI, token string, to int) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, rankLinkAnswerTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+agentAPI+RankAddrPath+"?"+RankLinkToParam+"="+strconv.Itoa(to), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set(AuthHeader, BearerPrefix+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		addr := strings.TrimSpace(string(b))
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return "", fmt.Errorf("rank addr: %q: %w", addr, err)
+		}
+		return addr, nil
+	case http.StatusNotFound:
+		return "", nil
+	}
+	return "", fmt.Errorf("rank addr: %s %s", resp.Status, strings.TrimSpace(string(b)))
 }

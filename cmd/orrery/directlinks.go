@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/runner"
+)
+
+// A tensor-parallel runner's direct links (see agent/supervisor's
+// direct.go): the listener its agent granted it and the TLS configs of
+// its instance's link secret.
+type directLinks struct {
+	ln             net.Listener // nil: none granted (it still dials)
+	server, client *tls.Config
+}
+
+// directTimeout bounds a direct link's dial and TLS handshake.
+const directTimeout = 3 * time.Second
+
+// directFromEnv reads the agent's grant: nil when it gave no link secret.
+func directFromEnv(getenv func(string) string) (*directLinks, error) {
+	sec := getenv(runner.LinkSecretEnv)
+	if sec == "" {
+		return nil, nil
+	}
+	secret, err := hex.DecodeString(sec)
+	if err != nil {
+		return nil, fmt.Errorf("$%s: %w", runner.LinkSecretEnv, err)
+	}
+	d := &directLinks{}
+	if d.server, d.client, err = collective.LinkTLS(secret); err != nil {
+		return nil, err
+	}
+	if fd := getenv(runner.DirectFDEnv); fd != "" {
+		n, err := strconv.Atoi(fd)
+		if err != nil || n < 3 {
+			return nil, fmt.Errorf("$%s=%q: want an inherited descriptor (3 or more)", runner.DirectFDEnv, fd)
+		}
+		f := os.NewFile(uintptr(n), "direct-link-listener")
+		d.ln, err = net.FileListener(f)
+		f.Close() // FileListener holds its own copy
+		if err != nil {
+			return nil, fmt.Errorf("$%s: %w", runner.DirectFDEnv, err)
+		}
+	}
+	return d, nil
+}
+
+// dial links to rank r directly, if the agent knows its address and the
+// handshake succeeds; nil otherwise (the caller goes through the agent).
+func (d *directLinks) dial(ctx context.Context, agentAPI, token string, r int, log *slog.Logger) net.Conn {
+	if d == nil {
+		return nil
+	}
+	addr, err := runner.RankAddr(ctx, agentAPI, token, r)
+	if err != nil || addr == "" {
+		log.Debug("no direct link address", "to", r, "err", err)
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, directTimeout)
+	defer cancel()
+	c, err := (&tls.Dialer{Config: d.client}).DialContext(dctx, "tcp", addr)
+	if err != nil {
+		log.Warn("direct rank link failed; linking through the agent", "to", r, "addr", addr, "err", err)
+		return nil
+	}
+	log.Info("direct rank link", "to", r, "addr", addr)
+	return c
+}
+
+// tlsAccepting yields the connections that complete the group's TLS
+// handshake; it drops the others (strangers on the peer network).
+type tlsAccepting struct {
+	net.Listener
+	cfg *tls.Config
+}
+
+func (l tlsAccepting) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		tc := tls.Server(c, l.cfg)
+		tc.SetDeadline(time.Now().Add(directTimeout))
+		if err := tc.Handshake(); err != nil {
+			tc.Close()
+			continue
+		}
+		tc.SetDeadline(time.Time{})
+		return tc, nil
+	}
+}
+
+// merged accepts from several listeners at once; Close closes them all.
+type merged struct {
+	conns chan net.Conn
+	errs  chan error
+	lns   []net.Listener
+	once  sync.Once
+	done  chan struct{}
+}
+
+func mergeListeners(lns ...net.Listener) net.Listener {
+	m := &merged{conns: make(chan net.Conn), errs: make(chan error, len(lns)), lns: lns, done: make(chan struct{})}
+	for _, ln := range lns {
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					m.errs <- err
+					return
+				}
+				select {
+				case m.conns <- c:
+				case <-m.done:
+					c.Close()
+					return
+				}
+			}
+		}()
+	}
+	return m
+}
+
+func (m *merged) Accept() (net.Conn, error) {
+	select {
+	case c := <-m.conns:
+		return c, nil
+	case err := <-m.errs:
+		return nil, err
+	case <-m.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (m *merged) Close() error {
+	var errs []error
+	m.once.Do(func() {
+		close(m.done)
+		for _, ln := range m.lns {
+			errs = append(errs, ln.Close())
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (m *merged) Addr() net.Addr { return m.lns[0].Addr() }
