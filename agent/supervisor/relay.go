@@ -252,26 +252,35 @@ func (r *Relay) rankAddr(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "unknown runner token", http.StatusUnauthorized)
 		return
 	}
-	to := req.URL.Query().Get(runner.RankLinkToParam)
+	addr, code, err := directAddr(r.cfg.State(), in, rank, req.URL.Query().Get(runner.RankLinkToParam), r.cfg.PeerHost)
+	if err != nil {
+		http.Error(w, err.Error(), code)
+		return
+	}
+	fmt.Fprint(w, addr)
+}
+
+// directAddr is where rank's link to lower rank to of its group goes
+// directly; else an error with its HTTP status (400: not a lower rank of
+// its group; 404: no direct address known).
+func directAddr(st state.State, in state.Instance, rank int, to string, peerHost func(string) (string, bool)) (string, int, error) {
 	next, kind, err := linkTarget(in, rank, to)
 	if err == nil && kind != MeshLink {
 		err = fmt.Errorf("rank addr from rank %d: want ?%s= a lower rank of its group", rank, runner.RankLinkToParam)
 	}
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return "", http.StatusBadRequest, err
 	}
-	rs := r.cfg.State().Runners[RunnerID(in.InstanceID, next)]
+	rs := st.Runners[RunnerID(in.InstanceID, next)]
 	node := in.Ranks[next].NodeID
 	host, known := "", false
-	if r.cfg.PeerHost != nil {
-		host, known = r.cfg.PeerHost(node)
+	if peerHost != nil {
+		host, known = peerHost(node)
 	}
 	if rs.LinkPort == 0 || !known {
-		http.Error(w, fmt.Sprintf("rank %d on %s has no direct link address (port %d, host known %v)", next, node, rs.LinkPort, known), http.StatusNotFound)
-		return
+		return "", http.StatusNotFound, fmt.Errorf("rank %d on %s has no direct link address (port %d, host known %v)", next, node, rs.LinkPort, known)
 	}
-	fmt.Fprint(w, net.JoinHostPort(host, strconv.Itoa(rs.LinkPort)))
+	return net.JoinHostPort(host, strconv.Itoa(rs.LinkPort)), 0, nil
 }
 
 func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {

@@ -127,6 +127,41 @@ func TestHybridLinks(t *testing.T) {
 	}
 }
 
+// TestDirectAddr: a rank gets a lower rank of its group's direct address
+// (its node's host, its runner's granted port); none without a port or a
+// known host, and a refusal for anything but a lower rank of its group.
+func TestDirectAddr(t *testing.T) {
+	in := state.Instance{InstanceID: "i", Tensor: 2, Ranks: []state.ShardRange{{NodeID: "a"}, {NodeID: "b"}, {NodeID: "c"}, {NodeID: "d"}}}
+	st := state.New()
+	st.Runners = map[string]state.Runner{RunnerID("i", 0): {LinkPort: 4100}, RunnerID("i", 2): {LinkPort: 4102}}
+	hosts := func(node string) (string, bool) {
+		return map[string]string{"a": "10.0.0.1", "c": "fe80::1"}[node], node == "a" || node == "c"
+	}
+	for _, c := range []struct {
+		rank int
+		to   string
+		want string
+		code int
+	}{
+		{1, "0", "10.0.0.1:4100", 0},
+		{3, "0", "[fe80::1]:4102", 0},
+		{1, "", "", 400},  // a pipeline link, not a group's
+		{0, "0", "", 400}, // not below it
+	} {
+		got, code, err := directAddr(st, in, c.rank, c.to, hosts)
+		if got != c.want || code != c.code || (c.code != 0) != (err != nil) {
+			t.Errorf("rank %d to %q: %q %d %v, want %q %d", c.rank, c.to, got, code, err, c.want, c.code)
+		}
+	}
+	st.Runners[RunnerID("i", 2)] = state.Runner{}
+	if _, code, err := directAddr(st, in, 3, "0", hosts); code != 404 || err == nil {
+		t.Errorf("no port granted: %d %v, want 404", code, err)
+	}
+	if _, code, _ := directAddr(st, in, 1, "0", func(string) (string, bool) { return "", false }); code != 404 {
+		t.Errorf("host unknown: %d, want 404", code)
+	}
+}
+
 // TestRunnerEndpointsNeedTheToken: the /internal endpoints answer only a
 // runner of this node, by its bearer token.
 func TestRunnerEndpointsNeedTheToken(t *testing.T) {
@@ -135,6 +170,7 @@ func TestRunnerEndpointsNeedTheToken(t *testing.T) {
 	defer srv.Close()
 	for _, c := range []struct{ method, path, auth string }{
 		{http.MethodGet, "/internal/rank-link", ""},
+		{http.MethodGet, "/internal/rank-addr?to=0", "Bearer nope"},
 		{http.MethodGet, "/internal/rank-link", "Bearer nope"},
 		{http.MethodPost, "/internal/rank-trace", "Bearer nope"},
 		{http.MethodPost, "/internal/rank-trace", "nope"},
