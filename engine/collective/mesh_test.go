@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -34,6 +35,44 @@ func group(t testing.TB, n int, token string) []*Mesh {
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() { ms[r], errs[r] = Connect(ctx, r, n, addrs, lns[r], token) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		t.Cleanup(ms[r].Close)
+	}
+	return ms
+}
+
+// groupTLS is group with its links over TLS under secret (LinkTLS).
+func groupTLS(t testing.TB, n int, secret []byte) []*Mesh {
+	t.Helper()
+	srv, cli, err := LinkTLS(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lns := make([]net.Listener, n)
+	addrs := make([]string, n)
+	for i := range lns {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i], addrs[i] = tls.NewListener(ln, srv), ln.Addr().String()
+		t.Cleanup(func() { ln.Close() })
+	}
+	dial := func(ctx context.Context, r int) (net.Conn, error) {
+		return (&tls.Dialer{Config: cli}).DialContext(ctx, "tcp", addrs[r])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ms := make([]*Mesh, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { ms[r], errs[r] = ConnectWith(ctx, r, n, dial, lns[r], "t") })
 	}
 	wg.Wait()
 	for r, err := range errs {
@@ -186,16 +225,21 @@ func TestMeshFailures(t *testing.T) {
 
 // BenchmarkAllReduce2048 is one decode row (2048 f32) between 2 ranks on
 // loopback, in one process; it reports the p50 and p99 of each call.
-func BenchmarkAllReduce2048(b *testing.B) { benchPair(b, 2048) }
+func BenchmarkAllReduce2048(b *testing.B) { benchPair(b, 2048, group(b, 2, "secret")) }
+
+// BenchmarkAllReduce2048TLS is the same over TLS under a link secret, as
+// a group's direct links between machines run.
+func BenchmarkAllReduce2048TLS(b *testing.B) {
+	benchPair(b, 2048, groupTLS(b, 2, []byte("a secret of the group, 32 bytes.")))
+}
 
 // BenchmarkAllReduceLogits is half the 1b preset's vocabulary (16,000
 // f32) between 2 ranks: what gathering a head split by vocabulary would
 // send each step (an all-gather of the halves: the same bytes each way).
-func BenchmarkAllReduceLogits(b *testing.B) { benchPair(b, 16000) }
+func BenchmarkAllReduceLogits(b *testing.B) { benchPair(b, 16000, group(b, 2, "secret")) }
 
-// benchPair times all-reduces of n f32 between 2 ranks.
-func benchPair(b *testing.B, n int) {
-	ms := group(b, 2, "secret")
+// benchPair times all-reduces of n f32 between the 2 ranks of ms.
+func benchPair(b *testing.B, n int, ms []*Mesh) {
 	times := make([]time.Duration, 0, b.N)
 	done := make(chan error, 1)
 	go func() {
