@@ -248,6 +248,12 @@ try {
   check(/pipeline of 3/.test(plan) && /predicted [\d.]+ tok\/s/.test(plan), `the instance shows its plan and prediction (${plan.slice(0, 80)})`);
   const mem = await page.$$eval('[data-testid=instance] [data-testid=rank-memory]', (es) => es.map((e) => e.innerText));
   check(mem.length === 3 && mem.every((m) => /^[\d.]+ (KiB|MiB|GiB)$/.test(m)), `each rank shows the memory placement gave it (${mem.join(', ')})`);
+  // The plan as its pipeline × tensor grid: the demo's pipeline of 3 is 3
+  // stages of one rank each.
+  const stages = await page.$$eval('[data-testid=instance] [data-testid=grid-stage]', (es) => es.map((e) => e.innerText));
+  const cells = await page.$$eval('[data-testid=instance] [data-testid=grid-cell]', (es) => es.map((e) => e.innerText));
+  check(stages.length === 3 && cells.length === 3 && cells.every((c, i) => c.startsWith(`rank ${i}`)) && /^stage 0 · layers 0–/.test(stages[0]),
+    `the plan grid shows 3 stages of one rank each (${stages.join(' | ')})`);
   await page.screenshot({ path: join(out, 'instances.png') });
 
   // Models: every node's models; a pull canceled mid-way; a pull onto

@@ -40,7 +40,7 @@ export interface Instance {
   pinned?: boolean; keepAliveMs?: number; expiresAt?: string; active?: number;
   // Placed from the hub: the ranks pull their own tensors from this file.
   source?: ModelSource;
-  // > 1: the ranks are one tensor-parallel group (each holds a slice of every block).
+  // > 1: the ranks are tensor-parallel groups of this many (each a slice of its stage's blocks), one per pipeline stage.
   tensor?: number;
   // The cost model's prediction for the plan it was placed on.
   prediction?: Prediction;

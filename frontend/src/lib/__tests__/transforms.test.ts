@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { badge, displayNames, edgeLabel, edgeTooltip, topologyFromState } from '../topology';
 import { phasesFromStats } from '../phases';
+import { planGrid } from '../plan';
 import { MAX_WINDOW_PX, Viewport, covers, spanAt, windowFor, type TraceWindow, type WindowLane } from '../timeline';
 import type { State, TraceStats } from '../types';
 
@@ -149,5 +150,21 @@ describe('timeline windows', () => {
     v.pan(1000, 0, 1000); // far right drag: clamps at the start
     expect([v.start, v.end]).toEqual([0, 500]);
     expect(v.x(250)).toBe(250);
+  });
+});
+
+describe('planGrid', () => {
+  const r = (rank: number, first: number, last: number) => ({ rank, nodeId: `n${rank}`, firstLayer: first, lastLayer: last });
+  it('lays pipeline 2 × tensor 2 out as 2 stages of 2 ranks', () => {
+    const g = planGrid({ tensor: 2, ranks: [r(2, 4, 8), r(0, 0, 4), r(3, 4, 8), r(1, 0, 4)] });
+    expect(g.map((s) => [s.stage, s.firstLayer, s.lastLayer, s.ranks.map((x) => x.rank)])).toEqual([[0, 0, 4, [0, 1]], [1, 4, 8, [2, 3]]]);
+  });
+  it('lays a pipeline out as a column, one rank per stage', () => {
+    const g = planGrid({ ranks: [r(0, 0, 3), r(1, 3, 6), r(2, 6, 8)] });
+    expect(g.map((s) => s.ranks.length)).toEqual([1, 1, 1]);
+    expect(g[2].firstLayer).toBe(6);
+  });
+  it('lays one tensor-parallel group out as one row', () => {
+    expect(planGrid({ tensor: 3, ranks: [r(0, 0, 8), r(1, 0, 8), r(2, 0, 8)] }).map((s) => s.ranks.length)).toEqual([3]);
   });
 });
