@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/orrery-cluster/orrery/cluster/auth"
 )
 
 // Pipeline 2 × tensor 2 over four real agents: stage 0 (blocks 0–3) a
@@ -22,27 +20,15 @@ import (
 // stage 1 fails the instance, naming it.
 func TestHybridInstance(t *testing.T) {
 	bin := buildBinary(t)
-	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
-	extra := []string{"--loopback-dir", t.TempDir(), "--runner-threads", "1"}
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
 	modelID := genModel(t, bin, dirs[3], "hybrid-test", "--preset", "small")
 	// C and D link their group through the agents; A and B directly.
-	var ps []*agentProc
-	for i, d := range dirs {
-		x := extra
+	ps, ids := loopbackCluster(t, bin, dirs, func(i int) []string {
 		if i >= 2 {
-			x = append(slices.Clone(extra), "--direct-links=false")
+			return []string{"--direct-links=false"}
 		}
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), x...))
-	}
-	for _, p := range ps {
-		waitHealthy(t, p)
-	}
-	pollAll(t, ps, 20*time.Second, "one master and 4 members", func() (bool, string) { return agreed(t, ps, 4) })
-	ids := make([]string, 4)
-	for i, p := range ps {
-		p.mustGet(t, "/node_id", &ids[i])
-	}
+		return nil
+	})
 	a := ps[0]
 	poll(t, a, 20*time.Second, "D's model in A's /v1/models", func() (bool, string) {
 		_, body, _ := a.get("/v1/models")

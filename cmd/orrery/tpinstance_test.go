@@ -24,23 +24,9 @@ import (
 // fails the instance.
 func TestTensorParallelInstance(t *testing.T) {
 	bin := buildBinary(t)
-	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
-	lb := t.TempDir()
-	extra := []string{"--loopback-dir", lb, "--runner-threads", "1"}
 	dirs := []string{t.TempDir(), t.TempDir()}
 	modelID := genModel(t, bin, dirs[1], "tp-test", "--preset", "small")
-	var ps []*agentProc
-	for _, d := range dirs {
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), extra...))
-	}
-	for _, p := range ps {
-		waitHealthy(t, p)
-	}
-	pollAll(t, ps, 10*time.Second, "one master and 2 members", func() (bool, string) { return agreed(t, ps, 2) })
-	ids := make([]string, 2)
-	for i, p := range ps {
-		p.mustGet(t, "/node_id", &ids[i])
-	}
+	ps, ids := loopbackCluster(t, bin, dirs, nil)
 	a, b := ps[0], ps[1]
 	poll(t, a, 20*time.Second, "B's model in A's /v1/models", func() (bool, string) {
 		_, body, _ := a.get("/v1/models")
@@ -184,20 +170,9 @@ func TestExpertParallelFitsNoSingleNode(t *testing.T) {
 	t.Logf("whole model needs %.0f MiB, a tensor-parallel rank %.0f and %.0f; each node offers %d", float64(whole)/(1<<20),
 		float64(ranks[0].Need)/(1<<20), float64(ranks[1].Need)/(1<<20), limitMiB)
 
-	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
-	extra := []string{"--loopback-dir", t.TempDir(), "--runner-threads", "1", "--ram-limit-mib", fmt.Sprint(limitMiB), "--speed", "off"}
-	var ps []*agentProc
-	for _, d := range dirs {
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), extra...))
-	}
-	for _, p := range ps {
-		waitHealthy(t, p)
-	}
-	pollAll(t, ps, 10*time.Second, "one master and 2 members", func() (bool, string) { return agreed(t, ps, 2) })
-	ids := make([]string, 2)
-	for i, p := range ps {
-		p.mustGet(t, "/node_id", &ids[i])
-	}
+	ps, ids := loopbackCluster(t, bin, dirs, func(int) []string {
+		return []string{"--ram-limit-mib", fmt.Sprint(limitMiB), "--speed", "off"}
+	})
 	a := ps[0]
 	poll(t, a, 20*time.Second, "B's model in A's /v1/models", func() (bool, string) {
 		_, body, _ := a.get("/v1/models")
@@ -237,4 +212,32 @@ func runnerLog(t *testing.T, dir, instance string, rank int) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// loopbackCluster starts an agent on each data dir (one cluster key,
+// loopback discovery, runners on one thread, and extra(i)'s flags on
+// agent i), waits until they agree on a master, and returns them with
+// their node ids.
+func loopbackCluster(t *testing.T, bin string, dirs []string, extra func(i int) []string) ([]*agentProc, []string) {
+	t.Helper()
+	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
+	lb := t.TempDir()
+	var ps []*agentProc
+	for i, d := range dirs {
+		flags := []string{"--loopback-dir", lb, "--runner-threads", "1"}
+		if extra != nil {
+			flags = append(flags, extra(i)...)
+		}
+		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), flags...))
+	}
+	for _, p := range ps {
+		waitHealthy(t, p)
+	}
+	n := len(ps)
+	pollAll(t, ps, time.Duration(n)*5*time.Second, fmt.Sprintf("one master and %d members", n), func() (bool, string) { return agreed(t, ps, n) })
+	ids := make([]string, n)
+	for i, p := range ps {
+		p.mustGet(t, "/node_id", &ids[i])
+	}
+	return ps, ids
 }

@@ -144,24 +144,12 @@ func TestLinkTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := make([]*Mesh, 2)
+	a.Close()
+	b.Close()
+	// And a group sums over such links.
+	ms := groupTLS(t, 2, []byte("a secret of the group, 32 bytes."))
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
-	for r, c := range []net.Conn{a, b} {
-		wg.Go(func() {
-			conns := make([]net.Conn, 2)
-			conns[1-r] = c
-			ms[r], errs[r] = New(r, 2, conns)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer ms[0].Close()
-	defer ms[1].Close()
 	bufs := [][]float32{{1, 2, 3}, {10, 20, 30}}
 	for r := range 2 {
 		wg.Go(func() { errs[r] = ms[r].AllReduce(bufs[r]) })

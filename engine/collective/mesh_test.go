@@ -17,33 +17,9 @@ import (
 // group connects n ranks over loopback TCP with token, each listening on
 // its own port.
 func group(t testing.TB, n int, token string) []*Mesh {
-	t.Helper()
-	lns := make([]net.Listener, n)
-	addrs := make([]string, n)
-	for i := range lns {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i], addrs[i] = ln, ln.Addr().String()
-		t.Cleanup(func() { ln.Close() })
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ms := make([]*Mesh, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { ms[r], errs[r] = Connect(ctx, r, n, addrs, lns[r], token) })
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-		t.Cleanup(ms[r].Close)
-	}
-	return ms
+	return connectGroup(t, n, nil, func(ctx context.Context, r int, addrs []string, ln net.Listener) (*Mesh, error) {
+		return Connect(ctx, r, n, addrs, ln, token)
+	})
 }
 
 // groupTLS is group with its links over TLS under secret (LinkTLS).
@@ -53,6 +29,19 @@ func groupTLS(t testing.TB, n int, secret []byte) []*Mesh {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wrap := func(ln net.Listener) net.Listener { return tls.NewListener(ln, srv) }
+	return connectGroup(t, n, wrap, func(ctx context.Context, r int, addrs []string, ln net.Listener) (*Mesh, error) {
+		return ConnectWith(ctx, r, n, func(ctx context.Context, to int) (net.Conn, error) {
+			return (&tls.Dialer{Config: cli}).DialContext(ctx, "tcp", addrs[to])
+		}, ln, "t")
+	})
+}
+
+// connectGroup listens on a loopback port per rank (wrapped by wrap, if
+// set) and connects the n ranks at once with connect.
+func connectGroup(t testing.TB, n int, wrap func(net.Listener) net.Listener,
+	connect func(ctx context.Context, r int, addrs []string, ln net.Listener) (*Mesh, error)) []*Mesh {
+	t.Helper()
 	lns := make([]net.Listener, n)
 	addrs := make([]string, n)
 	for i := range lns {
@@ -60,11 +49,11 @@ func groupTLS(t testing.TB, n int, secret []byte) []*Mesh {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lns[i], addrs[i] = tls.NewListener(ln, srv), ln.Addr().String()
 		t.Cleanup(func() { ln.Close() })
-	}
-	dial := func(ctx context.Context, r int) (net.Conn, error) {
-		return (&tls.Dialer{Config: cli}).DialContext(ctx, "tcp", addrs[r])
+		lns[i], addrs[i] = ln, ln.Addr().String()
+		if wrap != nil {
+			lns[i] = wrap(ln)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -72,7 +61,7 @@ func groupTLS(t testing.TB, n int, secret []byte) []*Mesh {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
-		wg.Go(func() { ms[r], errs[r] = ConnectWith(ctx, r, n, dial, lns[r], "t") })
+		wg.Go(func() { ms[r], errs[r] = connect(ctx, r, addrs, lns[r]) })
 	}
 	wg.Wait()
 	for r, err := range errs {
