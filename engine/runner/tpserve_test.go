@@ -42,6 +42,18 @@ func meshPair(t *testing.T) [2]*collective.Mesh {
 	return ms
 }
 
+// tileBoth runs checkTiling on both ranks of ms at once, with slices
+// s[0] and s[1], and returns each rank's answer.
+func tileBoth(ms [2]*collective.Mesh, s [2]model.TPSlice, vocab int) []error {
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() { errs[r] = checkTiling(ms[r], &s[r], vocab) })
+	}
+	wg.Wait()
+	return errs
+}
+
 // Slices that tile the model pass; slices of two plans (rank 1's MLP
 // columns overlapping rank 0's) are refused on both ranks, naming a
 // column.
@@ -59,12 +71,7 @@ func TestCheckTiling(t *testing.T) {
 			ms := meshPair(t)
 			b := s1
 			b.FF, b.FFDim = c.ff1, 256-c.ff1
-			errs := make([]error, 2)
-			var wg sync.WaitGroup
-			for r, s := range []model.TPSlice{s0, b} {
-				wg.Go(func() { errs[r] = checkTiling(ms[r], &s, 0) })
-			}
-			wg.Wait()
+			errs := tileBoth(ms, [2]model.TPSlice{s0, b}, 0)
 			for r, err := range errs {
 				if c.wantOK && err != nil {
 					t.Errorf("rank %d: %v", r, err)
@@ -91,12 +98,7 @@ func TestCheckTilingExperts(t *testing.T) {
 		ms := meshPair(t)
 		b := s1
 		b.Expert, b.Experts = c.first, 8-c.first
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r, s := range []model.TPSlice{s0, b} {
-			wg.Go(func() { errs[r] = checkTiling(ms[r], &s, 0) })
-		}
-		wg.Wait()
+		errs := tileBoth(ms, [2]model.TPSlice{s0, b}, 0)
 		for r, err := range errs {
 			if c.wantOK != (err == nil) || err != nil && !strings.Contains(err.Error(), "expert 3 is held by 2 ranks") {
 				t.Errorf("rank 1's experts from %d: rank %d: %v (want ok %v)", c.first, r, err, c.wantOK)
@@ -125,12 +127,7 @@ func TestCheckTilingVocab(t *testing.T) {
 		a, b := s0, s1
 		a.VocabFirst, a.VocabRows = c.v0[0], c.v0[1]
 		b.VocabFirst, b.VocabRows = c.v1[0], c.v1[1]
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for r, s := range []model.TPSlice{a, b} {
-			wg.Go(func() { errs[r] = checkTiling(ms[r], &s, 128) })
-		}
-		wg.Wait()
+		errs := tileBoth(ms, [2]model.TPSlice{a, b}, 128)
 		for r, err := range errs {
 			if c.says == "" && err != nil || c.says != "" && (err == nil || !strings.Contains(err.Error(), c.says)) {
 				t.Errorf("head rows %v and %v: rank %d: %v, want %q", c.v0, c.v1, r, err, c.says)
