@@ -183,17 +183,19 @@ func TestShardSourceRefused(t *testing.T) {
 // by columns (256: 8 blocks), each expert's down projection is cut by
 // columns, a piece of every row, and the pieces of this small model's
 // matrices lie closer than a request is worth, so it fetches about all of
-// it. Either way the slice is byte for byte the one cut from the whole
-// file.
+// it. deepseek2's experts split whole, its latent attention by heads (the
+// compressions whole). Either way the slice is byte for byte the one cut
+// from the whole file.
 func TestSlicePull(t *testing.T) {
 	for _, c := range []struct {
+		family  string
 		eff     int
 		columns bool
 		most    float64
-	}{{96, false, 0.6}, {256, true, 1}} {
+	}{{"qwen3moe", 96, false, 0.6}, {"qwen3moe", 256, true, 1}, {"deepseek2", 96, false, 0.7}} {
 		o := model.Presets["small"]
 		o.Dim, o.Vocab = 256, 2048
-		o, err := model.ApplyFamily(o, "qwen3moe")
+		o, err := model.ApplyFamily(o, c.family)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,8 +233,8 @@ func TestSlicePull(t *testing.T) {
 				t.Fatal(err)
 			}
 			served := h.Served.Load() - before
-			t.Logf("experts of %d columns (by columns: %v), rank %d: header %d + ranges %d = %d bytes fetched of the model's %d (%.0f%%)",
-				c.eff, c.columns, rank, st.Header, st.Fetched, served, len(data), 100*float64(served)/float64(len(data)))
+			t.Logf("%s, experts of %d columns (by columns: %v), rank %d: header %d + ranges %d = %d bytes fetched of the model's %d (%.0f%%)",
+				c.family, c.eff, c.columns, rank, st.Header, st.Fetched, served, len(data), 100*float64(served)/float64(len(data)))
 			if st.Fetched != st.Want || served != st.Header+st.Fetched || float64(served) > c.most*float64(len(data)) {
 				t.Errorf("rank %d: %+v, %d bytes served of %d", rank, st, served, len(data))
 			}

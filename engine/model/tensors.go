@@ -168,8 +168,10 @@ func mlaShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error) 
 	}
 	ff := uint64(c.FFDim)
 	want["dense.ffn_gate.weight"], want["dense.ffn_up.weight"], want["dense.ffn_down.weight"] = []uint64{dim, ff}, []uint64{dim, ff}, []uint64{ff, dim}
-	e, eff, sh := uint64(c.Experts), uint64(c.ExpertFFDim), uint64(c.SharedExperts)*uint64(c.ExpertFFDim)
-	want["moe.ffn_gate_inp.weight"] = []uint64{dim, e}
+	// The router scores every expert; a slice holds some of them.
+	_, local := c.LocalExperts()
+	e, eff, sh := uint64(local), uint64(c.ExpertFFDim), uint64(c.SharedFF())
+	want["moe.ffn_gate_inp.weight"] = []uint64{dim, uint64(c.Experts)}
 	want["moe.ffn_gate_exps.weight"], want["moe.ffn_up_exps.weight"] = []uint64{dim, eff, e}, []uint64{dim, eff, e}
 	want["moe.ffn_down_exps.weight"] = []uint64{eff, dim, e}
 	if sh > 0 {
@@ -181,7 +183,7 @@ func mlaShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error) 
 	moe := max(first, c.LeadDense)
 	if _, ok := f.Tensor(fmt.Sprintf("blk.%d.exp_probs_b.bias", moe)); ok {
 		c.ExpertProbsBias = true
-		want["moe.exp_probs_b.bias"] = []uint64{e}
+		want["moe.exp_probs_b.bias"] = []uint64{uint64(c.Experts)}
 	}
 	for _, name := range []string{"ffn_gate_up_exps.weight", "attn_kv_b.weight"} {
 		if _, ok := f.Tensor(fmt.Sprintf("blk.%d.%s", moe, name)); ok {

@@ -52,6 +52,11 @@ const (
 	// The output head's rows (vocabulary) the slice holds.
 	KeyTPVocabFirst = "orrery.tp.vocab_first"
 	KeyTPVocabRows  = "orrery.tp.vocab_rows"
+	// deepseek2's shared experts, split by columns: [first, first+ff) of
+	// full, their hidden size.
+	KeyTPSharedFirst  = "orrery.tp.shared_ff_first"
+	KeyTPSharedFF     = "orrery.tp.shared_ff"
+	KeyTPFullSharedFF = "orrery.tp.full_shared_ff"
 )
 
 // MaxTPRanks bounds a tensor-parallel group.
@@ -81,6 +86,12 @@ type TPSlice struct {
 	// VocabRows 0: the head is whole on rank 0.
 	VocabFirst int `json:"vocabFirst,omitempty"`
 	VocabRows  int `json:"vocabRows,omitempty"`
+	// Columns [Shared, Shared+SharedFF) of FullSharedFF, the hidden size
+	// of deepseek2's shared experts (beside the routed ones, which every
+	// token uses): split as a dense MLP. FullSharedFF 0: none.
+	Shared       int `json:"sharedFfFirst,omitempty"`
+	SharedFF     int `json:"sharedFf,omitempty"`
+	FullSharedFF int `json:"fullSharedFf,omitempty"`
 	// The whole model's counts.
 	FullHeads   int `json:"fullHeads"`
 	FullKVHeads int `json:"fullKvHeads"`
@@ -94,18 +105,22 @@ func (s TPSlice) String() string {
 	b := fmt.Sprintf("heads %d–%d of %d (kv %d–%d of %d)", s.Head, s.Head+s.Heads-1, s.FullHeads, s.KVHead, s.KVHead+s.KVHeads-1, s.FullKVHeads)
 	switch {
 	case s.ExpertColumns:
-		return b + fmt.Sprintf(", every expert's columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF) + s.vocabString()
+		b += fmt.Sprintf(", every expert's columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF)
 	case s.FullExperts > 0:
-		return b + fmt.Sprintf(", experts %d–%d of %d", s.Expert, s.Expert+s.Experts-1, s.FullExperts) + s.vocabString()
+		if s.FFDim < s.FullFF { // deepseek2's leading dense blocks
+			b += fmt.Sprintf(", dense MLP columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF)
+		}
+		b += fmt.Sprintf(", experts %d–%d of %d", s.Expert, s.Expert+s.Experts-1, s.FullExperts)
+	default:
+		b += fmt.Sprintf(", MLP columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF)
 	}
-	return b + fmt.Sprintf(", MLP columns %d–%d of %d", s.FF, s.FF+s.FFDim-1, s.FullFF) + s.vocabString()
-}
-
-func (s TPSlice) vocabString() string {
-	if s.VocabRows == 0 {
-		return ""
+	if s.FullSharedFF > 0 {
+		b += fmt.Sprintf(", shared experts' columns %d–%d of %d", s.Shared, s.Shared+s.SharedFF-1, s.FullSharedFF)
 	}
-	return fmt.Sprintf(", head rows %d–%d", s.VocabFirst, s.VocabFirst+s.VocabRows-1)
+	if s.VocabRows > 0 {
+		b += fmt.Sprintf(", head rows %d–%d", s.VocabFirst, s.VocabFirst+s.VocabRows-1)
+	}
+	return b
 }
 
 // ErrTPSplit is wrapped by PlanTP's refusals: the model does not split
@@ -153,24 +168,59 @@ func PlanTPExperts(f *gguf.File, cfg Config, ranks int, split ExpertSplit) ([]TP
 		return nil, fmt.Errorf("%w: %d ranks, want 2..%d", ErrTPSplit, ranks, MaxTPRanks)
 	case cfg.TP != nil:
 		return nil, fmt.Errorf("%w: the file is itself a tensor-parallel slice", ErrTPSplit)
-	case cfg.MLA:
-		return nil, fmt.Errorf("%w: %s's latent attention does not split by heads yet", ErrTPSplit, cfg.Arch)
-	case cfg.Experts > 0 && cfg.LeadDense > 0:
-		return nil, fmt.Errorf("%w: %s mixes dense and expert blocks, which do not split yet", ErrTPSplit, cfg.Arch)
 	case cfg.Experts > 0 && cfg.Experts < ranks:
 		return nil, fmt.Errorf("%w: %d experts cannot be split whole over %d ranks", ErrTPSplit, cfg.Experts, ranks)
-	}
-	first, _ := cfg.Blocks()
-	p := fmt.Sprintf("blk.%d.", first)
-	oBlock, err := blockElems(f, p+"attn_output.weight")
-	if err != nil {
-		return nil, err
+	case split == ExpertsColumns && cfg.Experts > 0 && cfg.LeadDense > 0:
+		return nil, fmt.Errorf("%w: %s's experts split whole only (the MLP columns a rank holds are those of its %d leading dense blocks)", ErrTPSplit, cfg.Arch, cfg.LeadDense)
 	}
 	out := make([]TPSlice, ranks)
 	for r := range out {
 		out[r] = TPSlice{Rank: r, Ranks: ranks, FullHeads: cfg.Heads, FullKVHeads: cfg.KVHeads, FullFF: cfg.FFDim}
 	}
 	splitVocab(cfg.Vocab, out)
+	split1 := splitHeads
+	if cfg.MLA {
+		split1 = splitLatentHeads
+	}
+	if err := split1(f, cfg, out); err != nil {
+		return nil, err
+	}
+	if cfg.Experts > 0 {
+		if cfg.LeadDense > 0 {
+			split = ExpertsWhole
+		}
+		if err := splitExperts(f, cfg, out, split); err != nil {
+			return nil, err
+		}
+		if cfg.SharedExperts > 0 {
+			sh := cfg.SharedExperts * cfg.ExpertFFDim
+			if err := splitColumns(f, cfg, "ffn_down_shexp.weight", sh, out, func(s *TPSlice, at, n int) {
+				s.Shared, s.SharedFF, s.FullSharedFF = at, n, sh
+			}); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.LeadDense == 0 { // no block has a dense MLP
+			return out, nil
+		}
+	}
+	// Evenly. (When the output head was on rank 0 alone, giving rank 0
+	// fewer columns to offset it only made every block wait for the
+	// others: measured no faster on the 1b preset, and prefill slower.)
+	if err := splitColumns(f, cfg, "ffn_down.weight", cfg.FFDim, out, func(s *TPSlice, at, n int) { s.FF, s.FFDim = at, n }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// splitHeads gives each rank a range of the attention's heads (see
+// PlanTP).
+func splitHeads(f *gguf.File, cfg Config, out []TPSlice) error {
+	ranks := len(out)
+	oBlock, err := blockOf(f, cfg, "attn_output.weight")
+	if err != nil {
+		return err
+	}
 	group := cfg.Heads / cfg.KVHeads // query heads per kv head
 	if cfg.KVHeads >= ranks {
 		// Units of u kv-head groups, the fewest whose columns fill whole
@@ -180,7 +230,7 @@ func PlanTPExperts(f *gguf.File, cfg Config, ranks int, split ExpertSplit) ([]TP
 			u++
 		}
 		if cfg.KVHeads%u != 0 || cfg.KVHeads/u < ranks {
-			return nil, fmt.Errorf("%w: %d kv heads (of %d queries of %d) in units of %d that fill %d-value blocks of attn_output: fewer than %d ranks",
+			return fmt.Errorf("%w: %d kv heads (of %d queries of %d) in units of %d that fill %d-value blocks of attn_output: fewer than %d ranks",
 				ErrTPSplit, cfg.KVHeads, group, cfg.HeadDim, u, oBlock, ranks)
 		}
 		at := 0
@@ -189,44 +239,71 @@ func PlanTPExperts(f *gguf.File, cfg Config, ranks int, split ExpertSplit) ([]TP
 			out[r].Head, out[r].Heads = at*u*group, n*u*group
 			at += n
 		}
-	} else {
-		share := ranks / cfg.KVHeads // ranks per kv head
-		if ranks%cfg.KVHeads != 0 || group%share != 0 {
-			return nil, fmt.Errorf("%w: %d kv heads of %d queries each on %d ranks: with fewer kv heads than ranks, the ranks must be a multiple of the kv heads and split each one's queries evenly",
-				ErrTPSplit, cfg.KVHeads, group, ranks)
-		}
-		h := group / share
-		if (h*cfg.HeadDim)%oBlock != 0 {
-			return nil, fmt.Errorf("%w: %d heads of %d per rank do not fill %d-value blocks of attn_output", ErrTPSplit, h, cfg.HeadDim, oBlock)
-		}
-		for r := range out {
-			kv := r / share
-			out[r].KVHead, out[r].KVHeads = kv, 1
-			out[r].Head, out[r].Heads = kv*group+(r%share)*h, h
-		}
+		return nil
 	}
-	if cfg.Experts > 0 {
-		if err := splitExperts(f, cfg, out, split, p+"ffn_down_exps.weight"); err != nil {
-			return nil, err
-		}
-		return out, nil
+	share := ranks / cfg.KVHeads // ranks per kv head
+	if ranks%cfg.KVHeads != 0 || group%share != 0 {
+		return fmt.Errorf("%w: %d kv heads of %d queries each on %d ranks: with fewer kv heads than ranks, the ranks must be a multiple of the kv heads and split each one's queries evenly",
+			ErrTPSplit, cfg.KVHeads, group, ranks)
 	}
-	downBlock, err := blockElems(f, p+"ffn_down.weight")
+	h := group / share
+	if (h*cfg.HeadDim)%oBlock != 0 {
+		return fmt.Errorf("%w: %d heads of %d per rank do not fill %d-value blocks of attn_output", ErrTPSplit, h, cfg.HeadDim, oBlock)
+	}
+	for r := range out {
+		kv := r / share
+		out[r].KVHead, out[r].KVHeads = kv, 1
+		out[r].Head, out[r].Heads = kv*group+(r%share)*h, h
+	}
+	return nil
+}
+
+// splitLatentHeads splits deepseek2's latent attention by heads: each rank
+// its heads' rows of attn_q_b (or attn_q), their matrices of attn_k_b and
+// attn_v_b, and their columns of attn_output, in units of heads whose
+// values fill whole blocks of attn_output. Replicated: the compressions
+// (attn_q_a, attn_kv_a_mqa, and their norms) and the cache, which holds
+// the one latent every head attends to (the single kv head).
+func splitLatentHeads(f *gguf.File, cfg Config, out []TPSlice) error {
+	ranks := len(out)
+	oBlock, err := blockOf(f, cfg, "attn_output.weight")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if cfg.FFDim%downBlock != 0 || cfg.FFDim/downBlock < ranks {
-		return nil, fmt.Errorf("%w: an MLP of %d columns in %d-value blocks of ffn_down does not split over %d ranks", ErrTPSplit, cfg.FFDim, downBlock, ranks)
+	u := 1
+	for (u*cfg.ValueDimMLA)%oBlock != 0 {
+		u++
 	}
-	// Evenly. (When the output head was on rank 0 alone, giving rank 0
-	// fewer columns to offset it only made every block wait for the
-	// others: measured no faster on the 1b preset, and prefill slower.)
+	if cfg.Heads%u != 0 || cfg.Heads/u < ranks {
+		return fmt.Errorf("%w: %d latent-attention heads (values of %d) in units of %d that fill %d-value blocks of attn_output: fewer than %d ranks",
+			ErrTPSplit, cfg.Heads, cfg.ValueDimMLA, u, oBlock, ranks)
+	}
 	at := 0
-	for r, n := range spread(cfg.FFDim/downBlock, ranks) {
-		out[r].FF, out[r].FFDim = at*downBlock, n*downBlock
+	for r, n := range spread(cfg.Heads/u, ranks) {
+		out[r].KVHead, out[r].KVHeads = 0, 1
+		out[r].Head, out[r].Heads = at*u, n*u
 		at += n
 	}
-	return out, nil
+	return nil
+}
+
+// splitColumns splits an MLP of ff hidden columns (down, its down
+// projection, cut by columns) over out in whole blocks of down, evenly,
+// and gives set each rank's range.
+func splitColumns(f *gguf.File, cfg Config, down string, ff int, out []TPSlice, set func(s *TPSlice, at, n int)) error {
+	b, err := blockOf(f, cfg, down)
+	if err != nil {
+		return err
+	}
+	if ff%b != 0 || ff/b < len(out) {
+		return fmt.Errorf("%w: an MLP of %d columns in %d-value blocks of %s does not split over %d ranks", ErrTPSplit, ff, b, down, len(out))
+	}
+	at := 0
+	for r, n := range spread(ff/b, len(out)) {
+		set(&out[r], at*b, n*b)
+		at += n
+	}
+	return nil
 }
 
 // vocabUnit is the rows of the output head a vocabulary split deals in:
@@ -254,9 +331,9 @@ func splitVocab(vocab int, out []TPSlice) {
 // splitExperts fills out's expert ranges: every expert's columns, evenly,
 // where the experts' hidden size divides into the ranks' blocks of down
 // (ffn_down_exps), else whole experts (see ExpertSplit).
-func splitExperts(f *gguf.File, cfg Config, out []TPSlice, split ExpertSplit, down string) error {
+func splitExperts(f *gguf.File, cfg Config, out []TPSlice, split ExpertSplit) error {
 	ranks := len(out)
-	eBlock, err := blockElems(f, down)
+	eBlock, err := blockOf(f, cfg, "ffn_down_exps.weight")
 	if err != nil {
 		return err
 	}
@@ -309,6 +386,19 @@ func spread(n, k int) []int {
 	return out
 }
 
+// blockOf is the values per quantization block of the tensor named
+// suffix in the first of cfg's blocks that has one (deepseek2's dense and
+// expert blocks hold different tensors).
+func blockOf(f *gguf.File, cfg Config, suffix string) (int, error) {
+	first, last := cfg.Blocks()
+	for i := first; i < last; i++ {
+		if _, ok := f.Tensor(fmt.Sprintf("blk.%d.%s", i, suffix)); ok {
+			return blockElems(f, fmt.Sprintf("blk.%d.%s", i, suffix))
+		}
+	}
+	return 0, fmt.Errorf("%w: no block has %s", ErrTPSplit, suffix)
+}
+
 // blockElems is the values per quantization block of tensor name.
 func blockElems(f *gguf.File, name string) (int, error) {
 	t, ok := f.Tensor(name)
@@ -334,7 +424,8 @@ func readTP(c *Config, f *gguf.File) error {
 	s := &TPSlice{Rank: g(KeyTPRank), Ranks: g(KeyTPRanks), Head: g(KeyTPHead), Heads: g(KeyTPHeads), KVHead: g(KeyTPKVHead),
 		KVHeads: g(KeyTPKVHeads), FF: g(KeyTPFF), FFDim: g(KeyTPFFDim), FullHeads: g(KeyTPFullHeads), FullKVHeads: g(KeyTPFullKVHeads), FullFF: g(KeyTPFullFF),
 		Expert: g(KeyTPExpert), Experts: g(KeyTPExperts), FullExperts: g(KeyTPFullExperts), ExpertColumns: f.Bool(KeyTPExpertColumns, false),
-		VocabFirst: g(KeyTPVocabFirst), VocabRows: g(KeyTPVocabRows)}
+		VocabFirst: g(KeyTPVocabFirst), VocabRows: g(KeyTPVocabRows),
+		Shared: g(KeyTPSharedFirst), SharedFF: g(KeyTPSharedFF), FullSharedFF: g(KeyTPFullSharedFF)}
 	ff := c.FFDim // what the slice's columns are of
 	if s.ExpertColumns {
 		ff = c.ExpertFFDim
@@ -350,8 +441,14 @@ func readTP(c *Config, f *gguf.File) error {
 		return fmt.Errorf("tensor-parallel slice: %d kv heads do not divide %d heads", s.KVHeads, s.Heads)
 	case s.FFDim < 1 || s.FF < 0 || s.FF+s.FFDim > ff:
 		return fmt.Errorf("tensor-parallel slice: MLP columns [%d, +%d) of %d", s.FF, s.FFDim, ff)
-	case c.MLA || c.Experts > 0 && c.LeadDense > 0:
-		return fmt.Errorf("tensor-parallel slice of %s, which does not split by heads yet", c.Arch)
+	case c.MLA && (s.KVHead != 0 || s.KVHeads != 1):
+		return fmt.Errorf("tensor-parallel slice of %s's latent attention with kv heads [%d, +%d): its one latent is on every rank", c.Arch, s.KVHead, s.KVHeads)
+	case s.FullSharedFF != c.SharedExperts*c.ExpertFFDim:
+		return fmt.Errorf("tensor-parallel slice of shared experts of %d columns, but the model's are %d", s.FullSharedFF, c.SharedExperts*c.ExpertFFDim)
+	case s.FullSharedFF > 0 && (s.SharedFF < 1 || s.Shared < 0 || s.Shared+s.SharedFF > s.FullSharedFF):
+		return fmt.Errorf("tensor-parallel slice: shared experts' columns [%d, +%d) of %d", s.Shared, s.SharedFF, s.FullSharedFF)
+	case s.ExpertColumns && c.LeadDense > 0:
+		return fmt.Errorf("tensor-parallel slice of %s's experts by columns: they split whole only", c.Arch)
 	case s.FullExperts != c.Experts:
 		return fmt.Errorf("tensor-parallel slice of %d experts, but the model has %d", s.FullExperts, c.Experts)
 	case c.Experts > 0 && (s.Experts < 1 || s.Expert < 0 || s.Expert+s.Experts > c.Experts):
@@ -369,6 +466,15 @@ func readTP(c *Config, f *gguf.File) error {
 		c.FFDim = s.FFDim
 	}
 	return nil
+}
+
+// SharedFF is the hidden size of the shared experts this file holds: a
+// slice's columns, or all.
+func (c Config) SharedFF() int {
+	if c.TP != nil && c.TP.FullSharedFF > 0 {
+		return c.TP.SharedFF
+	}
+	return c.SharedExperts * c.ExpertFFDim
 }
 
 // LocalExperts is the range of experts this file holds: a slice's, or all.

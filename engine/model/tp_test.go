@@ -83,8 +83,7 @@ func TestPlanTP(t *testing.T) {
 		{"one rank", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512}, 1, "1 ranks"},
 		{"too many ranks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512}, 17, "17 ranks"},
 		{"fewer experts than ranks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Experts: 2, Arch: "qwen3moe"}, 4, "2 experts"},
-		{"dense and expert blocks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Experts: 8, LeadDense: 1, Arch: "x"}, 2, "dense and expert"},
-		{"latent attention", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, MLA: true, Arch: "deepseek2"}, 2, "latent"},
+		{"latent attention, too few heads", Config{Layers: 2, Heads: 4, KVHeads: 1, ValueDimMLA: 16, FFDim: 512, MLA: true, Arch: "deepseek2"}, 3, "4 latent-attention heads"},
 		{"kv heads not shareable", Config{Heads: 8, KVHeads: 2, HeadDim: 64, FFDim: 512}, 3, "2 kv heads"},
 		{"more ranks than groups", Config{Heads: 8, KVHeads: 4, HeadDim: 64, FFDim: 512}, 3, "4 kv heads"},
 		{"MLP not in blocks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 500}, 2, "500 columns"},
@@ -94,6 +93,7 @@ func TestPlanTP(t *testing.T) {
 			if c.name == "more ranks than groups" {
 				typ = gguf.Q4_K // a group of 2 heads of 64 is half a block
 			}
+			c.cfg.Layers = 2
 			_, err := PlanTP(tpFile(typ), c.cfg, c.ranks)
 			if !errors.Is(err, ErrTPSplit) || !strings.Contains(err.Error(), c.says) {
 				t.Fatalf("PlanTP = %v, want ErrTPSplit naming %q", err, c.says)
@@ -167,6 +167,60 @@ func TestPlanTPExperts(t *testing.T) {
 		if cut.String() != c.cut.String() || drop != c.drop {
 			t.Errorf("%s: cut %s (drop %v), want %s (drop %v)", c.name, cut, drop, c.cut, c.drop)
 		}
+	}
+}
+
+// deepseek2 (DeepSeek V3's shape, K-quants): latent attention by heads in
+// pairs (two heads' 128 values fill a 256-value block of attn_output), the
+// dense block's MLP and the shared expert by columns, experts whole; the
+// compressions, the router and the selection bias whole on every rank.
+func TestPlanTPLatent(t *testing.T) {
+	cfg := Config{Arch: "deepseek2", Layers: 4, Heads: 128, KVHeads: 1, HeadDim: 576, MLA: true, KVLoraRank: 512, RopeDim: 64,
+		KeyDimMLA: 192, ValueDimMLA: 128, QLoraRank: 1536, FFDim: 18432, Experts: 256, ExpertsUsed: 8, ExpertFFDim: 2048,
+		LeadDense: 1, SharedExperts: 1}
+	f := &gguf.File{Tensors: []gguf.TensorInfo{{Name: "blk.0.attn_output.weight", Type: gguf.Q4_K}, {Name: "blk.0.ffn_down.weight", Type: gguf.Q6_K},
+		{Name: "blk.1.attn_output.weight", Type: gguf.Q4_K}, {Name: "blk.1.ffn_down_exps.weight", Type: gguf.Q4_K}, {Name: "blk.1.ffn_down_shexp.weight", Type: gguf.Q6_K}}}
+	plan, err := PlanTP(f, cfg, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][6]int
+	for _, s := range plan {
+		got = append(got, [6]int{s.Heads, s.KVHeads, s.FFDim, s.Experts, s.SharedFF, s.FullSharedFF})
+		if s.KVHead != 0 || s.ExpertColumns || s.FullExperts != 256 {
+			t.Errorf("rank %d: %+v", s.Rank, s)
+		}
+	}
+	if want := "[[44 1 6144 86 768 2048] [42 1 6144 85 768 2048] [42 1 6144 85 512 2048]]"; fmt.Sprint(got) != want {
+		t.Errorf("heads, kv heads, dense columns, experts, shared columns by rank: %v, want %s", got, want)
+	}
+	if s := plan[1].String(); !strings.Contains(s, "heads 44–85 of 128") || !strings.Contains(s, "dense MLP columns 6144–12287 of 18432") ||
+		!strings.Contains(s, "experts 86–170 of 256") || !strings.Contains(s, "shared experts' columns 768–1535 of 2048") {
+		t.Errorf("rank 1 reads %q", s)
+	}
+	for _, c := range []struct {
+		name string
+		cut  tpCut
+	}{
+		{"blk.1.attn_q_b.weight", tpCut{rows: [][2]uint64{{44 * 192, 86 * 192}}}},
+		{"blk.1.attn_k_b.weight", tpCut{planes: &[2]uint64{44, 86}}},
+		{"blk.1.attn_v_b.weight", tpCut{planes: &[2]uint64{44, 86}}},
+		{"blk.1.attn_output.weight", tpCut{cols: [][2]uint64{{44 * 128, 86 * 128}}}},
+		{"blk.1.attn_q_a.weight", tpCut{}},
+		{"blk.1.attn_kv_a_mqa.weight", tpCut{}},
+		{"blk.1.ffn_gate_inp.weight", tpCut{}},
+		{"blk.1.exp_probs_b.bias", tpCut{}},
+		{"blk.1.ffn_up_exps.weight", tpCut{planes: &[2]uint64{86, 171}}},
+		{"blk.1.ffn_up_shexp.weight", tpCut{rows: [][2]uint64{{768, 1536}}}},
+		{"blk.1.ffn_down_shexp.weight", tpCut{cols: [][2]uint64{{768, 1536}}}},
+		{"blk.0.ffn_gate.weight", tpCut{rows: [][2]uint64{{6144, 12288}}}},
+	} {
+		if cut, drop := tpCutFor(c.name, cfg, plan[1]); cut.String() != c.cut.String() || drop {
+			t.Errorf("%s: cut %s (drop %v), want %s", c.name, cut, drop, c.cut)
+		}
+	}
+	if _, err := PlanTPExperts(f, cfg, 2, ExpertsColumns); !errors.Is(err, ErrTPSplit) || !strings.Contains(err.Error(), "split whole only") {
+		t.Errorf("deepseek2's experts by columns: %v", err)
 	}
 }
 

@@ -46,7 +46,13 @@ func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
 	if !strings.HasPrefix(name, "blk.") || j < 0 {
 		return tpCut{}, false
 	}
-	switch name[i+1+j+1:] {
+	suffix := name[i+1+j+1:]
+	if cfg.MLA {
+		if cut, ok := latentCut(suffix, cfg, s); ok {
+			return cut, false
+		}
+	}
+	switch suffix {
 	case "attn_q.weight":
 		return tpCut{rows: [][2]uint64{q}}, false
 	case "attn_k.weight", "attn_v.weight":
@@ -72,6 +78,10 @@ func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
 		return tpCut{rows: [][2]uint64{ff}}, false
 	case "ffn_down.weight":
 		return tpCut{cols: [][2]uint64{ff}}, false
+	case "ffn_gate_shexp.weight", "ffn_up_shexp.weight":
+		return tpCut{rows: [][2]uint64{{uint64(s.Shared), uint64(s.Shared + s.SharedFF)}}}, false
+	case "ffn_down_shexp.weight":
+		return tpCut{cols: [][2]uint64{{uint64(s.Shared), uint64(s.Shared + s.SharedFF)}}}, false
 	}
 	if s.ExpertColumns {
 		switch name[i+1+j+1:] {
@@ -93,6 +103,24 @@ func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
 		}
 	}
 	return tpCut{}, false
+}
+
+// latentCut is the cut of a deepseek2 block's attention tensor (by its
+// name after blk.N.) for slice s: its heads' rows of the queries, their
+// matrices of attn_k_b and attn_v_b, their values' columns of
+// attn_output; the compressions whole (see splitLatentHeads). false: not
+// an attention tensor.
+func latentCut(suffix string, cfg Config, s TPSlice) (tpCut, bool) {
+	h := [2]uint64{uint64(s.Head), uint64(s.Head + s.Heads)}
+	switch kd, vd := uint64(cfg.KeyDimMLA), uint64(cfg.ValueDimMLA); suffix {
+	case "attn_q.weight", "attn_q_b.weight":
+		return tpCut{rows: [][2]uint64{{h[0] * kd, h[1] * kd}}}, true
+	case "attn_k_b.weight", "attn_v_b.weight":
+		return tpCut{planes: &h}, true
+	case "attn_output.weight":
+		return tpCut{cols: [][2]uint64{{h[0] * vd, h[1] * vd}}}, true
+	}
+	return tpCut{}, strings.HasPrefix(suffix, "attn_")
 }
 
 // span is a range of a file's bytes: offset, length.
@@ -308,6 +336,9 @@ func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, 
 	}
 	if s.VocabRows > 0 {
 		kvs = append(kvs, u(KeyTPVocabFirst, s.VocabFirst), u(KeyTPVocabRows, s.VocabRows))
+	}
+	if s.FullSharedFF > 0 {
+		kvs = append(kvs, u(KeyTPSharedFirst, s.Shared), u(KeyTPSharedFF, s.SharedFF), u(KeyTPFullSharedFF, s.FullSharedFF))
 	}
 	var wts []gguf.WriteTensor
 	for _, t := range ts {

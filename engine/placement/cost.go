@@ -80,10 +80,11 @@ func (w Weights) Bytes() float64 {
 type ModelCost struct {
 	Layers int
 	// Attn holds the matrices split by query heads (q, output), KV those
-	// split by kv heads (k, v), MLP those split by columns, Rest the
-	// replicated ones (norms, routers), per block. A mixture of experts'
-	// experts count with the fraction a token uses.
-	Attn, KV, MLP, Rest []Weights
+	// split by kv heads (k, v), MLP those split by columns, Shared
+	// deepseek2's shared experts (by columns too), Exps a mixture's
+	// experts (with the fraction a token uses), Rest the replicated ones
+	// (norms, routers, deepseek2's compressions), per block.
+	Attn, KV, MLP, Shared, Exps, Rest []Weights
 	Head                Weights
 	// Dim is the hidden size: one row of activations is Dim f32.
 	Dim, Heads, HeadDim int
@@ -97,7 +98,9 @@ type ModelCost struct {
 func CostOf(f *gguf.File, cfg model.Config) ModelCost {
 	c := ModelCost{Layers: cfg.Layers, Dim: cfg.Dim, Heads: cfg.Heads, HeadDim: cfg.HeadDim, KVWidth: cfg.KVWidth(), Head: Weights{}, cfg: cfg, f: f}
 	for range cfg.Layers {
-		c.Attn, c.KV, c.MLP, c.Rest = append(c.Attn, Weights{}), append(c.KV, Weights{}), append(c.MLP, Weights{}), append(c.Rest, Weights{})
+		for _, w := range []*[]Weights{&c.Attn, &c.KV, &c.MLP, &c.Shared, &c.Exps, &c.Rest} {
+			*w = append(*w, Weights{})
+		}
 	}
 	used := 1.0
 	if cfg.Experts > 0 && cfg.ExpertsUsed > 0 {
@@ -117,9 +120,13 @@ func CostOf(f *gguf.File, cfg model.Config) ModelCost {
 			case len(t.Dims) < 2:
 				c.Rest[n].add(t, 1)
 			case strings.Contains(name, "_exps"):
-				c.MLP[n].add(t, used)
+				c.Exps[n].add(t, used)
+			case strings.Contains(name, "_shexp"):
+				c.Shared[n].add(t, 1)
 			case strings.HasPrefix(name, "attn_k.") || strings.HasPrefix(name, "attn_v."):
 				c.KV[n].add(t, 1)
+			case strings.HasPrefix(name, "attn_q_a") || strings.HasPrefix(name, "attn_kv_a"):
+				c.Rest[n].add(t, 1) // deepseek2's compressions, on every rank
 			case strings.HasPrefix(name, "attn_"):
 				c.Attn[n].add(t, 1)
 			case strings.HasPrefix(name, "ffn_gate_inp"):
@@ -235,18 +242,21 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 	}
 	for i, r := range group {
 		wDec, wPre := Weights{}, Weights{}
-		for il := first; il < last; il++ {
-			a, kv, mDec, mPre := 1.0, 1.0, 1.0, 1.0
-			if t > 1 {
-				sl := shares[i]
-				a, kv, mDec = share(sl.Heads, sl.FullHeads), share(sl.KVHeads, sl.FullKVHeads), share(sl.FFDim, sl.FullFF)
-				mPre = mDec
-				if sl.FullExperts > 0 && !sl.ExpertColumns { // whole experts
-					mDec, mPre = busiest, share(sl.Experts, sl.FullExperts)
-				}
+		a, kv, m, sh, eDec, ePre := 1.0, 1.0, 1.0, 1.0, 1.0, 1.0
+		if t > 1 {
+			sl := shares[i]
+			a, kv, m = share(sl.Heads, sl.FullHeads), share(sl.KVHeads, sl.FullKVHeads), share(sl.FFDim, sl.FullFF)
+			eDec, ePre = m, m // by columns
+			if sl.FullExperts > 0 && !sl.ExpertColumns { // whole experts
+				eDec, ePre = busiest, share(sl.Experts, sl.FullExperts)
 			}
-			w := c.Attn[il].scaled(a).plus(c.KV[il].scaled(kv)).plus(c.Rest[il])
-			wDec, wPre = wDec.plus(w).plus(c.MLP[il].scaled(mDec)), wPre.plus(w).plus(c.MLP[il].scaled(mPre))
+			if sl.FullSharedFF > 0 {
+				sh = share(sl.SharedFF, sl.FullSharedFF)
+			}
+		}
+		for il := first; il < last; il++ {
+			w := c.Attn[il].scaled(a).plus(c.KV[il].scaled(kv)).plus(c.Rest[il]).plus(c.MLP[il].scaled(m)).plus(c.Shared[il].scaled(sh))
+			wDec, wPre = wDec.plus(w).plus(c.Exps[il].scaled(eDec)), wPre.plus(w).plus(c.Exps[il].scaled(ePre))
 		}
 		heads, kvw := float64(c.Heads), float64(c.KVWidth)
 		if t > 1 {

@@ -344,22 +344,25 @@ func TestExpertParallelCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var blocks, experts, kv uint64
+	var blocks, experts, repl, kv uint64
 	for i := range l.Block {
-		blocks, experts, kv = blocks+l.Block[i], experts+l.Experts[i], kv+l.KV[i]
+		blocks, experts, repl, kv = blocks+l.Block[i], experts+l.Experts[i], repl+l.Replicated[i], kv+l.KV[i]
+	}
+	if repl == 0 || repl > blocks/50 {
+		t.Fatalf("replicated %d of %d block bytes: the norms and routers should be a small part", repl, blocks)
 	}
 	if experts < blocks/2 {
 		t.Fatalf("experts %d of %d block bytes: the preset should be mostly experts", experts, blocks)
 	}
-	if want := uint64(Overhead) + blocks/2 + kv/2 + l.Embed + l.Head/2; absDiff(ranks[1].Need, want) > 64 {
-		t.Errorf("rank 1 needs %d, want %d: half the experts, half the rest and half the head", ranks[1].Need, want)
+	if want := uint64(Overhead) + repl + (blocks-repl)/2 + kv/2 + l.Embed + l.HeadNorm + (l.Head-l.HeadNorm)/2; absDiff(ranks[1].Need, want) > 64 {
+		t.Errorf("rank 1 needs %d, want %d: the norms and routers whole, half the experts, half the rest and half the head's rows", ranks[1].Need, want)
 	}
 	rate := 3e9
 	in := inputs(rate, 50)
 	decode := func(share float64) float64 {
 		var b float64
 		for il := range c.Layers {
-			b += (c.Attn[il].Bytes()+c.KV[il].Bytes())/2 + c.Rest[il].Bytes() + c.MLP[il].Bytes()*share
+			b += (c.Attn[il].Bytes()+c.KV[il].Bytes())/2 + c.Rest[il].Bytes() + c.Exps[il].Bytes()*share
 		}
 		return (b+c.Head.Bytes()/2)/rate + (float64(c.Layers)*20+100)/1e6 // each rank half the head
 	}

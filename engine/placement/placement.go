@@ -29,7 +29,17 @@ type Layout struct {
 	Block []uint64
 	// Experts is the part of each block's bytes in a mixture's experts
 	// (ffn_*_exps), which expert parallelism splits whole.
-	Experts     []uint64
+	Experts []uint64
+	// Replicated is the part every rank of a tensor-parallel group holds
+	// whole: norms and other vectors, routers, deepseek2's compressions.
+	Replicated []uint64
+	// Attn is the part split by query heads (the attention's other
+	// matrices), KVProj the part split by kv heads (attn_k, attn_v); the
+	// rest of a block is its MLP, split by columns.
+	Attn, KVProj []uint64
+	// HeadNorm is the part of Head in output_norm, which every rank of a
+	// group that splits the head holds whole.
+	HeadNorm    uint64
 	Embed, Head uint64
 	Tied        bool
 	// KV is each layer's KV cache (f16): the context length for a global
@@ -45,7 +55,8 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen, parallel int) Layout {
 	if ctxLen <= 0 || ctxLen > cfg.ContextLen {
 		ctxLen = cfg.ContextLen
 	}
-	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), Experts: make([]uint64, cfg.Layers), KV: make([]uint64, cfg.Layers),
+	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), Experts: make([]uint64, cfg.Layers), Replicated: make([]uint64, cfg.Layers),
+		Attn: make([]uint64, cfg.Layers), KVProj: make([]uint64, cfg.Layers), KV: make([]uint64, cfg.Layers),
 		Tied: cfg.TiedOutput, ContextLen: ctxLen}
 	for i := range l.KV {
 		// The slots share one pool of ctxLen positions.
@@ -60,14 +71,25 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen, parallel int) Layout {
 		switch {
 		case t.Name == "token_embd.weight":
 			l.Embed = t.Size
-		case t.Name == "output_norm.weight" || strings.HasPrefix(t.Name, "output."):
+		case t.Name == "output_norm.weight":
+			l.Head += t.Size
+			l.HeadNorm = t.Size
+		case strings.HasPrefix(t.Name, "output."):
 			l.Head += t.Size
 		case strings.HasPrefix(t.Name, "blk."):
 			var n int
 			if _, err := fmt.Sscanf(t.Name, "blk.%d.", &n); err == nil && n >= 0 && n < cfg.Layers {
 				l.Block[n] += t.Size
-				if strings.Contains(t.Name, "_exps.") {
+				switch name := t.Name[strings.Index(t.Name[4:], ".")+5:]; {
+				case strings.Contains(name, "_exps."):
 					l.Experts[n] += t.Size
+				case len(t.Dims) < 2 || strings.HasPrefix(name, "ffn_gate_inp.") || strings.HasPrefix(name, "attn_q_a") ||
+					strings.HasPrefix(name, "attn_kv_a"):
+					l.Replicated[n] += t.Size
+				case strings.HasPrefix(name, "attn_k.") || strings.HasPrefix(name, "attn_v."):
+					l.KVProj[n] += t.Size
+				case strings.HasPrefix(name, "attn_"):
+					l.Attn[n] += t.Size
 				}
 			}
 		}

@@ -155,3 +155,72 @@ func familyFile(t *testing.T, family string, layers int) (model.Config, *gguf.Fi
 	}
 	return cfg, f
 }
+
+// What placement reserves for a tensor-parallel rank's weights is what
+// the rank's slice file holds, within 6 % and never less: dense, a
+// mixture split by expert columns and whole, and deepseek2 (its latent
+// attention by heads, the compressions whole, its dense block and shared
+// expert by columns, experts whole). Its KV cache is the whole latent on
+// every rank.
+func TestTensorNeedMatchesSlices(t *testing.T) {
+	for _, fam := range []string{"llama", "qwen3moe", "deepseek2"} {
+		o, err := model.ApplyFamily(model.Presets["small"], fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Layers = 3
+		path := filepath.Join(t.TempDir(), fam+".gguf")
+		if err := model.Generate(path, o); err != nil {
+			t.Fatal(err)
+		}
+		f, err := gguf.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := model.FromGGUF(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := LayoutOf(f, cfg, 0, 1)
+		var kv uint64
+		for _, b := range l.KV {
+			kv += b
+		}
+		for _, tp := range []int{2, 3} {
+			plan, err := model.PlanTP(f, cfg, tp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes := make([]Node, tp)
+			for i := range nodes {
+				nodes[i] = Node{ID: string(rune('a' + i)), Available: 64 << 30}
+			}
+			ranks, err := Tensor(l, plan, nodes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r, s := range plan {
+				p := filepath.Join(t.TempDir(), "slice.gguf")
+				if err := model.WriteTPSlice(path, p, 0, cfg.Layers, s, "test"); err != nil {
+					t.Fatal(err)
+				}
+				sf, err := gguf.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var held uint64
+				for _, ti := range sf.Tensors {
+					held += ti.Size
+				}
+				cache := kv * uint64(s.KVHeads) / uint64(s.FullKVHeads)
+				if cfg.MLA && cache != kv {
+					t.Errorf("%s tensor %d rank %d: KV %d of the latent's %d", fam, tp, r, cache, kv)
+				}
+				got := ranks[r].Need - Overhead - cache
+				if got < held || float64(got) > 1.06*float64(held) {
+					t.Errorf("%s tensor %d rank %d (%s): placement reserves %d bytes of weights, the slice holds %d", fam, tp, r, s, got, held)
+				}
+			}
+		}
+	}
+}

@@ -123,7 +123,7 @@ func TestMacProjection(t *testing.T) {
 func decodeBytes(c ModelCost) float64 {
 	b := c.Head.Bytes()
 	for il := range c.Layers {
-		b += c.Attn[il].Bytes() + c.KV[il].Bytes() + c.MLP[il].Bytes() + c.Rest[il].Bytes()
+		b += c.Attn[il].Bytes() + c.KV[il].Bytes() + c.MLP[il].Bytes() + c.Shared[il].Bytes() + c.Exps[il].Bytes() + c.Rest[il].Bytes()
 	}
 	return b
 }

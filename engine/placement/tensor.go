@@ -62,21 +62,26 @@ func Hybrid(l Layout, plan []model.TPSlice, nodes []Node, stages int) ([]Rank, e
 }
 
 // groupRanks places one tensor-parallel group holding blocks [first,
-// last), its ranks numbered from rank0. Each rank needs its share of the
-// blocks' weights (the larger of its heads' and its MLP columns' share;
-// in a mixture, its experts' share of the experts and its heads' of the
-// rest) and of the KV cache (its kv heads'); with the first block, the
+// last), its ranks numbered from rank0. Each rank needs the replicated
+// parts of the blocks whole, its heads' share of the attention (its kv
+// heads' of k and v), its experts' share of a mixture's experts, its
+// columns' share of the MLP, and its kv heads' share of the KV cache (all
+// of it for deepseek2's one latent); with the first block, the
 // embeddings (replicated); with the last, its rows of the output head
 // (or, with the head whole, rank 0 all of it), and the embeddings when
 // the head is tied to them.
 func groupRanks(l Layout, plan []model.TPSlice, nodes []Node, first, last, rank0 int, what string) ([]Rank, error) {
-	var blocks, experts, kv uint64
+	var blocks, experts, repl, attn, kvProj, kv uint64
+	at := func(s []uint64, i int) uint64 {
+		if i < len(s) {
+			return s[i]
+		}
+		return 0
+	}
 	for i := first; i < last; i++ {
 		blocks += l.Block[i]
 		kv += l.KV[i]
-		if i < len(l.Experts) {
-			experts += l.Experts[i]
-		}
+		experts, repl, attn, kvProj = experts+at(l.Experts, i), repl+at(l.Replicated, i), attn+at(l.Attn, i), kvProj+at(l.KVProj, i)
 	}
 	vocab := 0 // the head's rows, when split by vocabulary
 	for _, s := range plan {
@@ -85,23 +90,32 @@ func groupRanks(l Layout, plan []model.TPSlice, nodes []Node, first, last, rank0
 	ranks := make([]Rank, len(plan))
 	var short []string
 	for i, s := range plan {
-		share := max(float64(s.Heads)/float64(s.FullHeads), float64(s.FFDim)/float64(s.FullFF))
-		mine := float64(blocks) * share
-		if s.FullExperts > 0 { // the experts' share, the rest's by heads
-			own := float64(s.Experts) / float64(s.FullExperts)
-			if s.ExpertColumns {
-				own = float64(s.FFDim) / float64(s.FullFF)
-			}
-			mine = float64(blocks-experts)*float64(s.Heads)/float64(s.FullHeads) + float64(experts)*own
+		// The MLP's columns: a dense MLP's, or deepseek2's shared experts'
+		// and its dense blocks' (the larger share).
+		mlp := 0.0
+		if s.FullExperts == 0 || !s.ExpertColumns && s.FFDim < s.FullFF {
+			mlp = float64(s.FFDim) / float64(s.FullFF)
 		}
+		if s.FullSharedFF > 0 {
+			mlp = max(mlp, float64(s.SharedFF)/float64(s.FullSharedFF))
+		}
+		heads, kvHeads := float64(s.Heads)/float64(s.FullHeads), float64(s.KVHeads)/float64(s.FullKVHeads)
+		own := 0.0 // the experts' share
+		switch {
+		case s.ExpertColumns:
+			own = float64(s.FFDim) / float64(s.FullFF)
+		case s.FullExperts > 0:
+			own = float64(s.Experts) / float64(s.FullExperts)
+		}
+		mine := float64(repl) + float64(attn)*heads + float64(kvProj)*kvHeads + float64(blocks-experts-repl-attn-kvProj)*mlp + float64(experts)*own
 		need := uint64(Overhead) + uint64(mine) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads)
 		if first == 0 {
 			need += l.Embed
 		}
 		if last == l.Layers {
 			switch {
-			case vocab > 0: // the head split by vocabulary: its rows
-				need += uint64(float64(l.Head) * float64(s.VocabRows) / float64(vocab))
+			case vocab > 0: // the head split by vocabulary: its rows, and the norm
+				need += l.HeadNorm + uint64(float64(l.Head-l.HeadNorm)*float64(s.VocabRows)/float64(vocab))
 			case i == 0:
 				need += l.Head
 			}

@@ -35,47 +35,63 @@ func (s *Server) connectTP(ctx context.Context, opts *backend.Options) error {
 }
 
 // checkTiling checks, with one all-reduce, that the group's slices tile
-// the model: every query head and every MLP column (of a mixture: every
-// expert) held by exactly one rank, and every row of the output head (of
-// vocab) by one rank, or none (the head whole on rank 0). Slices cut by
-// different plans (a stale cache, two versions) would otherwise sum wrong
-// partial outputs without a word.
+// the model: every query head, every MLP column (of a mixture: every
+// expert, and deepseek2's dense blocks' and shared experts' columns) held
+// by exactly one rank, and every row of the output head (of vocab) by one
+// rank, or none (the head whole on rank 0). Slices cut by different plans
+// (a stale cache, two versions) would otherwise sum wrong partial outputs
+// without a word.
 func checkTiling(m *collective.Mesh, s *model.TPSlice, vocab int) error {
 	if s == nil {
 		return errors.New("the model file is not a tensor-parallel slice")
 	}
-	// The MLP's units: its columns, or its experts.
-	unit, first, n, full := "MLP column", s.FF, s.FFDim, s.FullFF
+	// A part's units are each held by one rank, or all by alt ranks (its
+	// other arrangement); the lengths depend only on the model, so every
+	// rank's vector has the same shape.
+	type part struct {
+		unit           string // a format naming unit i
+		first, n, full int
+		alt            float32
+	}
+	parts := []part{{"query head %d", s.Head, s.Heads, s.FullHeads, 1}}
 	if s.FullExperts > 0 && !s.ExpertColumns {
-		unit, first, n, full = "expert", s.Expert, s.Experts, s.FullExperts
+		// A mixture's FF range is its dense blocks' columns (deepseek2),
+		// or spans them all on every rank (no block is dense).
+		parts = append(parts, part{"expert %d", s.Expert, s.Experts, s.FullExperts, 1},
+			part{"dense MLP column %d", s.FF, s.FFDim, s.FullFF, float32(s.Ranks)})
+	} else {
+		parts = append(parts, part{"MLP column %d", s.FF, s.FFDim, s.FullFF, 1})
 	}
-	v := make([]float32, s.FullHeads+full+vocab)
-	for h := s.Head; h < s.Head+s.Heads && h < s.FullHeads; h++ {
-		v[h] = 1
+	parts = append(parts, part{"shared experts' column %d", s.Shared, s.SharedFF, s.FullSharedFF, 1},
+		part{"row %d of the output head", s.VocabFirst, s.VocabRows, vocab, 0})
+	size := 0
+	for _, p := range parts {
+		size += p.full
 	}
-	for c := first; c < first+n && c < full; c++ {
-		v[s.FullHeads+c] = 1
-	}
-	head := v[s.FullHeads+full:]
-	for t := s.VocabFirst; t < s.VocabFirst+s.VocabRows && t < vocab; t++ {
-		head[t] = 1
+	v := make([]float32, size)
+	at := 0
+	for _, p := range parts {
+		for i := p.first; i < p.first+p.n && i < p.full; i++ {
+			v[at+i] = 1
+		}
+		at += p.full
 	}
 	if err := m.AllReduce(v); err != nil {
 		return err
 	}
 	m.TakeTimings() // not a request's
-	for t, x := range head {
-		if x != head[0] || x != 0 && x != 1 {
-			return fmt.Errorf("the group's slices do not tile the model: row %d of the output head is held by %v ranks (slices of different plans?)", t, x)
+	at = 0
+	for _, p := range parts {
+		held := v[at : at+p.full]
+		at += p.full
+		want := float32(1)
+		if len(held) > 0 && held[0] == p.alt {
+			want = p.alt
 		}
-	}
-	for i, x := range v[:s.FullHeads+full] {
-		if x != 1 {
-			what := fmt.Sprintf("query head %d", i)
-			if i >= s.FullHeads {
-				what = fmt.Sprintf("%s %d", unit, i-s.FullHeads)
+		for i, x := range held {
+			if x != want {
+				return fmt.Errorf("the group's slices do not tile the model: %s is held by %v ranks (slices of different plans?)", fmt.Sprintf(p.unit, i), x)
 			}
-			return fmt.Errorf("the group's slices do not tile the model: %s is held by %v ranks (slices of different plans?)", what, x)
 		}
 	}
 	return nil

@@ -135,3 +135,34 @@ func TestCheckTilingVocab(t *testing.T) {
 		}
 	}
 }
+
+// deepseek2's slices tile its dense blocks' and shared experts' columns
+// too (experts whole); a shared column on no rank is refused, naming it.
+func TestCheckTilingLatent(t *testing.T) {
+	full := model.TPSlice{Ranks: 2, FullHeads: 8, FullKVHeads: 1, KVHeads: 1, FullFF: 256, FullExperts: 8, FullSharedFF: 64}
+	s0, s1 := full, full
+	s0.Heads, s0.FFDim, s0.Experts, s0.SharedFF = 4, 128, 4, 32
+	s1.Rank, s1.Head, s1.Heads, s1.FF, s1.FFDim, s1.Expert, s1.Experts, s1.Shared, s1.SharedFF = 1, 4, 4, 128, 128, 4, 4, 32, 32
+	for _, c := range []struct {
+		shared [2]int
+		says   string
+	}{{[2]int{32, 32}, ""}, {[2]int{40, 24}, "shared experts' column 32 is held by 0 ranks"}} {
+		ms := meshPair(t)
+		b := s1
+		b.Shared, b.SharedFF = c.shared[0], c.shared[1]
+		for r, err := range tileBoth(ms, [2]model.TPSlice{s0, b}, 0) {
+			if c.says == "" && err != nil || c.says != "" && (err == nil || !strings.Contains(err.Error(), c.says)) {
+				t.Errorf("rank 1's shared columns %v: rank %d: %v, want %q", c.shared, r, err, c.says)
+			}
+		}
+	}
+	// Dense MLP columns on both ranks: refused.
+	ms := meshPair(t)
+	b := s1
+	b.FF = 64
+	for r, err := range tileBoth(ms, [2]model.TPSlice{s0, b}, 0) {
+		if err == nil || !strings.Contains(err.Error(), "dense MLP column 64 is held by 2 ranks") {
+			t.Errorf("overlapping dense columns: rank %d: %v", r, err)
+		}
+	}
+}

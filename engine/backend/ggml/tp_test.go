@@ -56,6 +56,12 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 			tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2}, model.ExpertsWhole})
 	}
 	cases = append(cases, tpCase{"qwen3moe", "Q8_0", tpShape("qwen3moe", "Q8_0", 128, 4, 2), []int{2}, ""})
+	// deepseek2: latent attention by heads (8 heads of 12 values: 4/4 on
+	// 2 ranks, 3/3/2 on 3; 4 of 32 in Q8_0, a block each), the leading
+	// dense block's MLP and the shared expert by columns, the routed
+	// experts whole.
+	cases = append(cases, tpCase{"deepseek2", "F32", tpShape("deepseek2", "F32", 96, 8, 1), []int{2, 3}, ""},
+		tpCase{"deepseek2", "Q8_0", tpShape("deepseek2", "Q8_0", 128, 4, 1), []int{2}, ""})
 	cases = append(cases, tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 4), []int{4}, ""},
 		tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 2), []int{4}, ""})
 	// Quantized weights: every cut falls on a block, so each rank's blocks
