@@ -145,20 +145,24 @@ merge-load:
 # "parallelism": "auto" on two agents through delay proxies of TP_CHOICE
 # each way, both plans measured beside the cost model's predictions; then
 # the same runners on TP_MOE_MODEL (the 1b qwen3moe preset), its experts
-# split by columns and then whole.
+# split by columns and then whole, and on TP_DS_MODEL (the 1b deepseek2
+# preset: latent attention by heads, experts whole).
 TP_RANKS ?= 2
 TP_CACHE ?= $(HOME)/.cache/orrery/tp-bench
 TP_MODEL ?= $(TP_CACHE)/1b.gguf
 TP_MOE_MODEL ?= $(TP_CACHE)/1b-qwen3moe.gguf
+TP_DS_MODEL ?= $(TP_CACHE)/1b-deepseek2.gguf
 TP_CHOICE ?= 1ms,50us
 TP_ARGS ?= --choice $(TP_CHOICE)
 tp-bench: build
 	@mkdir -p $(TP_CACHE)
 	@test -f $(TP_MODEL) || ./$(BIN) gen-model --preset 1b -o $(TP_MODEL)
 	@test -f $(TP_MOE_MODEL) || ./$(BIN) gen-model --preset 1b --arch qwen3moe -o $(TP_MOE_MODEL)
+	@test -f $(TP_DS_MODEL) || ./$(BIN) gen-model --preset 1b --arch deepseek2 -o $(TP_DS_MODEL)
 	./$(BIN) tp-bench --model $(TP_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) $(TP_ARGS)
 	./$(BIN) tp-bench --model $(TP_MOE_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) --experts columns
 	./$(BIN) tp-bench --model $(TP_MOE_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) --experts whole
+	./$(BIN) tp-bench --model $(TP_DS_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE)
 
 clean:
 	rm -rf bin test-output

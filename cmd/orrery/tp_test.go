@@ -210,43 +210,48 @@ func tpPlan(t *testing.T, path string, ranks int) []model.TPSlice {
 }
 
 // A mixture of experts split by experts over three runner processes (its
-// 8 experts 3/3/2, the router whole on each): continuous batching gives
-// the tokens of one runner with the whole model.
+// 8 experts 3/3/2, the router whole on each; deepseek2's latent attention
+// by heads, its dense block and shared expert by columns): continuous
+// batching gives the tokens of one runner with the whole model.
 func TestExpertParallelRunners(t *testing.T) {
 	bin := buildBinary(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "moe.gguf")
-	o := model.Presets["tiny"]
-	o.Heads, o.KVHeads, o.Seed = 8, 4, 5
-	o, err := model.ApplyFamily(o, "qwen3moe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := model.Generate(path, o); err != nil {
-		t.Fatal(err)
-	}
-	single := startTPRunner(t, bin, path)
-	single.ready(t)
-	want := greedy(t, single.client)
+	for _, fam := range []string{"qwen3moe", "deepseek2"} {
+		t.Run(fam, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "moe.gguf")
+			o := model.Presets["tiny"]
+			o.Heads, o.KVHeads, o.Seed = 8, 4, 5
+			o, err := model.ApplyFamily(o, fam)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := model.Generate(path, o); err != nil {
+				t.Fatal(err)
+			}
+			single := startTPRunner(t, bin, path)
+			single.ready(t)
+			want := greedy(t, single.client)
 
-	const ranks = 3
-	addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
-	var group []*tpRunner
-	for _, s := range tpPlan(t, path, ranks) {
-		if s.FullExperts != 8 || s.Experts < 2 || s.Experts > 3 {
-			t.Fatalf("rank %d holds %d of %d experts, want 2 or 3 of 8", s.Rank, s.Experts, s.FullExperts)
-		}
-		p := filepath.Join(dir, fmt.Sprintf("ep%d.gguf", s.Rank))
-		if err := model.WriteTPSlice(path, p, 0, o.Layers, s, "test"); err != nil {
-			t.Fatal(err)
-		}
-		group = append(group, startTPRunner(t, bin, p, "--tp-rank", fmt.Sprint(s.Rank), "--tp-ranks", fmt.Sprint(ranks), "--tp-addrs", strings.Join(addrs, ",")))
-	}
-	group[0].ready(t)
-	got := greedy(t, group[0].client)
-	for i := range got {
-		if len(want[i]) != 24 || !slices.Equal(got[i], want[i]) {
-			t.Errorf("completion %d: expert-parallel tokens %v, one runner's %v", i, got[i], want[i])
-		}
+			const ranks = 3
+			addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+			var group []*tpRunner
+			for _, s := range tpPlan(t, path, ranks) {
+				if s.FullExperts != 8 || s.Experts < 2 || s.Experts > 3 {
+					t.Fatalf("rank %d holds %d of %d experts, want 2 or 3 of 8", s.Rank, s.Experts, s.FullExperts)
+				}
+				p := filepath.Join(dir, fmt.Sprintf("ep%d.gguf", s.Rank))
+				if err := model.WriteTPSlice(path, p, 0, o.Layers, s, "test"); err != nil {
+					t.Fatal(err)
+				}
+				group = append(group, startTPRunner(t, bin, p, "--tp-rank", fmt.Sprint(s.Rank), "--tp-ranks", fmt.Sprint(ranks), "--tp-addrs", strings.Join(addrs, ",")))
+			}
+			group[0].ready(t)
+			got := greedy(t, group[0].client)
+			for i := range got {
+				if len(want[i]) != 24 || !slices.Equal(got[i], want[i]) {
+					t.Errorf("completion %d: expert-parallel tokens %v, one runner's %v", i, got[i], want[i])
+				}
+			}
+		})
 	}
 }
