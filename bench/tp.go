@@ -23,6 +23,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // TPOptions configures TP: one request's prefill and decode on one runner
@@ -61,10 +62,13 @@ type TPReport struct {
 	Single     TPSide          `json:"single"`
 	Tensor     TPSide          `json:"tensor"`
 	DecodeX    float64         `json:"decodeSpeedup"`
-	BatchedX   float64         `json:"batchedSpeedup"`
-	Concurrent int             `json:"concurrent"`
-	PrefillX   float64         `json:"prefillSpeedup"`
-	AllReduce  ReduceFigures   `json:"allReduce"`
+	// DecodeRounds is each round's decode speed-up (the group's over the
+	// single runner's, measured one after the other).
+	DecodeRounds []float64     `json:"decodeSpeedupByRound"`
+	BatchedX     float64       `json:"batchedSpeedup"`
+	Concurrent   int           `json:"concurrent"`
+	PrefillX     float64       `json:"prefillSpeedup"`
+	AllReduce    ReduceFigures `json:"allReduce"`
 	// Choice is the --choice part (nil when not run).
 	Choice *ChoiceReport `json:"choice,omitempty"`
 }
@@ -79,6 +83,13 @@ type TPSide struct {
 	// all-reduce a span on the group's side).
 	DecodeTracedTokPerSec []float64 `json:"decodeTracedTokPerSec"`
 	DecodeTraced          float64   `json:"decodeTracedMean"`
+	// From the traced decodes' spans, per token on rank 0: its forward
+	// passes, and the all-reduces inside them (the wait for the slowest
+	// rank included).
+	DecodeComputeMs     float64 `json:"decodeComputeMs"`
+	DecodeReduceMs      float64 `json:"decodeReduceMs"`
+	computeNs, reduceNs int64
+	tracedTokens        int
 	// Batched is the aggregate decode tok/s of Concurrent requests at once.
 	BatchedTokPerSec []float64 `json:"batchedTokPerSec"`
 	Batched          float64   `json:"batchedMean"`
@@ -128,14 +139,22 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 	if rep.AllReduce, err = tpReduce(ctx, o, cfg.Dim); err != nil {
 		return nil, fmt.Errorf("all-reduce: %w", err)
 	}
-	fmt.Fprintf(log, "one runner…\n")
-	if rep.Single, err = tpSide(ctx, o, []string{o.Model}); err != nil {
+	fmt.Fprintf(log, "starting one runner and %d tensor-parallel runners…\n", o.Ranks)
+	single, err := startTPRunners(ctx, o, []string{o.Model})
+	if err != nil {
 		return nil, fmt.Errorf("one runner: %w", err)
 	}
-	fmt.Fprintf(log, "%d tensor-parallel runners…\n", o.Ranks)
-	if rep.Tensor, err = tpSide(ctx, o, paths); err != nil {
+	defer single.close()
+	group, err := startTPRunners(ctx, o, paths)
+	if err != nil {
 		return nil, fmt.Errorf("tensor-parallel runners: %w", err)
 	}
+	defer group.close()
+	fmt.Fprintf(log, "%d rounds, each on one runner then on the group…\n", o.Repeat+1)
+	if rep.Single, rep.Tensor, err = tpSides(ctx, o, single, group); err != nil {
+		return nil, err
+	}
+	rep.DecodeRounds = ratios(rep.Tensor.DecodeTokPerSec, rep.Single.DecodeTokPerSec)
 	if rep.Single.Decode > 0 {
 		rep.DecodeX = rep.Tensor.Decode / rep.Single.Decode
 	}
@@ -220,16 +239,28 @@ func loopbackAddrs(n int) ([]string, error) {
 	return out, nil
 }
 
-// tpSide starts one runner per path (a tensor-parallel group when more
-// than one) and times o.Repeat prefills and decodes through rank 0.
-func tpSide(ctx context.Context, o TPOptions, paths []string) (TPSide, error) {
-	var side TPSide
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// tpRunners is one side of the benchmark: one runner, or a
+// tensor-parallel group served through rank 0.
+type tpRunners struct {
+	client *runner.Client
+	vocab  int
+	stops  []func()
+}
+
+func (g *tpRunners) close() {
+	for _, s := range g.stops {
+		s()
+	}
+}
+
+// startTPRunners starts one runner per path (a tensor-parallel group when
+// more than one) and waits until rank 0 serves.
+func startTPRunners(ctx context.Context, o TPOptions, paths []string) (*tpRunners, error) {
+	g := &tpRunners{}
 	rtok, gtok := token(), token()
 	addrs, err := loopbackAddrs(len(paths))
 	if err != nil {
-		return side, err
+		return nil, err
 	}
 	// Pinned: one thread on its core. Unpinned: the machine's cores
 	// shared out (ggml's threads spin while they wait: more threads than
@@ -238,13 +269,6 @@ func tpSide(ctx context.Context, o TPOptions, paths []string) (TPSide, error) {
 	if o.Cores == nil {
 		threads = strconv.Itoa(max(1, runtime.NumCPU()/len(paths)))
 	}
-	var client *runner.Client
-	var stops []func()
-	defer func() {
-		for _, s := range stops {
-			s()
-		}
-	}()
 	for r, p := range paths {
 		slots := max(o.Concurrent, 1)
 		args := []string{"runner", "--model", p, "--threads", threads, "--ctx", strconv.Itoa(slots * (o.PP + o.TG + 16)),
@@ -256,68 +280,115 @@ func tpSide(ctx context.Context, o TPOptions, paths []string) (TPSide, error) {
 		cmd.Env = append(os.Environ(), runner.TokenEnv+"="+rtok, "ORRERY_TP_TOKEN="+gtok)
 		addr, stop, err := startRunner(cmd)
 		if err != nil {
-			return side, fmt.Errorf("rank %d: %w", r, err)
+			g.close()
+			return nil, fmt.Errorf("rank %d: %w", r, err)
 		}
-		stops = append(stops, stop)
+		g.stops = append(g.stops, stop)
 		if r == 0 {
-			client = &runner.Client{Addr: addr, Token: rtok}
+			g.client = &runner.Client{Addr: addr, Token: rtok}
 		}
 	}
-	if err := waitReady(ctx, client); err != nil {
-		return side, err
+	if err := waitReady(ctx, g.client); err != nil {
+		g.close()
+		return nil, err
 	}
-	vocab := 0
-	if h, err := client.Health(ctx); err == nil && h.Model != nil {
-		vocab = h.Model.Vocab
+	if h, err := g.client.Health(ctx); err == nil && h.Model != nil {
+		g.vocab = h.Model.Vocab
 	}
+	return g, nil
+}
+
+// round times round i's prefill, decode (untraced and traced) and batched
+// decode on g into side; round 0 warms up and is not kept.
+func (g *tpRunners) round(ctx context.Context, o TPOptions, i int, side *TPSide) error {
 	noop := func(runner.Piece) error { return nil }
-	for i := 0; i <= o.Repeat; i++ {
-		if o.PP > 0 {
-			prompt := make([]int32, o.PP)
-			for k := range prompt {
-				prompt[k] = int32((k*7919 + i*31 + 300) % max(vocab, 1))
-			}
-			d, err := client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: prompt, MaxTokens: 1, IgnoreEOS: true}}, noop)
-			if err != nil {
-				return side, err
-			}
-			if i > 0 {
-				side.PrefillTokPerSec = append(side.PrefillTokPerSec, d.PrefillTokPerSec())
-			}
+	if o.PP > 0 {
+		prompt := make([]int32, o.PP)
+		for k := range prompt {
+			prompt[k] = int32((k*7919 + i*31 + 300) % max(g.vocab, 1))
 		}
-		for _, traced := range []bool{false, true} {
-			if o.TG == 0 {
-				break
-			}
-			req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}
-			if traced {
-				req.TraceID = fmt.Sprintf("tp-bench-%d", i)
-			}
-			d, err := client.Complete(ctx, req, noop)
-			if err != nil {
-				return side, err
-			}
-			switch {
-			case i == 0:
-			case traced:
-				side.DecodeTracedTokPerSec = append(side.DecodeTracedTokPerSec, d.DecodeTokPerSec())
-			default:
-				side.DecodeTokPerSec = append(side.DecodeTokPerSec, d.DecodeTokPerSec())
-			}
+		d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: prompt, MaxTokens: 1, IgnoreEOS: true}}, noop)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			side.PrefillTokPerSec = append(side.PrefillTokPerSec, d.PrefillTokPerSec())
 		}
 	}
-	for i := 0; o.Concurrent > 1 && o.TG > 0 && i <= o.Repeat; i++ {
-		v, err := tpBatched(ctx, client, o, i)
+	for _, traced := range []bool{false, true} {
+		if o.TG == 0 {
+			break
+		}
+		req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}
+		if traced {
+			req.TraceID = fmt.Sprintf("tp-bench-%d", i)
+		}
+		d, err := g.client.Complete(ctx, req, noop)
 		if err != nil {
-			return side, err
+			return err
+		}
+		switch {
+		case i == 0:
+		case traced:
+			side.DecodeTracedTokPerSec = append(side.DecodeTracedTokPerSec, d.DecodeTokPerSec())
+			c, r := decodeSpans(d.Spans)
+			side.computeNs, side.reduceNs, side.tracedTokens = side.computeNs+c, side.reduceNs+r, side.tracedTokens+o.TG
+		default:
+			side.DecodeTokPerSec = append(side.DecodeTokPerSec, d.DecodeTokPerSec())
+		}
+	}
+	if o.Concurrent > 1 && o.TG > 0 {
+		v, err := tpBatched(ctx, g.client, o, i)
+		if err != nil {
+			return err
 		}
 		if i > 0 {
 			side.BatchedTokPerSec = append(side.BatchedTokPerSec, v)
 		}
 	}
-	side.Prefill, side.Decode, side.DecodeTraced = Mean(side.PrefillTokPerSec), Mean(side.DecodeTokPerSec), Mean(side.DecodeTracedTokPerSec)
-	side.Batched = Mean(side.BatchedTokPerSec)
-	return side, nil
+	return nil
+}
+
+// tpSides runs o.Repeat rounds (after a warmup) on the single runner and
+// on the group, one after the other in each round, so that the machine's
+// drift (a third on this VM from minute to minute) falls on both sides
+// alike; the runners not measured wait idle (blocked on their sockets).
+func tpSides(ctx context.Context, o TPOptions, single, group *tpRunners) (TPSide, TPSide, error) {
+	var one, tp TPSide
+	for i := 0; i <= o.Repeat; i++ {
+		if err := single.round(ctx, o, i, &one); err != nil {
+			return one, tp, fmt.Errorf("one runner: %w", err)
+		}
+		if err := group.round(ctx, o, i, &tp); err != nil {
+			return one, tp, fmt.Errorf("tensor-parallel runners: %w", err)
+		}
+	}
+	for _, side := range []*TPSide{&one, &tp} {
+		side.Prefill, side.Decode, side.DecodeTraced = Mean(side.PrefillTokPerSec), Mean(side.DecodeTokPerSec), Mean(side.DecodeTracedTokPerSec)
+		side.Batched = Mean(side.BatchedTokPerSec)
+		if side.tracedTokens > 0 {
+			side.DecodeComputeMs = float64(side.computeNs) / 1e6 / float64(side.tracedTokens)
+			side.DecodeReduceMs = float64(side.reduceNs) / 1e6 / float64(side.tracedTokens)
+		}
+	}
+	return one, tp, nil
+}
+
+// decodeSpans sums a traced request's decode spans: its forward passes
+// ("compute") and the all-reduces inside them.
+func decodeSpans(spans []trace.Span) (compute, reduce int64) {
+	for _, sp := range spans {
+		if !strings.HasPrefix(sp.Cat, "decode") {
+			continue
+		}
+		switch sp.Name {
+		case "compute":
+			compute += sp.DurNs
+		case "all-reduce":
+			reduce += sp.DurNs
+		}
+	}
+	return compute, reduce
 }
 
 // tpBatched decodes o.TG tokens for o.Concurrent requests at once and
@@ -480,53 +551,4 @@ func ReduceWorker(ctx context.Context, rank int, addrs []string, token string, n
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 	fig := ReduceFigures{Values: n, Iters: iters, P50Us: us(times[len(times)/2]), P99Us: us(times[len(times)*99/100])}
 	return json.NewEncoder(out).Encode(fig)
-}
-
-// PrintTP prints a TP report as a table.
-func PrintTP(w io.Writer, r *TPReport) {
-	if r.Config != "" {
-		printTPRunners(w, r)
-	}
-	if r.Choice != nil {
-		if r.Config != "" {
-			fmt.Fprintln(w)
-		}
-		pin := "agents unpinned"
-		if r.Choice.Cores != nil {
-			pin = fmt.Sprintf("each agent pinned to its own core (%v), runners on one thread: one machine standing in for 2", r.Choice.Cores)
-		}
-		fmt.Fprintf(w, "parallelism auto, two agents through delay proxies (%s):\n", pin)
-		PrintChoice(w, r.Choice)
-	}
-}
-
-func printTPRunners(w io.Writer, r *TPReport) {
-	pin := "unpinned"
-	if r.Cores != nil {
-		pin = fmt.Sprintf("each runner pinned to its own core (%v): one machine standing in for %d", r.Cores[:r.Ranks], r.Ranks)
-	}
-	fmt.Fprintf(w, "%s\n%s; %s\n\n", r.Model, r.Config, pin)
-	fmt.Fprintf(w, "%-26s %12s %12s %9s\n", "", "1 runner", fmt.Sprintf("tp %d", r.Ranks), "speedup")
-	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "prefill tok/s", r.Single.Prefill, r.Tensor.Prefill, r.PrefillX)
-	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "decode tok/s", r.Single.Decode, r.Tensor.Decode, r.DecodeX)
-	fmt.Fprintf(w, "%-26s %12.1f %12.1f\n", "decode tok/s, traced", r.Single.DecodeTraced, r.Tensor.DecodeTraced)
-	if r.Concurrent > 1 {
-		fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", fmt.Sprintf("%d at once, tok/s in all", r.Concurrent), r.Single.Batched, r.Tensor.Batched, r.BatchedX)
-	}
-	fmt.Fprintf(w, "\nall-reduce of %d f32 between %d runners' processes (loopback TCP): p50 %.1f µs, p99 %.1f µs over %d\n",
-		r.AllReduce.Values, r.Ranks, r.AllReduce.P50Us, r.AllReduce.P99Us, r.AllReduce.Iters)
-	fmt.Fprintf(w, "weights: model %s;", HumanBytes(r.ModelBytes))
-	for i, b := range r.SliceBytes {
-		s := r.Slices[i]
-		switch {
-		case s.ExpertColumns:
-			fmt.Fprintf(w, " rank %d %s (%d/%d heads, every expert's columns %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.FFDim, s.FullFF)
-			continue
-		case s.FullExperts > 0:
-			fmt.Fprintf(w, " rank %d %s (%d/%d heads, experts %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.Experts, s.FullExperts)
-			continue
-		}
-		fmt.Fprintf(w, " rank %d %s (%d/%d heads, ff %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.FFDim, s.FullFF)
-	}
-	fmt.Fprintln(w)
 }

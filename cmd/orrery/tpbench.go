@@ -20,10 +20,12 @@ const tpBenchUsage = `Usage: orrery tp-bench --model PATH [flags]
 
 Times one request on one runner against a tensor-parallel group of --tp
 runners, side by side: prefill of a --pp-token prompt and decode of --tg
-tokens, --repeat times each (after one warmup), --concurrent decodes at once
+tokens, --repeat rounds (after one warmup), --concurrent decodes at once
 (the aggregate tok/s of continuous batching), and the all-reduce of one
 decode row between the group's processes, as the runners link (loopback
-TCP). It writes the model's slices into --dir first (once).
+TCP). Both sides stay loaded and each round runs on one then the other, so
+that the machine's drift falls on both alike; each round's decode speed-up
+is printed. It writes the model's slices into --dir first (once).
 
 With --cores (the default on a machine with enough cores), each runner and
 the single one run on one thread, pinned to its own core with taskset: on
@@ -54,7 +56,7 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	cores := fs.String("cores", "auto", `cores to pin the runners to, comma-separated ("auto": 0..tp-1 when the machine has them; "none": no pinning)`)
 	fs.IntVar(&o.PP, "pp", 128, "prompt tokens for the prefill test (0: skip)")
 	fs.IntVar(&o.TG, "tg", 64, "tokens for the decode test (0: skip)")
-	fs.IntVar(&o.Repeat, "repeat", 3, "runs of each test")
+	fs.IntVar(&o.Repeat, "repeat", 5, "rounds of the tests, each on one runner then on the group")
 	fs.StringVar(&o.Dir, "dir", filepath.Join(os.TempDir(), "orrery-tp-slices"), "where the slices are written (kept for later runs)")
 	fs.IntVar(&o.ReduceIters, "reduce-iters", 2000, "all-reduces to time")
 	fs.IntVar(&o.Concurrent, "concurrent", 4, "requests decoded at once in the batched test (0 or 1: skip it)")

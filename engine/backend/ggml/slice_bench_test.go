@@ -1,0 +1,92 @@
+package ggml
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+)
+
+// noSum is a group whose all-reduce adds nothing: a rank's own compute,
+// without waiting for the others.
+type noSum struct{}
+
+func (noSum) AllReduce([]float32) error { return nil }
+
+// BenchmarkSliceDecode is one decode step (at position 64) of the whole
+// model on one thread against rank 0's slice of a tensor-parallel 2 with
+// an all-reduce that adds nothing: the compute a rank does per step, so
+// the speed-up a group could reach with free communication. The model is
+// $ORRERY_BENCH_MODEL (e.g. the 1b preset), or the small preset.
+func BenchmarkSliceDecode(b *testing.B) {
+	path := os.Getenv("ORRERY_BENCH_MODEL")
+	if path == "" {
+		path = filepath.Join(b.TempDir(), "small.gguf")
+		if err := model.Generate(path, model.Presets["small"]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	plan, err := model.PlanTPFile(path, 2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	slice := filepath.Join(b.TempDir(), "tp0.gguf")
+	if err := model.WriteTPSlice(path, slice, 0, layers(b, path), plan[0], "bench"); err != nil {
+		b.Fatal(err)
+	}
+	opts := backend.Options{Threads: 1, BatchSize: 64}
+	for _, c := range []struct {
+		name  string
+		path  string
+		group backend.Collective
+	}{{"whole", path, nil}, {"tp0-of-2", slice, noSum{}}} {
+		b.Run(c.name, func(b *testing.B) {
+			o := opts
+			o.Group = c.group
+			r, err := Load(context.Background(), c.path, o, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.Close()
+			ctx := context.Background()
+			prompt := make([]int32, 64)
+			pos := make([]int32, 64)
+			for i := range prompt {
+				prompt[i], pos[i] = int32(300+i), int32(i)
+			}
+			if _, err := r.Forward(ctx, backend.Batch{Tokens: prompt, Positions: pos}); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				p := int32(64 + i%64)
+				if _, err := r.Forward(ctx, backend.Batch{Tokens: []int32{7}, Positions: []int32{p}}); err != nil {
+					b.Fatal(err)
+				}
+				if p == 127 {
+					b.StopTimer()
+					if err := r.Remove(0, 64); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}
+
+func layers(b *testing.B, path string) int {
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := model.FromGGUF(f)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cfg.Layers
+}
