@@ -48,12 +48,15 @@ type TPOptions struct {
 	Concurrent int
 	// Experts is how a mixture's experts split (model.PlanTPExperts).
 	Experts model.ExpertSplit
+	// Wire is the group's all-reduce wire type (runner --tp-wire).
+	Wire collective.Wire
 }
 
 // TPReport is what TP measured; it is tp-bench's --json.
 type TPReport struct {
 	Model      string          `json:"model"`
 	Ranks      int             `json:"ranks"`
+	Wire       string          `json:"wire"`
 	Cores      []int           `json:"cores,omitempty"`
 	Config     string          `json:"config"`
 	ModelBytes int64           `json:"modelBytes"`
@@ -120,7 +123,7 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 	if o.Cores != nil && len(o.Cores) < o.Ranks {
 		return nil, fmt.Errorf("%d cores for %d ranks", len(o.Cores), o.Ranks)
 	}
-	rep := &TPReport{Model: o.Model, Ranks: o.Ranks, Cores: o.Cores, Config: cfg.String(), Slices: plan}
+	rep := &TPReport{Model: o.Model, Ranks: o.Ranks, Wire: o.Wire.String(), Cores: o.Cores, Config: cfg.String(), Slices: plan}
 	for _, t := range f.Tensors {
 		rep.ModelBytes += int64(t.Size)
 	}
@@ -274,7 +277,8 @@ func startTPRunners(ctx context.Context, o TPOptions, paths []string) (*tpRunner
 		args := []string{"runner", "--model", p, "--threads", threads, "--ctx", strconv.Itoa(slots * (o.PP + o.TG + 16)),
 			"--batch", strconv.Itoa(max(o.PP, 1)), "--parallel", strconv.Itoa(slots)}
 		if len(paths) > 1 {
-			args = append(args, "--tp-rank", strconv.Itoa(r), "--tp-ranks", strconv.Itoa(len(paths)), "--tp-addrs", strings.Join(addrs, ","))
+			args = append(args, "--tp-rank", strconv.Itoa(r), "--tp-ranks", strconv.Itoa(len(paths)), "--tp-addrs", strings.Join(addrs, ","),
+				"--tp-wire", o.Wire.String())
 		}
 		cmd := tpCmd(ctx, o, r, args...)
 		cmd.Env = append(os.Environ(), runner.TokenEnv+"="+rtok, "ORRERY_TP_TOKEN="+gtok)

@@ -39,7 +39,7 @@ func printTPRunners(w io.Writer, r *TPReport) {
 	if r.Cores != nil {
 		pin = fmt.Sprintf("each runner pinned to its own core (%v): one machine standing in for %d", r.Cores[:r.Ranks], r.Ranks)
 	}
-	fmt.Fprintf(w, "%s\n%s; %s\n\n", r.Model, r.Config, pin)
+	fmt.Fprintf(w, "%s\n%s; %s; all-reduce values in %s\n\n", r.Model, r.Config, pin, r.Wire)
 	fmt.Fprintf(w, "%-26s %12s %12s %9s\n", "", "1 runner", fmt.Sprintf("tp %d", r.Ranks), "speedup")
 	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "prefill tok/s", r.Single.Prefill, r.Tensor.Prefill, r.PrefillX)
 	fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", "decode tok/s", r.Single.Decode, r.Tensor.Decode, r.DecodeX)

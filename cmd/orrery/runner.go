@@ -61,6 +61,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	tpRank := fs.Int("tp-rank", 0, "this runner's rank in its tensor-parallel group (its --model is that rank's slice)")
 	tpRanks := fs.Int("tp-ranks", 1, "ranks in the tensor-parallel group (1: none)")
 	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+tpTokenEnv+"); empty: the agent at --agent-api arranges the links (direct, where it granted a listener and a link secret; else through it, as a pipeline's)")
+	tpWire := fs.String("tp-wire", "f32", "how the group's all-reduces send their values: f32 (the sum to the bit), or f16 or bf16 (half the bytes, each rank's part rounded; every rank of the group must agree; see docs/inference.md for what it costs)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
@@ -92,12 +93,25 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift}
 	if *tpRanks > 1 {
+		wire, err := collective.ParseWire(*tpWire)
+		if err != nil {
+			fmt.Fprintf(stderr, "orrery runner: --tp-wire: %v\n", err)
+			return 2
+		}
 		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *agentAPI, getenv)
 		if err != nil {
 			fmt.Fprintf(stderr, "orrery runner: %v\n", err)
 			return 2
 		}
 		defer ln.Close()
+		connect := cfg.TPConnect
+		cfg.TPConnect = func(ctx context.Context) (*collective.Mesh, error) {
+			m, err := connect(ctx)
+			if m != nil {
+				m.Wire = wire
+			}
+			return m, err
+		}
 	}
 	if *ranks > 1 {
 		if *agentAPI == "" || *instance == "" {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/bench"
+	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
 
@@ -61,6 +62,7 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&o.ReduceIters, "reduce-iters", 2000, "all-reduces to time")
 	fs.IntVar(&o.Concurrent, "concurrent", 4, "requests decoded at once in the batched test (0 or 1: skip it)")
 	experts := fs.String("experts", "auto", `how a mixture of experts splits: "whole" (each rank a range of experts), "columns" (each rank every expert's range of columns) or "auto" (columns where they divide evenly)`)
+	wire := fs.String("wire", "f32", "the group's all-reduce wire type: f32, f16 or bf16 (the runners' --tp-wire)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	choice := fs.String("choice", "", `also run "parallelism": "auto" on two agents that reach each other through delay proxies adding these delays each way (e.g. 1ms,50us; 0: no proxy, and the group links directly), and measure both plans against their predictions (each agent pinned to its own core, as the runners)`)
 	choiceOnly := fs.Bool("choice-only", false, "run only the --choice part")
@@ -97,6 +99,10 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	var err error
+	if o.Wire, err = collective.ParseWire(*wire); err != nil {
+		fmt.Fprintf(stderr, "orrery tp-bench: --wire: %v\n", err)
+		return 2
+	}
 	if o.Cores, err = parseCores(*cores, o.Ranks); err != nil {
 		fmt.Fprintf(stderr, "orrery tp-bench: --cores: %v\n", err)
 		return 2

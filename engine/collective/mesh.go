@@ -49,9 +49,11 @@ type Mesh struct {
 	rank, n int
 	links   []*link // by rank; nil for this one
 
-	seq  uint32    // all-reduces so far
-	recv [][]byte  // per rank: the last values received
-	out  []float32 // the sum, before it replaces the caller's buffer
+	seq  uint32      // all-reduces so far
+	recv [][]byte    // per rank: the last values received
+	dec  [][]float32 // per rank: those values decoded (16-bit wires)
+	enc  [][]byte    // per rank: the values sent (16-bit wires)
+	out  []float32   // the sum, before it replaces the caller's buffer
 
 	mu   sync.Mutex
 	dead error
@@ -66,6 +68,10 @@ type Mesh struct {
 	// < 0: never). Every rank must use the same value. Set before the
 	// first AllReduce.
 	ScatterMin int
+
+	// Wire is how the values travel (WireF32: as they are). Every rank
+	// must use the same. Set before the first AllReduce.
+	Wire Wire
 
 	// Stats, for traces and benchmarks.
 	Reduces    uint64
@@ -108,7 +114,8 @@ func New(rank, n int, conns []net.Conn) (*Mesh, error) {
 	if !littleEndian() {
 		return nil, errors.New("mesh: a big-endian machine; the wire is little endian")
 	}
-	m := &Mesh{rank: rank, n: n, links: make([]*link, n), recv: make([][]byte, n), ReduceTimeout: DefaultReduceTimeout}
+	m := &Mesh{rank: rank, n: n, links: make([]*link, n), recv: make([][]byte, n), dec: make([][]float32, n), enc: make([][]byte, n),
+		ReduceTimeout: DefaultReduceTimeout}
 	for r, c := range conns {
 		if r == rank {
 			continue
@@ -178,14 +185,17 @@ func (m *Mesh) AllReduce(buf []float32) error {
 			l.c.SetDeadline(deadline)
 		}
 	}
-	payload := floatBytes(buf)
-	if len(payload) > MaxPayload {
-		return fmt.Errorf("all-reduce of %d bytes, at most %d", len(payload), MaxPayload)
+	size := len(buf) * m.Wire.size()
+	if size > MaxPayload {
+		return fmt.Errorf("all-reduce of %d bytes, at most %d", size, MaxPayload)
 	}
+	// Every rank adds the values the others receive: its own rounded to
+	// the wire's type too.
+	m.Wire.round(buf)
 	scatterMin := cmp.Or(m.ScatterMin, DefaultScatterMin)
 	var sent int
 	var rerr error
-	if m.n > 2 && scatterMin > 0 && len(payload) >= scatterMin {
+	if m.n > 2 && scatterMin > 0 && size >= scatterMin {
 		sent, rerr = m.scatterGather(buf)
 	} else {
 		sent, rerr = m.exchange(buf)
@@ -210,16 +220,11 @@ func (m *Mesh) AllReduce(buf []float32) error {
 // added in rank order. It returns the bytes sent.
 func (m *Mesh) exchange(buf []float32) (int, error) {
 	m.seq++
-	payload := floatBytes(buf)
+	payload := m.encode(m.rank, buf)
 	if err := m.round(func(r int) []byte { return payload }, func(r int) int { return len(payload) }); err != nil {
 		return 0, err
 	}
-	out := m.sum(len(buf), func(r int) []float32 {
-		if r == m.rank {
-			return buf
-		}
-		return bytesFloats(m.recv[r])
-	})
+	out := m.sum(len(buf), m.values(buf))
 	copy(buf, out)
 	return len(payload) * (m.n - 1), nil
 }
@@ -229,30 +234,56 @@ func (m *Mesh) scatterGather(buf []float32) (int, error) {
 	part := func(r int) []float32 { return buf[r*len(buf)/m.n : (r+1)*len(buf)/m.n] }
 	// Reduce-scatter: chunk r to rank r; this rank's chunk from every rank.
 	m.seq++
-	mine := part(m.rank)
-	if err := m.round(func(r int) []byte { return floatBytes(part(r)) }, func(r int) int { return len(mine) * 4 }); err != nil {
+	mine, w := part(m.rank), m.Wire
+	for r := range m.n {
+		if r != m.rank {
+			m.encode(r, part(r))
+		}
+	}
+	if err := m.round(func(r int) []byte { return m.encode(r, nil) }, func(r int) int { return len(mine) * w.size() }); err != nil {
 		return 0, err
 	}
-	out := m.sum(len(mine), func(r int) []float32 {
-		if r == m.rank {
-			return mine
-		}
-		return bytesFloats(m.recv[r])
-	})
+	out := m.sum(len(mine), m.values(mine))
 	copy(mine, out)
-	// All-gather: the summed chunk to every rank; theirs into buf.
+	// All-gather: the summed chunk (rounded again, here as there) to
+	// every rank; theirs into buf.
 	m.seq++
-	if err := m.round(func(r int) []byte { return floatBytes(mine) }, func(r int) int { return len(part(r)) * 4 }); err != nil {
+	w.round(mine)
+	payload := m.encode(m.rank, mine)
+	if err := m.round(func(r int) []byte { return payload }, func(r int) int { return len(part(r)) * w.size() }); err != nil {
 		return 0, err
 	}
 	sent := 0
 	for r := range m.n {
 		if r != m.rank {
-			copy(part(r), bytesFloats(m.recv[r]))
-			sent += (len(part(r)) + len(mine)) * 4
+			m.dec[r] = w.decode(m.dec[r], m.recv[r])
+			copy(part(r), m.dec[r])
+			sent += (len(part(r)) + len(mine)) * w.size()
 		}
 	}
 	return sent, nil
+}
+
+// encode returns the bytes of v to send, kept as slot r's until the round
+// sends them (given again when v is nil): under WireF32 a view of v, else
+// the slot's storage, reused.
+func (m *Mesh) encode(r int, v []float32) []byte {
+	if v != nil {
+		m.enc[r] = m.Wire.encode(m.enc[r], v)
+	}
+	return m.enc[r]
+}
+
+// values gives rank r's part of a sum: this rank's own, or what r sent,
+// decoded.
+func (m *Mesh) values(own []float32) func(r int) []float32 {
+	return func(r int) []float32 {
+		if r == m.rank {
+			return own
+		}
+		m.dec[r] = m.Wire.decode(m.dec[r], m.recv[r])
+		return m.dec[r]
+	}
 }
 
 // round sends send(r) to every other rank r and reads want(r) bytes from

@@ -1,0 +1,134 @@
+package collective
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Every finite f16 and bf16 value survives f32 and back, bit for bit;
+// values between two f16s round to the nearer (ties to even), past the
+// largest to Inf, below the smallest subnormal's half to zero.
+func TestWireConversions(t *testing.T) {
+	for h := range 1 << 16 {
+		u := uint16(h)
+		if u&0x7c00 == 0x7c00 && u&0x3ff != 0 { // NaN
+			if x := f16ToF32(u); !math.IsNaN(float64(x)) {
+				t.Fatalf("f16 %#04x: %v, want NaN", u, x)
+			}
+			continue
+		}
+		if got := f32ToF16(f16ToF32(u)); got != u {
+			t.Fatalf("f16 %#04x → %v → %#04x", u, f16ToF32(u), got)
+		}
+		if b := math.Float32frombits(uint32(u) << 16); !math.IsNaN(float64(b)) && f32ToBF16(b) != u {
+			t.Fatalf("bf16 %#04x → %v → %#04x", u, b, f32ToBF16(b))
+		}
+	}
+	for _, c := range []struct {
+		x    float32
+		want uint16
+	}{
+		{1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {65520, 0x7c00}, {1e6, 0x7c00},
+		{1 + 1.0/2048, 0x3c00},     // a tie: to even
+		{1 + 3.0/2048, 0x3c02},     // a tie: to even, up
+		{1 + 1.0/2048 + 1e-7, 0x3c01},
+		{5.960464477539063e-08, 0x0001}, // the smallest subnormal
+		{2.98e-08, 0x0000},              // under its half
+		{float32(math.Inf(-1)), 0xfc00},
+	} {
+		if got := f32ToF16(c.x); got != c.want {
+			t.Errorf("f32ToF16(%v) = %#04x, want %#04x", c.x, got, c.want)
+		}
+	}
+	if got := f32ToBF16(1 + 1.0/256); got != 0x3f80 { // a tie: to even
+		t.Errorf("f32ToBF16(1+2^-8) = %#04x", got)
+	}
+}
+
+// Over a 16-bit wire every rank still ends with the same bits: the sum in
+// rank order of the values each rank rounded (and, by scatter and gather,
+// each chunk's sum rounded once more), for half the bytes; within the
+// type's precision of the exact sum.
+func TestAllReduce16BitWire(t *testing.T) {
+	for _, w := range []Wire{WireF16, WireBF16} {
+		for _, c := range []struct{ n, size int }{{2, 2048}, {3, 2048}, {3, 1<<16 + 1}} {
+			t.Run(fmt.Sprintf("%s-%d-ranks-%d", w, c.n, c.size), func(t *testing.T) {
+				ms := group(t, c.n, "secret")
+				in := make([][]float32, c.n)
+				for r := range in {
+					in[r] = make([]float32, c.size)
+					for i := range in[r] {
+						in[r][i] = float32(math.Sin(float64(1+i*7+r*13))) * float32(1+r)
+					}
+				}
+				out := make([][]float32, c.n)
+				errs := make([]error, c.n)
+				var wg sync.WaitGroup
+				for r, m := range ms {
+					m.Wire = w
+					wg.Go(func() {
+						out[r] = slices.Clone(in[r])
+						errs[r] = m.AllReduce(out[r])
+					})
+				}
+				wg.Wait()
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				scatter := c.size*2 >= DefaultScatterMin
+				want := make([]float32, c.size)
+				for r := range c.n {
+					v := slices.Clone(in[r])
+					w.round(v)
+					for i, x := range v {
+						want[i] += x
+					}
+				}
+				if scatter {
+					w.round(want)
+				}
+				var worst float64
+				for r := range c.n {
+					if !slices.Equal(out[r], want) {
+						t.Fatalf("rank %d: not the rounded parts' sum", r)
+					}
+				}
+				for i := range want {
+					var exact float64
+					for r := range c.n {
+						exact += float64(in[r][i])
+					}
+					worst = max(worst, math.Abs(float64(want[i])-exact))
+				}
+				bound := 3.0 * float64(c.n+1) / 2048 // f16: 11 bits; bf16: 8
+				if w == WireBF16 {
+					bound *= 8
+				}
+				if worst > bound {
+					t.Errorf("max |Δ| from the exact sum %.3g, over %.3g", worst, bound)
+				}
+				if direct := c.size * 2 * (c.n - 1); !scatter && ms[0].BytesSent != uint64(direct) {
+					t.Errorf("rank 0 sent %d bytes, want %d (2 a value)", ms[0].BytesSent, direct)
+				}
+			})
+		}
+	}
+	// Ranks on different wires fail the group, naming the sizes.
+	ms := group(t, 2, "secret")
+	ms[1].Wire = WireF16
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, m := range ms {
+		wg.Go(func() { errs[r] = m.AllReduce(make([]float32, 64)) })
+	}
+	wg.Wait()
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "128 bytes, want") {
+		t.Errorf("f32 against f16: %v", errs[0])
+	}
+}
