@@ -96,6 +96,37 @@ func TestHybridInstance(t *testing.T) {
 			strings.Contains(string(body), "decode/send") && strings.Contains(string(body), "decode/recv"), string(body)
 	})
 
+	// Its link tracks: each leader's to its group's other rank and to the
+	// next stage's leader (rank 0 → 1 and → 2, rank 2 → 3 and → 0), each
+	// on the sender's process, named by the receiver ("<name> (<id>)").
+	_, body, _ := master.get("/v1/traces/" + traceID + "/raw")
+	var raw struct {
+		TraceEvents []struct {
+			Name, Ph string
+			Pid      int
+			Args     map[string]any
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	pidOf, tracks := map[string]int{}, map[string]bool{}
+	for _, e := range raw.TraceEvents {
+		switch {
+		case e.Name == "process_name" && e.Ph == "M":
+			id, _ := e.Args["nodeId"].(string)
+			pidOf[id] = e.Pid
+		case e.Ph == "C" && strings.HasPrefix(e.Name, "link → "):
+			tracks[fmt.Sprintf("%d %s", e.Pid, e.Name[strings.LastIndex(e.Name, "(")+1:])] = true
+		}
+	}
+	for _, pair := range [][2]int{{0, 1}, {0, 2}, {2, 3}, {2, 0}} {
+		from, to := ids[pair[0]], ids[pair[1]]
+		if want := fmt.Sprintf("%d %.8s)", pidOf[from], to); !tracks[want] {
+			t.Errorf("no link track from rank %d to rank %d (process %q) among %v", pair[0], pair[1], want, tracks)
+		}
+	}
+
 	if err := syscall.Kill(runners[3].Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -176,6 +176,24 @@ func TestTensorParallelRunners(t *testing.T) {
 	if compute == 0 || reduces != (2*o.Layers+1)*compute {
 		t.Errorf("%d all-reduce spans over %d forward passes of %d blocks, want 2 per block and the logits' gather", reduces, compute, o.Layers)
 	}
+	// And the bytes rank 0 has sent on its link to rank 1, sampled from
+	// the request's start to its end (the agent's link track): growing by
+	// at least the all-reduces' bytes.
+	var link []float64
+	for _, c := range done.Counters {
+		if c.Name == runner.LinkCounter(1) {
+			link = append(link, c.Value)
+		}
+	}
+	var reduced float64
+	for _, sp := range done.Spans {
+		if sp.Name == "all-reduce" {
+			reduced += float64(sp.Args.Bytes)
+		}
+	}
+	if len(link) < 2 || !slices.IsSorted(link) || link[len(link)-1]-link[0] < reduced {
+		t.Errorf("rank 0's samples of its link to rank 1: %v, want ≥ 2, growing by ≥ the all-reduces' %v bytes", link, reduced)
+	}
 
 	killed := time.Now()
 	group[1].cmd.Process.Signal(syscall.SIGKILL)

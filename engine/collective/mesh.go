@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -99,10 +100,11 @@ func (m *Mesh) TakeTimings() []Timing {
 }
 
 type link struct {
-	c   net.Conn
-	br  *bufio.Reader
-	wmu sync.Mutex
-	hdr [headerLen]byte
+	c    net.Conn
+	br   *bufio.Reader
+	wmu  sync.Mutex
+	hdr  [headerLen]byte
+	sent atomic.Uint64 // bytes written, frames' headers included
 }
 
 // New makes rank's end of an n-rank group from conns, indexed by rank
@@ -401,12 +403,24 @@ func (l *link) write(typ byte, seq uint32, payload []byte) error {
 		var b [headerLen + 16<<10]byte
 		n := copy(b[:], l.hdr[:])
 		n += copy(b[n:], payload)
-		_, err := l.c.Write(b[:n])
+		w, err := l.c.Write(b[:n])
+		l.sent.Add(uint64(w))
 		return err
 	}
 	bufs := net.Buffers{l.hdr[:], payload}
-	_, err := bufs.WriteTo(l.c)
+	w, err := bufs.WriteTo(l.c)
+	l.sent.Add(uint64(w))
 	return err
+}
+
+// SentTo is the bytes this rank has written to rank r's link so far
+// (frames' headers and control messages included): a link's traffic,
+// safe to read while the mesh runs.
+func (m *Mesh) SentTo(r int) uint64 {
+	if r < 0 || r >= m.n || m.links[r] == nil {
+		return 0
+	}
+	return m.links[r].sent.Load()
 }
 
 // read reads a frame of type typ (and, for an all-reduce, sequence seq and

@@ -132,3 +132,20 @@ func TestAllReduce16BitWire(t *testing.T) {
 		t.Errorf("f32 against f16: %v", errs[0])
 	}
 }
+
+// SentTo counts what a rank wrote to each link: an all-reduce's frame,
+// its header included.
+func TestSentTo(t *testing.T) {
+	ms := group(t, 2, "secret")
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(func() { m.AllReduce(make([]float32, 2048)) })
+	}
+	wg.Wait()
+	if got, want := ms[0].SentTo(1), uint64(2048*4+headerLen); got != want {
+		t.Errorf("rank 0 sent %d bytes to rank 1, want %d", got, want)
+	}
+	if ms[0].SentTo(0) != 0 || ms[0].SentTo(5) != 0 {
+		t.Error("no link to itself or to a rank out of the group")
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -218,6 +219,31 @@ func sampleLink(rec *trace.Recorder, l *Link, to int) (stop func()) {
 	name := LinkCounter(to)
 	return trace.Periodic(LinkSampleEvery, func() { s, _ := l.Bytes(); rec.Counter(name, "bytes", float64(s)) })
 }
+
+// sampleMesh records, like sampleLink, the bytes this rank has sent to
+// each other rank of its tensor-parallel group (counter LinkCounter of
+// that rank's number in the instance: first, the group's rank 0's, plus
+// its place in the group). A nil rec or mesh records none.
+func sampleMesh(rec *trace.Recorder, m *collective.Mesh, first int) (stop func()) {
+	if rec == nil || m == nil {
+		return func() {}
+	}
+	names := make([]string, m.Size())
+	for g := range names {
+		names[g] = LinkCounter(first + g)
+	}
+	return trace.Periodic(LinkSampleEvery, func() {
+		for g, name := range names {
+			if g != m.Rank() {
+				rec.Counter(name, "bytes", float64(m.SentTo(g)))
+			}
+		}
+	})
+}
+
+// stageRank is the instance's rank of pipeline stage s's first rank,
+// stages of group ranks each (0: one).
+func stageRank(s, group int) int { return s * max(group, 1) }
 
 // outbound is rank 0's link to rank 1 (nil with one rank, or before it
 // connected).

@@ -21,6 +21,9 @@ type Pipeline struct {
 	F       Forwarder // rank 0's blocks
 	Out, In *Link     // to rank 1, from rank N-1
 	N       int
+	// Group is the ranks of each stage (a tensor-parallel group's; 0: one):
+	// stage s's first is the instance's rank s×Group, which traces name.
+	Group int
 
 	req     uint64
 	slotReq map[int]uint64 // each slot's request, for its end frame
@@ -84,11 +87,12 @@ func (p *Pipeline) Submit(ctx context.Context, st *Step) error {
 		m.Groups = append(m.Groups, actGroup{Slot: g.Slot, Decode: g.Decode, Sample: g.Sample, Token: uint32(g.TokenIndex),
 			Start: uint32(g.Start), N: uint32(len(g.Tokens))})
 	}
-	s := st.spans("send → rank 1", "send")
+	to := stageRank(1, p.Group)
+	s := st.spans(fmt.Sprintf("send → rank %d", to), "send")
 	n, err := p.Out.send(frameAct, m.marshal)
 	seq := p.seq
 	st.end(s, func(g Group) trace.Args {
-		return trace.Send(1, int64(n), trace.FlowKey(0, 1, uint64(seq))).WithToken(g.TokenIndex)
+		return trace.Send(to, int64(n), trace.FlowKey(0, 1, uint64(seq))).WithToken(g.TokenIndex)
 	})
 	if err != nil {
 		return p.fail(err)
@@ -131,8 +135,8 @@ func (p *Pipeline) Recv(ctx context.Context) (*Step, []Sampled, error) {
 			return nil, nil, p.fail(fmt.Errorf("%w: token frame of step %d: sample %d for slot %d, want %d", ErrLinkLost, t.Seq, k, t.Samples[k].Slot, g.Slot))
 		}
 		k++
-		recvSpan(g.Parent, fmt.Sprintf("recv ← rank %d", last), first,
-			trace.Recv(last, int64(len(payload)+5), trace.FlowKey(last, 0, uint64(ps.seq))).WithToken(g.TokenIndex))
+		recvSpan(g.Parent, fmt.Sprintf("recv ← rank %d", stageRank(last, p.Group)), first,
+			trace.Recv(stageRank(last, p.Group), int64(len(payload)+5), trace.FlowKey(last, 0, uint64(ps.seq))).WithToken(g.TokenIndex))
 	}
 	return ps.st, t.Samples, nil
 }

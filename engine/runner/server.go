@@ -273,11 +273,14 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.in, s.out = in, out
 	s.mu.Unlock()
 	if s.cfg.Rank == 0 {
-		s.serveAs(ctx, &Generator{M: &Pipeline{F: fw, Out: out, In: in, N: s.cfg.Ranks}, Tok: tok}, s.broke(0))
+		s.serveAs(ctx, &Generator{M: &Pipeline{F: fw, Out: out, In: in, N: s.cfg.Ranks, Group: s.cfg.TPRanks}, Tok: tok}, s.broke(0))
 		return nil
 	}
-	st := &Stage{F: fw, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
-		OnTrace: s.cfg.OnStageTrace, Tok: tok}
+	s.mu.Lock()
+	mesh := s.mesh
+	s.mu.Unlock()
+	st := &Stage{F: fw, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Group: s.cfg.TPRanks, Mesh: mesh, Node: s.cfg.Node,
+		NodeName: s.cfg.NodeName, OnTrace: s.cfg.OnStageTrace, Tok: tok}
 	s.loop(ctx, func(ctx context.Context) error {
 		err := st.Serve(ctx)
 		if err != nil {
@@ -548,7 +551,12 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	if req.TraceID != "" {
 		rec = trace.NewRecorder(0, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
 	}
-	stopLink := sampleLink(rec, s.outbound(), 1)
+	s.mu.Lock()
+	mesh := s.mesh
+	s.mu.Unlock()
+	stopOut := sampleLink(rec, s.outbound(), stageRank(1, s.cfg.TPRanks))
+	stopMesh := sampleMesh(rec, mesh, 0)
+	stopLink := func() { stopOut(); stopMesh() }
 	// Every token is sent, with empty text while text is held back, so
 	// that the client can count and time tokens.
 	job := sched.Submit(r.Context(), &req.Request, prompt, req.TraceID, rec)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -21,6 +22,11 @@ type Stage struct {
 	F       Forwarder
 	In, Out *Link
 	Rank, N int
+	// Group is the ranks of each stage (a tensor-parallel group's; 0: one):
+	// stage s's first is the instance's rank s×Group, which traces name.
+	// Mesh is this stage's group, whose links' bytes traces sample.
+	Group int
+	Mesh  *collective.Mesh
 	// Node and NodeName stamp the spans.
 	Node, NodeName string
 	// OnTrace gets each traced request's spans and counter samples (its
@@ -137,7 +143,9 @@ func (r *stageRun) begin(payload []byte) error {
 	ss.traceID = b.TraceID
 	if b.TraceID != "" {
 		ss.rec = trace.NewRecorder(r.s.Rank, r.s.Node, trace.Options{NodeName: r.s.NodeName})
-		ss.stopLink = sampleLink(ss.rec, r.s.Out, r.next)
+		stopOut := sampleLink(ss.rec, r.s.Out, stageRank(r.next, r.s.Group))
+		stopMesh := sampleMesh(ss.rec, r.s.Mesh, stageRank(r.s.Rank, r.s.Group))
+		ss.stopLink = func() { stopOut(); stopMesh() }
 	}
 	// Rank 0 kept what it could; every rank holds the same positions, so
 	// keeping them here cannot fail.
@@ -203,8 +211,9 @@ func (r *stageRun) act(ctx context.Context, payload []byte, first time.Time) err
 		parent := r.startStep(g, first)
 		st.Groups = append(st.Groups, Group{Slot: g.Slot, Tokens: make([]int32, g.N), Start: int(g.Start), Sample: g.Sample,
 			Decode: g.Decode, TokenIndex: int(g.Token), Parent: parent})
-		recvSpan(parent, fmt.Sprintf("recv ← rank %d", s.Rank-1), first,
-			trace.Recv(s.Rank-1, int64(len(payload)+5), trace.FlowKey(s.Rank-1, s.Rank, uint64(m.Seq))).WithToken(int(g.Token)))
+		from := stageRank(s.Rank-1, s.Group)
+		recvSpan(parent, fmt.Sprintf("recv ← rank %d", from), first,
+			trace.Recv(from, int64(len(payload)+5), trace.FlowKey(s.Rank-1, s.Rank, uint64(m.Seq))).WithToken(int(g.Token)))
 	}
 	c := st.spans("compute", "compute")
 	b := st.batch(false)
@@ -274,10 +283,11 @@ func (r *stageRun) sendTokens(st *Step, seq uint32, res backend.Result) error {
 // forward sends the step's hidden states on to the next rank.
 func (r *stageRun) forward(st *Step, m *actMsg, res backend.Result) error {
 	fwd := actMsg{Seq: m.Seq, Groups: m.Groups, Hidden: res.Hidden}
-	snd := st.spans(fmt.Sprintf("send → rank %d", r.next), "send")
+	to := stageRank(r.next, r.s.Group)
+	snd := st.spans(fmt.Sprintf("send → rank %d", to), "send")
 	n, err := r.s.Out.send(frameAct, fwd.marshal)
 	st.end(snd, func(g Group) trace.Args {
-		return trace.Send(r.next, int64(n), trace.FlowKey(r.s.Rank, r.next, uint64(m.Seq))).WithToken(g.TokenIndex)
+		return trace.Send(to, int64(n), trace.FlowKey(r.s.Rank, r.next, uint64(m.Seq))).WithToken(g.TokenIndex)
 	})
 	return err
 }
