@@ -7,25 +7,28 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/gguf"
 )
 
-// Every finite f16 and bf16 value survives f32 and back, bit for bit;
-// values between two f16s round to the nearer (ties to even), past the
-// largest to Inf, below the smallest subnormal's half to zero.
+// Every finite f16 and bf16 value survives f32 and back, bit for bit,
+// through the conversions the wire uses (gguf's); values between two f16s
+// round to the nearer (ties to even), past the largest to Inf, below the
+// smallest subnormal's half to zero.
 func TestWireConversions(t *testing.T) {
 	for h := range 1 << 16 {
 		u := uint16(h)
 		if u&0x7c00 == 0x7c00 && u&0x3ff != 0 { // NaN
-			if x := f16ToF32(u); !math.IsNaN(float64(x)) {
+			if x := gguf.F16ToFloat32(u); !math.IsNaN(float64(x)) {
 				t.Fatalf("f16 %#04x: %v, want NaN", u, x)
 			}
 			continue
 		}
-		if got := f32ToF16(f16ToF32(u)); got != u {
-			t.Fatalf("f16 %#04x → %v → %#04x", u, f16ToF32(u), got)
+		if got := gguf.Float32ToF16(gguf.F16ToFloat32(u)); got != u {
+			t.Fatalf("f16 %#04x → %v → %#04x", u, gguf.F16ToFloat32(u), got)
 		}
-		if b := math.Float32frombits(uint32(u) << 16); !math.IsNaN(float64(b)) && f32ToBF16(b) != u {
-			t.Fatalf("bf16 %#04x → %v → %#04x", u, b, f32ToBF16(b))
+		if b := math.Float32frombits(uint32(u) << 16); !math.IsNaN(float64(b)) && gguf.Float32ToBF16(b) != u {
+			t.Fatalf("bf16 %#04x → %v → %#04x", u, b, gguf.Float32ToBF16(b))
 		}
 	}
 	for _, c := range []struct {
@@ -40,12 +43,12 @@ func TestWireConversions(t *testing.T) {
 		{2.98e-08, 0x0000},              // under its half
 		{float32(math.Inf(-1)), 0xfc00},
 	} {
-		if got := f32ToF16(c.x); got != c.want {
-			t.Errorf("f32ToF16(%v) = %#04x, want %#04x", c.x, got, c.want)
+		if got := gguf.Float32ToF16(c.x); got != c.want {
+			t.Errorf("gguf.Float32ToF16(%v) = %#04x, want %#04x", c.x, got, c.want)
 		}
 	}
-	if got := f32ToBF16(1 + 1.0/256); got != 0x3f80 { // a tie: to even
-		t.Errorf("f32ToBF16(1+2^-8) = %#04x", got)
+	if got := gguf.Float32ToBF16(1 + 1.0/256); got != 0x3f80 { // a tie: to even
+		t.Errorf("gguf.Float32ToBF16(1+2^-8) = %#04x", got)
 	}
 }
 

@@ -136,6 +136,13 @@ func familyLayout(t *testing.T, family string, layers int) (model.Config, Layout
 // familyFile generates the small preset as family with layers blocks.
 func familyFile(t *testing.T, family string, layers int) (model.Config, *gguf.File) {
 	t.Helper()
+	_, cfg, f := familyModel(t, family, layers)
+	return cfg, f
+}
+
+// familyModel is familyFile with the file's path.
+func familyModel(t *testing.T, family string, layers int) (string, model.Config, *gguf.File) {
+	t.Helper()
 	o, err := model.ApplyFamily(model.Presets["small"], family)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +160,7 @@ func familyFile(t *testing.T, family string, layers int) (model.Config, *gguf.Fi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg, f
+	return path, cfg, f
 }
 
 // What placement reserves for a tensor-parallel rank's weights is what
@@ -164,23 +171,7 @@ func familyFile(t *testing.T, family string, layers int) (model.Config, *gguf.Fi
 // every rank.
 func TestTensorNeedMatchesSlices(t *testing.T) {
 	for _, fam := range []string{"llama", "qwen3moe", "deepseek2"} {
-		o, err := model.ApplyFamily(model.Presets["small"], fam)
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Layers = 3
-		path := filepath.Join(t.TempDir(), fam+".gguf")
-		if err := model.Generate(path, o); err != nil {
-			t.Fatal(err)
-		}
-		f, err := gguf.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := model.FromGGUF(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		path, cfg, f := familyModel(t, fam, 3)
 		l := LayoutOf(f, cfg, 0, 1)
 		var kv uint64
 		for _, b := range l.KV {
