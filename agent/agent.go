@@ -297,6 +297,21 @@ func (a *Agent) directHost() (bind, local string) {
 	return host, host
 }
 
+// peerLinks are the node's links to its peers, their traffic counting
+// that of this node's tensor-parallel runners on direct links, which the
+// peer links do not carry.
+func (a *Agent) peerLinks() []cluster.Link {
+	ls := a.node.Links()
+	direct := a.sup.DirectBytes()
+	for i := range ls {
+		if d, ok := direct[ls[i].PeerID]; ok {
+			ls[i].BytesSent += d[0]
+			ls[i].BytesRecv += d[1]
+		}
+	}
+	return ls
+}
+
 // peerHost is where this node reaches node: its own direct host, or the
 // host of its control link to the peer.
 func (a *Agent) peerHost(node string) (string, bool) {

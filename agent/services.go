@@ -181,7 +181,7 @@ func (a *Agent) samplers() []sampler {
 		{telemetry.NewSystemSampler(id, a.cfg.Logger), a.cfg.SystemInterval},
 		{&telemetry.DiskSampler{NodeID: id, Path: filepath.Join(a.cfg.DataDir, "models")}, a.cfg.DiskInterval},
 		{telemetry.NewNetworkSampler(id), a.cfg.NetworkInterval},
-		{&telemetry.LinkSampler{NodeID: id, Links: a.node.Links, State: a.store.State, FailAfter: a.cfg.FailAfter}, a.cfg.LinkInterval},
+		{&telemetry.LinkSampler{NodeID: id, Links: a.peerLinks, State: a.store.State, FailAfter: a.cfg.FailAfter}, a.cfg.LinkInterval},
 		{a.instances.ModelsSampler(), instance.ModelScanInterval},
 	}
 }

@@ -193,11 +193,22 @@ func (p *proc) runOnce(log *slog.Logger) error {
 	})
 	p.mu.Unlock()
 	log.Info("runner ready", "pid", c.pid, "addr", client.Addr)
-	select {
-	case err := <-c.exited:
-		return p.died(c, err)
-	case <-p.stop:
-		return p.kill(c)
+	var mesh <-chan time.Time // a group's links: polled for their traffic
+	if p.inst.TP() > 1 {
+		t := time.NewTicker(meshEvery)
+		defer t.Stop()
+		mesh = t.C
+	}
+	seen := map[int][2]uint64{}
+	for {
+		select {
+		case err := <-c.exited:
+			return p.died(c, err)
+		case <-p.stop:
+			return p.kill(c)
+		case <-mesh:
+			p.meshTraffic(client, seen)
+		}
 	}
 }
 

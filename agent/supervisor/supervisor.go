@@ -124,6 +124,9 @@ type Supervisor struct {
 	missing map[string]time.Time
 	closed  bool
 	wg      sync.WaitGroup
+
+	directMu sync.Mutex // guards direct
+	direct   map[string]directTotals
 }
 
 // New returns a supervisor with no runners.

@@ -76,7 +76,7 @@ func (d *directLinks) dial(ctx context.Context, agentAPI, token string, r int, l
 		return nil
 	}
 	log.Info("direct rank link", "to", r, "addr", addr)
-	return c
+	return collective.MarkDirect(c)
 }
 
 // tlsAccepting yields the connections that complete the group's TLS
@@ -99,7 +99,7 @@ func (l tlsAccepting) Accept() (net.Conn, error) {
 			continue
 		}
 		tc.SetDeadline(time.Time{})
-		return tc, nil
+		return collective.MarkDirect(tc), nil
 	}
 }
 

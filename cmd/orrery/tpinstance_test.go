@@ -70,6 +70,7 @@ func TestTensorParallelInstance(t *testing.T) {
 		t.Fatalf("placement %+v: want 2 ranks of all 8 blocks, tensor 2", in)
 	}
 	runners := waitReadyRanks(t, b, in.instanceState)
+	sentBefore := linkBytes(t, a, ids[0], ids[1])
 	code, hdr, answer := chat(t, b, req)
 	if code != http.StatusOK || answer.Usage.CompletionTokens != 16 || hdr.Get("X-Orrery-Node") != ids[0] {
 		t.Fatalf("tensor 2 through B: %d %+v (node %s)", code, answer, hdr.Get("X-Orrery-Node"))
@@ -83,7 +84,15 @@ func TestTensorParallelInstance(t *testing.T) {
 	if !strings.Contains(a.stderr.String(), "tpRanks=2") {
 		t.Errorf("A's log does not show its slice received or cut:\n%.4000s", a.stderr.String())
 	}
-
+	// The direct link's bytes count in A's traffic to B (the node's
+	// per-peer figures), though no agent carried them: the 40 tokens'
+	// passes each sent B 16 rows of the hidden state (2 all-reduces of 8
+	// blocks), and more; the rest of A's traffic to B is a few KB.
+	minBytes := uint64(40 * 16 * model.Presets["small"].Dim * 4)
+	poll(t, a, 20*time.Second, "A's traffic to B counting the direct link", func() (bool, string) {
+		sent := linkBytes(t, a, ids[0], ids[1])
+		return sent >= sentBefore+minBytes, fmt.Sprintf("A→B %d bytes, %d before the requests: want %d more", sent, sentBefore, minBytes)
+	})
 	// Rank 0 keeps what it measured: the decode and the group's mean
 	// all-reduce, which the cost model calibrates with.
 	poll(t, a, 10*time.Second, "rank 0's measured decode and all-reduce", func() (bool, string) {
@@ -101,6 +110,26 @@ func TestTensorParallelInstance(t *testing.T) {
 		st := instancesOf(t, a)[in.InstanceID]
 		return st.Status == "Failed" && strings.Contains(st.Error, "rank 1"), fmt.Sprintf("%+v", st)
 	})
+}
+
+// linkBytes is the bytes node from has sent to node to, in p's state.
+func linkBytes(t *testing.T, p *agentProc, from, to string) uint64 {
+	t.Helper()
+	var st struct {
+		NodeLinkTelemetry map[string]struct {
+			Links []struct {
+				Peer      string
+				BytesSent uint64
+			}
+		}
+	}
+	p.mustGet(t, "/state", &st)
+	for _, l := range st.NodeLinkTelemetry[from].Links {
+		if l.Peer == to {
+			return l.BytesSent
+		}
+	}
+	return 0
 }
 
 // agreeUpToNearTie checks that a greedy completion gives want's tokens,

@@ -105,6 +105,7 @@ type link struct {
 	wmu  sync.Mutex
 	hdr  [headerLen]byte
 	sent atomic.Uint64 // bytes written, frames' headers included
+	recv atomic.Uint64 // bytes read, likewise
 }
 
 // New makes rank's end of an n-rank group from conns, indexed by rank
@@ -413,6 +414,34 @@ func (l *link) write(typ byte, seq uint32, payload []byte) error {
 	return err
 }
 
+// LinkStats is one link's traffic so far, frames' headers included.
+// Direct: it runs between the ranks' processes (MarkDirect), not through
+// the agents, which therefore do not count its bytes.
+type LinkStats struct {
+	Rank   int    `json:"rank"`
+	Direct bool   `json:"direct,omitempty"`
+	Sent   uint64 `json:"sent"`
+	Recv   uint64 `json:"recv"`
+}
+
+// Links is every link's traffic so far, by the other end's rank.
+func (m *Mesh) Links() []LinkStats {
+	var out []LinkStats
+	for r, l := range m.links {
+		if l != nil {
+			_, direct := l.c.(directConn)
+			out = append(out, LinkStats{Rank: r, Direct: direct, Sent: l.sent.Load(), Recv: l.recv.Load()})
+		}
+	}
+	return out
+}
+
+// MarkDirect marks c, before New or Connect takes it, as a direct link:
+// one between the ranks' processes that no agent relays.
+func MarkDirect(c net.Conn) net.Conn { return directConn{c} }
+
+type directConn struct{ net.Conn }
+
 // SentTo is the bytes this rank has written to rank r's link so far
 // (frames' headers and control messages included): a link's traffic,
 // safe to read while the mesh runs.
@@ -430,6 +459,7 @@ func (l *link) read(typ byte, seq uint32, want int, buf []byte) ([]byte, error) 
 	if _, err := io.ReadFull(l.br, hdr[:]); err != nil {
 		return nil, err
 	}
+	l.recv.Add(headerLen)
 	gotSeq, n := binary.LittleEndian.Uint32(hdr[1:]), binary.LittleEndian.Uint32(hdr[5:])
 	switch {
 	case hdr[0] != typ:
@@ -444,9 +474,12 @@ func (l *link) read(typ byte, seq uint32, want int, buf []byte) ([]byte, error) 
 		if _, err := io.ReadFull(l.br, buf); err != nil {
 			return nil, err
 		}
+		l.recv.Add(uint64(n))
 		return buf, nil
 	}
-	return readGrowing(l.br, int(n))
+	b, err := readGrowing(l.br, int(n))
+	l.recv.Add(uint64(len(b)))
+	return b, err
 }
 
 // readGrowing reads n bytes into storage that grows with what arrives

@@ -100,6 +100,9 @@ type Health struct {
 	// LinkBytesSent and LinkBytesRecv count the rank links' frames.
 	LinkBytesSent uint64 `json:"linkBytesSent"`
 	LinkBytesRecv uint64 `json:"linkBytesRecv"`
+	// Mesh is a tensor-parallel rank's group links' traffic, by group
+	// rank: the agent counts the direct ones in its per-peer figures.
+	Mesh []collective.LinkStats `json:"mesh,omitempty"`
 }
 
 // CompletionRequest is POST /completion: a request, traced when TraceID
@@ -465,6 +468,9 @@ func (s *Server) Health() Health {
 			h.LinkBytesSent += sent
 			h.LinkBytesRecv += recv
 		}
+	}
+	if s.mesh != nil {
+		h.Mesh = s.mesh.Links()
 	}
 	return h
 }
