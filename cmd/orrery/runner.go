@@ -93,25 +93,12 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift}
 	if *tpRanks > 1 {
-		wire, err := collective.ParseWire(*tpWire)
-		if err != nil {
-			fmt.Fprintf(stderr, "orrery runner: --tp-wire: %v\n", err)
-			return 2
-		}
-		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *agentAPI, getenv)
+		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *tpWire, *agentAPI, getenv)
 		if err != nil {
 			fmt.Fprintf(stderr, "orrery runner: %v\n", err)
 			return 2
 		}
 		defer ln.Close()
-		connect := cfg.TPConnect
-		cfg.TPConnect = func(ctx context.Context) (*collective.Mesh, error) {
-			m, err := connect(ctx)
-			if m != nil {
-				m.Wire = wire
-			}
-			return m, err
-		}
 	}
 	if *ranks > 1 {
 		if *agentAPI == "" || *instance == "" {
@@ -147,8 +134,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 }
 
 // tpSetup makes cfg a tensor-parallel rank: linked directly over loopback
-// (addrs) or through the agent. It returns the rank's listener.
-func tpSetup(cfg *runner.Config, rank, ranks int, addrs, agentAPI string, getenv func(string) string) (net.Listener, error) {
+// (addrs) or through the agent, its all-reduces over wire. It returns the
+// rank's listener.
+func tpSetup(cfg *runner.Config, rank, ranks int, addrs, wire, agentAPI string, getenv func(string) string) (net.Listener, error) {
 	var connect func(context.Context) (*collective.Mesh, error)
 	var ln net.Listener
 	var err error
@@ -166,7 +154,29 @@ func tpSetup(cfg *runner.Config, rank, ranks int, addrs, agentAPI string, getenv
 		return nil, err
 	}
 	cfg.TPRank, cfg.TPRanks, cfg.TPConnect = rank, ranks, connect
+	if err := withWire(cfg, wire); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	return ln, nil
+}
+
+// withWire makes the group's mesh send its all-reduces over wire
+// (--tp-wire).
+func withWire(cfg *runner.Config, wire string) error {
+	w, err := collective.ParseWire(wire)
+	if err != nil {
+		return fmt.Errorf("--tp-wire: %w", err)
+	}
+	connect := cfg.TPConnect
+	cfg.TPConnect = func(ctx context.Context) (*collective.Mesh, error) {
+		m, err := connect(ctx)
+		if m != nil {
+			m.Wire = w
+		}
+		return m, err
+	}
+	return nil
 }
 
 // tpTokenEnv holds the token every link of a tensor-parallel group

@@ -90,17 +90,9 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "orrery tp-bench: --model is required; --tp ≥ 2, --repeat ≥ 1, --pp and --tg ≥ 0, --reduce-iters ≥ 10")
 		return 2
 	}
-	switch *experts {
-	case "auto":
-	case "whole", "columns":
-		o.Experts = model.ExpertSplit(*experts)
-	default:
-		fmt.Fprintf(stderr, "orrery tp-bench: --experts %q: want auto, whole or columns\n", *experts)
-		return 2
-	}
-	var err error
-	if o.Wire, err = collective.ParseWire(*wire); err != nil {
-		fmt.Fprintf(stderr, "orrery tp-bench: --wire: %v\n", err)
+	err := splitFlags(&o, *experts, *wire)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery tp-bench: %v\n", err)
 		return 2
 	}
 	if o.Cores, err = parseCores(*cores, o.Ranks); err != nil {
@@ -144,6 +136,22 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return rep, err
 	}, bench.PrintTP)
+}
+
+// splitFlags reads --experts and --wire into o.
+func splitFlags(o *bench.TPOptions, experts, wire string) error {
+	switch experts {
+	case "auto":
+	case "whole", "columns":
+		o.Experts = model.ExpertSplit(experts)
+	default:
+		return fmt.Errorf("--experts %q: want auto, whole or columns", experts)
+	}
+	var err error
+	if o.Wire, err = collective.ParseWire(wire); err != nil {
+		return fmt.Errorf("--wire: %w", err)
+	}
+	return nil
 }
 
 // parseCores reads --cores for ranks runners: nil for no pinning.
