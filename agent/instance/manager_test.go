@@ -30,8 +30,9 @@ func oneNode(t *testing.T) (*Manager, *state.LocalSequencer) {
 	store := state.NewStore(state.NewLog(100), state.NewMemoryHistory(state.DefaultHistoryWindow))
 	seq := &state.LocalSequencer{Store: store}
 	m := New(Config{Self: "n1", Store: store, Publish: seq.Publish, Models: &model.Scanner{Dirs: model.Dirs{Orrery: dir}},
-		Runners:   supervisor.New(supervisor.Config{NodeID: "n1"}),
-		ShipTrace: func(string, string, []trace.Span, []trace.CounterSample, []state.ShardRange, []state.ShardRange, string) {}})
+		Runners: supervisor.New(supervisor.Config{NodeID: "n1"}),
+		ShipTrace: func(string, string, []trace.Span, []trace.CounterSample, []state.ShardRange, []state.ShardRange, string) {
+		}})
 	// The node's identity and memory, as its samplers would publish them.
 	if err := seq.Publish(state.NodeIdentityMeasured{NodeID: "n1", Identity: state.NodeIdentity{NodeID: "n1"}}); err != nil {
 		t.Fatal(err)

@@ -36,8 +36,8 @@ func TestWireConversions(t *testing.T) {
 		want uint16
 	}{
 		{1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {65520, 0x7c00}, {1e6, 0x7c00},
-		{1 + 1.0/2048, 0x3c00},     // a tie: to even
-		{1 + 3.0/2048, 0x3c02},     // a tie: to even, up
+		{1 + 1.0/2048, 0x3c00}, // a tie: to even
+		{1 + 3.0/2048, 0x3c02}, // a tie: to even, up
 		{1 + 1.0/2048 + 1e-7, 0x3c01},
 		{5.960464477539063e-08, 0x0001}, // the smallest subnormal
 		{2.98e-08, 0x0000},              // under its half

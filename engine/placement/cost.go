@@ -85,7 +85,7 @@ type ModelCost struct {
 	// experts (with the fraction a token uses), Rest the replicated ones
 	// (norms, routers, deepseek2's compressions), per block.
 	Attn, KV, MLP, Shared, Exps, Rest []Weights
-	Head                Weights
+	Head                              Weights
 	// Dim is the hidden size: one row of activations is Dim f32.
 	Dim, Heads, HeadDim int
 	// KVWidth is the cache values per position per block (k and v).
@@ -246,8 +246,9 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 		if t > 1 {
 			sl := shares[i]
 			a, kv, m = share(sl.Heads, sl.FullHeads), share(sl.KVHeads, sl.FullKVHeads), share(sl.FFDim, sl.FullFF)
-			eDec, ePre = m, m // by columns
-			if sl.FullExperts > 0 && !sl.ExpertColumns { // whole experts
+			eDec, ePre = m, m // experts by columns, or none
+			if sl.FullExperts > 0 && !sl.ExpertColumns {
+				// Whole experts: the busiest rank's share in decode.
 				eDec, ePre = busiest, share(sl.Experts, sl.FullExperts)
 			}
 			if sl.FullSharedFF > 0 {
