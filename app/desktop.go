@@ -310,6 +310,10 @@ func (w *wailsWindow) wailsCtx() (context.Context, bool) {
 
 func (w *wailsWindow) Show() {
 	if ctx, ok := w.wailsCtx(); ok {
+		// Not before the first page loaded: the window starts hidden, and
+		// a show that comes before Wails has run the GTK main loop (a
+		// second launch right after the first) was lost to that hide.
+		w.pageLoaded("show")
 		wruntime.WindowShow(ctx)
 		wruntime.WindowUnminimise(ctx)
 		wruntime.Show(ctx) // macOS: bring the (LSUIElement) app forward
@@ -344,13 +348,18 @@ func (w *wailsWindow) Quit() {
 	if !ok {
 		return
 	}
+	w.pageLoaded("quit")
+	wruntime.Quit(ctx)
+}
+
+// pageLoaded waits, at most windowWait, for the first page to load (an
+// error page loads without Wails' runtime: then what acts goes on anyway).
+func (w *wailsWindow) pageLoaded(what string) {
 	select {
 	case <-w.domReady:
 	case <-time.After(windowWait):
-		// An error page loads without Wails' runtime: quit all the same.
-		w.log.Warn("no page loaded yet: quitting anyway", "waited", windowWait)
+		w.log.Warn("no page loaded yet: going on", "action", what, "waited", windowWait)
 	}
-	wruntime.Quit(ctx)
 }
 
 // wailsLogger sends Wails' log lines to slog.
