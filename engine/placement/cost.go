@@ -110,28 +110,21 @@ func CostOf(f *gguf.File, cfg model.Config) ModelCost {
 		switch {
 		case t.Name == "output_norm.weight" || strings.HasPrefix(t.Name, "output."):
 			c.Head.add(t, 1)
-		case strings.HasPrefix(t.Name, "blk."):
-			var n int
-			if _, err := fmt.Sscanf(t.Name, "blk.%d.", &n); err != nil || n < 0 || n >= cfg.Layers {
+		default:
+			n, p, ok := blockPart(t, cfg.Layers)
+			if !ok {
 				continue
 			}
-			name := t.Name[strings.Index(t.Name[4:], ".")+5:]
-			switch {
-			case len(t.Dims) < 2:
-				c.Rest[n].add(t, 1)
-			case strings.Contains(name, "_exps"):
+			switch p {
+			case partExperts:
 				c.Exps[n].add(t, used)
-			case strings.Contains(name, "_shexp"):
+			case partShared:
 				c.Shared[n].add(t, 1)
-			case strings.HasPrefix(name, "attn_k.") || strings.HasPrefix(name, "attn_v."):
+			case partKV:
 				c.KV[n].add(t, 1)
-			case strings.HasPrefix(name, "attn_q_a") || strings.HasPrefix(name, "attn_kv_a"):
-				c.Rest[n].add(t, 1) // deepseek2's compressions, on every rank
-			case strings.HasPrefix(name, "attn_"):
+			case partAttn:
 				c.Attn[n].add(t, 1)
-			case strings.HasPrefix(name, "ffn_gate_inp"):
-				c.Rest[n].add(t, 1)
-			case strings.HasPrefix(name, "ffn_"):
+			case partMLP:
 				c.MLP[n].add(t, 1)
 			default:
 				c.Rest[n].add(t, 1)

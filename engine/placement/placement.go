@@ -76,25 +76,65 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen, parallel int) Layout {
 			l.HeadNorm = t.Size
 		case strings.HasPrefix(t.Name, "output."):
 			l.Head += t.Size
-		case strings.HasPrefix(t.Name, "blk."):
-			var n int
-			if _, err := fmt.Sscanf(t.Name, "blk.%d.", &n); err == nil && n >= 0 && n < cfg.Layers {
-				l.Block[n] += t.Size
-				switch name := t.Name[strings.Index(t.Name[4:], ".")+5:]; {
-				case strings.Contains(name, "_exps."):
-					l.Experts[n] += t.Size
-				case len(t.Dims) < 2 || strings.HasPrefix(name, "ffn_gate_inp.") || strings.HasPrefix(name, "attn_q_a") ||
-					strings.HasPrefix(name, "attn_kv_a"):
-					l.Replicated[n] += t.Size
-				case strings.HasPrefix(name, "attn_k.") || strings.HasPrefix(name, "attn_v."):
-					l.KVProj[n] += t.Size
-				case strings.HasPrefix(name, "attn_"):
-					l.Attn[n] += t.Size
-				}
+		default:
+			n, p, ok := blockPart(t, cfg.Layers)
+			if !ok {
+				continue
+			}
+			l.Block[n] += t.Size
+			switch p { // the MLP's parts are the rest of the block
+			case partExperts:
+				l.Experts[n] += t.Size
+			case partReplicated:
+				l.Replicated[n] += t.Size
+			case partKV:
+				l.KVProj[n] += t.Size
+			case partAttn:
+				l.Attn[n] += t.Size
 			}
 		}
 	}
 	return l
+}
+
+// part is how a tensor-parallel group holds one of a block's tensors.
+type part int
+
+const (
+	partReplicated part = iota // whole on every rank: vectors, routers, deepseek2's compressions
+	partAttn                   // by query heads
+	partKV                     // by kv heads (attn_k, attn_v)
+	partMLP                    // by the MLP's columns
+	partShared                 // by deepseek2's shared experts' columns
+	partExperts                // a mixture's experts: whole, or every one's columns
+)
+
+// blockPart says which of layers blocks t belongs to (blk.N.) and how a
+// group splits it; false for a tensor of no block.
+func blockPart(t gguf.TensorInfo, layers int) (int, part, bool) {
+	var n int
+	if !strings.HasPrefix(t.Name, "blk.") {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscanf(t.Name, "blk.%d.", &n); err != nil || n < 0 || n >= layers {
+		return 0, 0, false
+	}
+	switch name := t.Name[strings.Index(t.Name[4:], ".")+5:]; {
+	case strings.Contains(name, "_exps"):
+		return n, partExperts, true
+	case strings.Contains(name, "_shexp"):
+		return n, partShared, true
+	case len(t.Dims) < 2 || strings.HasPrefix(name, "ffn_gate_inp") || strings.HasPrefix(name, "attn_q_a") ||
+		strings.HasPrefix(name, "attn_kv_a"):
+		return n, partReplicated, true
+	case strings.HasPrefix(name, "attn_k.") || strings.HasPrefix(name, "attn_v."):
+		return n, partKV, true
+	case strings.HasPrefix(name, "attn_"):
+		return n, partAttn, true
+	case strings.HasPrefix(name, "ffn_"):
+		return n, partMLP, true
+	}
+	return n, partReplicated, true
 }
 
 // swaTokens is what ollama's sliding-window cache holds: a window per
