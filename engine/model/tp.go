@@ -192,8 +192,7 @@ func PlanTPExperts(f *gguf.File, cfg Config, ranks int, split ExpertSplit) ([]TP
 		if err := splitExperts(f, cfg, out, split); err != nil {
 			return nil, err
 		}
-		if cfg.SharedExperts > 0 {
-			sh := cfg.SharedExperts * cfg.ExpertFFDim
+		if sh := cfg.SharedFF(); sh > 0 {
 			if err := splitColumns(f, cfg, "ffn_down_shexp.weight", sh, out, func(s *TPSlice, at, n int) {
 				s.Shared, s.SharedFF, s.FullSharedFF = at, n, sh
 			}); err != nil {
@@ -392,25 +391,18 @@ func spread(n, k int) []int {
 func blockOf(f *gguf.File, cfg Config, suffix string) (int, error) {
 	first, last := cfg.Blocks()
 	for i := first; i < last; i++ {
-		if _, ok := f.Tensor(fmt.Sprintf("blk.%d.%s", i, suffix)); ok {
-			return blockElems(f, fmt.Sprintf("blk.%d.%s", i, suffix))
+		t, ok := f.Tensor(fmt.Sprintf("blk.%d.%s", i, suffix))
+		if !ok {
+			continue
 		}
+		for n := uint64(1); n <= 256; n *= 2 {
+			if _, ok := t.Type.RowBytes(n); ok {
+				return int(n), nil
+			}
+		}
+		return 0, fmt.Errorf("%w: %s has type %s, whose blocks Orrery does not know", ErrTPSplit, t.Name, t.Type)
 	}
 	return 0, fmt.Errorf("%w: no block has %s", ErrTPSplit, suffix)
-}
-
-// blockElems is the values per quantization block of tensor name.
-func blockElems(f *gguf.File, name string) (int, error) {
-	t, ok := f.Tensor(name)
-	if !ok {
-		return 0, fmt.Errorf("%w: no %s", ErrTPSplit, name)
-	}
-	for n := uint64(1); n <= 256; n *= 2 {
-		if _, ok := t.Type.RowBytes(n); ok {
-			return int(n), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: %s has type %s, whose blocks Orrery does not know", ErrTPSplit, name, t.Type)
 }
 
 // readTP reads a slice file's orrery.tp keys (none: a whole model) into
@@ -443,8 +435,8 @@ func readTP(c *Config, f *gguf.File) error {
 		return fmt.Errorf("tensor-parallel slice: MLP columns [%d, +%d) of %d", s.FF, s.FFDim, ff)
 	case c.MLA && (s.KVHead != 0 || s.KVHeads != 1):
 		return fmt.Errorf("tensor-parallel slice of %s's latent attention with kv heads [%d, +%d): its one latent is on every rank", c.Arch, s.KVHead, s.KVHeads)
-	case s.FullSharedFF != c.SharedExperts*c.ExpertFFDim:
-		return fmt.Errorf("tensor-parallel slice of shared experts of %d columns, but the model's are %d", s.FullSharedFF, c.SharedExperts*c.ExpertFFDim)
+	case s.FullSharedFF != c.SharedFF(): // c.TP is not set yet: the model's
+		return fmt.Errorf("tensor-parallel slice of shared experts of %d columns, but the model's are %d", s.FullSharedFF, c.SharedFF())
 	case s.FullSharedFF > 0 && (s.SharedFF < 1 || s.Shared < 0 || s.Shared+s.SharedFF > s.FullSharedFF):
 		return fmt.Errorf("tensor-parallel slice: shared experts' columns [%d, +%d) of %d", s.Shared, s.SharedFF, s.FullSharedFF)
 	case s.ExpertColumns && c.LeadDense > 0:
