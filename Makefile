@@ -16,7 +16,7 @@ DARWIN_TAGS = orrery_omit_engine
 DARWIN_PKGS = $(shell GOOS=darwin GOARCH=arm64 CGO_ENABLED=1 $(GO) list -tags $(DARWIN_TAGS) -f '{{if not .CgoFiles}}{{.ImportPath}} {{join .Deps " "}}{{end}}' ./... | grep -v 'ollama/ml/backend/ggml' | cut -d' ' -f1)
 
 # ggml's CPU code is 3-17x slower without optimisation flags. Local builds
-# tune for this CPU; `make RELEASE=1 …` uses a portable x86-64 set
+# tune for this CPU (scripts/cgo-flags.sh); `make RELEASE=1 …` uses a portable x86-64 set
 # (AVX2/FMA/F16C) instead. GGML_USE_CPU_REPACK puts ggml-cpu's repack buffer
 # type in its list, which engine/backend/ggml moves Q4_0/Q4_K/IQ4_NL
 # weights into (without it they stay unpacked: ~2x slower prompts).
@@ -24,7 +24,7 @@ DARWIN_PKGS = $(shell GOOS=darwin GOARCH=arm64 CGO_ENABLED=1 $(GO) list -tags $(
 ifeq ($(RELEASE),1)
 CGO_OPT ?= -O3 -mavx2 -mfma -mf16c
 else
-CGO_OPT ?= -O3 -march=native
+CGO_OPT ?= $(shell scripts/cgo-flags.sh)
 endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK

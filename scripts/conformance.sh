@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The flags make passes; others would rebuild ggml (minutes).
-export CGO_CFLAGS="${CGO_CFLAGS:--O3 -march=native}" CGO_CXXFLAGS="${CGO_CXXFLAGS:--O3 -march=native -DGGML_USE_CPU_REPACK}"
+eval "$(scripts/cgo-flags.sh --env)"
 mkdir -p test-output
 log=test-output/conformance.txt
 rc=0

@@ -20,8 +20,7 @@ GO=${GO:-go}
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
 LDFLAGS="-X main.version=$VERSION"
 # The same flags as the Makefile's, so that ggml's cgo build is cached.
-export CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native}
-export CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native -DGGML_USE_CPU_REPACK}
+eval "$(scripts/cgo-flags.sh --env)"
 TAGS=desktop,production
 # On Linux, Wails' webview passes requests' method, headers and body, and
 # answers' status codes, only when built for WebKitGTK ≥ 2.40 (Debian 12

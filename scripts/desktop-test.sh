@@ -45,8 +45,7 @@ if [[ -z ${ORRERY_DESKTOP_TEST_IN_BUS:-} ]]; then
 	scripts/desktop-build.sh
 	if [[ ! -x bin/orrery ]]; then
 		echo "desktop-test: building bin/orrery"
-		CGO_CFLAGS=${CGO_CFLAGS:--O3 -march=native} CGO_CXXFLAGS=${CGO_CXXFLAGS:--O3 -march=native -DGGML_USE_CPU_REPACK} \
-			go build -o bin/orrery ./cmd/orrery
+		(eval "$(scripts/cgo-flags.sh --env)" && go build -o bin/orrery ./cmd/orrery)
 	fi
 	rm -rf "$OUT"
 	mkdir -p "$OUT"

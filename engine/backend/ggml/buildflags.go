@@ -29,5 +29,5 @@ func BuildWarning() string {
 		return ""
 	}
 	return `ggml was compiled without AVX2 although this CPU has it: compute runs several times slower (3–9× measured). ` +
-		`Build with make, or export CGO_CFLAGS="-O3 -march=native" CGO_CXXFLAGS="-O3 -march=native -DGGML_USE_CPU_REPACK" before go build`
+		`Build with make, or run eval "$(scripts/cgo-flags.sh --env)" before go build`
 }
