@@ -50,7 +50,16 @@ fi
 
 bin=$dir/bin
 mkdir -p "$bin"
+# llama.cpp loads the best CPU variant it finds beside its binaries. Its AMX
+# one (sapphirerapids) is left out: ollama's ggml, Orrery's, builds no AMX
+# kernels, so on an AMX CPU llama.cpp's repacked Q8_0, Q4_1 and F16 products
+# would run other kernels than Orrery's and the matched conformance rows would
+# compare different math (seen: 0.06-0.13 of a std). The next best variant
+# (zen4 there) has the ISA Orrery's -march=native build has, less AMX. Its
+# prompt speed on such a CPU is then below what llama.cpp reaches with AMX.
+rm -f "$bin"/libggml-cpu-sapphirerapids.so
 for f in "$dir"/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/*.so; do
+	[[ $f == *-sapphirerapids.so ]] && continue
 	ln -sf "$f" "$bin/$(basename "$f")"
 done
 src=$dir/llama.cpp
