@@ -265,8 +265,8 @@ func (a *Agent) wireServing(exe string, key auth.Key) {
 	a.instances = instance.New(instance.Config{Self: id, Store: a.store, Publish: publish, Models: models,
 		Runners: a.sup, Peer: a.peerHTTP, ContextLen: cfg.ContextLen, RAMLimit: cfg.RAMLimit, DirectLinks: cfg.DirectLinks, KeepAlive: &cfg.KeepAlive, Parallel: cfg.Parallel, Logger: a.log,
 		Sources: a.pulls, Owned: func() []state.Instance { return a.ledger.Instances() }, // the ledger is wired later
-		ShipTrace: func(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks, peers []state.ShardRange, errText string) {
-			a.tracer.ShipTask(task, kind, spans, counters, ranks, peers, errText)
+		ShipTrace: func(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange, errText string) {
+			a.tracer.ShipTask(task, kind, spans, counters, ranks, errText)
 		}})
 	a.shards = shard.New(shard.Config{Dir: filepath.Join(cfg.DataDir, "shards"), Self: id, Models: models,
 		Peer: a.peerHTTP, State: a.store.State, Holder: a.instances.PickNode, Puller: a.pulls, Stall: cfg.DownloadIdle, Logger: a.log})

@@ -29,18 +29,11 @@ func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req 
 		if err != nil {
 			errText = err.Error()
 		}
-		var ranks, peers []state.ShardRange
+		var ranks []state.ShardRange
 		if in, ok := m.cfg.Store.State().Instances[instanceID]; ok {
-			peers = in.Ranks // rank 0's links reach its group's other ranks too
-			for i, rk := range in.Ranks {
-				// A tensor-parallel group's rank 0 records the group's
-				// steps; its other ranks record none.
-				if _, tp := in.StageOf(i); tp == 0 {
-					ranks = append(ranks, rk)
-				}
-			}
+			ranks = in.Ranks // every rank records, a tensor-parallel group's followers too
 		}
-		m.cfg.ShipTrace(traceID, "chat", spans, counters, ranks, peers, truncate(errText, 1024))
+		m.cfg.ShipTrace(traceID, "chat", spans, counters, ranks, truncate(errText, 1024))
 	}
 	if err != nil && done != nil && len(done.Spans) == 0 && done.CompletionTokens == 0 {
 		done = nil

@@ -56,7 +56,7 @@ type Config struct {
 	KeepAlive *api.KeepAlive
 	// ShipTrace ships rank 0's spans of a traced task to the master and
 	// announces the task with its ranks. It must not block.
-	ShipTrace func(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks, peers []state.ShardRange, errText string)
+	ShipTrace func(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange, errText string)
 	// Sources, when set, lets this node place an hf.co model that no
 	// node has: its ranks then pull their shards from the hub.
 	Sources Sources

@@ -31,7 +31,7 @@ func oneNode(t *testing.T) (*Manager, *state.LocalSequencer) {
 	seq := &state.LocalSequencer{Store: store}
 	m := New(Config{Self: "n1", Store: store, Publish: seq.Publish, Models: &model.Scanner{Dirs: model.Dirs{Orrery: dir}},
 		Runners: supervisor.New(supervisor.Config{NodeID: "n1"}),
-		ShipTrace: func(string, string, []trace.Span, []trace.CounterSample, []state.ShardRange, []state.ShardRange, string) {
+		ShipTrace: func(string, string, []trace.Span, []trace.CounterSample, []state.ShardRange, string) {
 		}})
 	// The node's identity and memory, as its samplers would publish them.
 	if err := seq.Publish(state.NodeIdentityMeasured{NodeID: "n1", Identity: state.NodeIdentity{NodeID: "n1"}}); err != nil {

@@ -133,13 +133,9 @@ func (t *Tracer) newShipper(task string, rank int, live bool) *Shipper {
 
 // ShipTask sends rank 0's spans and counter samples of a task to the
 // master and announces the task with its ranks (rank 0 on this node when
-// ranks is empty); peers names the node of every rank its links reach
-// (nil: ranks), a tensor-parallel group's ranks that record nothing
-// included. It returns at once; the shipping runs in the background.
-func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks, peers []state.ShardRange, errText string) {
-	if peers == nil {
-		peers = ranks
-	}
+// ranks is empty). It returns at once; the shipping runs in the
+// background.
+func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, counters []trace.CounterSample, ranks []state.ShardRange, errText string) {
 	tr := []wire.TraceRank{{Rank: 0, Node: t.cfg.Self}}
 	if len(ranks) > 0 {
 		tr = tr[:0]
@@ -152,7 +148,7 @@ func (t *Tracer) ShipTask(task, kind string, spans []trace.Span, counters []trac
 		defer t.bg.Done()
 		ctx, cancel := context.WithTimeout(t.bgCtx, shipWait)
 		defer cancel()
-		t.ship(ctx, task, tr[0].Rank, spans, counters, peers)
+		t.ship(ctx, task, tr[0].Rank, spans, counters, ranks)
 		m := &wire.TraceTask{Task: task, Kind: kind, Ranks: tr, Error: truncate(errText, maxErrorText)}
 		if _, err := t.router.Task(ctx, m); err != nil {
 			t.log.Warn("announce trace", "task", task, "err", err)
@@ -195,7 +191,7 @@ func (t *Tracer) Loaded(in state.Instance, rank int, spans []trace.Span, counter
 	for i := range spans {
 		spans[i].Rank = 0 // one-rank task; the name says which rank
 	}
-	t.ShipTask(fmt.Sprintf("load-%s-r%d", in.InstanceID, rank), "load", spans, counters, nil, nil, "")
+	t.ShipTask(fmt.Sprintf("load-%s-r%d", in.InstanceID, rank), "load", spans, counters, nil, "")
 }
 
 // clockOffsets is every peer's clock minus ours, from the link probes.

@@ -75,8 +75,8 @@ func TestHybridInstance(t *testing.T) {
 		}
 	}
 
-	// A traced request: the two stages' leaders record the steps, with
-	// their groups' all-reduces and the stages' sends and receives.
+	// A traced request: every rank records its steps, with its group's
+	// all-reduces, and the stages' leaders their sends and receives.
 	code, hdr, _ := chat(t, a, `{"model":"`+modelID+`","messages":[{"role":"user","content":"trace me"}],"max_tokens":8,"temperature":0}`)
 	if code != 200 {
 		t.Fatalf("chat: %d", code)
@@ -84,45 +84,30 @@ func TestHybridInstance(t *testing.T) {
 	st, _ := status(t, a)
 	master := ps[slices.Index(ids, st.MasterID)]
 	traceID := hdr.Get("X-Orrery-Trace-Id")
-	poll(t, master, 20*time.Second, "the trace of ranks 0 and 2 on the master", func() (bool, string) {
+	poll(t, master, 20*time.Second, "the trace of all 4 ranks on the master", func() (bool, string) {
 		code, body, _ := master.get("/v1/traces/" + traceID + "/stats")
 		var s struct {
-			ByRank map[string]map[string]any `json:"byRank"`
+			ByRank map[string]struct {
+				ByCategory map[string]any `json:"byCategory"`
+			} `json:"byRank"`
 		}
 		json.Unmarshal(body, &s)
-		_, r0 := s.ByRank["0"]
-		_, r2 := s.ByRank["2"]
-		return code == 200 && len(s.ByRank) == 2 && r0 && r2 && strings.Contains(string(body), "decode/comms") &&
-			strings.Contains(string(body), "decode/send") && strings.Contains(string(body), "decode/recv"), string(body)
+		for r := range 4 {
+			if _, ok := s.ByRank[fmt.Sprint(r)].ByCategory["decode/comms"]; !ok {
+				return false, fmt.Sprintf("rank %d has no decode/comms: %s", r, body)
+			}
+		}
+		return code == 200 && len(s.ByRank) == 4 && strings.Contains(string(body), "decode/send") && strings.Contains(string(body), "decode/recv"), string(body)
 	})
 
-	// Its link tracks: each leader's to its group's other rank and to the
-	// next stage's leader (rank 0 → 1 and → 2, rank 2 → 3 and → 0), each
-	// on the sender's process, named by the receiver ("<name> (<id>)").
-	_, body, _ := master.get("/v1/traces/" + traceID + "/raw")
-	var raw struct {
-		TraceEvents []struct {
-			Name, Ph string
-			Pid      int
-			Args     map[string]any
-		} `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(body, &raw); err != nil {
-		t.Fatal(err)
-	}
-	pidOf, tracks := map[string]int{}, map[string]bool{}
-	for _, e := range raw.TraceEvents {
-		switch {
-		case e.Name == "process_name" && e.Ph == "M":
-			id, _ := e.Args["nodeId"].(string)
-			pidOf[id] = e.Pid
-		case e.Ph == "C" && strings.HasPrefix(e.Name, "link → "):
-			tracks[fmt.Sprintf("%d %s", e.Pid, e.Name[strings.LastIndex(e.Name, "(")+1:])] = true
-		}
-	}
-	for _, pair := range [][2]int{{0, 1}, {0, 2}, {2, 3}, {2, 0}} {
+	// Its link tracks: each rank's to its group's other rank, and each
+	// leader's to the next stage's leader (rank 0 → 1 and → 2, 1 → 0,
+	// rank 2 → 3 and → 0, 3 → 2), each on the sender's process, named by
+	// the receiver ("<name> (<id>)").
+	tracks := linkTracks(t, master, traceID)
+	for _, pair := range [][2]int{{0, 1}, {0, 2}, {1, 0}, {2, 3}, {2, 0}, {3, 2}} {
 		from, to := ids[pair[0]], ids[pair[1]]
-		if want := fmt.Sprintf("%d %.8s)", pidOf[from], to); !tracks[want] {
+		if want := fmt.Sprintf("%s → %.8s", from, to); !tracks[want] {
 			t.Errorf("no link track from rank %d to rank %d (process %q) among %v", pair[0], pair[1], want, tracks)
 		}
 	}

@@ -113,6 +113,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		defer ln.Close()
 		cfg.RankListener = ln
 		cfg.DialNext = func(ctx context.Context) (net.Conn, error) { return runner.DialRankLink(ctx, *agentAPI, token) }
+	}
+	if (*ranks > 1 || *tpRanks > 1) && *agentAPI != "" {
+		// A pipeline stage's, or a tensor-parallel follower's, traces.
 		cfg.OnStageTrace = func(id string, spans []trace.Span, counters []trace.CounterSample, err error) {
 			t := runner.RankTrace{TraceID: id, Spans: spans, Counters: counters}
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,6 +76,9 @@ func TestTensorParallelInstance(t *testing.T) {
 	if code != http.StatusOK || answer.Usage.CompletionTokens != 16 || hdr.Get("X-Orrery-Node") != ids[0] {
 		t.Fatalf("tensor 2 through B: %d %+v (node %s)", code, answer, hdr.Get("X-Orrery-Node"))
 	}
+	// Its trace holds both ranks' passes: rank 1's compute and
+	// all-reduces too, and its link track to rank 0.
+	checkGroupTrace(t, ps, hdr.Get("X-Orrery-Trace-Id"), ids)
 	agreeUpToNearTie(t, "tensor 2", legacyComplete(t, b, lpReq), ref, 0.05)
 	// Rank 1 (on B) linked to rank 0 (on A) directly, over TLS under the
 	// instance's link secret, not through the agents.
@@ -110,6 +114,68 @@ func TestTensorParallelInstance(t *testing.T) {
 		st := instancesOf(t, a)[in.InstanceID]
 		return st.Status == "Failed" && strings.Contains(st.Error, "rank 1"), fmt.Sprintf("%+v", st)
 	})
+}
+
+// checkGroupTrace checks that trace traceID, on the cluster's master,
+// holds decode compute and all-reduce spans of each rank of a 2-rank
+// tensor-parallel group on nodes ids, and each rank's link track to the
+// other.
+func checkGroupTrace(t *testing.T, ps []*agentProc, traceID string, ids []string) {
+	t.Helper()
+	st, _ := status(t, ps[0])
+	master := ps[slices.Index(ids, st.MasterID)]
+	poll(t, master, 20*time.Second, "both ranks' spans in the trace", func() (bool, string) {
+		code, body, _ := master.get("/v1/traces/" + traceID + "/stats")
+		var s struct {
+			ByRank map[string]struct {
+				ByCategory map[string]struct{ Count int } `json:"byCategory"`
+			} `json:"byRank"`
+		}
+		json.Unmarshal(body, &s)
+		for r := range 2 {
+			c := s.ByRank[fmt.Sprint(r)].ByCategory
+			if c["decode/compute"].Count == 0 || c["decode/comms"].Count == 0 {
+				return false, fmt.Sprintf("rank %d: %s", r, body)
+			}
+		}
+		return code == 200, string(body)
+	})
+	tracks := linkTracks(t, master, traceID)
+	for _, pair := range [][2]int{{0, 1}, {1, 0}} {
+		if want := fmt.Sprintf("%s → %.8s", ids[pair[0]], ids[pair[1]]); !tracks[want] {
+			t.Errorf("no link track from rank %d to rank %d (%q) among %v", pair[0], pair[1], want, tracks)
+		}
+	}
+}
+
+// linkTracks is trace traceID's link tracks on the master, each as
+// "<sender's node id> → <the first 8 characters of the receiver's>".
+func linkTracks(t *testing.T, master *agentProc, traceID string) map[string]bool {
+	t.Helper()
+	_, body, _ := master.get("/v1/traces/" + traceID + "/raw")
+	var raw struct {
+		TraceEvents []struct {
+			Name, Ph string
+			Pid      int
+			Args     map[string]any
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	node, tracks := map[int]string{}, map[string]bool{}
+	for _, e := range raw.TraceEvents {
+		if e.Name == "process_name" && e.Ph == "M" {
+			node[e.Pid], _ = e.Args["nodeId"].(string)
+		}
+	}
+	for _, e := range raw.TraceEvents {
+		if e.Ph == "C" && strings.HasPrefix(e.Name, "link → ") {
+			to := strings.TrimSuffix(e.Name[strings.LastIndex(e.Name, "(")+1:], ")")
+			tracks[fmt.Sprintf("%s → %.8s", node[e.Pid], to)] = true
+		}
+	}
+	return tracks
 }
 
 // linkBytes is the bytes node from has sent to node to, in p's state.

@@ -224,8 +224,12 @@ func (l *Local) Begin(ctx context.Context, slot int, req *Request, traceID strin
 	if l.smps == nil {
 		l.smps = make([]slotSampler, max(l.F.Options().Parallel, 1))
 	}
+	if err := traceSlot(l.F, slot, traceID); err != nil {
+		return 0, err
+	}
 	ss, err := newSlotSampler(req.Sample, req.Grammar, l.Tok, req.logprobsN())
 	if err != nil {
+		traceSlot(l.F, slot, "") // the scheduler ends no slot it could not begin
 		return 0, err
 	}
 	l.smps[slot] = ss
@@ -269,4 +273,5 @@ func (l *Local) End(slot int, err error) {
 	if slot < len(l.smps) {
 		l.smps[slot] = slotSampler{}
 	}
+	traceSlot(l.F, slot, "") // a lost group fails the next step
 }

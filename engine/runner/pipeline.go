@@ -51,6 +51,9 @@ func (p *Pipeline) Begin(ctx context.Context, slot int, req *Request, traceID st
 		p.slotReq = map[int]uint64{}
 	}
 	p.slotReq[slot] = p.req
+	if err := traceSlot(p.F, slot, traceID); err != nil { // rank 0's group
+		return 0, p.fail(err)
+	}
 	kept, err := keepFrom(p.F, slot, keep)
 	if err != nil {
 		return 0, err
@@ -142,6 +145,7 @@ func (p *Pipeline) Recv(ctx context.Context) (*Step, []Sampled, error) {
 }
 
 func (p *Pipeline) End(slot int, err error) {
+	traceSlot(p.F, slot, "")
 	if p.dead == nil {
 		p.fail(p.Out.sendJSON(frameEnd, endMsg{Req: p.slotReq[slot], Slot: slot}))
 	}

@@ -108,6 +108,9 @@ func (r *stageRun) finish(slot int, err error) {
 	if ss.rec != nil && r.s.OnTrace != nil {
 		r.s.OnTrace(ss.traceID, ss.rec.Drain(0), ss.rec.DrainCounters(), err)
 	}
+	if ss.rec != nil {
+		traceSlot(r.s.F, slot, "") // this stage's group; a lost one fails the next step
+	}
 	ss.rec = nil
 }
 
@@ -142,6 +145,9 @@ func (r *stageRun) begin(payload []byte) error {
 	ss := &r.slots[b.Slot]
 	ss.traceID = b.TraceID
 	if b.TraceID != "" {
+		if err := traceSlot(r.s.F, b.Slot, b.TraceID); err != nil {
+			return err
+		}
 		ss.rec = trace.NewRecorder(r.s.Rank, r.s.Node, trace.Options{NodeName: r.s.NodeName})
 		stopOut := sampleLink(ss.rec, r.s.Out, stageRank(r.next, r.s.Group))
 		stopMesh := sampleMesh(ss.rec, r.s.Mesh, stageRank(r.s.Rank, r.s.Group))

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // A tensor-parallel group of T ranks runs each forward pass together: every
@@ -24,13 +26,15 @@ const (
 	tpForward byte = 1
 	tpRemove  byte = 2
 	tpShift   byte = 3
+	// tpTrace (4) begins or ends a slot's trace: tptrace.go.
 )
 
 // TPLeader is rank 0 of a tensor-parallel group as a Forwarder.
 type TPLeader struct {
-	F    Forwarder
-	Mesh *collective.Mesh
-	buf  []byte
+	F      Forwarder
+	Mesh   *collective.Mesh
+	buf    []byte
+	traced map[int]bool // slots whose followers trace (traceSlot)
 }
 
 var _ Forwarder = (*TPLeader)(nil)
@@ -84,13 +88,22 @@ func groupLost(err error) error {
 type TPFollower struct {
 	F    Forwarder
 	Mesh *collective.Mesh
+	// Traces of the leader's traced slots: Rank is this rank's in the
+	// instance, First its group's rank 0's; OnTrace gets each one's spans
+	// and counters when it ends (nil: none recorded).
+	Rank, First    int
+	Node, NodeName string
+	OnTrace        func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
 }
 
 // Serve runs the follower. A failed forward pass ends it (the leader's
 // all-reduce then fails too): the ranks' caches would no longer agree.
-func (f *TPFollower) Serve(ctx context.Context) error {
+func (f *TPFollower) Serve(ctx context.Context) (err error) {
 	stop := context.AfterFunc(ctx, f.Mesh.Close)
 	defer stop()
+	ft := &followTraces{rank: f.Rank, first: f.First, node: f.Node, nodeName: f.NodeName, mesh: f.Mesh,
+		slots: max(f.F.Options().Parallel, 1), onTrace: f.OnTrace}
+	defer func() { ft.endAll(err) }()
 	for {
 		msg, err := f.Mesh.Recv(0)
 		if err != nil {
@@ -108,9 +121,9 @@ func (f *TPFollower) Serve(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("tensor-parallel follower: %w", err)
 			}
-			before := f.Mesh.Reduces
+			before, start := f.Mesh.Reduces, time.Now()
 			_, err = f.F.Forward(ctx, b)
-			f.Mesh.TakeTimings() // a follower records no trace of them
+			ft.step(b.Seqs, start, f.Mesh.TakeTimings())
 			if err != nil {
 				if f.Mesh.Reduces == before && !errors.Is(err, collective.ErrLinkLost) {
 					continue // refused before the pass began, as the leader's was
@@ -128,6 +141,10 @@ func (f *TPFollower) Serve(ctx context.Context) error {
 				f.F.Remove(u(0), u(1))
 			} else {
 				f.F.Shift(u(0), u(1), u(2))
+			}
+		case tpTrace:
+			if err := ft.control(msg[1:]); err != nil {
+				return err
 			}
 		default:
 			return fmt.Errorf("tensor-parallel follower: control message of type %d", msg[0])

@@ -112,7 +112,9 @@ func (s *Server) startTP(ctx context.Context, rank backend.Rank) (Forwarder, err
 	if s.cfg.TPRank == 0 {
 		return &TPLeader{F: rank, Mesh: mesh}, nil
 	}
-	f := &TPFollower{F: rank, Mesh: mesh}
+	first := stageRank(s.cfg.Rank, s.cfg.TPRanks)
+	f := &TPFollower{F: rank, Mesh: mesh, Rank: first + s.cfg.TPRank, First: first, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
+		OnTrace: s.cfg.OnStageTrace}
 	s.loop(ctx, func(ctx context.Context) error {
 		if err := f.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			where := ""
