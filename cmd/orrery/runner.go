@@ -115,16 +115,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		cfg.DialNext = func(ctx context.Context) (net.Conn, error) { return runner.DialRankLink(ctx, *agentAPI, token) }
 	}
 	if (*ranks > 1 || *tpRanks > 1) && *agentAPI != "" {
-		// A pipeline stage's, or a tensor-parallel follower's, traces.
-		cfg.OnStageTrace = func(id string, spans []trace.Span, counters []trace.CounterSample, err error) {
-			t := runner.RankTrace{TraceID: id, Spans: spans, Counters: counters}
-			if err != nil {
-				t.Error = err.Error()
-			}
-			if err := runner.PostRankTrace(context.Background(), *agentAPI, token, t); err != nil {
-				log.Warn("hand spans to the agent", "trace", id, "err", err)
-			}
-		}
+		cfg.OnStageTrace = postTrace(*agentAPI, token, log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -134,6 +125,20 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		return 1
 	}
 	return 0
+}
+
+// postTrace hands a pipeline stage's, or a tensor-parallel follower's,
+// spans of a traced request to its agent.
+func postTrace(agentAPI, token string, log *slog.Logger) func(string, []trace.Span, []trace.CounterSample, error) {
+	return func(id string, spans []trace.Span, counters []trace.CounterSample, err error) {
+		t := runner.RankTrace{TraceID: id, Spans: spans, Counters: counters}
+		if err != nil {
+			t.Error = err.Error()
+		}
+		if err := runner.PostRankTrace(context.Background(), agentAPI, token, t); err != nil {
+			log.Warn("hand spans to the agent", "trace", id, "err", err)
+		}
+	}
 }
 
 // tpSetup makes cfg a tensor-parallel rank: linked directly over loopback
