@@ -108,7 +108,7 @@ func TestHybridInstance(t *testing.T) {
 	for _, pair := range [][2]int{{0, 1}, {0, 2}, {1, 0}, {2, 3}, {2, 0}, {3, 2}} {
 		from, to := ids[pair[0]], ids[pair[1]]
 		if want := fmt.Sprintf("%s → %.8s", from, to); !tracks[want] {
-			t.Errorf("no link track from rank %d to rank %d (process %q) among %v", pair[0], pair[1], want, tracks)
+			t.Errorf("no link track from rank %d to rank %d (%q) among %v", pair[0], pair[1], want, tracks)
 		}
 	}
 
