@@ -348,6 +348,12 @@ try {
   // Chat: streams and links to its trace.
   await page.goto(`${api}/ui/#/chat`);
   await page.waitForFunction(() => document.querySelector('select')?.value);
+  // The demo's own model, chosen by name: the model pulled and deleted
+  // above can linger in the list for a moment (its node republishes its
+  // models), and it sorts first (seen once in CI: placed where it was gone).
+  const demoID = Object.values((await (await fetch(`${api}/state`)).json()).instances).find((i) => i.status === 'Active').modelId;
+  await page.waitForFunction((id) => [...document.querySelectorAll('select option')].some((o) => o.value === id), demoID);
+  await page.selectOption('select', demoID);
   // Greedy, so that the reply is the same on every run: sampled, a
   // random-weight model may draw its end token first (seen once in CI).
   await page.fill('input[type=number][step="0.1"]', '0');
