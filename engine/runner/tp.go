@@ -101,8 +101,7 @@ type TPFollower struct {
 func (f *TPFollower) Serve(ctx context.Context) (err error) {
 	stop := context.AfterFunc(ctx, f.Mesh.Close)
 	defer stop()
-	ft := &followTraces{rank: f.Rank, first: f.First, node: f.Node, nodeName: f.NodeName, mesh: f.Mesh,
-		slots: max(f.F.Options().Parallel, 1), onTrace: f.OnTrace}
+	ft := &followTraces{f: f, slots: max(f.F.Options().Parallel, 1)}
 	defer func() { ft.endAll(err) }()
 	for {
 		msg, err := f.Mesh.Recv(0)

@@ -39,7 +39,7 @@ func FuzzTPTrace(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 'x'})
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		ended := 0
-		ft := &followTraces{slots: 4, onTrace: func(string, []trace.Span, []trace.CounterSample, error) { ended++ }}
+		ft := &followTraces{slots: 4, f: &TPFollower{OnTrace: func(string, []trace.Span, []trace.CounterSample, error) { ended++ }}}
 		if err := ft.control(payload); err != nil {
 			return
 		}

@@ -48,15 +48,11 @@ func (l *TPLeader) traceSlot(slot int, id string) error {
 	return groupLost(l.Mesh.Send(append(m, id...)))
 }
 
-// followTraces are a follower's open traces, by slot.
+// followTraces are follower f's open traces, by slot (of slots).
 type followTraces struct {
-	rank           int // the instance's rank, for the spans
-	node, nodeName string
-	mesh           *collective.Mesh
-	first          int // the instance's rank of the group's rank 0
-	slots          int
-	onTrace        func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
-	open           map[int]*followTrace
+	f     *TPFollower
+	slots int
+	open  map[int]*followTrace
 }
 
 type followTrace struct {
@@ -75,12 +71,12 @@ func (ft *followTraces) control(msg []byte) error {
 		return fmt.Errorf("tensor-parallel follower: a trace for slot %d of %d", slot, ft.slots)
 	}
 	ft.end(slot, nil)
-	if id := string(msg[4:]); id != "" && ft.onTrace != nil {
+	if id := string(msg[4:]); id != "" && ft.f.OnTrace != nil {
 		if ft.open == nil {
 			ft.open = map[int]*followTrace{}
 		}
-		rec := trace.NewRecorder(ft.rank, ft.node, trace.Options{NodeName: ft.nodeName})
-		ft.open[slot] = &followTrace{id: id, rec: rec, stop: sampleMesh(rec, ft.mesh, ft.first)}
+		rec := trace.NewRecorder(ft.f.Rank, ft.f.Node, trace.Options{NodeName: ft.f.NodeName})
+		ft.open[slot] = &followTrace{id: id, rec: rec, stop: sampleMesh(rec, ft.f.Mesh, ft.f.First)}
 	}
 	return nil
 }
@@ -93,7 +89,7 @@ func (ft *followTraces) end(slot int, err error) {
 	}
 	delete(ft.open, slot)
 	t.stop()
-	ft.onTrace(t.id, t.rec.Drain(0), t.rec.DrainCounters(), err)
+	ft.f.OnTrace(t.id, t.rec.Drain(0), t.rec.DrainCounters(), err)
 }
 
 func (ft *followTraces) endAll(err error) {
