@@ -23,8 +23,9 @@ DARWIN_PKGS = $(shell GOOS=darwin GOARCH=arm64 CGO_ENABLED=1 $(GO) list -tags $(
 # Changing the flags rebuilds ggml (~4 min cold).
 ifeq ($(RELEASE),1)
 CGO_OPT ?= -O3 -mavx2 -mfma -mf16c
-else
-CGO_OPT ?= $(shell scripts/cgo-flags.sh)
+else ifeq ($(origin CGO_OPT),undefined)
+# := runs the script once, not at each use of the flags.
+CGO_OPT := $(shell scripts/cgo-flags.sh)
 endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
