@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,19 +80,6 @@ func (p *Proxy) noteLate(d time.Duration) {
 	p.lateTotal += d
 	p.lateMax = max(p.lateMax, d)
 	p.lateMu.Unlock()
-}
-
-// sleepUntil returns at t, give or take the scheduler. time.Sleep alone
-// can wake up to a millisecond late (the runtime's poller waits in whole
-// milliseconds), which would be a 10 % error on a 5 ms delay: it sleeps
-// until 1 ms before t, then yields until t.
-func sleepUntil(t time.Time) {
-	if d := time.Until(t) - time.Millisecond; d > 0 {
-		time.Sleep(d)
-	}
-	for time.Now().Before(t) {
-		runtime.Gosched()
-	}
 }
 
 // Close stops accepting, closes every connection and waits for the
