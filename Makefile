@@ -16,13 +16,14 @@ DARWIN_TAGS = orrery_omit_engine
 DARWIN_PKGS = $(shell GOOS=darwin GOARCH=arm64 CGO_ENABLED=1 $(GO) list -tags $(DARWIN_TAGS) -f '{{if not .CgoFiles}}{{.ImportPath}} {{join .Deps " "}}{{end}}' ./... | grep -v 'ollama/ml/backend/ggml' | cut -d' ' -f1)
 
 # ggml's CPU code is 3-17x slower without optimisation flags. Local builds
-# tune for this CPU (scripts/cgo-flags.sh); `make RELEASE=1 …` uses a portable x86-64 set
-# (AVX2/FMA/F16C) instead. GGML_USE_CPU_REPACK puts ggml-cpu's repack buffer
+# tune for this CPU (scripts/cgo-flags.sh); `make RELEASE=1 …` uses the
+# portable set release binaries get (x86-64: AVX2/FMA/F16C; arm64: ARMv8.2
+# with dot products and half floats) instead. GGML_USE_CPU_REPACK puts ggml-cpu's repack buffer
 # type in its list, which engine/backend/ggml moves Q4_0/Q4_K/IQ4_NL
 # weights into (without it they stay unpacked: ~2x slower prompts).
 # Changing the flags rebuilds ggml (~4 min cold).
 ifeq ($(RELEASE),1)
-CGO_OPT ?= -O3 -mavx2 -mfma -mf16c
+CGO_OPT ?= $(shell scripts/cgo-flags.sh --release $$($(GO) env GOARCH))
 else ifeq ($(origin CGO_OPT),undefined)
 # := runs the script once, not at each use of the flags.
 CGO_OPT := $(shell scripts/cgo-flags.sh)
@@ -30,7 +31,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench clean
+.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench clean
 
 all: build
 
@@ -38,6 +39,12 @@ all: build
 # race detector (cgo), and the Go modules.
 deps:
 	@scripts/deps.sh
+
+# deps-check lists what this machine lacks for make build and make test
+# (toolchains, the Xcode command-line tools, Node) and how to get each;
+# it installs nothing.
+deps-check:
+	@scripts/deps.sh --check
 
 # llama-ref installs llama.cpp, the reference implementation the
 # conformance tests hold Orrery against, outside the repository
@@ -94,9 +101,25 @@ vet:
 	$(GO) vet ./...
 
 # The conformance tests run in `make conformance`, without -race.
-test: deps ui vet llama-ref
+test: deps ui vet actionlint llama-ref
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /engine/conformance)
 	$(MAKE) conformance ui-test e2e
+
+# dist builds the Linux release artifacts into dist/ (scripts/dist.sh:
+# goreleaser, pinned in tools/release.mod): tarballs, .deb and .rpm with the
+# systemd unit, for amd64 and arm64, checksums and SBOMs. dist-test checks
+# them: the .deb installed into a fresh Debian 12 root, the unit through
+# systemd-analyze verify, and the arm64 binary under qemu against amd64.
+dist: deps
+	scripts/dist.sh
+dist-test: dist
+	scripts/dist-test.sh
+
+# actionlint checks the GitHub workflows (.github/workflows), pinned in
+# tools/actionlint.mod (apart from the release tools: their YAML modules
+# conflict).
+actionlint:
+	$(GO) tool -modfile=tools/actionlint.mod actionlint
 
 darwin-vet:
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet -tags $(DARWIN_TAGS) $(DARWIN_PKGS)

@@ -21,6 +21,13 @@ ver=3.22.1
 dir=${ORRERY_LLAMA_REF:-${XDG_CACHE_HOME:-$HOME/.cache}/orrery/llama-ref}
 mkdir -p "$dir"
 log() { echo "llama-ref: $*" >&2; }
+# The prebuilt libraries used here are node-llama-cpp's linux-x64 ones; on
+# another OS or CPU there is no reference build wired in yet, so the
+# conformance tests cannot run (macos.yml runs go test without them).
+if [[ $(uname -s)/$(uname -m) != Linux/x86_64 ]]; then
+	log "the llama.cpp reference is wired for Linux x86-64 only, not $(uname -s)/$(uname -m): make test's conformance part needs such a machine; make build and go test ./... do not"
+	exit 1
+fi
 
 need_apt=()
 command -v g++ >/dev/null || need_apt+=(g++)

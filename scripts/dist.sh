@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# make dist: the Linux release artifacts as a snapshot into dist/ (goreleaser,
+# pinned in tools/release.mod, with .goreleaser.yaml): tarballs, .deb and .rpm for
+# amd64 and arm64, checksums and CycloneDX SBOMs. arm64 cross-compiles cgo and
+# ggml with Debian's aarch64 cross compilers, installed here when missing (as
+# root on Debian). A tagged release runs the same config in release.yml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $(uname -s) == Linux ]] || { echo "dist: the Linux artifacts build on Linux (the macOS .app: make app on a Mac)" >&2; exit 1; }
+need=()
+command -v gcc >/dev/null || need+=(gcc g++)
+command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
+if ((${#need[@]})); then
+	if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+		echo "dist: installing ${need[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	else
+		echo "dist: missing ${need[*]}; install them (apt-get install ${need[*]})" >&2
+		exit 1
+	fi
+fi
+ORRERY_CGO_AMD64=$(scripts/cgo-flags.sh --release amd64)
+ORRERY_CGO_ARM64=$(scripts/cgo-flags.sh --release arm64)
+ORRERY_SNAPSHOT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+export ORRERY_CGO_AMD64 ORRERY_CGO_ARM64 ORRERY_SNAPSHOT
+# A snapshot: no tag needed, nothing published.
+exec go tool -modfile=tools/release.mod goreleaser release --snapshot --clean "$@"
