@@ -99,20 +99,8 @@ func (s *Server) cancelPull(w http.ResponseWriter, r *http.Request, forwarded bo
 }
 
 func writePullError(w http.ResponseWriter, err error) {
-	code := http.StatusInternalServerError
-	switch {
-	case errors.Is(err, ErrPullRef):
-		code = http.StatusBadRequest
-	case errors.Is(err, ErrPullBusy):
-		code = http.StatusTooManyRequests
-	case errors.Is(err, ErrPullOffline):
-		code = http.StatusConflict
-	case errors.Is(err, ErrNoPull), errors.Is(err, ErrModelNotFound):
-		code = http.StatusNotFound
-	case errors.Is(err, ErrConflict):
-		code = http.StatusConflict
-	}
-	writeError(w, code, err.Error())
+	code, msg := pullStatus(err)
+	writeError(w, code, msg)
 }
 
 // deleteModel answers DELETE /models?model={id}[&node={node}].

@@ -39,7 +39,7 @@ func (f *fakePulls) DeleteModel(id string) (ModelDeleted, error) {
 	switch id {
 	case "busy":
 		return ModelDeleted{}, fmt.Errorf("%w: instance inst-1 uses it", ErrConflict)
-	case "m/x:1":
+	case "m/x:1", "m/y:latest":
 		return ModelDeleted{Model: id, Node: "self", Files: []string{"/m"}, FreedBytes: 9}, nil
 	}
 	return ModelDeleted{}, fmt.Errorf("%w: %q", ErrModelNotFound, id)

@@ -59,6 +59,8 @@ func (s *Server) routes() []route {
 		r("/api/ps", s.ollamaPS, http.MethodGet, http.MethodHead),
 		r("/api/show", s.ollamaShow, http.MethodPost),
 		r("/api/version", s.ollamaVersion, http.MethodGet, http.MethodHead),
+		r("/api/pull", s.ollamaPull, http.MethodPost),
+		r("/api/delete", s.ollamaDelete, http.MethodDelete),
 		r("/instance", local(s.placeInstance), http.MethodPost),
 		r("/instance/{id}", local(s.deleteInstance), http.MethodDelete),
 		r("/instance/previews", local(s.previews), http.MethodGet, http.MethodHead),

@@ -260,7 +260,11 @@ func (p *Puller) fetchHF(ctx context.Context, j *job, r HFRef) error {
 	cache := HFCache{Dir: p.cfg.HFCache}
 	j.mu.Lock()
 	for _, f := range files {
-		j.dl.Files = append(j.dl.Files, state.DownloadFile{Name: f.Path, Size: f.Size})
+		df := state.DownloadFile{Name: f.Path, Size: f.Size}
+		if f.SHA256 != "" {
+			df.Digest = "sha256:" + f.SHA256
+		}
+		j.dl.Files = append(j.dl.Files, df)
 		j.dl.Size += f.Size
 	}
 	// The scanner names a hub model {repo}/{first file without .gguf}.
@@ -295,7 +299,7 @@ func (p *Puller) fetchOllama(ctx context.Context, j *job, r OllamaRef) error {
 	layers := append([]Layer{m.Config}, m.Layers...)
 	j.mu.Lock()
 	for _, l := range layers {
-		j.dl.Files = append(j.dl.Files, state.DownloadFile{Name: l.MediaType + " " + l.Digest[:19], Size: l.Size})
+		j.dl.Files = append(j.dl.Files, state.DownloadFile{Name: l.MediaType + " " + l.Digest[:19], Size: l.Size, Digest: l.Digest})
 		j.dl.Size += l.Size
 	}
 	j.dl.Model = store.ModelID(host, r)

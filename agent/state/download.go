@@ -40,6 +40,9 @@ type DownloadFile struct {
 	Name  string `json:"name"`
 	Bytes int64  `json:"bytes"`
 	Size  int64  `json:"size"`
+	// Digest is the file's sha256:<hex> where the source names it (every
+	// registry layer; hub files stored in LFS), for Ollama's pull lines.
+	Digest string `json:"digest,omitempty"`
 }
 
 // Download statuses.

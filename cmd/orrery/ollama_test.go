@@ -3,8 +3,14 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 )
 
 // The official ollama npm client (0.6.4) works unchanged against an
@@ -103,5 +109,82 @@ func TestOllamaClient(t *testing.T) {
 	}
 	if b := got.BadFormat; b == nil || b.Status != http.StatusBadRequest || !strings.Contains(b.Error, "format: json schema at /pattern") {
 		t.Errorf("a schema with a pattern: %+v", b)
+	}
+}
+
+// The ollama npm client manages models through Orrery's /api/pull and
+// /api/delete: a streamed pull and an unstreamed one from the stand-in
+// registry, the list, a delete, and the errors of what is not there.
+func TestOllamaClientModels(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed for the client tests: %v", err)
+	}
+	bin := buildBinary(t)
+	src := t.TempDir()
+	genModel(t, bin, src, "tiny-F32", "--preset", "tiny", "--seed", "7")
+	data, err := os.ReadFile(filepath.Join(src, "models", "tiny-F32.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := pulltest.NewHub(t)
+	hub.AddOllama("library", "tiny", "f32", map[string][]byte{"application/vnd.ollama.image.model": data,
+		"application/vnd.ollama.image.params": []byte(`{"temperature":0}`)})
+	home, dir := t.TempDir(), t.TempDir()
+	env := []string{"HOME=" + home, "HF_HUB_CACHE=", "HF_HOME=", "OLLAMA_MODELS="}
+	p := startAgentEnv(t, bin, freeAddr(t), dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL())
+	waitHealthy(t, p)
+
+	out := runNode(t, node, "ollama-models.mjs", "http://"+p.addr, "tiny:f32")
+	t.Logf("ollama client: %s", out)
+	var got struct {
+		Streamed []struct {
+			Status    string `json:"status"`
+			Digest    string `json:"digest"`
+			Total     int64  `json:"total"`
+			Completed int64  `json:"completed"`
+		} `json:"streamed"`
+		Once   struct{ Status string } `json:"once"`
+		Listed []string                `json:"listed"`
+		Pulled *string                 `json:"pulled"`
+		After  []string                `json:"after"`
+		Again  *struct {
+			Status int    `json:"status"`
+			Error  string `json:"error"`
+		} `json:"again"`
+		Missing *struct {
+			Status int    `json:"status"`
+			Error  string `json:"error"`
+		} `json:"missing"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("client output %s: %v", out, err)
+	}
+	n := len(got.Streamed)
+	if n < 4 || got.Streamed[0].Status != "pulling manifest" || got.Streamed[n-1].Status != "success" {
+		t.Fatalf("streamed pull: %+v", got.Streamed)
+	}
+	// The model layer's last line: its digest, all of its bytes.
+	var model bool
+	for _, l := range got.Streamed {
+		if l.Total == int64(len(data)) && l.Completed == l.Total && strings.HasPrefix(l.Digest, "sha256:") &&
+			l.Status == "pulling "+l.Digest[7:19] {
+			model = true
+		}
+	}
+	if !model {
+		t.Errorf("no line says the model layer (%d bytes) is complete: %+v", len(data), got.Streamed)
+	}
+	if got.Once.Status != "success" {
+		t.Errorf("unstreamed pull: %+v", got.Once)
+	}
+	if got.Pulled == nil || !slices.Contains(got.Listed, *got.Pulled) || slices.Contains(got.After, *got.Pulled) {
+		t.Errorf("pulled %v; listed %v before the delete and %v after", got.Pulled, got.Listed, got.After)
+	}
+	if a := got.Again; a == nil || a.Status != http.StatusNotFound || !strings.Contains(a.Error, "not found") {
+		t.Errorf("deleting it again: %+v, want a 404 saying not found", a)
+	}
+	if m := got.Missing; m == nil || m.Status < 400 || !strings.Contains(m.Error, "no/such") {
+		t.Errorf("pulling a model the registry lacks: %+v, want an error naming it", m)
 	}
 }

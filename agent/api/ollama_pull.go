@@ -1,0 +1,252 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/orrery-cluster/orrery/agent/state"
+)
+
+// Ollama's model routes: POST /api/pull and DELETE /api/delete, over this
+// node's puller (agent/pull), so that `ollama pull`-style clients and Open
+// WebUI manage models unchanged. /api/copy is not offered: see
+// docs/api.md#ollamas-api.
+
+// ollamaPollEvery is how often a pull's progress is read from the state.
+const ollamaPollEvery = 200 * time.Millisecond
+
+type ollamaPullRequest struct {
+	Model    string `json:"model"`
+	Name     string `json:"name"` // the older field
+	Insecure bool   `json:"insecure"`
+	Stream   *bool  `json:"stream"`
+}
+
+// ollamaPull answers POST /api/pull: it starts a pull on this node and,
+// streamed (the default), writes Ollama's progress lines as the download
+// goes ("pulling manifest"; "pulling <digest>" with total and completed
+// per file; "verifying sha256 digest", "writing manifest", "success"), or
+// unstreamed, one {"status":"success"} at the end. A client that hangs up
+// cancels the pull, as with Ollama.
+func (s *Server) ollamaPull(w http.ResponseWriter, r *http.Request) {
+	if s.Pulls == nil {
+		ollamaError(w, http.StatusNotFound, "this node pulls no models")
+		return
+	}
+	if !requireJSON(w, r, "pull") {
+		return
+	}
+	var req ollamaPullRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		ollamaError(w, http.StatusBadRequest, "pull body: "+err.Error())
+		return
+	}
+	ref := req.Model
+	if ref == "" {
+		ref = req.Name
+	}
+	if ref == "" {
+		ollamaError(w, http.StatusBadRequest, `pull body: "model" is required, e.g. "qwen3:8b" or "hf.co/org/repo:Q4_K_M"`)
+		return
+	}
+	d, err := s.Pulls.Pull(ref)
+	if err != nil {
+		status, msg := pullStatus(err)
+		ollamaError(w, status, msg)
+		return
+	}
+	stream := req.Stream == nil || *req.Stream
+	out := &ollamaLines{w: w}
+	if stream {
+		out.send(map[string]string{"status": "pulling manifest"})
+	}
+	sent := map[string]int64{} // digest → completed bytes last sent
+	final, err := s.followPull(r.Context(), d.ID, func(d state.Download) error {
+		if !stream {
+			return nil
+		}
+		for _, f := range d.Files {
+			if f.Size <= 0 {
+				continue
+			}
+			dg := f.Digest
+			if dg == "" {
+				dg = f.Name
+			}
+			if last, ok := sent[dg]; ok && last == f.Bytes {
+				continue
+			}
+			sent[dg] = f.Bytes
+			if err := out.send(ollamaPullLine(f, dg)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil { // the client left, or the node is shutting down
+		if cerr := s.Pulls.CancelPull(d.ID); cerr != nil && !errors.Is(cerr, ErrNoPull) && s.Logger != nil {
+			s.Logger.Debug("cancel an abandoned pull", "id", d.ID, "err", cerr)
+		}
+		return
+	}
+	switch final.Status {
+	case state.DownloadDone:
+		// The rescan that lists the model follows the download's end:
+		// wait for it, so that a client may use the model at "success".
+		s.waitListed(r.Context(), final.Model)
+		if stream {
+			out.send(map[string]string{"status": "verifying sha256 digest"})
+			out.send(map[string]string{"status": "writing manifest"})
+		}
+		out.send(map[string]string{"status": "success"})
+	default:
+		msg := final.Error
+		if msg == "" {
+			msg = "pull " + strings.ToLower(final.Status)
+		}
+		if !out.started {
+			ollamaError(w, http.StatusInternalServerError, msg)
+			return
+		}
+		out.send(map[string]string{"error": msg})
+	}
+}
+
+// ollamaPullLine is one file's progress line.
+func ollamaPullLine(f state.DownloadFile, digest string) map[string]any {
+	short := strings.TrimPrefix(digest, "sha256:")
+	if len(short) > 12 && strings.HasPrefix(digest, "sha256:") {
+		short = short[:12]
+	}
+	line := map[string]any{"status": "pulling " + short, "total": f.Size, "completed": f.Bytes}
+	if strings.HasPrefix(digest, "sha256:") {
+		line["digest"] = digest
+	}
+	return line
+}
+
+// followPull calls each with the download's state every ollamaPollEvery
+// until it ends (Done, Failed or Canceled), and returns it then; an error
+// when ctx ends first or each fails.
+func (s *Server) followPull(ctx context.Context, id string, each func(state.Download) error) (state.Download, error) {
+	t := time.NewTicker(ollamaPollEvery)
+	defer t.Stop()
+	for {
+		d, ok := s.Store.State().Downloads[id]
+		if ok {
+			if err := each(d); err != nil {
+				return d, err
+			}
+			if d.Status != state.DownloadRunning {
+				return d, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return d, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// listedWait bounds how long a finished pull waits for its model to be
+// listed (the node rescans its stores at once; this is for a slow disk).
+const listedWait = 10 * time.Second
+
+// waitListed waits until this node lists model id, at most listedWait.
+func (s *Server) waitListed(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(ctx, listedWait)
+	defer cancel()
+	t := time.NewTicker(ollamaPollEvery / 4)
+	defer t.Stop()
+	for {
+		for _, m := range s.Store.State().NodeModels[s.NodeID].Models {
+			if m.ID == id {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pullStatus maps a Pulls error to a status and message.
+func pullStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrPullRef):
+		return http.StatusBadRequest, err.Error()
+	case errors.Is(err, ErrPullBusy):
+		return http.StatusTooManyRequests, err.Error()
+	case errors.Is(err, ErrPullOffline), errors.Is(err, ErrConflict):
+		return http.StatusConflict, err.Error()
+	case errors.Is(err, ErrNoPull), errors.Is(err, ErrModelNotFound):
+		return http.StatusNotFound, err.Error()
+	}
+	return http.StatusInternalServerError, err.Error()
+}
+
+// ollamaDelete answers DELETE /api/delete {"model": NAME}: the model's
+// files on this node, as Ollama removes its own. A name without a tag means
+// :latest, as in Ollama. 404 in Ollama's words when this node has no such
+// model; 409 when an instance uses it here.
+func (s *Server) ollamaDelete(w http.ResponseWriter, r *http.Request) {
+	if s.Pulls == nil {
+		ollamaError(w, http.StatusNotFound, "this node manages no models")
+		return
+	}
+	var body struct {
+		Model string `json:"model"`
+		Name  string `json:"name"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		ollamaError(w, http.StatusBadRequest, "delete body: "+err.Error())
+		return
+	}
+	name := body.Model
+	if name == "" {
+		name = body.Name
+	}
+	if name == "" {
+		ollamaError(w, http.StatusBadRequest, `delete body: "model" is required`)
+		return
+	}
+	id := s.ollamaModelID(name)
+	if _, err := s.Pulls.DeleteModel(id); err != nil {
+		status, msg := pullStatus(err)
+		if status == http.StatusNotFound {
+			msg = fmt.Sprintf("model '%s' not found", name)
+		}
+		ollamaError(w, status, msg)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// ollamaModelID is the id of the model this node has under name: name
+// itself, or name:latest when name has no tag and only that exists.
+func (s *Server) ollamaModelID(name string) string {
+	nm := s.Store.State().NodeModels[s.NodeID]
+	has := func(id string) bool {
+		for _, m := range nm.Models {
+			if m.ID == id {
+				return true
+			}
+		}
+		return false
+	}
+	if has(name) {
+		return name
+	}
+	if i := strings.LastIndex(name, "/"); !strings.Contains(name[i+1:], ":") && has(name+":latest") {
+		return name + ":latest"
+	}
+	return name
+}
