@@ -52,7 +52,11 @@ type WindowSpan struct {
 // WindowCounter is one counter track ("memory bytes" on a node). Min and
 // Max are over the whole trace, so that its scale holds while panning.
 type WindowCounter struct {
-	Name    string       `json:"name"`
+	// Name ends with the unit, when there is one ("memory bytes").
+	Name string `json:"name"`
+	// Unit is the series' unit ("bytes", "MB/s"; "" for none), for the
+	// axis labels.
+	Unit    string       `json:"unit,omitempty"`
 	Process string       `json:"process"`
 	Node    string       `json:"node"`
 	Min     float64      `json:"min"`
@@ -189,7 +193,7 @@ func (x *Index) windowCounter(i int, fromNs, toNs int64, perNs float64, us func(
 	if c.unit != "" {
 		name += " " + c.unit
 	}
-	wc := WindowCounter{Name: name, Process: c.process, Node: c.node, Min: c.min, Max: c.max, Points: [][2]float64{}}
+	wc := WindowCounter{Name: name, Unit: c.unit, Process: c.process, Node: c.node, Min: c.min, Max: c.max, Points: [][2]float64{}}
 	lo, _ := slices.BinarySearch(c.ts, fromNs)
 	lo = max(lo-1, 0)
 	hi, _ := slices.BinarySearch(c.ts, toNs+1)

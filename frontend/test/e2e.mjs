@@ -202,13 +202,28 @@ try {
       for (const n of nodes) {
         const card = n.querySelector('rect').getBoundingClientRect();
         const texts = [...n.querySelectorAll('[data-testid=card-text]')].map((t) => [t.textContent, t.getBoundingClientRect()]);
-        for (const [s, r] of texts) if (!inside(r, card)) out.push(`"${s}" leaves its card`);
+        // A line must end clear of the card's bottom border (2 % of its height).
+        for (const [s, r] of texts) if (!inside(r, card) || r.bottom > card.bottom - 0.02 * card.height) out.push(`"${s}" leaves its card or touches its border`);
         for (let i = 0; i < texts.length; i++)
           for (let j = i + 1; j < texts.length; j++) if (meet(texts[i][1], texts[j][1])) out.push(`"${texts[i][0]}" overlaps "${texts[j][0]}"`);
       }
       return out;
     });
     check(clashes.length === 0, `at ${width} px, no text of a node card overlaps another or leaves its card${clashes.length ? ': ' + clashes.slice(0, 3).join('; ') : ''}`);
+    // Edge badges: no two meet (the two directions of a pair least of all),
+    // and none covers a node card.
+    const badgeClashes = await page.$$eval('[data-testid=edge-badge]', (els) => {
+      const meet = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+      const rs = els.map((e) => [e.textContent.trim(), e.querySelector('rect').getBoundingClientRect()]);
+      const cards = [...document.querySelectorAll('[data-testid=topo-node]')].map((n) => n.querySelector('rect').getBoundingClientRect());
+      const out = [];
+      for (let i = 0; i < rs.length; i++) {
+        for (let j = i + 1; j < rs.length; j++) if (meet(rs[i][1], rs[j][1])) out.push(`"${rs[i][0]}" meets "${rs[j][0]}"`);
+        for (const c of cards) if (meet(rs[i][1], c)) out.push(`"${rs[i][0]}" covers a node card`);
+      }
+      return out;
+    });
+    check(badgeClashes.length === 0, `at ${width} px, no edge badge meets another or a node card${badgeClashes.length ? ': ' + badgeClashes.slice(0, 3).join('; ') : ''}`);
     await page.screenshot({ path: join(out, `cluster-${width}.png`) });
   }
   await page.setViewportSize({ width: 1400, height: 900 });
@@ -329,6 +344,13 @@ try {
   const rankLanes = lanes.filter((l) => /rank \d+$/.test(l));
   check(rankLanes.length === 3 && new Set(rankLanes.map((l) => l.match(/rank (\d+)$/)[1])).size === 3, `the timeline has a lane per rank (${lanes.join(' | ')})`);
   check(drawn.length === lanes.length && drawn.every((n) => n > 0), `every lane draws spans (${drawn.join(', ')})`);
+  // Counter labels in their units: bytes as B/KiB/MiB/GiB, rates in MB/s,
+  // never a raw number such as "max 144608.0".
+  const counterLabels = JSON.parse(await page.getAttribute('[data-testid=timeline]', 'data-counters'));
+  const unitOK = (l) => (/ bytes( sent)? · /.test(l) ? /max [\d.]+ (B|KiB|MiB|GiB)( sent)?$/.test(l) : / MB\/s · /.test(l) ? /max [\d.]+ MB\/s$/.test(l) : /max [\d.]+$/.test(l));
+  const rawLabels = counterLabels.filter((l) => !unitOK(l));
+  check(counterLabels.length > 0 && rawLabels.length === 0,
+    `the timeline's counter labels carry units (${counterLabels.length}, e.g. "${counterLabels[0]}")${rawLabels.length ? '; without: ' + rawLabels.slice(0, 3).join(' | ') : ''}`);
   const phases = await page.$$eval('[data-testid=phases] tr', (els) => els.map((e) => e.textContent));
   check(phases.some((p) => p.includes('decode')) && phases.some((p) => p.includes('prefill')), 'the phases show prefill and decode');
   const heads = await page.$$eval('[data-testid=phases] th', (els) => els.map((e) => e.textContent.trim()));

@@ -29,3 +29,12 @@ export function num(x: number | null | undefined, digits = 1, unit = ''): string
 export function short(id: string): string {
   return id.slice(0, 8);
 }
+
+// counterValue formats a trace counter's value in its unit: bytes (and
+// "bytes sent" and the like) as B/KiB/MiB/GiB, rates with theirs, a
+// unitless count compactly.
+export function counterValue(v: number, unit?: string): string {
+  if (unit === 'bytes' || unit?.startsWith('bytes ')) return humanBytes(Math.round(v)) + unit.slice(5);
+  const n = Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
+  return unit ? `${n} ${unit}` : n;
+}

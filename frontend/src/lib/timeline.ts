@@ -43,6 +43,7 @@ export interface WindowSpan {
 
 export interface WindowCounter {
   name: string;
+  unit?: string; // "bytes", "MB/s", or absent
   process: string;
   node: string;
   min: number;

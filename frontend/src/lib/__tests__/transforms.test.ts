@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { badge, displayNames, edgeLabel, edgeTooltip, topologyFromState } from '../topology';
 import { phasesFromStats } from '../phases';
 import { planGrid } from '../plan';
+import { counterValue } from '../format';
 import { MAX_WINDOW_PX, Viewport, covers, spanAt, windowFor, type TraceWindow, type WindowLane } from '../timeline';
 import type { State, TraceStats } from '../types';
 
@@ -166,5 +167,17 @@ describe('planGrid', () => {
   });
   it('lays one tensor-parallel group out as one row', () => {
     expect(planGrid({ tensor: 3, ranks: [r(0, 0, 8), r(1, 0, 8), r(2, 0, 8)] }).map((s) => s.ranks.length)).toEqual([3]);
+  });
+});
+
+describe('counterValue', () => {
+  it('gives bytes in binary units and rates in theirs', () => {
+    expect(counterValue(144608, 'bytes')).toBe('141.2 KiB');
+    expect(counterValue(1.5 * 2 ** 30, 'bytes')).toBe('1.5 GiB');
+    expect(counterValue(512, 'bytes')).toBe('512 B');
+    expect(counterValue(144608, 'bytes sent')).toBe('141.2 KiB sent');
+    expect(counterValue(5.891, 'MB/s')).toBe('5.89 MB/s');
+    expect(counterValue(123.4, 'MB/s')).toBe('123 MB/s');
+    expect(counterValue(42.25)).toBe('42.3');
   });
 });
