@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -117,6 +118,19 @@ func New(cfg Config) (*Agent, error) {
 	k, err := loadKeys(cfg)
 	if err != nil {
 		return nil, err
+	}
+	// The static peers orrery join stored, beside --peer's.
+	saved, err := LoadPeers(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("static peers: %w", err)
+	}
+	for _, p := range saved {
+		if !slices.Contains(cfg.Peers, p) {
+			cfg.Peers = append(cfg.Peers, p)
+		}
+	}
+	if len(saved) > 0 {
+		cfg.Logger.Info("static peers from the data dir", "file", filepath.Join(cfg.DataDir, PeersFile), "peers", saved)
 	}
 	exe := cfg.RunnerExe
 	if exe == "" {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
 )
@@ -15,6 +16,10 @@ const keyUsage = `Usage:
   orrery key show [--data-dir DIR]         print the cluster key (creating one if there is none)
   orrery key set [--data-dir DIR] HEX|-    store the cluster key (- reads it from stdin)
   orrery key fingerprint [--data-dir DIR]  print the key's fingerprint, safe to share
+  orrery key invite [--data-dir DIR] [--addr HOST:PORT]... [--peer-port N]
+                                           print a token that joins another machine
+                                           (orrery join TOKEN there): the key and
+                                           this machine's addresses, secret as the key
 
 Every node of a cluster needs the same key: run "orrery key show" on one node
 and "orrery key set" with its output on the others. $` + auth.EnvKey + `, when
@@ -36,6 +41,8 @@ func runKey(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, keyUsage)
 		return 0
+	case "invite":
+		return runKeyInvite(args, stdout, stderr, getenv)
 	case "show", "fingerprint", "set":
 	default:
 		fmt.Fprintf(stderr, "orrery key: unknown subcommand %q\n\n%s", sub, keyUsage)
@@ -158,4 +165,58 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// runKeyInvite implements "orrery key invite".
+func runKeyInvite(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("orrery key invite", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), keyUsage) }
+	dataDir := fs.String("data-dir", "", "agent data directory (default ~/.orrery)")
+	var addrs []string
+	fs.Func("addr", "an address (host:port of this agent's peer links) the other machine reaches this one at (repeatable; default: every address of this machine's interfaces, at --peer-port)", func(v string) error {
+		addrs = append(addrs, v)
+		return nil
+	})
+	port := fs.Int("peer-port", 52400, "the port of this agent's peer links (its --peer-addr's), for the default addresses")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if len(pos) != 0 {
+		fmt.Fprintf(stderr, "orrery key invite: unexpected argument %q\n", pos[0])
+		return 2
+	}
+	if *port < 1 || *port > 65535 {
+		fmt.Fprintf(stderr, "orrery key invite: --peer-port %d is not 1..65535\n", *port)
+		return 2
+	}
+	dir, err := dataDirOr(*dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery key invite: %v\n", err)
+		return 1
+	}
+	if len(addrs) == 0 {
+		if addrs, err = inviteAddrs(*port); err != nil {
+			fmt.Fprintf(stderr, "orrery key invite: %v\n", err)
+			return 1
+		}
+	}
+	k, _, err := auth.LoadOrCreateKey(dir, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery key invite: %v\n", err)
+		return 1
+	}
+	tok, err := auth.Invite{Key: k, Addrs: addrs}.Token()
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery key invite: %v\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "an invite to the cluster of key fingerprint %s, reached at %s.\n"+
+		"It holds the key: share it as a secret. On the other machine: orrery join <token>\n", k.Fingerprint(), strings.Join(addrs, ", "))
+	fmt.Fprintln(stdout, tok)
+	return 0
 }

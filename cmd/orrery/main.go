@@ -44,6 +44,8 @@ Usage:
   orrery key show             print this machine's cluster key (creating one if none)
   orrery key set KEY|-        use the cluster key from another machine
   orrery key fingerprint      print the key's public fingerprint
+  orrery key invite           print a token that joins another machine to this cluster
+  orrery join TOKEN           join this machine to a cluster with a token from orrery key invite
   orrery version              print the version
 
 Run "orrery agent -h" (or demo -h, doctor -h, ring-bench -h, bench -h, tokenize -h, pull -h) for a command's flags.
@@ -96,6 +98,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRunner(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "key":
 		return runKey(args[1:], os.Stdin, stdout, stderr, os.Getenv)
+	case "join":
+		return runJoin(context.Background(), args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "orrery %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return 0

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/agent"
+	"github.com/orrery-cluster/orrery/cluster/auth"
+)
+
+// orrery key invite prints a token that orrery join stores (key and
+// static peers); a bad token is refused and stores nothing. The netns test
+// (TestNetNSJoin) joins two real agents.
+func TestKeyInviteAndJoin(t *testing.T) {
+	t.Setenv(auth.EnvKey, "")
+	from, to := t.TempDir(), filepath.Join(t.TempDir(), "new")
+	code, out, errOut := runCLI("key", "invite", "--data-dir", from, "--addr", "10.1.2.3:52400", "--addr", "[fd00::1]:5")
+	if code != 0 {
+		t.Fatalf("key invite: %d %s", code, errOut)
+	}
+	token := strings.TrimSpace(out)
+	k, _, err := auth.LoadOrCreateKey(from, func(string) string { return "" })
+	if err != nil || strings.Contains(errOut, k.String()) || !strings.Contains(errOut, k.Fingerprint()) {
+		t.Fatalf("invite's stderr %q must name the fingerprint, never the key (%v)", errOut, err)
+	}
+	for _, bad := range []string{"x", token + "A", token[:len(token)-3]} {
+		if code, _, e := runCLI("join", "--data-dir", to, "--timeout", "0", bad); code != 2 || !strings.Contains(e, "nothing stored") {
+			t.Errorf("join %.12q…: %d %q, want 2 and nothing stored", bad, code, e)
+		}
+	}
+	if _, err := os.Stat(to); !os.IsNotExist(err) {
+		t.Fatalf("refused tokens left %s (%v)", to, err)
+	}
+	if code, _, e := runCLI("join", "--data-dir", to, "--timeout", "0", token); code != 0 {
+		t.Fatalf("join: %d %s", code, e)
+	}
+	got, _, err := auth.LoadOrCreateKey(to, func(string) string { return "" })
+	peers, perr := agent.LoadPeers(to)
+	if err != nil || got != k || perr != nil || !slices.Equal(peers, []string{"10.1.2.3:52400", "[fd00::1]:5"}) {
+		t.Errorf("stored key %v (%v), peers %v (%v)", got.Fingerprint(), err, peers, perr)
+	}
+	// Joining again adds no duplicate peer.
+	runCLI("join", "--data-dir", to, "--timeout", "0", token)
+	if peers, _ := agent.LoadPeers(to); len(peers) != 2 {
+		t.Errorf("a second join left peers %v", peers)
+	}
+	if code, _, e := runCLI("key", "invite", "--data-dir", from, "--addr", "nohost"); code != 2 || !strings.Contains(e, `"nohost"`) {
+		t.Errorf("invite with a bad --addr: %d %q", code, e)
+	}
+}
