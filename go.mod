@@ -13,6 +13,7 @@ require (
 	github.com/shirou/gopsutil/v4 v4.26.10
 	github.com/wailsapp/wails/v2 v2.9.2
 	golang.org/x/sys v0.50.0
+	golang.org/x/term v0.42.0
 )
 
 require (

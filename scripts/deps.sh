@@ -20,6 +20,8 @@ Linux)
 	command -v g++ >/dev/null || need_apt+=(g++)
 	# ip (iproute2) builds the network namespaces of the netns tests.
 	command -v ip >/dev/null || need_apt+=(iproute2)
+	# tmux gives orrery run's test (TestRunCommand) a real terminal.
+	command -v tmux >/dev/null || need_apt+=(tmux)
 	if ((${#need_apt[@]})); then
 		if ((!check)) && [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
 			echo "deps: installing ${need_apt[*]}"

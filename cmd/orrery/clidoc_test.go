@@ -26,7 +26,7 @@ var updateCLIDoc = flag.Bool("update", false, "rewrite the flag tables in docs/c
 // cliDocCommands are the commands of run's switch that take flags
 // ("version" takes none).
 var cliDocCommands = []string{
-	"agent", "demo", "doctor", "ring-bench", "bench", "trace", "models", "tokenize", "pull",
+	"agent", "demo", "doctor", "ring-bench", "bench", "trace", "models", "tokenize", "pull", "run",
 	"gen-model", "engine-bench", "logits", "batch-bench", "tp-bench", "speed", "key", "join", "runner",
 }
 

@@ -32,6 +32,7 @@ Usage:
   orrery bench --model M      benchmark a running cluster: tok/s, TTFT, memory, energy per placement
   orrery trace SUB [flags]    the agent's traces: ls, stats ID, export ID -o FILE, open ID (Perfetto)
   orrery models ls|rm [flags] list the GGUF models on this machine, or delete one through the agent
+  orrery run MODEL [PROMPT]   chat with a model in the terminal (or answer PROMPT once), as ollama run
   orrery pull REF             pull a model (hf.co/ORG/REPO[:QUANT], or NAME[:TAG] from the Ollama registry) through a running agent
   orrery tokenize --model ID TEXT  print the token ids and pieces of TEXT (- for stdin) via a running agent
   orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
@@ -98,6 +99,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRunner(args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "key":
 		return runKey(args[1:], os.Stdin, stdout, stderr, os.Getenv)
+	case "run":
+		return runRun(context.Background(), args[1:], os.Stdin, stdout, stderr)
 	case "join":
 		return runJoin(context.Background(), args[1:], os.Stdin, stdout, stderr, os.Getenv)
 	case "version", "--version", "-version":

@@ -16,7 +16,8 @@ import (
 type Chunk struct {
 	Choices []struct {
 		Delta struct {
-			Content string `json:"content"`
+			Content          string `json:"content"`
+			ReasoningContent string `json:"reasoning_content"`
 		} `json:"delta"`
 	} `json:"choices"`
 	Usage *struct {
@@ -42,6 +43,14 @@ func (c Chunk) Content() string {
 		return ""
 	}
 	return c.Choices[0].Delta.Content
+}
+
+// Reasoning is the chunk's reasoning delta ("" when none).
+func (c Chunk) Reasoning() string {
+	if len(c.Choices) == 0 {
+		return ""
+	}
+	return c.Choices[0].Delta.ReasoningContent
 }
 
 // Read reads an SSE chat-completion stream until [DONE], calling

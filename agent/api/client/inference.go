@@ -48,6 +48,8 @@ type ChatRequest struct {
 	MaxTokens int `json:"max_tokens,omitempty"`
 	// Temperature and Seed are the agent's defaults when nil.
 	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	TopK        *int     `json:"top_k,omitempty"`
 	Seed        *int64   `json:"seed,omitempty"`
 	// IgnoreEOS generates exactly MaxTokens tokens (for benchmarks).
 	IgnoreEOS bool `json:"ignore_eos,omitempty"`
@@ -75,6 +77,17 @@ func (c *Client) ChatStream(ctx context.Context, req ChatRequest, onChunk func(c
 	}
 	defer resp.Body.Close()
 	return resp.Header.Get(TraceIDHeader), chatstream.Read(resp.Body, onChunk)
+}
+
+// Load loads model (POST /api/generate without a prompt, Ollama's way):
+// it returns once an instance serves it, placed on demand if none did.
+func (c *Client) Load(ctx context.Context, model string) error {
+	resp, err := c.open(ctx, http.MethodPost, "/api/generate", map[string]any{"model": model, "stream": false})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
 }
 
 // Tokenize runs POST /tokenize with pieces: text's tokens in model's

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// orrery run against a real agent: one-shot with a PROMPT and with piped
+// stdin, the refusals, then the chat in a real terminal under tmux
+// (send-keys, capture-pane): an answer, /show info, /set parameter, a
+// """ prompt of two lines, /clear, Ctrl-C stopping a long answer with the
+// session going on, history by Up, Ctrl-C at the prompt, /bye.
+func TestRunCommand(t *testing.T) {
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		t.Fatalf("tmux is needed for the terminal test (make deps installs it): %v", err)
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	model := genModel(t, bin, dir, "small-run", "--preset", "small")
+	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	waitHealthy(t, p)
+	api := "http://" + p.addr
+
+	run := func(stdin string, args ...string) (int, string, string) {
+		c := exec.Command(bin, append([]string{"run", "--api", api}, args...)...)
+		c.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		err := c.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, out.String(), errb.String()
+	}
+	if code, out, e := run("", model, "hello", "there"); code != 0 || strings.TrimSpace(out) == "" {
+		t.Errorf("one-shot with a PROMPT: %d %q %s", code, out, e)
+	}
+	if code, out, e := run("a prompt on stdin\n", model); code != 0 || strings.TrimSpace(out) == "" {
+		t.Errorf("one-shot from stdin: %d %q %s", code, out, e)
+	}
+	if code, _, e := run("", "no-such-model", "hi"); code != 1 || !strings.Contains(e, `no node has model "no-such-model"`) || !strings.Contains(e, model) {
+		t.Errorf("an unknown model: %d %q, want 1 naming it and what there is", code, e)
+	}
+	if code, _, e := run(""); code != 2 || !strings.Contains(e, "want a model") {
+		t.Errorf("no model: %d %q", code, e)
+	}
+	if code, _, e := run("", model); code != 2 || !strings.Contains(e, "nothing to ask") {
+		t.Errorf("empty stdin: %d %q", code, e)
+	}
+
+	sock := fmt.Sprintf("orrery-run-%d", os.Getpid())
+	tm := func(args ...string) string {
+		out, err := exec.Command(tmux, append([]string{"-L", sock}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	tm("new-session", "-d", "-x", "160", "-y", "50", fmt.Sprintf("%s run --api %s %s; echo EXIT=$?; sleep 120", bin, api, model))
+	t.Cleanup(func() { exec.Command(tmux, "-L", sock, "kill-server").Run() })
+	screen := func() string { return tm("capture-pane", "-p", "-S", "-500") }
+	prompts := func() int { return len(regexp.MustCompile(`(?m)^>>>( |$)`).FindAllString(screen(), -1)) }
+	wait := func(what string, cond func(string) bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			s := screen()
+			if cond(s) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the terminal never showed %s:\n%s", what, s)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	has := func(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }
+	promptsAt := func(n int) func(string) bool { return func(string) bool { return prompts() >= n } }
+	send := func(keys ...string) { tm(append([]string{"send-keys"}, keys...)...) }
+
+	wait("the ready line", has(model+" is ready"))
+	send("hello", "Enter")
+	wait("the prompt after an answer", promptsAt(2))
+	send("/show info", "Enter")
+	wait("the model's info", has("architecture     llama"))
+	send("/set parameter temperature 0.2", "Enter")
+	wait("the parameter set", has("Set parameter 'temperature' to '0.2'."))
+	send("/set parameter temperature hot", "Enter")
+	wait("a bad value refused", has(`temperature wants a number`))
+	send(`"""first line`, "Enter")
+	wait("the continuation prompt", func(s string) bool { return regexp.MustCompile(`(?m)^\.\.\.$`).MatchString(s) })
+	send(`second line"""`, "Enter")
+	wait("the prompt after the two-line prompt's answer", promptsAt(6))
+	send("/set parameter num_predict 1200", "Enter")
+	wait("num_predict set", promptsAt(7))
+	send("/clear", "Enter") // room in the context for a long answer
+	wait("the conversation cleared", has("Cleared the conversation."))
+	send("tell me more", "Enter")
+	before := len(screen())
+	wait("the long answer streaming", func(s string) bool { return len(s) > before+200 })
+	send("C-c")
+	wait("the answer stopped", has("(stopped)"))
+	wait("the prompt after the stop", promptsAt(9))
+	send("Up")
+	wait("history recalling the last prompt", func(s string) bool { return strings.Count(s, ">>> tell me more") >= 2 })
+	send("C-c")
+	wait("Ctrl-C's hint at the prompt", has("Use Ctrl-D or /bye to exit."))
+	send("/bye", "Enter")
+	wait("the session's end", has("EXIT=0"))
+	t.Logf("the terminal:\n%s", screen())
+}
