@@ -16,6 +16,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent"
 	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/auth"
 )
 
@@ -138,7 +139,7 @@ func storeInvite(dir string, in auth.Invite, stderr io.Writer) error {
 }
 
 // waitMember polls the agent until its cluster has a member besides
-// itself, at most timeout.
+// itself and every member follows the same master, at most timeout.
 func waitMember(ctx context.Context, base string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -149,10 +150,13 @@ func waitMember(ctx context.Context, base string, timeout time.Duration) error {
 	for {
 		st, err := c.Cluster(ctx)
 		switch {
+		case err != nil && ctx.Err() != nil: // the wait is over; keep what was last seen
 		case err != nil:
 			last = fmt.Sprintf("no agent answered at %s (%v)", base, err)
-		case len(st.Members) > 1:
+		case len(st.Members) > 1 && allFollow(st.Members, st.MasterID):
 			return nil
+		case len(st.Members) > 1:
+			last = "the members do not yet follow one master"
 		default:
 			last = fmt.Sprintf("the agent %s answers but has no peer yet", st.NodeID)
 		}
@@ -162,6 +166,20 @@ func waitMember(ctx context.Context, base string, timeout time.Duration) error {
 		case <-t.C:
 		}
 	}
+}
+
+// allFollow reports whether every member follows master: the join is done
+// once the election has settled, not at the first heartbeat (when the new
+// node may still be a master of one).
+func allFollow(members []cluster.Member, master string) bool {
+	for _, m := range members {
+		// A node's view of itself carries no announcement; its master is
+		// the status's.
+		if master == "" || !m.Self && m.Follows != master {
+			return false
+		}
+	}
+	return true
 }
 
 // inviteAddrs are this machine's addresses that other machines may reach,

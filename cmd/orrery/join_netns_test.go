@@ -118,6 +118,14 @@ func TestNetNSJoin(t *testing.T) {
 	if err := b.getJSON("/cluster", &st); err != nil || len(st.Members) != 2 {
 		t.Fatalf("B's cluster: %+v %v", st, err)
 	}
+	var stA netnsClusterStatus
+	if err := a.getJSON("/cluster", &stA); err != nil || len(stA.Members) != 2 || stA.MasterID != st.MasterID {
+		t.Errorf("A's view %+v, B's %+v (%v)", stA, st, err)
+	}
+	// A joining node never takes over (docs/cluster.md): A ran first.
+	if st.MasterID != a.id {
+		t.Errorf("the master is %s, want A (%s), which ran first; B is %s", st.MasterID, a.id, b.id)
+	}
 	report := joinOut.String()
 	if !strings.Contains(report, a.id[:8]) || !strings.Contains(report, b.id[:8]) {
 		t.Errorf("join printed no doctor report naming both nodes:\n%s", report)
