@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent"
@@ -130,11 +131,37 @@ func storeInvite(dir string, in auth.Invite, stderr io.Writer) error {
 	if err := agent.SavePeers(dir, peers); err != nil {
 		return fmt.Errorf("static peers: %w", err)
 	}
+	if err := ownLikeDir(dir, auth.KeyFileName, agent.PeersFile); err != nil {
+		return err
+	}
 	if prev, err := auth.ParseKey(string(old)); oldErr == nil && err == nil && prev != in.Key {
 		fmt.Fprintf(stderr, "replaced the cluster key of fingerprint %s ", prev.Fingerprint())
 	}
 	fmt.Fprintf(stderr, "stored the cluster key (fingerprint %s) and %d static peers (%s) in %s\n",
 		in.Key.Fingerprint(), len(peers), strings.Join(in.Addrs, ", "), dir)
+	return nil
+}
+
+// ownLikeDir gives files in dir the owner of dir when root wrote them:
+// "sudo orrery join --data-dir /var/lib/orrery" must leave a key the
+// service's own user can read.
+func ownLikeDir(dir string, names ...string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || sys.Uid == 0 {
+		return nil
+	}
+	for _, n := range names {
+		if err := os.Chown(filepath.Join(dir, n), int(sys.Uid), int(sys.Gid)); err != nil {
+			return fmt.Errorf("give %s to the data dir's owner: %w", n, err)
+		}
+	}
 	return nil
 }
 

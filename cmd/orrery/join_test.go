@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/orrery-cluster/orrery/agent"
@@ -46,6 +47,23 @@ func TestKeyInviteAndJoin(t *testing.T) {
 	runCLI("join", "--data-dir", to, "--timeout", "0", token)
 	if peers, _ := agent.LoadPeers(to); len(peers) != 2 {
 		t.Errorf("a second join left peers %v", peers)
+	}
+	// As root into a data dir another user owns (sudo orrery join
+	// --data-dir /var/lib/orrery), the files go to that user.
+	if os.Geteuid() == 0 {
+		svc := t.TempDir()
+		if err := os.Chown(svc, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, e := runCLI("join", "--data-dir", svc, "--timeout", "0", token); code != 0 {
+			t.Fatalf("join into another user's dir: %d %s", code, e)
+		}
+		for _, n := range []string{auth.KeyFileName, agent.PeersFile} {
+			st, err := os.Stat(filepath.Join(svc, n))
+			if err != nil || st.Sys().(*syscall.Stat_t).Uid != 65534 || st.Mode().Perm() != 0o600 {
+				t.Errorf("%s: %v, want owned by the dir's owner, mode 0600 (%v)", n, st.Sys(), err)
+			}
+		}
 	}
 	if code, _, e := runCLI("key", "invite", "--data-dir", from, "--addr", "nohost"); code != 2 || !strings.Contains(e, `"nohost"`) {
 		t.Errorf("invite with a bad --addr: %d %q", code, e)
