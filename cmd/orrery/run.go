@@ -81,15 +81,15 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 		}
 		prompt = strings.TrimSpace(strings.Join([]string{prompt, strings.TrimSpace(string(piped))}, "\n\n"))
 	}
+	if prompt == "" && !interactive {
+		fmt.Fprintln(stderr, "orrery run: nothing to ask: stdin was empty and no PROMPT was given")
+		return 2
+	}
 	if err := s.load(ctx); err != nil {
 		fmt.Fprintf(stderr, "orrery run: %v\n", err)
 		return 1
 	}
-	if prompt != "" || !interactive {
-		if prompt == "" {
-			fmt.Fprintln(stderr, "orrery run: nothing to ask: stdin was empty and no PROMPT was given")
-			return 2
-		}
+	if prompt != "" {
 		if err := s.ask(ctx, prompt); err != nil {
 			fmt.Fprintf(stderr, "orrery run: %v\n", err)
 			return 1
