@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -100,8 +99,15 @@ func TestVercelAIClient(t *testing.T) {
 	if g := got.Generate; g.Text != got.Stream.Text || g.Finish != "length" || g.OutputTokens != 8 {
 		t.Errorf("generateText: %+v; the greedy stream said %q", g, got.Stream.Text)
 	}
-	if len(got.ToolCalls) != 1 || got.ToolCalls[0].Name != "get_weather" || !strings.Contains("cf", got.ToolCalls[0].Input.Unit) ||
-		got.ToolCalls[0].Input.Unit == "" || utf8.RuneCountInString(got.ToolCalls[0].Input.City) > 10 || got.ToolFinish != "tool-calls" {
-		t.Errorf("forced tool call: %+v (finish %q), want one get_weather with the schema's arguments", got.ToolCalls, got.ToolFinish)
+	// Parallel calls are allowed (the SDK does not turn them off), so the
+	// model may make more than one: each must be get_weather with the
+	// schema's arguments.
+	if len(got.ToolCalls) == 0 || got.ToolFinish != "tool-calls" {
+		t.Errorf("forced tool call: %+v (finish %q), want get_weather", got.ToolCalls, got.ToolFinish)
+	}
+	for _, c := range got.ToolCalls {
+		if c.Name != "get_weather" || (c.Input.Unit != "c" && c.Input.Unit != "f") || utf8.RuneCountInString(c.Input.City) > 10 {
+			t.Errorf("tool call %+v: want get_weather with the schema's arguments", c)
+		}
 	}
 }

@@ -28,6 +28,7 @@ const t = await generateText({
   prompt: 'what is the weather in Oslo?',
   maxOutputTokens: 200,
   temperature: 1,
+  seed: 4,
   tools: {
     get_weather: tool({
       description: 'Weather in a city',
