@@ -15,7 +15,7 @@ import (
 // Ollama's model routes: POST /api/pull and DELETE /api/delete, over this
 // node's puller (agent/pull), so that `ollama pull`-style clients and Open
 // WebUI manage models unchanged. /api/copy is not offered: see
-// docs/api.md#ollamas-api.
+// docs/api.md#ollama-api.
 
 // ollamaPollEvery is how often a pull's progress is read from the state.
 const ollamaPollEvery = 200 * time.Millisecond
@@ -249,18 +249,4 @@ func (s *Server) ollamaModelID(name string) string {
 		return name + ":latest"
 	}
 	return name
-}
-
-// embeddingsMissing is what the embedding routes answer until Orrery
-// computes embeddings: a clear 501 in each protocol's own shape, rather
-// than "no such endpoint", so that a RAG client's error says what is
-// missing.
-const embeddingsMissing = "Orrery does not compute embeddings yet: no model here serves /v1/embeddings, /api/embed or /api/embeddings (chat and completions only)"
-
-func (s *Server) openAIEmbeddings(w http.ResponseWriter, r *http.Request) {
-	openAIError(w, http.StatusNotImplemented, "invalid_request_error", "not_implemented", embeddingsMissing)
-}
-
-func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request) {
-	ollamaError(w, http.StatusNotImplemented, embeddingsMissing)
 }
