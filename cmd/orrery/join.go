@@ -124,8 +124,8 @@ func storeInvite(dir string, in auth.Invite, stderr io.Writer) error {
 			peers = append(peers, a)
 		}
 	}
-	old, oldErr := os.ReadFile(filepath.Join(dir, auth.KeyFileName))
-	if err := auth.SaveKey(dir, in.Key); err != nil {
+	prev, had, err := replaceKey(dir, in.Key)
+	if err != nil {
 		return err
 	}
 	if err := agent.SavePeers(dir, peers); err != nil {
@@ -134,7 +134,7 @@ func storeInvite(dir string, in auth.Invite, stderr io.Writer) error {
 	if err := ownLikeDir(dir, auth.KeyFileName, agent.PeersFile); err != nil {
 		return err
 	}
-	if prev, err := auth.ParseKey(string(old)); oldErr == nil && err == nil && prev != in.Key {
+	if had && prev != in.Key {
 		fmt.Fprintf(stderr, "replaced the cluster key of fingerprint %s ", prev.Fingerprint())
 	}
 	fmt.Fprintf(stderr, "stored the cluster key (fingerprint %s) and %d static peers (%s) in %s\n",

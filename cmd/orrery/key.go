@@ -72,14 +72,10 @@ func runKey(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv fun
 		}
 		return 2
 	}
-	dir := *dataDir
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			fmt.Fprintf(stderr, "orrery key %s: no home directory (%v); pass --data-dir\n", sub, err)
-			return 1
-		}
-		dir = filepath.Join(home, ".orrery")
+	dir, err := dataDirOr(*dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery key %s: %v\n", sub, err)
+		return 1
 	}
 
 	if sub == "set" {
@@ -128,14 +124,12 @@ func keySet(dir, arg string, stdin io.Reader, stderr io.Writer, getenv func(stri
 		return 2
 	}
 	path := filepath.Join(dir, auth.KeyFileName)
-	// Read the old key only to tell the user what changes; a malformed or
-	// missing file is what "set" is there to fix.
-	old, oldErr := os.ReadFile(path)
-	if err := auth.SaveKey(dir, k); err != nil {
+	prev, had, err := replaceKey(dir, k)
+	if err != nil {
 		fmt.Fprintf(stderr, "orrery key set: %v\n", err)
 		return 1
 	}
-	if prev, err := auth.ParseKey(string(old)); oldErr == nil && err == nil && prev == k {
+	if had && prev == k {
 		fmt.Fprintf(stderr, "%s already held this key, fingerprint %s\n", path, k.Fingerprint())
 	} else {
 		fmt.Fprintf(stderr, "stored cluster key in %s, fingerprint %s; restart the agent to use it\n", path, k.Fingerprint())
@@ -144,6 +138,18 @@ func keySet(dir, arg string, stdin io.Reader, stderr io.Writer, getenv func(stri
 		fmt.Fprintf(stderr, "note: $%s is set and overrides this file\n", auth.EnvKey)
 	}
 	return 0
+}
+
+// replaceKey stores k in dir and returns the key the file held before, if
+// it held a valid one: read only to tell the user what changed (a
+// malformed or missing file is what storing a key is there to fix).
+func replaceKey(dir string, k auth.Key) (prev auth.Key, had bool, err error) {
+	old, oldErr := os.ReadFile(filepath.Join(dir, auth.KeyFileName))
+	if err := auth.SaveKey(dir, k); err != nil {
+		return auth.Key{}, false, err
+	}
+	prev, perr := auth.ParseKey(string(old))
+	return prev, oldErr == nil && perr == nil, nil
 }
 
 // parseInterspersed parses flags that may come before or after positional
