@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,11 +21,24 @@ import (
 // ollamaPollEvery is how often a pull's progress is read from the state.
 const ollamaPollEvery = 200 * time.Millisecond
 
+// ollamaModelRef is the model an Ollama request names: "model", or "name",
+// the older field (which the ollama npm client still sends for pulls).
+type ollamaModelRef struct {
+	Model string `json:"model"`
+	Name  string `json:"name"`
+}
+
+func (r ollamaModelRef) ref() string {
+	if r.Model != "" {
+		return r.Model
+	}
+	return r.Name
+}
+
 type ollamaPullRequest struct {
-	Model    string `json:"model"`
-	Name     string `json:"name"` // the older field
-	Insecure bool   `json:"insecure"`
-	Stream   *bool  `json:"stream"`
+	ollamaModelRef
+	Insecure bool  `json:"insecure"`
+	Stream   *bool `json:"stream"`
 }
 
 // ollamaPull answers POST /api/pull: it starts a pull on this node and,
@@ -46,10 +60,7 @@ func (s *Server) ollamaPull(w http.ResponseWriter, r *http.Request) {
 		ollamaError(w, http.StatusBadRequest, "pull body: "+err.Error())
 		return
 	}
-	ref := req.Model
-	if ref == "" {
-		ref = req.Name
-	}
+	ref := req.ref()
 	if ref == "" {
 		ollamaError(w, http.StatusBadRequest, `pull body: "model" is required, e.g. "qwen3:8b" or "hf.co/org/repo:Q4_K_M"`)
 		return
@@ -134,24 +145,19 @@ func ollamaPullLine(f state.DownloadFile, digest string) map[string]any {
 // until it ends (Done, Failed or Canceled), and returns it then; an error
 // when ctx ends first or each fails.
 func (s *Server) followPull(ctx context.Context, id string, each func(state.Download) error) (state.Download, error) {
-	t := time.NewTicker(ollamaPollEvery)
-	defer t.Stop()
-	for {
-		d, ok := s.Store.State().Downloads[id]
-		if ok {
-			if err := each(d); err != nil {
-				return d, err
-			}
-			if d.Status != state.DownloadRunning {
-				return d, nil
-			}
+	var d state.Download
+	err := s.watchState(ctx, ollamaPollEvery, func(st state.State) (bool, error) {
+		got, ok := st.Downloads[id]
+		if !ok {
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			return d, ctx.Err()
-		case <-t.C:
+		d = got
+		if err := each(d); err != nil {
+			return true, err
 		}
-	}
+		return d.Status != state.DownloadRunning, nil
+	})
+	return d, err
 }
 
 // listedWait bounds how long a finished pull waits for its model to be
@@ -162,20 +168,29 @@ const listedWait = 10 * time.Second
 func (s *Server) waitListed(ctx context.Context, id string) {
 	ctx, cancel := context.WithTimeout(ctx, listedWait)
 	defer cancel()
-	t := time.NewTicker(ollamaPollEvery / 4)
+	s.watchState(ctx, ollamaPollEvery/4, func(st state.State) (bool, error) { return lists(st, s.NodeID, id), nil })
+}
+
+// watchState reads the replicated state every period until done says so,
+// and returns done's error; ctx's when ctx ends first.
+func (s *Server) watchState(ctx context.Context, period time.Duration, done func(state.State) (bool, error)) error {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
-		for _, m := range s.Store.State().NodeModels[s.NodeID].Models {
-			if m.ID == id {
-				return
-			}
+		if ok, err := done(s.Store.State()); ok {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-t.C:
 		}
 	}
+}
+
+// lists reports whether node lists model id in st.
+func lists(st state.State, node, id string) bool {
+	return slices.ContainsFunc(st.NodeModels[node].Models, func(m state.ModelInfo) bool { return m.ID == id })
 }
 
 // pullStatus maps a Pulls error to a status and message.
@@ -202,18 +217,12 @@ func (s *Server) ollamaDelete(w http.ResponseWriter, r *http.Request) {
 		ollamaError(w, http.StatusNotFound, "this node manages no models")
 		return
 	}
-	var body struct {
-		Model string `json:"model"`
-		Name  string `json:"name"`
-	}
+	var body ollamaModelRef
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		ollamaError(w, http.StatusBadRequest, "delete body: "+err.Error())
 		return
 	}
-	name := body.Model
-	if name == "" {
-		name = body.Name
-	}
+	name := body.ref()
 	if name == "" {
 		ollamaError(w, http.StatusBadRequest, `delete body: "model" is required`)
 		return
@@ -233,19 +242,11 @@ func (s *Server) ollamaDelete(w http.ResponseWriter, r *http.Request) {
 // ollamaModelID is the id of the model this node has under name: name
 // itself, or name:latest when name has no tag and only that exists.
 func (s *Server) ollamaModelID(name string) string {
-	nm := s.Store.State().NodeModels[s.NodeID]
-	has := func(id string) bool {
-		for _, m := range nm.Models {
-			if m.ID == id {
-				return true
-			}
-		}
-		return false
-	}
-	if has(name) {
+	st := s.Store.State()
+	if lists(st, s.NodeID, name) {
 		return name
 	}
-	if i := strings.LastIndex(name, "/"); !strings.Contains(name[i+1:], ":") && has(name+":latest") {
+	if i := strings.LastIndex(name, "/"); !strings.Contains(name[i+1:], ":") && lists(st, s.NodeID, name+":latest") {
 		return name + ":latest"
 	}
 	return name

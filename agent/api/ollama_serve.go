@@ -218,18 +218,12 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	if !requireJSON(w, r, "show") {
 		return
 	}
-	var body struct {
-		Model string `json:"model"`
-		Name  string `json:"name"` // the older field
-	}
+	var body ollamaModelRef
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		ollamaError(w, http.StatusBadRequest, "show body: "+err.Error())
 		return
 	}
-	id := body.Model
-	if id == "" {
-		id = body.Name
-	}
+	id := body.ref()
 	for _, m := range s.ollamaList(false) {
 		if m["name"] != id {
 			continue
