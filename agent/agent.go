@@ -120,7 +120,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	// The static peers orrery join stored, beside --peer's.
-	saved, err := LoadPeers(cfg.DataDir)
+	saved, err := discovery.LoadPeers(cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("static peers: %w", err)
 	}
@@ -130,7 +130,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if len(saved) > 0 {
-		cfg.Logger.Info("static peers from the data dir", "file", filepath.Join(cfg.DataDir, PeersFile), "peers", saved)
+		cfg.Logger.Info("static peers from the data dir", "file", filepath.Join(cfg.DataDir, discovery.PeersFile), "peers", saved)
 	}
 	exe := cfg.RunnerExe
 	if exe == "" {

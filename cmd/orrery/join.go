@@ -15,10 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/orrery-cluster/orrery/agent"
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/cluster/discovery"
 )
 
 const joinUsage = `Usage: orrery join [flags] TOKEN|-
@@ -115,7 +115,7 @@ func dataDirOr(dir string) (string, error) {
 // storeInvite stores the invite's key and adds its addresses to the
 // static peers file, each file replaced atomically.
 func storeInvite(dir string, in auth.Invite, stderr io.Writer) error {
-	peers, err := agent.LoadPeers(dir)
+	peers, err := discovery.LoadPeers(dir)
 	if err != nil {
 		return err
 	}
@@ -128,10 +128,10 @@ func storeInvite(dir string, in auth.Invite, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := agent.SavePeers(dir, peers); err != nil {
+	if err := discovery.SavePeers(dir, peers); err != nil {
 		return fmt.Errorf("static peers: %w", err)
 	}
-	if err := ownLikeDir(dir, auth.KeyFileName, agent.PeersFile); err != nil {
+	if err := ownLikeDir(dir, auth.KeyFileName, discovery.PeersFile); err != nil {
 		return err
 	}
 	if had && prev != in.Key {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-cluster/orrery/agent"
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/cluster/discovery"
 	"github.com/orrery-cluster/orrery/internal/netnstest"
 )
 
@@ -93,7 +93,7 @@ func TestNetNSJoin(t *testing.T) {
 	go func() { done <- join.Wait() }()
 	poll := time.Now().Add(10 * time.Second)
 	for {
-		if peers, _ := agent.LoadPeers(dirB); len(peers) == 1 {
+		if peers, _ := discovery.LoadPeers(dirB); len(peers) == 1 {
 			break
 		}
 		if time.Now().After(poll) {

@@ -8,8 +8,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/agent"
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/cluster/discovery"
 )
 
 // orrery key invite prints a token that orrery join stores (key and
@@ -39,13 +39,13 @@ func TestKeyInviteAndJoin(t *testing.T) {
 		t.Fatalf("join: %d %s", code, e)
 	}
 	got, _, err := auth.LoadOrCreateKey(to, func(string) string { return "" })
-	peers, perr := agent.LoadPeers(to)
+	peers, perr := discovery.LoadPeers(to)
 	if err != nil || got != k || perr != nil || !slices.Equal(peers, []string{"10.1.2.3:52400", "[fd00::1]:5"}) {
 		t.Errorf("stored key %v (%v), peers %v (%v)", got.Fingerprint(), err, peers, perr)
 	}
 	// Joining again adds no duplicate peer.
 	runCLI("join", "--data-dir", to, "--timeout", "0", token)
-	if peers, _ := agent.LoadPeers(to); len(peers) != 2 {
+	if peers, _ := discovery.LoadPeers(to); len(peers) != 2 {
 		t.Errorf("a second join left peers %v", peers)
 	}
 	// As root into a data dir another user owns (sudo orrery join
@@ -58,7 +58,7 @@ func TestKeyInviteAndJoin(t *testing.T) {
 		if code, _, e := runCLI("join", "--data-dir", svc, "--timeout", "0", token); code != 0 {
 			t.Fatalf("join into another user's dir: %d %s", code, e)
 		}
-		for _, n := range []string{auth.KeyFileName, agent.PeersFile} {
+		for _, n := range []string{auth.KeyFileName, discovery.PeersFile} {
 			st, err := os.Stat(filepath.Join(svc, n))
 			if err != nil || st.Sys().(*syscall.Stat_t).Uid != 65534 || st.Mode().Perm() != 0o600 {
 				t.Errorf("%s: %v, want owned by the dir's owner, mode 0600 (%v)", n, st.Sys(), err)
