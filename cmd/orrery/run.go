@@ -99,6 +99,9 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 	return s.repl(ctx, stdin)
 }
 
+// runListTimeout bounds asking the agent for its models.
+const runListTimeout = 10 * time.Second
+
 // maxRunInput bounds a prompt piped on stdin.
 const maxRunInput = 16 << 20
 
@@ -117,7 +120,9 @@ type chatSession struct {
 // checkModel asks the agent for the model, so that a typo fails at once
 // with what there is instead.
 func (s *chatSession) checkModel(ctx context.Context) error {
-	ms, err := s.c.Models(ctx)
+	// The model list is small and quick: a silent agent must not hang the
+	// start. (Loading and answering may rightly take long; Ctrl-C ends them.)
+	ms, err := apiClient(s.c.BaseURL, runListTimeout).Models(ctx)
 	if err != nil {
 		return fmt.Errorf("no agent answers (%v): start one with orrery agent", err)
 	}
