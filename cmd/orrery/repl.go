@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -113,7 +114,7 @@ type ctrlCReader struct {
 
 func (c *ctrlCReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	if strings.IndexByte(string(p[:n]), 3) >= 0 {
+	if bytes.IndexByte(p[:n], 3) >= 0 {
 		c.sawCtrlC = true
 	}
 	return n, err
