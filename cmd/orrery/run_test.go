@@ -89,8 +89,12 @@ func TestRunCommand(t *testing.T) {
 	send := func(keys ...string) { tm(append([]string{"send-keys"}, keys...)...) }
 
 	wait("the ready line", has(model+" is ready"))
+	// Short answers, so that the steps do not wait on a loaded machine's
+	// decode speed; the stop below needs a long one and sets it.
+	send("/set parameter num_predict 24", "Enter")
+	wait("num_predict set for short answers", has("Set parameter 'num_predict' to '24'."))
 	send("hello", "Enter")
-	wait("the prompt after an answer", promptsAt(2))
+	wait("the prompt after an answer", promptsAt(3))
 	send("/show info", "Enter")
 	wait("the model's info", has("architecture     llama"))
 	send("/set parameter temperature 0.2", "Enter")
@@ -100,9 +104,9 @@ func TestRunCommand(t *testing.T) {
 	send(`"""first line`, "Enter")
 	wait("the continuation prompt", func(s string) bool { return regexp.MustCompile(`(?m)^\.\.\.$`).MatchString(s) })
 	send(`second line"""`, "Enter")
-	wait("the prompt after the two-line prompt's answer", promptsAt(6))
+	wait("the prompt after the two-line prompt's answer", promptsAt(7))
 	send("/set parameter num_predict 1200", "Enter")
-	wait("num_predict set", promptsAt(7))
+	wait("num_predict set", promptsAt(8))
 	send("/clear", "Enter") // room in the context for a long answer
 	wait("the conversation cleared", has("Cleared the conversation."))
 	send("tell me more", "Enter")
@@ -110,7 +114,7 @@ func TestRunCommand(t *testing.T) {
 	wait("the long answer streaming", func(s string) bool { return len(s) > before+200 })
 	send("C-c")
 	wait("the answer stopped", has("(stopped)"))
-	wait("the prompt after the stop", promptsAt(9))
+	wait("the prompt after the stop", promptsAt(10))
 	send("Up")
 	wait("history recalling the last prompt", func(s string) bool { return strings.Count(s, ">>> tell me more") >= 2 })
 	send("C-c")
