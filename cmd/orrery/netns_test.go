@@ -277,7 +277,7 @@ func TestNetNSLinkTelemetry(t *testing.T) {
 			ab.RTTEwmaMs, ab.RTTMinMs, ab.RTTMs, ab.JitterMs, ab.LossPct, ab.Probes)
 		t.Logf("b→a (direct), published: rttMinMs %.3f (the base), rttEwmaMs %.3f, jitterMs %.3f, probes %d",
 			ba.RTTMinMs, ba.RTTEwmaMs, ba.JitterMs, ba.Probes)
-		t.Logf("true a→b RTT = 2 × (%v + proxy lateness %v) + base = %.3f ms; a→b rttEwmaMs error %+.1f %% (tolerance ±%.0f %%)",
+		t.Logf("true a→b RTT = 2 × (%v + proxy lateness %v) + base = %.3f ms; a→b rttEwmaMs error %+.1f %% (want -%.0f %% to +50 %%)",
 			netnsDelay, late, truth, errPct, 100*netnsTol)
 		for _, x := range []struct {
 			label string
@@ -294,8 +294,17 @@ func TestNetNSLinkTelemetry(t *testing.T) {
 		if ab.RTTMinMs < 2*float64(netnsDelay)/1e6 {
 			t.Errorf("a→b rttMinMs %.3f < %v: the probes did not go through the proxy", ab.RTTMinMs, 2*netnsDelay)
 		}
-		if math.Abs(errPct) > 100*netnsTol {
-			t.Errorf("a→b rttEwmaMs %.3f is %+.1f %% off the true RTT %.3f ms (tolerance ±%.0f %%)",
+		// The floor is the path: a loaded host only adds to a probe (the
+		// agents' own scheduling), never takes from it, so rttMinMs is held
+		// to ±10 %. The EWMA carries those additions (CI once saw two probes
+		// of 14 ms against a 10.1 ms path while every core ran tests), so it
+		// is held one-sided: never under the path, at most +50 % over it.
+		if minErr := 100 * (ab.RTTMinMs - truth) / truth; math.Abs(minErr) > 100*netnsTol {
+			t.Errorf("a→b rttMinMs %.3f is %+.1f %% off the true RTT %.3f ms (tolerance ±%.0f %%)",
+				ab.RTTMinMs, minErr, truth, 100*netnsTol)
+		}
+		if errPct < -100*netnsTol || errPct > 50 {
+			t.Errorf("a→b rttEwmaMs %.3f is %+.1f %% off the true RTT %.3f ms (want -%.0f %% to +50 %%)",
 				ab.RTTEwmaMs, errPct, truth, 100*netnsTol)
 		}
 		if ab.LossPct != 0 || ba.LossPct != 0 {
