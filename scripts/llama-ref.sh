@@ -10,7 +10,8 @@
 # The directory is $ORRERY_LLAMA_REF, default ~/.cache/orrery/llama-ref:
 #   llama.cpp/   the source (models/ggml-vocab-*.gguf, models/templates/)
 #   bin/         libllama, libggml*, llama-tokenize, llama-quantize,
-#                llama-bench, llama-batched-bench, orrery-llama-logits
+#                llama-bench, llama-batched-bench, llama-embedding,
+#                orrery-llama-logits
 #                (test/llamaref/logits.cpp)
 # It also installs Debian's python3-jinja2 (as root; /usr/bin/python3), the chat-template
 # reference.
@@ -85,6 +86,7 @@ build llama-tokenize "$src/tools/tokenize/tokenize.cpp"
 build llama-quantize -I"$src/tools/quantize" "$src"/tools/quantize/*.cpp
 build llama-bench -I"$src/tools/llama-bench" "$src"/tools/llama-bench/*.cpp
 build llama-batched-bench "$src"/tools/batched-bench/*.cpp
+build llama-embedding "$src/examples/embedding/embedding.cpp"
 build orrery-llama-logits "$repo/test/llamaref/logits.cpp"
 build orrery-llama-vocab "$repo/test/llamaref/vocab.cpp"
 echo "$dir"

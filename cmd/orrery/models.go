@@ -44,6 +44,9 @@ with OpenAI's clamped SwiGLU; ship it with --type MXFP4), mistral3
 deepseek2 (DeepSeek V3 / Kimi K2: multi-head latent attention, YaRN ×40, a
 dense first block, then 8/2, 16/4 or 64/4 routed experts by sigmoid in 4
 groups, and a shared expert).
+--pooling mean, cls or last writes <arch>.pooling_type, as llama.cpp's
+llama-embedding reads it: an embedding model, which /v1/embeddings and
+/api/embed serve (chat models are refused there).
 llama.cpp loads every file gen-model writes.
 
 Flags:
@@ -69,6 +72,7 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 	typ := fs.String("type", "", "weight type: F32, F16, BF16, Q8_0 or Q4_0; MXFP4 for a mixture of experts (experts MXFP4, other matrices Q8_0)")
 	yarn := fs.Float64("yarn", 0, "YaRN RoPE scaling factor (> 1), from an original context of --ctx (not for gemma3, phi3 or llama3; gpt-oss has 32 over 4096 unless set)")
 	seed := fs.Uint64("seed", 0, "random seed")
+	pooling := fs.String("pooling", "none", "make an embedding model: none, mean, cls or last (last also appends EOS to every text, as Qwen3-Embedding)")
 	template := fs.String("chat-template", "", "file holding a Jinja chat template to write instead of the default (ChatML, tools in Qwen 2.5's Hermes style)")
 	dataDir := fs.String("data-dir", agent.DefaultConfig().DataDir, "agent data directory; the model goes to <data-dir>/models unless -o")
 	name := fs.String("name", "", "model id (file name without .gguf; default orrery-<preset>)")
@@ -103,6 +107,10 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 		o.Type = strings.ToUpper(*typ)
 	}
 	o.Seed = *seed
+	if o.Pooling, err = model.ParsePooling(*pooling); err != nil {
+		fmt.Fprintf(stderr, "orrery gen-model: --pooling: %v\n", err)
+		return 2
+	}
 	if o.ChatTemplate, err = readTemplate(*template); err != nil {
 		fmt.Fprintf(stderr, "orrery gen-model: --chat-template: %v\n", err)
 		return 2

@@ -115,8 +115,12 @@ type Batch struct {
 	// one sequence attend to its cached positions and to each other.
 	Seqs []int
 	// Outputs are the rows whose logits the last rank returns, in order
-	// (nil: the last row's).
+	// (nil: the last row's; empty: none, when only Embeds are wanted).
 	Outputs []int32
+	// Embeds are the rows whose hidden states, after the output norm, the
+	// last rank returns in Result.Embeds, in order: what an embedding
+	// model pools.
+	Embeds []int32
 	// AllLogits asks the last rank for every position's logits, not just
 	// the last one's (tests).
 	AllLogits bool
@@ -127,6 +131,9 @@ type Batch struct {
 type Result struct {
 	Logits []float32
 	Hidden []float32
+	// Embeds are the normed hidden states of Batch.Embeds (dim per row),
+	// on the last rank.
+	Embeds []float32
 }
 
 // Rank is one rank's loaded blocks. Its methods are not safe for

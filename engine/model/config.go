@@ -187,6 +187,9 @@ type Config struct {
 	// TP is the tensor-parallel slice a slice file holds (nil: whole
 	// blocks); Heads, KVHeads and FFDim are then the slice's.
 	TP *TPSlice `json:"tp,omitempty"`
+	// Pooling makes the model an embedding model (pooling.go); empty for
+	// a chat model.
+	Pooling Pooling `json:"pooling,omitempty"`
 }
 
 // IsSWA reports whether block il attends to a sliding window (Gemma 3:
@@ -348,6 +351,9 @@ func readHyperparams(f *gguf.File) (Config, error) {
 			d = c.Dim / c.Heads
 		}
 		c.QueryScale = float64(1 / float32(math.Sqrt(float64(d))))
+	}
+	if err := readPooling(&c, f); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }

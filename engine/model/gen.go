@@ -47,6 +47,10 @@ type GenOptions struct {
 	Seed uint64
 	// ChatTemplate is written instead of ChatMLTemplate when set.
 	ChatTemplate string
+	// Pooling makes an embedding model: <arch>.pooling_type is written.
+	// PoolLast also sets tokenizer.ggml.add_eos_token, as Qwen3-Embedding's
+	// GGUFs do, so that the pooled position is EOS.
+	Pooling Pooling
 }
 
 // Presets are named shapes for gen-model.
@@ -387,8 +391,11 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(genImEnd)},
 		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(genUnk)},
 		{Key: "tokenizer.ggml.add_bos_token", Value: true},
-		{Key: "tokenizer.ggml.add_eos_token", Value: false},
+		{Key: "tokenizer.ggml.add_eos_token", Value: o.Pooling == PoolLast},
 		{Key: "tokenizer.chat_template", Value: cmp.Or(o.ChatTemplate, ChatMLTemplate)},
+	}
+	if o.Pooling != PoolNone {
+		kvs = append(kvs, gguf.KV{Key: a + ".pooling_type", Value: o.Pooling.GGUFValue()})
 	}
 	if o.YaRN != 0 {
 		kvs = append(kvs, gguf.KV{Key: a + ".rope.scaling.type", Value: "yarn"},

@@ -149,3 +149,24 @@ func (c *Client) Complete(ctx context.Context, req CompletionRequest, onPiece fu
 	}
 	return nil, fmt.Errorf("%w: %v", ErrStreamBroken, err)
 }
+
+// Embed asks the runner for an embedding request's vectors: an
+// *RequestError for a request it refused.
+func (c *Client) Embed(ctx context.Context, req EmbedRequest) (*EmbedResponse, error) {
+	resp, err := c.do(ctx, http.MethodPost, "/embed", req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrStreamBroken, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, readError(resp)
+	}
+	var out EmbedResponse
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxLineBytes)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("%w: runner /embed: %v", ErrStreamBroken, err)
+	}
+	if len(out.Embeddings) != len(req.Inputs) {
+		return nil, fmt.Errorf("runner /embed: %d vectors for %d inputs", len(out.Embeddings), len(req.Inputs))
+	}
+	return &out, nil
+}

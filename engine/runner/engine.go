@@ -53,18 +53,22 @@ type Group struct {
 	Tokens []int32
 	Start  int
 	// Sample asks for a token sampled after the last row; Decode says
-	// the step is a decode step for this slot (else prefill).
-	Sample, Decode bool
+	// the step is a decode step for this slot (else prefill). Embed makes
+	// the rows an embedding job's: the last rank pools them, and Sample
+	// then yields the pooled vector instead of a token.
+	Sample, Decode, Embed bool
 	// TokenIndex tags the spans; Parent is the slot's span of this step.
 	TokenIndex int
 	Parent     *trace.Token
 }
 
-// Sampled is a token sampled for a slot at the end of a step.
+// Sampled is a token sampled for a slot at the end of a step, or an
+// embedding job's vector (Token -1).
 type Sampled struct {
-	Slot     int
-	Token    int32
-	Logprobs *Logprobs
+	Slot      int
+	Token     int32
+	Logprobs  *Logprobs
+	Embedding []float32
 }
 
 // sampling counts the groups that sample: the tokens the step yields.
@@ -80,8 +84,18 @@ func (st *Step) sampling() int {
 
 func (st *Step) samples() bool { return st.sampling() > 0 }
 
-// batch is the step's rows as a backend batch: positions, sequences, and
-// the output row of each sampling group.
+// embeds reports whether the step has rows of an embedding job.
+func (st *Step) embeds() bool {
+	for _, g := range st.Groups {
+		if g.Embed {
+			return true
+		}
+	}
+	return false
+}
+
+// batch is the step's rows as a backend batch: positions, sequences, the
+// output row of each sampling group, and every row of the embedding jobs.
 func (st *Step) batch(tokens bool) backend.Batch {
 	var b backend.Batch
 	for _, g := range st.Groups {
@@ -91,12 +105,19 @@ func (st *Step) batch(tokens bool) backend.Batch {
 			}
 			b.Positions = append(b.Positions, int32(g.Start+i))
 			b.Seqs = append(b.Seqs, g.Slot)
+			if g.Embed {
+				b.Embeds = append(b.Embeds, int32(len(b.Positions)-1))
+			}
 		}
-		if g.Sample {
+		if g.Sample && !g.Embed {
 			b.Outputs = append(b.Outputs, int32(len(b.Positions)-1))
 		}
 	}
-	if b.Outputs == nil { // nothing sampled: the last row's logits, unused
+	switch {
+	case b.Outputs != nil:
+	case b.Embeds != nil: // only embeddings: no logits
+		b.Outputs = []int32{}
+	default: // nothing sampled: the last row's logits, unused
 		b.Outputs = []int32{int32(len(b.Positions) - 1)}
 	}
 	return b
@@ -132,10 +153,11 @@ func (st *Step) commSpans(ts []collective.Timing) {
 }
 
 // slotSampler is a slot's sampler and how many top logprobs it reports
-// (-1: none).
+// (-1: none); or, for an embedding job, its pooler.
 type slotSampler struct {
-	smp *sample.Sampler
-	nlp int
+	smp  *sample.Sampler
+	nlp  int
+	pool *pooler
 }
 
 // newSlotSampler is a request's sampler, constrained by its grammar with
@@ -156,12 +178,22 @@ func newSlotSampler(opts sample.Options, spec *grammar.Spec, tok *model.Tokenize
 }
 
 // sampleGroups samples one token per sampling group from logits (a row
-// per sampling group, in order), recording a "sample" span under each.
+// per sampling group, in order), recording a "sample" span under each; an
+// embedding job's last group yields its pooled vector (poolGroups has
+// taken its rows).
 func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]Sampled, error) {
 	var out []Sampled
 	k := 0
 	for _, g := range st.Groups {
 		if !g.Sample {
+			continue
+		}
+		if g.Embed {
+			v, err := smps[g.Slot].pool.vector()
+			if err != nil {
+				return nil, fmt.Errorf("slot %d: %w", g.Slot, err)
+			}
+			out = append(out, Sampled{Slot: g.Slot, Token: -1, Embedding: v})
 			continue
 		}
 		if (k+1)*vocab > len(logits) {
@@ -227,7 +259,7 @@ func (l *Local) Begin(ctx context.Context, slot int, req *Request, traceID strin
 	if err := traceSlot(l.F, slot, traceID); err != nil {
 		return 0, err
 	}
-	ss, err := newSlotSampler(req.Sample, req.Grammar, l.Tok, req.logprobsN())
+	ss, err := beginSlot(req.Embed, l.F.Config(), req.Sample, req.Grammar, l.Tok, req.logprobsN())
 	if err != nil {
 		traceSlot(l.F, slot, "") // the scheduler ends no slot it could not begin
 		return 0, err
@@ -244,6 +276,9 @@ func (l *Local) Submit(ctx context.Context, st *Step) error {
 		st.commSpans(cl.commTimings())
 	}
 	if err != nil {
+		return err
+	}
+	if err := poolGroups(st, r.Embeds, l.F.Config().Dim, l.smps); err != nil {
 		return err
 	}
 	if !st.samples() {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -28,6 +29,8 @@ type beginMsg struct {
 	Logprobs int `json:"logprobs,omitempty"`
 	// Grammar constrains the last rank's sampling.
 	Grammar *grammar.Spec `json:"grammar,omitempty"`
+	// Embed makes the request an embedding job: the last rank pools.
+	Embed bool `json:"embed,omitempty"`
 }
 
 // endMsg ends a slot's request; ranks then hand over its spans. Forget
@@ -51,6 +54,7 @@ type actGroup struct {
 	Slot   int
 	Decode bool   // decode phase (else prefill)
 	Sample bool   // the last rank samples after the group's last row
+	Embed  bool   // an embedding job's rows: the last rank pools them
 	Token  uint32 // token index, for span args
 	Start  uint32
 	N      uint32
@@ -84,7 +88,7 @@ func (m *actMsg) marshal(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(m.Groups)))
 	for _, g := range m.Groups {
 		b = binary.LittleEndian.AppendUint16(b, uint16(g.Slot))
-		b = append(b, boolByte(g.Decode)|boolByte(g.Sample)<<1)
+		b = append(b, boolByte(g.Decode)|boolByte(g.Sample)<<1|boolByte(g.Embed)<<2)
 		b = binary.LittleEndian.AppendUint32(b, g.Token)
 		b = binary.LittleEndian.AppendUint32(b, g.Start)
 		b = binary.LittleEndian.AppendUint32(b, g.N)
@@ -111,10 +115,10 @@ func (m *actMsg) unmarshal(b []byte, dim int) error {
 		p := b[actHeader+i*actGroupSz:]
 		g := actGroup{Slot: int(binary.LittleEndian.Uint16(p)), Token: binary.LittleEndian.Uint32(p[3:]),
 			Start: binary.LittleEndian.Uint32(p[7:]), N: binary.LittleEndian.Uint32(p[11:])}
-		if p[2] > 3 {
+		if p[2] > 7 || p[2]&5 == 5 {
 			return fmt.Errorf("act frame: flags %#x", p[2])
 		}
-		g.Decode, g.Sample = p[2]&1 != 0, p[2]&2 != 0
+		g.Decode, g.Sample, g.Embed = p[2]&1 != 0, p[2]&2 != 0, p[2]&4 != 0
 		if g.Slot >= backend.MaxParallel || seen[g.Slot] || g.N == 0 {
 			return fmt.Errorf("act frame: group %d is slot %d with %d rows (slots distinct, below %d; rows ≥ 1)", i, g.Slot, g.N, backend.MaxParallel)
 		}
@@ -140,8 +144,15 @@ type tokenMsg struct {
 	Samples []Sampled
 }
 
-// noLogprobs marks a sample without logprobs in a token frame.
-const noLogprobs = 0xff
+// noLogprobs marks a sample without logprobs in a token frame;
+// embedding marks an embedding job's vector instead.
+const (
+	noLogprobs = 0xff
+	embedding  = 0xfe
+)
+
+// maxEmbedDim bounds an embedding's length in a token frame.
+const maxEmbedDim = 1 << 16
 
 // marshal writes Seq, the count, then per sample its slot (uint16), token
 // (int32) and the number of top logprobs (byte; noLogprobs for none),
@@ -153,6 +164,14 @@ func (m *tokenMsg) marshal(b []byte) []byte {
 	for _, s := range m.Samples {
 		b = binary.LittleEndian.AppendUint16(b, uint16(s.Slot))
 		b = binary.LittleEndian.AppendUint32(b, uint32(s.Token))
+		if s.Embedding != nil {
+			b = append(b, embedding)
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(s.Embedding)))
+			for _, v := range s.Embedding {
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+			}
+			continue
+		}
 		lp := s.Logprobs
 		if lp == nil {
 			b = append(b, noLogprobs)
@@ -186,7 +205,12 @@ func (m *tokenMsg) unmarshal(b []byte) error {
 		s := Sampled{Slot: int(binary.LittleEndian.Uint16(b)), Token: int32(binary.LittleEndian.Uint32(b[2:]))}
 		k := b[6]
 		b = b[tokSample:]
-		if k != noLogprobs {
+		if k == embedding {
+			var err error
+			if s.Embedding, b, err = readEmbedding(b); err != nil {
+				return fmt.Errorf("token frame: sample %d: %w", i, err)
+			}
+		} else if k != noLogprobs {
 			if k > MaxTopLogprobs || len(b) < 4+8*int(k) {
 				return fmt.Errorf("token frame: sample %d with %d top logprobs in %d bytes (at most %d)", i, k, len(b), MaxTopLogprobs)
 			}
@@ -204,6 +228,24 @@ func (m *tokenMsg) unmarshal(b []byte) error {
 		return fmt.Errorf("token frame: %d bytes after the samples", len(b))
 	}
 	return nil
+}
+
+// readEmbedding reads a token frame's vector: its length (uint32), then
+// its values; it returns the bytes after it.
+func readEmbedding(b []byte) ([]float32, []byte, error) {
+	if len(b) < 4 {
+		return nil, nil, errors.New("embedding cut short")
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n == 0 || n > maxEmbedDim || len(b) < 4*n {
+		return nil, nil, fmt.Errorf("embedding of %d values in %d bytes (1..%d)", n, len(b), maxEmbedDim)
+	}
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return v, b[4*n:], nil
 }
 
 func boolByte(v bool) byte {

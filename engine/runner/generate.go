@@ -83,6 +83,10 @@ type Request struct {
 	// ChatKwargs are the template's keyword arguments (enable_thinking,
 	// reasoning_effort).
 	ChatKwargs map[string]any `json:"chatKwargs,omitempty"`
+	// Embed makes the job an embedding of PromptTokens (embed.go): the
+	// last rank pools the prompt's normed hidden states, and nothing is
+	// generated.
+	Embed bool `json:"-"`
 
 	// parse is how rank 0 splits the output (Prepare sets it).
 	parse chatfmt.Options
@@ -162,6 +166,8 @@ type Result struct {
 	PrefillNs    int64 `json:"prefillNs"`
 	DecodeNs     int64 `json:"decodeNs"`
 	FirstTokenNs int64 `json:"firstTokenNs"`
+	// Embedding is an embedding job's pooled, L2-normalised vector.
+	Embedding []float32 `json:"embedding,omitempty"`
 }
 
 // PrefillTokPerSec and DecodeTokPerSec are the throughputs (0 if unknown);

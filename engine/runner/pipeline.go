@@ -59,7 +59,7 @@ func (p *Pipeline) Begin(ctx context.Context, slot int, req *Request, traceID st
 		return 0, err
 	}
 	return kept, p.fail(p.Out.sendJSON(frameBegin, beginMsg{Req: p.req, Slot: slot, Keep: kept, Sample: req.Sample, TraceID: traceID,
-		Logprobs: req.logprobsN() + 1, Grammar: req.Grammar}))
+		Logprobs: req.logprobsN() + 1, Grammar: req.Grammar, Embed: req.Embed}))
 }
 
 func (p *Pipeline) fail(err error) error {
@@ -87,7 +87,7 @@ func (p *Pipeline) Submit(ctx context.Context, st *Step) error {
 	p.seq++
 	m := actMsg{Seq: p.seq, Hidden: r.Hidden}
 	for _, g := range st.Groups {
-		m.Groups = append(m.Groups, actGroup{Slot: g.Slot, Decode: g.Decode, Sample: g.Sample, Token: uint32(g.TokenIndex),
+		m.Groups = append(m.Groups, actGroup{Slot: g.Slot, Decode: g.Decode, Sample: g.Sample, Embed: g.Embed, Token: uint32(g.TokenIndex),
 			Start: uint32(g.Start), N: uint32(len(g.Tokens))})
 	}
 	to := stageRank(1, p.Group)

@@ -206,7 +206,8 @@ func (s *Scheduler) admitJobs(ctx context.Context) error {
 				continue
 			}
 			keep := 0
-			if !s.NoPrefixCache && !j.req.NoPromptCache {
+			// An embedding pools every row: none is kept from the cache.
+			if !s.NoPrefixCache && !j.req.NoPromptCache && !j.req.Embed {
 				keep = commonPrefix(sl.hist, j.prompt[:len(j.prompt)-1])
 			}
 			if keep > bestKeep || keep == bestKeep && sl.used.Before(best.used) {
@@ -231,6 +232,9 @@ func (s *Scheduler) admitJobs(ctx context.Context) error {
 // maxTokens is how many tokens j may generate: its max_tokens (or the
 // default), cut at the context's end.
 func (s *Scheduler) maxTokens(j *Job) int {
+	if j.req.Embed {
+		return 0
+	}
 	n := j.req.MaxTokens
 	if n == 0 {
 		n = DefaultMaxTokens
@@ -373,7 +377,7 @@ func (s *Scheduler) build() *Step {
 		k := min(budget, len(p)-sl.next)
 		last := sl.next+k == len(p)
 		st.Groups = append(st.Groups, Group{Slot: sl.id, Tokens: p[sl.next : sl.next+k], Start: sl.next, Sample: last,
-			TokenIndex: sl.next, Parent: &sl.phase})
+			Embed: sl.job.req.Embed, TokenIndex: sl.next, Parent: &sl.phase})
 		sl.hist = append(sl.hist, p[sl.next:sl.next+k]...)
 		sl.next += k
 		sl.waiting = last
@@ -422,6 +426,14 @@ func (s *Scheduler) deliver(samples []Sampled) {
 		}
 		if j.ctx.Err() != nil {
 			s.end(sl, cancelled(j.ctx))
+			continue
+		}
+		if j.req.Embed {
+			var err error
+			if j.res.Embedding, j.res.FinishReason = smp.Embedding, "stop"; smp.Embedding == nil {
+				err = fmt.Errorf("slot %d: the last rank returned no embedding", sl.id)
+			}
+			s.end(sl, err)
 			continue
 		}
 		piece, done := sl.out.add(s.Tok, smp.Token)

@@ -475,7 +475,8 @@ func (s *Server) Health() Health {
 	return h
 }
 
-// Handler serves GET /health, GET /load-trace and POST /completion.
+// Handler serves GET /health, GET /load-trace, POST /completion and POST
+// /embed.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
@@ -488,6 +489,7 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"spans": spans})
 	})
 	mux.HandleFunc("POST /completion", s.completion)
+	mux.HandleFunc("POST /embed", s.embed)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, []byte("Bearer "+s.cfg.Token)) != 1 {

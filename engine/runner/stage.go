@@ -136,7 +136,7 @@ func (r *stageRun) begin(payload []byte) error {
 		nlp = -1
 	}
 	if r.last {
-		smp, err := newSlotSampler(b.Sample, b.Grammar, r.s.Tok, nlp)
+		smp, err := beginSlot(b.Embed, r.s.F.Config(), b.Sample, b.Grammar, r.s.Tok, nlp)
 		if err != nil {
 			return fmt.Errorf("begin frame for slot %d: %w", b.Slot, err)
 		}
@@ -216,7 +216,7 @@ func (r *stageRun) act(ctx context.Context, payload []byte, first time.Time) err
 		}
 		parent := r.startStep(g, first)
 		st.Groups = append(st.Groups, Group{Slot: g.Slot, Tokens: make([]int32, g.N), Start: int(g.Start), Sample: g.Sample,
-			Decode: g.Decode, TokenIndex: int(g.Token), Parent: parent})
+			Decode: g.Decode, Embed: g.Embed, TokenIndex: int(g.Token), Parent: parent})
 		from := stageRank(s.Rank-1, s.Group)
 		recvSpan(parent, fmt.Sprintf("recv ← rank %d", from), first,
 			trace.Recv(from, int64(len(payload)+5), trace.FlowKey(s.Rank-1, s.Rank, uint64(m.Seq))).WithToken(int(g.Token)))
@@ -268,8 +268,12 @@ func (r *stageRun) startStep(g actGroup, first time.Time) *trace.Token {
 	return &ss.phase
 }
 
-// sendTokens samples the step's tokens and sends them to rank 0.
+// sendTokens pools the step's embedding rows, samples its tokens and
+// sends them to rank 0.
 func (r *stageRun) sendTokens(st *Step, seq uint32, res backend.Result) error {
+	if err := poolGroups(st, res.Embeds, r.s.F.Config().Dim, r.smps); err != nil {
+		return err
+	}
 	if !st.samples() {
 		return nil
 	}

@@ -395,8 +395,20 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 		}
 		return res, nil
 	}
+	var emb ml.Tensor // computed in the same graph as the logits
+	if len(in.Embeds) > 0 {
+		emb = r.embeds(c, h, in.Embeds)
+	}
 	switch {
 	case in.AllLogits:
+	case in.Outputs != nil && len(in.Outputs) == 0: // no logits wanted
+		if emb == nil { // a tensor-parallel follower: the leader pools
+			c.Forward(h).Compute(h)
+			return res, r.groupErr()
+		}
+		c.Forward(emb).Compute(emb)
+		res.Embeds = emb.Floats()
+		return res, r.groupErr()
 	case in.Outputs != nil:
 		if len(in.Outputs) != n || !sequential(in.Outputs) {
 			h = h.Rows(c, c.Input().FromInts(in.Outputs, len(in.Outputs)))
@@ -404,21 +416,29 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	case n > 1:
 		h = h.Rows(c, c.Input().FromInts([]int32{int32(n - 1)}, 1))
 	}
-	res.Logits, err = r.head(c, h)
+	res.Logits, err = r.head(c, h, emb)
+	if emb != nil && err == nil {
+		res.Embeds = emb.Floats()
+	}
 	return res, err
 }
 
 // head applies the output norm and head to the output rows h: the whole
 // head, or (split by vocabulary in a tensor-parallel group) this rank's
-// rows of it, then the group's rows gathered.
-func (r *Rank) head(c ml.Context, h ml.Tensor) ([]float32, error) {
+// rows of it, then the group's rows gathered. also (nil: none) is computed
+// in the same graph.
+func (r *Rank) head(c ml.Context, h, also ml.Tensor) ([]float32, error) {
 	h = h.RMSNorm(c, r.outNorm, float32(r.cfg.Eps))
 	out, split := r.out, r.cfg.TP != nil && r.cfg.TP.VocabRows > 0
 	if split && r.cfg.TiedOutput { // the rank's rows of the embeddings
 		out = out.View(c, r.cfg.TP.VocabFirst*out.Stride(1), out.Dim(0), out.Stride(1), r.cfg.TP.VocabRows)
 	}
 	logits := out.Mulmat(c, h)
-	c.Forward(logits).Compute(logits)
+	if also != nil {
+		c.Forward(logits, also).Compute(logits, also)
+	} else {
+		c.Forward(logits).Compute(logits)
+	}
 	v := logits.Floats()
 	if err := r.groupErr(); err != nil {
 		return nil, err
@@ -472,7 +492,7 @@ func (r *Rank) checkRows(in backend.Batch, seqs []int) error {
 			return fmt.Errorf("sequence %d of %d", seqs[i], r.opts.Parallel)
 		}
 	}
-	if in.Outputs != nil && len(in.Outputs) == 0 {
+	if in.Outputs != nil && len(in.Outputs) == 0 && len(in.Embeds) == 0 && !in.AllLogits {
 		return errors.New("no output rows")
 	}
 	for _, o := range in.Outputs {
@@ -480,7 +500,21 @@ func (r *Rank) checkRows(in backend.Batch, seqs []int) error {
 			return fmt.Errorf("output row %d of %d", o, n)
 		}
 	}
+	for _, o := range in.Embeds {
+		if o < 0 || int(o) >= n {
+			return fmt.Errorf("embedding row %d of %d", o, n)
+		}
+	}
 	return nil
+}
+
+// embeds is the output norm of rows of h: the hidden states an
+// embedding model pools (llama.cpp's result_norm).
+func (r *Rank) embeds(c ml.Context, h ml.Tensor, rows []int32) ml.Tensor {
+	if len(rows) != h.Dim(1) || !sequential(rows) {
+		h = h.Rows(c, c.Input().FromInts(rows, len(rows)))
+	}
+	return h.RMSNorm(c, r.outNorm, float32(r.cfg.Eps))
 }
 
 // sequential reports rows 0, 1, 2, …

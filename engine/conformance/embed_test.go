@@ -1,0 +1,186 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/backend/ggml"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/internal/llamaref"
+)
+
+// embedTexts are the inputs both engines embed: short and long, one
+// longer than a batch of Orrery's (so that its prompt goes in chunks).
+var embedTexts = []string{
+	"hello",
+	"The quick brown fox jumps over the lazy dog.",
+	"Embeddings map text to vectors whose cosine says how alike two texts are.",
+	"a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j k l m n o p q r s t u v w x y z",
+	"Orrery runs one model across several machines.",
+	"x",
+}
+
+// embedRows are the embedding models under test: the families the issue
+// names (llama-style, qwen3 as Qwen3-Embedding) and gemma3 computed
+// causally, as llama.cpp's gemma3 architecture does; each pooling type.
+var embedRows = []struct {
+	family string
+	pool   model.Pooling
+	types  []string
+}{
+	{"llama", model.PoolMean, []string{"F32", "Q8_0", "Q4_K_M"}},
+	{"llama", model.PoolCLS, []string{"F32"}},
+	{"llama", model.PoolLast, []string{"F32"}},
+	{"qwen3", model.PoolLast, []string{"F32", "Q8_0", "Q4_K_M"}},
+	{"qwen3", model.PoolMean, []string{"F32"}},
+	{"gemma3", model.PoolMean, []string{"F32", "Q8_0"}},
+}
+
+// TestEmbeddingsMatchLlamaCpp embeds the same texts with Orrery's runner
+// (its scheduler in 4 slots, batches of 16 rows) and llama.cpp's
+// llama-embedding on the same file, both at their defaults (flash
+// attention, f16 KV cache, repacking), and compares every vector: cosine
+// ≥ 0.99999 for F32; for the quantized types, whose kernels differ between
+// the two ggml builds, max |Δ| / std within the logits' bound (0.3).
+func TestEmbeddingsMatchLlamaCpp(t *testing.T) {
+	dir := llamaref.Require(t, "bin/llama-embedding", "bin/llama-quantize")
+	t.Log("| family | pooling | type | min cosine | max abs Δ / std |")
+	t.Log("|---|---|---|---|---|")
+	for _, er := range embedRows {
+		o, err := model.ApplyFamily(shape, er.family)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Type, o.Pooling = "F32", er.pool
+		f32 := filepath.Join(t.TempDir(), fmt.Sprintf("%s-%s-F32.gguf", er.family, er.pool))
+		if err := model.Generate(f32, o); err != nil {
+			t.Fatal(err)
+		}
+		for _, typ := range er.types {
+			path := f32
+			switch typ {
+			case "F32":
+			case "Q8_0":
+				o.Type = typ
+				path = filepath.Join(t.TempDir(), fmt.Sprintf("%s-%s-%s.gguf", er.family, er.pool, typ))
+				if err := model.Generate(path, o); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				path = filepath.Join(t.TempDir(), fmt.Sprintf("%s-%s-%s.gguf", er.family, er.pool, typ))
+				quantize(t, dir, f32, path, typ)
+			}
+			ref := llamaEmbed(t, dir, path, embedTexts)
+			got := orreryEmbed(t, path, embedTexts, 4)
+			minCos, maxDelta := 1.0, 0.0
+			for i := range embedTexts {
+				c, d := compareVectors(ref[i], got[i])
+				minCos, maxDelta = math.Min(minCos, c), math.Max(maxDelta, d)
+			}
+			t.Logf("| %s | %s | %s | %.7f | %.3g |", er.family, er.pool, typ, minCos, maxDelta)
+			if typ == "F32" && minCos < 0.99999 {
+				t.Errorf("%s %s %s: cosine %.7f to llama.cpp, want ≥ 0.99999", er.family, er.pool, typ, minCos)
+			}
+			if maxDelta > 0.3 {
+				t.Errorf("%s %s %s: max |Δ| / std %.3g to llama.cpp, want ≤ 0.3", er.family, er.pool, typ, maxDelta)
+			}
+		}
+	}
+}
+
+// compareVectors is the cosine of two vectors and their largest
+// difference over the reference's standard deviation.
+func compareVectors(ref, got []float32) (cos, maxDelta float64) {
+	var ab, aa, bb, mean float64
+	for i := range ref {
+		a, b := float64(ref[i]), float64(got[i])
+		ab, aa, bb, mean = ab+a*b, aa+a*a, bb+b*b, mean+a
+	}
+	mean /= float64(len(ref))
+	var v float64
+	for i := range ref {
+		d := float64(ref[i]) - mean
+		v += d * d
+		maxDelta = math.Max(maxDelta, math.Abs(float64(ref[i])-float64(got[i])))
+	}
+	return ab / math.Sqrt(aa*bb), maxDelta / math.Sqrt(v/float64(len(ref)))
+}
+
+// llamaEmbed runs llama-embedding on texts (one per line) and reads its
+// JSON: one vector per text, L2-normalised, at 7 decimals.
+func llamaEmbed(t testing.TB, dir, path string, texts []string) [][]float32 {
+	t.Helper()
+	cmd := exec.Command(llamaref.Bin(dir, "llama-embedding"), "-m", path, "-p", strings.Join(texts, "\n"), "-t", strconv.Itoa(threads),
+		"-c", "512", "-fa", "on", "--embd-output-format", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("llama-embedding on %s: %v\n%s", filepath.Base(path), err, tail([]byte(stderr.String())))
+	}
+	var v struct {
+		Data []struct {
+			Index     int       `json:"index"`
+			Embedding []float32 `json:"embedding"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || len(v.Data) != len(texts) {
+		t.Fatalf("llama-embedding output (%v): %d vectors for %d texts\n%s", err, len(v.Data), len(texts), tail(out))
+	}
+	vecs := make([][]float32, len(texts))
+	for _, d := range v.Data {
+		vecs[d.Index] = d.Embedding
+	}
+	return vecs
+}
+
+// orreryEmbed embeds texts through a runner server on one rank, with
+// parallel slots.
+func orreryEmbed(t testing.TB, path string, texts []string, parallel int) [][]float32 {
+	t.Helper()
+	res := orreryEmbedRes(t, newEmbedServer(t, path, parallel, 16), texts)
+	out := make([][]float32, len(res.Embeddings))
+	for i, v := range res.Embeddings {
+		out[i] = v
+	}
+	return out
+}
+
+func newEmbedServer(t testing.TB, path string, parallel, batch int) *runner.Client {
+	t.Helper()
+	load := func(ctx context.Context, path string, opts backend.Options, progress func(float32)) (backend.Rank, error) {
+		return ggml.Load(ctx, path, opts, progress)
+	}
+	s := runner.NewServer(runner.Config{ModelPath: path, Load: load, Token: "t", Node: "n",
+		Options: backend.Options{Threads: threads, BatchSize: batch, Parallel: parallel}})
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "t"}
+}
+
+func orreryEmbedRes(t testing.TB, c *runner.Client, texts []string) *runner.EmbedResponse {
+	t.Helper()
+	req := runner.EmbedRequest{}
+	for _, s := range texts {
+		req.Inputs = append(req.Inputs, runner.EmbedInput{Text: s})
+	}
+	res, err := c.Embed(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
