@@ -42,6 +42,9 @@ type Inference interface {
 	// Complete runs a completion on an instance on this node; its spans
 	// become trace traceID ("" runs it untraced).
 	Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error)
+	// Embed runs an embedding request on an instance on this node
+	// (traceID as Complete's).
+	Embed(ctx context.Context, instanceID, traceID string, req runner.EmbedRequest) (*runner.EmbedResponse, error)
 	// Peer is an HTTP client whose requests to http://<node id>/… reach
 	// that node's peer API over an authenticated stream link.
 	Peer() *http.Client

@@ -266,21 +266,3 @@ func TestOllamaDelete(t *testing.T) {
 		}
 	}
 }
-
-// Until embeddings exist, their routes say so in each protocol's shape.
-func TestEmbeddingsNotYet(t *testing.T) {
-	st, _ := newStore(16)
-	srv := httptest.NewServer(newAPI(st).Handler())
-	t.Cleanup(srv.Close)
-	for path, shape := range map[string]string{"/v1/embeddings": `"code":"not_implemented"`, "/api/embed": `{"error":"Orrery does not compute embeddings yet`, "/api/embeddings": `{"error":"Orrery`} {
-		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader(`{"model":"m","input":"x"}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotImplemented || !strings.Contains(string(b), shape) {
-			t.Errorf("POST %s = %d %s, want 501 with %s", path, resp.StatusCode, b, shape)
-		}
-	}
-}

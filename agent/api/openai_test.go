@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +44,26 @@ type fakeInference struct {
 	holdErr      error
 	// existed: Place answers with a live instance, as for the same nodes.
 	existed bool
+	// gotEmbed, when set, gets each embedding request.
+	gotEmbed chan runner.EmbedRequest
+}
+
+// Embed answers each input with a unit vector of 4 whose first value is
+// the input's index: [i, 1, 0, 0] normalised.
+func (f *fakeInference) Embed(ctx context.Context, instanceID, traceID string, req runner.EmbedRequest) (*runner.EmbedResponse, error) {
+	if f.gotEmbed != nil {
+		f.gotEmbed <- req
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	res := &runner.EmbedResponse{}
+	for i, in := range req.Inputs {
+		n := float32(math.Sqrt(float64(i*i + 1)))
+		res.Embeddings = append(res.Embeddings, runner.Vector{float32(i) / n, 1 / n, 0, 0})
+		res.PromptTokens += len(in.Text) + len(in.Tokens)
+	}
+	return res, nil
 }
 
 func (f *fakeInference) Route(ctx context.Context, model string, keepAlive *KeepAlive) (string, string, error) {

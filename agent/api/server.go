@@ -111,6 +111,9 @@ func (s *Server) PeerHandler() http.Handler {
 	mux.Handle("/v1/messages", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.anthropicMessages(w, r, true) }))
 	mux.Handle("/api/chat", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaChat(w, r, true) }))
 	mux.Handle("/api/generate", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaGenerate(w, r, true) }))
+	mux.Handle("/v1/embeddings", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.openAIEmbeddings(w, r, true) }))
+	mux.Handle("/api/embed", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaEmbed(w, r, true) }))
+	mux.Handle("/api/embeddings", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.ollamaEmbed(w, r, true) }))
 	mux.Handle("/v1/cancel/{id}", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.cancel(w, r, true) }))
 	mux.Handle("/tokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.tokenize(w, r, true) }))
 	mux.Handle("/detokenize", onlyPOST(func(w http.ResponseWriter, r *http.Request) { s.detokenize(w, r, true) }))
@@ -171,11 +174,11 @@ func limitBody(h http.Handler) http.Handler {
 // (OpenAI's, Anthropic's or Ollama's), or nil for other paths.
 func inferenceProtocol(path string) func(w http.ResponseWriter, status int, typ, code, msg string) {
 	switch {
-	case path == "/v1/chat/completions" || path == "/v1/completions":
+	case path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings":
 		return openAIError
 	case path == "/v1/messages":
 		return func(w http.ResponseWriter, status int, typ, _, msg string) { anthropicError(w, status, typ, msg) }
-	case path == "/api/chat" || path == "/api/generate":
+	case path == "/api/chat" || path == "/api/generate" || path == "/api/embed" || path == "/api/embeddings":
 		return func(w http.ResponseWriter, status int, _, _, msg string) { ollamaError(w, status, msg) }
 	}
 	return nil

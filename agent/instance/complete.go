@@ -41,6 +41,19 @@ func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req 
 	return done, err
 }
 
+// Embed runs an embedding request on this node's rank 0; when traced, its
+// rank 0 spans become a one-rank trace of kind "embed" (the other ranks
+// record none for embeddings).
+func (m *Manager) Embed(ctx context.Context, instanceID, traceID string, req runner.EmbedRequest) (*runner.EmbedResponse, error) {
+	req.TraceID = traceID
+	res, err := m.cfg.Runners.Embed(ctx, instanceID, req)
+	if traceID != "" && res != nil {
+		m.cfg.ShipTrace(traceID, "embed", res.Spans, res.Counters, nil, "")
+		res.Spans, res.Counters = nil, nil
+	}
+	return res, err
+}
+
 // vocabCache keeps the tokenizers /tokenize and /detokenize use, read
 // from the models' GGUF headers once per file version.
 type vocabCache struct {

@@ -68,7 +68,7 @@ func (m *modelsSampler) listLocked() state.NodeModelsMeasured {
 	var ms []state.ModelInfo
 	for _, e := range m.scan.Scan() {
 		mi := state.ModelInfo{ID: e.ID, Source: e.Source, Path: e.Path, Size: state.Bytes(uint64(e.SizeBytes)),
-			Arch: e.Arch, Layers: e.Layers, Quantization: e.Quantization, Params: e.Params, ContextLen: e.ContextLen, Error: e.Error}
+			Arch: e.Arch, Layers: e.Layers, Quantization: e.Quantization, Params: e.Params, ContextLen: e.ContextLen, Pooling: string(e.Pooling), Error: e.Error}
 		if d := e.Defaults; d != nil {
 			mi.Defaults = &state.ModelDefaults{Temperature: d.Temperature, TopP: d.TopP, TopK: d.TopK, NumPredict: d.NumPredict, Stop: d.Stop}
 		}

@@ -232,6 +232,9 @@ type ModelInfo struct {
 	Quantization string  `json:"quantization,omitempty"`
 	Params       uint64  `json:"params,omitempty"`
 	ContextLen   int     `json:"contextLength,omitempty"`
+	// Pooling is set for an embedding model: how it pools ("mean", "cls",
+	// "last"; "rank" for a reranker, which serves no embeddings).
+	Pooling string `json:"pooling,omitempty"`
 	// Error says why the node cannot serve the model.
 	Error string `json:"error,omitempty"`
 	// Defaults are the model's own generation settings (an Ollama

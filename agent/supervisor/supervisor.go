@@ -375,19 +375,7 @@ func (s *Supervisor) DialRank(ctx context.Context, instanceID string, rank int, 
 // waiting (at most ReadyTimeout) for the pipeline to be Ready. The runner
 // serves several at once (its slots) and queues the rest in arrival order.
 func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner.CompletionRequest, onPiece func(runner.Piece) error) (*runner.Done, error) {
-	rid := RunnerID(instanceID, 0)
-	p := s.proc(rid)
-	for deadline := time.Now().Add(appearWait); p == nil && time.Now().Before(deadline); p = s.proc(rid) {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	if p == nil {
-		return nil, fmt.Errorf("%w: %s", ErrNoInstance, instanceID)
-	}
-	c, err := p.waitReady(ctx, s.cfg.ReadyTimeout)
+	p, c, err := s.rank0(ctx, instanceID)
 	if err != nil {
 		return nil, err
 	}
@@ -405,4 +393,45 @@ func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner
 		}
 	}
 	return done, err
+}
+
+// rank0 is the runner of an instance's rank 0 on this node, once Ready
+// (waiting at most ReadyTimeout), and its client.
+func (s *Supervisor) rank0(ctx context.Context, instanceID string) (*proc, *runner.Client, error) {
+	rid := RunnerID(instanceID, 0)
+	p := s.proc(rid)
+	for deadline := time.Now().Add(appearWait); p == nil && time.Now().Before(deadline); p = s.proc(rid) {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if p == nil {
+		return nil, nil, fmt.Errorf("%w: %s", ErrNoInstance, instanceID)
+	}
+	c, err := p.waitReady(ctx, s.cfg.ReadyTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
+}
+
+// Embed runs an embedding request on rank 0 of an instance on this node,
+// as Complete runs a completion.
+func (s *Supervisor) Embed(ctx context.Context, instanceID string, req runner.EmbedRequest) (*runner.EmbedResponse, error) {
+	p, c, err := s.rank0(ctx, instanceID)
+	if err != nil {
+		return nil, err
+	}
+	p.begin()
+	defer p.end(nil)
+	res, err := c.Embed(ctx, req)
+	if err != nil {
+		var re *runner.RequestError
+		if !errors.As(err, &re) {
+			err = fmt.Errorf("%w: runner %s (instance %s): %v", ErrRunnerFailed, p.id, instanceID, err)
+		}
+	}
+	return res, err
 }

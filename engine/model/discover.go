@@ -48,6 +48,8 @@ type Entry struct {
 	Types      []TypeShare `json:"types,omitempty"`
 	Params     uint64      `json:"params,omitempty"`
 	ContextLen int         `json:"contextLength,omitempty"`
+	// Pooling is set for an embedding model (its <arch>.pooling_type).
+	Pooling Pooling `json:"pooling,omitempty"`
 	// Error says why the model cannot run here (unreadable, or an
 	// unsupported architecture); such entries are listed, not served.
 	Error string `json:"error,omitempty"`
@@ -182,6 +184,7 @@ func describe(path string) Entry {
 		return e
 	}
 	e.Layers, e.Quantization, e.Types, e.Params, e.ContextLen = cfg.Layers, cfg.FileType, cfg.Types, cfg.Params, cfg.ContextLen
+	e.Pooling = cfg.Pooling
 	return e
 }
 

@@ -31,6 +31,10 @@ type EmbedRequest struct {
 	// Truncate cuts an input longer than the context to its first
 	// ContextLen tokens (Ollama's default) instead of refusing it.
 	Truncate bool `json:"truncate,omitempty"`
+	// Dimensions > 0 keeps each vector's first Dimensions values,
+	// normalised again (Matryoshka embeddings, as OpenAI's dimensions);
+	// at most the model's width.
+	Dimensions int `json:"dimensions,omitempty"`
 	// TraceID names rank 0's trace of the request ("" for none).
 	TraceID string `json:"traceId,omitempty"`
 }
@@ -65,6 +69,9 @@ func (g *Generator) PrepareEmbed(cfg model.Config, req *EmbedRequest) ([][]int32
 		return nil, fmt.Errorf("%w: no inputs", ErrBadRequest)
 	case n > MaxEmbedInputs:
 		return nil, fmt.Errorf("%w: %d inputs, at most %d in one request", ErrBadRequest, n, MaxEmbedInputs)
+	}
+	if req.Dimensions < 0 || req.Dimensions > cfg.Dim {
+		return nil, fmt.Errorf("%w: dimensions %d: this model's vectors have 1..%d", ErrBadRequest, req.Dimensions, cfg.Dim)
 	}
 	ctxLen, vocab := g.M.Options().ContextLen, g.Tok.VocabSize()
 	out := make([][]int32, len(req.Inputs))
@@ -147,6 +154,24 @@ func (v *Vector) UnmarshalJSON(data []byte) error {
 		(*v)[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return nil
+}
+
+// Truncate keeps v's first d values, L2-normalised again.
+func (v Vector) Truncate(d int) Vector {
+	if d <= 0 || d >= len(v) {
+		return v
+	}
+	var sum float64
+	for _, x := range v[:d] {
+		sum += float64(x) * float64(x)
+	}
+	out := make(Vector, d)
+	if sum = math.Sqrt(sum); sum > 0 {
+		for i, x := range v[:d] {
+			out[i] = float32(float64(x) / sum)
+		}
+	}
+	return out
 }
 
 // pooler pools an embedding job's normed hidden states, row by row as its

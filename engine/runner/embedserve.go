@@ -65,5 +65,8 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, code, ErrorBody{Error: err.Error(), Kind: kind})
 		return
 	}
+	for i, v := range res.Embeddings {
+		res.Embeddings[i] = v.Truncate(req.Dimensions)
+	}
 	writeJSON(w, http.StatusOK, res)
 }

@@ -492,9 +492,6 @@ func (r *Rank) checkRows(in backend.Batch, seqs []int) error {
 			return fmt.Errorf("sequence %d of %d", seqs[i], r.opts.Parallel)
 		}
 	}
-	if in.Outputs != nil && len(in.Outputs) == 0 && len(in.Embeds) == 0 && !in.AllLogits {
-		return errors.New("no output rows")
-	}
 	for _, o := range in.Outputs {
 		if o < 0 || int(o) >= n {
 			return fmt.Errorf("output row %d of %d", o, n)
