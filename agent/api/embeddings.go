@@ -171,7 +171,7 @@ func (b *ollamaEmbedRequest) toRunner() (runner.EmbedRequest, error) {
 
 func (e *embedBody) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, e.into) }
 func (e *embedBody) modelID() string              { return e.model() }
-func (e *embedBody) keepAlive() *KeepAlive { return e.ka() }
+func (e *embedBody) keepAlive() *KeepAlive        { return e.ka() }
 func (e *embedBody) writeError(w http.ResponseWriter, status int, typ, code, msg string) {
 	e.errOut(w, status, typ, code, msg)
 }
