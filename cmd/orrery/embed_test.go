@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +177,57 @@ func TestEmbeddings(t *testing.T) {
 			}
 		}
 		deleteInstance(t, a, in.InstanceID)
+	}
+}
+
+// The clients people point at an embedding server work unchanged, given
+// only the base URL, and agree: the openai SDK (base64 on the wire),
+// LangChain JS's OpenAIEmbeddings and OllamaEmbeddings, the ollama client.
+func TestEmbeddingClients(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is needed for the client tests: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(sdkDir, "node_modules", "@langchain/openai", "package.json")); err != nil {
+		t.Fatalf("the clients are not installed (run make deps, or npm ci in test/sdk): %v", err)
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	modelID := genModel(t, bin, dir, "tiny-emb", "--preset", "tiny", "--arch", "qwen3", "--pooling", "mean")
+	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	waitHealthy(t, p)
+	poll(t, p, 20*time.Second, "the model listed", func() (bool, string) {
+		_, body, _ := p.get("/v1/models")
+		return strings.Contains(string(body), modelID), string(body)
+	})
+	want, _ := embedVectors(t, p, `{"model":"`+modelID+`","input":["the first text","a second text"]}`)
+	out := runNode(t, node, "embeddings.mjs", "http://"+p.addr, modelID)
+	var got struct {
+		OpenAI               [][]float32 `json:"openai"`
+		OpenAIUsage          int         `json:"openaiUsage"`
+		LangChainOpenAI      [][]float32 `json:"langchainOpenAI"`
+		LangChainOpenAIQuery []float32   `json:"langchainOpenAIQuery"`
+		LangChainOllama      [][]float32 `json:"langchainOllama"`
+		Ollama               [][]float32 `json:"ollama"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("client output %.500s: %v", out, err)
+	}
+	if got.OpenAIUsage <= 0 {
+		t.Errorf("openai SDK: usage.prompt_tokens %d", got.OpenAIUsage)
+	}
+	for name, vs := range map[string][][]float32{"openai": got.OpenAI, "langchain OpenAIEmbeddings": got.LangChainOpenAI,
+		"langchain OllamaEmbeddings": got.LangChainOllama, "ollama": got.Ollama,
+		"langchain embedQuery": {got.LangChainOpenAIQuery, want[1]}} {
+		if len(vs) != 2 {
+			t.Errorf("%s: %d vectors, want 2", name, len(vs))
+			continue
+		}
+		for i := range vs {
+			if c := cos32(vs[i], want[i]); len(vs[i]) != len(want[i]) || c < 0.99999 {
+				t.Errorf("%s: vector %d has %d values, cosine %.7f to /v1/embeddings's", name, i, len(vs[i]), c)
+			}
+		}
+		t.Logf("%s: 2 vectors of %d, each as /v1/embeddings gives it", name, len(vs[0]))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -183,4 +184,99 @@ func orreryEmbedRes(t testing.TB, c *runner.Client, texts []string) *runner.Embe
 		t.Fatal(err)
 	}
 	return res
+}
+
+// embedBenchTexts are 64 short texts (8 to 20 tokens).
+func embedBenchTexts() []string {
+	subjects := []string{"The cluster", "A small model", "Every node", "The trace window", "Our benchmark", "The pipeline", "A tensor group", "The agent"}
+	verbs := []string{"measures the link between two machines", "loads its weights from a local file", "answers a question about the weather in Paris today",
+		"records spans for every rank", "splits attention heads across ranks", "pools the hidden states of a sentence", "keeps its cache warm", "runs on a laptop"}
+	var out []string
+	for i := range 64 {
+		out = append(out, fmt.Sprintf("%s %s (%d).", subjects[i%8], verbs[(i/8+i)%8], i))
+	}
+	return out
+}
+
+// BenchmarkEmbed64 embeds 64 short texts with Orrery's runner (4 slots, as
+// an agent's instance by default, and 64) and with llama.cpp's
+// llama-embedding on the same file in the same run; it reports each one's
+// milliseconds and the ratio. llama.cpp's time is its own "prompt eval"
+// (no model load); Orrery's is the whole /embed request (tokenizing and
+// HTTP included). The model is $ORRERY_EMBED_BENCH_MODEL, or one written
+// once in Qwen3-Embedding-0.6B's shape (28 layers, dim 1024, Q8_0, last
+// pooling) under the reference's cache.
+//
+//	go test -run '^$' -bench Embed64 -benchtime 3x ./engine/conformance/
+func BenchmarkEmbed64(b *testing.B) {
+	dir := llamaref.Require(b, "bin/llama-embedding")
+	path := embedBenchModel(b, dir)
+	texts := embedBenchTexts()
+	for _, parallel := range []int{4, 64} {
+		b.Run(fmt.Sprintf("slots=%d", parallel), func(b *testing.B) {
+			c := newEmbedServer(b, path, parallel, 512)
+			orreryEmbedRes(b, c, texts[:4]) // warm up
+			var ours, theirs float64
+			for b.Loop() {
+				res := orreryEmbedRes(b, c, texts)
+				ours += float64(res.Ns) / 1e6
+				theirs += llamaEmbedMs(b, dir, path, texts)
+			}
+			n := float64(b.N)
+			b.ReportMetric(ours/n, "orrery-ms")
+			b.ReportMetric(theirs/n, "llama-ms")
+			b.ReportMetric(ours/theirs, "ratio")
+		})
+	}
+}
+
+// embedBenchModel is the benchmark's model file.
+func embedBenchModel(b *testing.B, dir string) string {
+	if p := os.Getenv("ORRERY_EMBED_BENCH_MODEL"); p != "" {
+		return p
+	}
+	path := filepath.Join(dir, "..", "embed-bench", "qwen3-emb-0.6b-shape-q8.gguf")
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	o, err := model.ApplyFamily(model.GenOptions{Layers: 28, Dim: 1024, FFDim: 3072, Heads: 16, KVHeads: 8, Vocab: 32000, ContextLen: 4096, Seed: 7}, "qwen3")
+	if err != nil {
+		b.Fatal(err)
+	}
+	o.Type, o.Pooling = "Q8_0", model.PoolLast
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	tmp := path + ".tmp"
+	if err := model.Generate(tmp, o); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// llamaEmbedMs runs llama-embedding on texts and returns its prompt eval
+// time in milliseconds.
+func llamaEmbedMs(b *testing.B, dir, path string, texts []string) float64 {
+	cmd := exec.Command(llamaref.Bin(dir, "llama-embedding"), "-m", path, "-p", strings.Join(texts, "\n"), "-t", strconv.Itoa(threads),
+		"-c", "2048", "-fa", "on", "--embd-output-format", "json")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if _, err := cmd.Output(); err != nil {
+		b.Fatalf("llama-embedding: %v\n%s", err, tail([]byte(stderr.String())))
+	}
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		if i := strings.Index(line, "prompt eval time ="); i >= 0 {
+			f := strings.Fields(line[i+len("prompt eval time ="):])
+			if len(f) > 0 {
+				if ms, err := strconv.ParseFloat(f[0], 64); err == nil {
+					return ms
+				}
+			}
+		}
+	}
+	b.Fatalf("llama-embedding printed no prompt eval time:\n%s", tail([]byte(stderr.String())))
+	return 0
 }
