@@ -182,27 +182,34 @@ func (e *embedBody) toRunner() (runner.Request, error) {
 	return runner.Request{}, err
 }
 
-// embedding-model check: a model the cluster lists without a pooling type
-// is refused before anything loads.
-func (s *Server) notEmbedding(model string) error {
+// modelPooling is how a model the cluster lists pools (its arch too);
+// found false when no node lists it readable.
+func (s *Server) modelPooling(model string) (pooling, arch string, found bool) {
 	if s.Store == nil {
-		return nil
+		return "", "", false
 	}
 	for _, nm := range s.Store.State().NodeModels {
 		for _, m := range nm.Models {
-			if m.ID != model || m.Error != "" {
-				continue
+			if m.ID == model && m.Error == "" {
+				return m.Pooling, m.Arch, true
 			}
-			switch m.Pooling {
-			case "mean", "cls", "last":
-				return nil
-			case "rank":
-				return fmt.Errorf("model %q is a reranker (pooling type rank), not an embedding model", model)
-			}
-			return fmt.Errorf("model %q is not an embedding model: its GGUF sets no %s.pooling_type (a chat model)", model, m.Arch)
 		}
 	}
-	return nil // unknown here: routing says so
+	return "", "", false
+}
+
+// notEmbedding refuses a model the cluster lists without a pooling type
+// (or as a reranker), before anything loads; a model no node lists is
+// left to routing, which says so.
+func (s *Server) notEmbedding(model string) error {
+	pooling, arch, found := s.modelPooling(model)
+	switch {
+	case !found, pooling == "mean", pooling == "cls", pooling == "last":
+		return nil
+	case pooling == "rank":
+		return fmt.Errorf("model %q is a reranker (pooling type rank), not an embedding model", model)
+	}
+	return fmt.Errorf("model %q is not an embedding model: its GGUF sets no %s.pooling_type (a chat model)", model, arch)
 }
 
 // runEmbed routes and runs an embedding request; ok false when it was

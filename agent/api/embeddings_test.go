@@ -163,3 +163,16 @@ func TestEmbeddingsRefused(t *testing.T) {
 		t.Errorf("runner refusal: %d %v, want 400", resp.StatusCode, v)
 	}
 }
+
+// Ollama's /api/show lists an embedding model's capability as Ollama
+// does: "embedding" (and a chat model's "completion").
+func TestOllamaShowEmbedding(t *testing.T) {
+	srv := embedServer(t, &fakeInference{node: testNode})
+	for model, want := range map[string]string{"emb": "embedding", "chat": "completion"} {
+		resp, v := post(t, srv.URL, "/api/show", `{"model":"`+model+`"}`)
+		caps, _ := v["capabilities"].([]any)
+		if resp.StatusCode != 200 || len(caps) != 1 || caps[0] != want {
+			t.Errorf("/api/show %s: %d capabilities %v, want [%s]", model, resp.StatusCode, v["capabilities"], want)
+		}
+	}
+}

@@ -230,8 +230,12 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 		}
 		d := m["details"].(map[string]any)
 		info := map[string]any{"general.architecture": d["family"]}
+		caps := []string{"completion"}
+		if s.notEmbedding(id) == nil { // as Ollama lists an embedding model
+			caps = []string{"embedding"}
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"license": "", "modelfile": "", "parameters": "", "template": "",
-			"details": d, "model_info": info, "capabilities": []string{"completion"}, "modified_at": m["modified_at"]})
+			"details": d, "model_info": info, "capabilities": caps, "modified_at": m["modified_at"]})
 		return
 	}
 	ollamaError(w, http.StatusNotFound, fmt.Sprintf("model '%s' not found", id))
