@@ -182,30 +182,39 @@ func (e *embedBody) toRunner() (runner.Request, error) {
 	return runner.Request{}, err
 }
 
-// modelPooling is how a model the cluster lists pools (its arch too);
-// found false when no node lists it readable.
-func (s *Server) modelPooling(model string) (pooling, arch string, found bool) {
+// modelPooling is how a model the cluster lists pools, and its arch;
+// found false when no node lists it, and unusable the reason when every
+// node that lists it cannot serve it.
+func (s *Server) modelPooling(model string) (pooling, arch, unusable string, found bool) {
 	if s.Store == nil {
-		return "", "", false
+		return "", "", "", false
 	}
 	for _, nm := range s.Store.State().NodeModels {
 		for _, m := range nm.Models {
-			if m.ID == model && m.Error == "" {
-				return m.Pooling, m.Arch, true
+			switch {
+			case m.ID != model:
+			case m.Error == "":
+				return m.Pooling, m.Arch, "", true
+			default:
+				unusable, found = m.Error, true
 			}
 		}
 	}
-	return "", "", false
+	return "", "", unusable, found
 }
 
-// notEmbedding refuses a model the cluster lists without a pooling type
-// (or as a reranker), before anything loads; a model no node lists is
+// notEmbedding refuses, before anything loads, a model the cluster lists
+// without a pooling type (a chat model), as a reranker, or as one it
+// cannot serve (an architecture Orrery does not run, such as BERT's or
+// EmbeddingGemma's, named by the scan's error); a model no node lists is
 // left to routing, which says so.
 func (s *Server) notEmbedding(model string) error {
-	pooling, arch, found := s.modelPooling(model)
+	pooling, arch, unusable, found := s.modelPooling(model)
 	switch {
 	case !found, pooling == "mean", pooling == "cls", pooling == "last":
 		return nil
+	case unusable != "":
+		return fmt.Errorf("model %q cannot serve embeddings here: %s", model, unusable)
 	case pooling == "rank":
 		return fmt.Errorf("model %q is a reranker (pooling type rank), not an embedding model", model)
 	}

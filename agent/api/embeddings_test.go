@@ -19,7 +19,8 @@ func embedServer(t *testing.T, inf *fakeInference) *httptest.Server {
 	t.Helper()
 	st, seq := newStore(64)
 	publish(t, seq, state.NodeModelsMeasured{NodeID: testNode, Models: state.NodeModels{Models: []state.ModelInfo{
-		{ID: "emb", Arch: "qwen3", Pooling: "last"}, {ID: "chat", Arch: "llama"}, {ID: "rerank", Arch: "qwen3", Pooling: "rank"}}}})
+		{ID: "emb", Arch: "qwen3", Pooling: "last"}, {ID: "chat", Arch: "llama"}, {ID: "rerank", Arch: "qwen3", Pooling: "rank"},
+		{ID: "bert", Error: `unsupported architecture "bert"; supported: llama, qwen2`}}}})
 	s := newAPI(st)
 	s.Inference = inf
 	srv := httptest.NewServer(s.Handler())
@@ -127,6 +128,7 @@ func TestEmbeddingsRefused(t *testing.T) {
 		{"/v1/embeddings", `{"model":"chat","input":"a"}`, "not an embedding model"},
 		{"/v1/embeddings", `{"model":"rerank","input":"a"}`, "reranker"},
 		{"/v1/embeddings", `{"input":"a"}`, "model is required"},
+		{"/v1/embeddings", `{"model":"bert","input":"a"}`, `unsupported architecture "bert"`},
 		{"/api/embed", `{"model":"emb","input":[]}`, "empty array"},
 		{"/api/embed", `{"model":"emb","input":[1,2]}`, "want a string"},
 		{"/api/embed", `{"model":"chat","input":"a"}`, "not an embedding model"},
