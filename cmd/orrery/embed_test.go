@@ -112,6 +112,14 @@ func TestEmbeddings(t *testing.T) {
 		t.Errorf("two different texts have cosine %.6f", c)
 	}
 	t.Logf("on-demand instance %s; cosine(text 0, text 1) = %.4f", ans.Orrery.InstanceID, cos32(base[0], base[1]))
+	// The request left a trace: rank 0's prefill of each input.
+	if ans.Orrery.TraceID == "" {
+		t.Fatal("the answer names no trace")
+	}
+	poll(t, a, 15*time.Second, "the embedding trace", func() (bool, string) {
+		code, b, err := a.get("/v1/traces/" + ans.Orrery.TraceID + "/raw")
+		return err == nil && code == 200 && strings.Count(string(b), `"name":"prefill"`) >= 3, fmt.Sprintf("%d %.300s %v", code, b, err)
+	})
 
 	same := func(what string, got []float32, want []float32) {
 		t.Helper()
