@@ -129,8 +129,7 @@ func runGenModel(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "orrery gen-model: %v\n", err)
 		return 1
 	}
-	start := time.Now()
-	last := time.Time{}
+	start, last := time.Now(), time.Time{}
 	fmt.Fprintf(stderr, "writing %s (%s, %s)\n", path, humanBytes(int64(size)), demo.ModelShape(o))
 	err = model.GenerateProgress(path, o, func(done, total uint64) {
 		if now := time.Now(); now.Sub(last) >= time.Second || done == total {

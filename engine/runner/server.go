@@ -14,8 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orrery-cluster/orrery/internal/ident"
-
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -502,31 +500,8 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	var req CompletionRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: "completion body: " + err.Error(), Kind: "bad_request"})
-		return
-	}
-	if req.TraceID != "" {
-		if err := ident.ValidTraceID(req.TraceID); err != nil {
-			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Kind: "bad_request"})
-			return
-		}
-	}
-	if s.cfg.Rank > 0 {
-		writeJSON(w, http.StatusMisdirectedRequest, ErrorBody{Error: fmt.Sprintf("rank %d serves the pipeline; completions go to rank 0", s.cfg.Rank), Kind: "not_ready"})
-		return
-	}
-	s.mu.Lock()
-	gen, sched, h := s.gen, s.sched, s.health
-	s.mu.Unlock()
-	if gen == nil {
-		msg := "model is " + h.Status
-		if h.Error != "" {
-			msg += ": " + h.Error
-		}
-		writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: msg, Kind: "not_ready"})
+	gen, sched, _, ok := s.accept(w, r, "completion", &req, &req.TraceID)
+	if !ok {
 		return
 	}
 	prompt, err := gen.Prepare(&req.Request)

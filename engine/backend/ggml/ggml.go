@@ -395,7 +395,15 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 		}
 		return res, nil
 	}
-	var emb ml.Tensor // computed in the same graph as the logits
+	return r.outputs(c, h, in)
+}
+
+// outputs computes the last rank's results from the final hidden states h
+// (one per row): the normed rows of in.Embeds and the logits of the output
+// rows, in one graph.
+func (r *Rank) outputs(c ml.Context, h ml.Tensor, in backend.Batch) (res backend.Result, err error) {
+	n := len(in.Positions)
+	var emb ml.Tensor
 	if len(in.Embeds) > 0 {
 		emb = r.embeds(c, h, in.Embeds)
 	}
