@@ -178,3 +178,44 @@ func TestOllamaShowEmbedding(t *testing.T) {
 		}
 	}
 }
+
+// Whatever body arrives, both protocols' embedding requests parse into 1
+// to 2048 non-empty inputs with token ids ≥ 0, or fail with an error;
+// never a panic.
+func FuzzEmbedRequest(f *testing.F) {
+	for _, s := range []string{`{"model":"m","input":"a"}`, `{"model":"m","input":["a","b"],"dimensions":3}`, `{"model":"m","input":[1,2]}`,
+		`{"model":"m","input":[[1],[2,3]],"encoding_format":"base64"}`, `{"model":"m","prompt":"p"}`, `{"model":"m","input":[]}`,
+		`{"model":"m","input":[[]]}`, `{"model":"m","input":[-1]}`, `{"model":"m","input":null}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		check := func(proto string, req runner.EmbedRequest, err error) {
+			if err != nil {
+				return
+			}
+			if len(req.Inputs) == 0 || len(req.Inputs) > runner.MaxEmbedInputs || req.Dimensions < 0 {
+				t.Fatalf("%s %q: %d inputs, dimensions %d", proto, body, len(req.Inputs), req.Dimensions)
+			}
+			for i, in := range req.Inputs {
+				if in.Text == "" && len(in.Tokens) == 0 {
+					t.Fatalf("%s %q: input %d is empty", proto, body, i)
+				}
+				for _, id := range in.Tokens {
+					if id < 0 {
+						t.Fatalf("%s %q: input %d has token %d", proto, body, i, id)
+					}
+				}
+			}
+		}
+		var o openAIEmbedRequest
+		if json.Unmarshal([]byte(body), &o) == nil {
+			req, err := o.toRunner()
+			check("openai", req, err)
+		}
+		var ol ollamaEmbedRequest
+		if json.Unmarshal([]byte(body), &ol) == nil {
+			req, err := ol.toRunner()
+			check("ollama", req, err)
+		}
+	})
+}

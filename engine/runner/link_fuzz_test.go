@@ -34,6 +34,10 @@ func FuzzLinkFrames(f *testing.F) {
 	tok.Samples = append(tok.Samples, Sampled{Slot: 3, Token: 9, Logprobs: &Logprobs{TokenLogprob: TokenLogprob{Token: 9, Logprob: -1.5},
 		Top: []TokenLogprob{{Token: 9, Logprob: -1.5}, {Token: 7, Logprob: -2}}}})
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
+	tok.Samples = append(tok.Samples, Sampled{Slot: 5, Token: -1, Embedding: []float32{0.6, -0.8}})
+	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
+	emb := actMsg{Seq: 3, Groups: []actGroup{{Slot: 2, Sample: true, Embed: true, Start: 4, N: 2}}, Hidden: []float32{1, 2, 3, 4}}
+	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, emb.marshal(nil)...), 2)
 	h, _ := json.Marshal(linkHello{Instance: "i", From: 0, To: 1})
 	f.Add(append([]byte{frameHello, byte(len(h)), 0, 0, 0}, h...), 4)
 	f.Add([]byte{frameAct, 0xff, 0xff, 0xff, 0xff}, 4)
@@ -69,6 +73,9 @@ func FuzzLinkFrames(f *testing.F) {
 					for _, s := range m.Samples {
 						if s.Logprobs != nil && len(s.Logprobs.Top) > MaxTopLogprobs {
 							t.Fatalf("%d top logprobs passed the limit", len(s.Logprobs.Top))
+						}
+						if len(s.Embedding) > maxEmbedDim || s.Embedding != nil && s.Logprobs != nil {
+							t.Fatalf("an embedding of %d values (logprobs too: %v)", len(s.Embedding), s.Logprobs != nil)
 						}
 					}
 					if !bytes.Equal(m.marshal(nil), p) {
