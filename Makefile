@@ -31,7 +31,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench clean
+.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench embed-bench clean
 
 all: build
 
@@ -187,6 +187,14 @@ tp-bench: build
 	./$(BIN) tp-bench --model $(TP_MOE_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) --experts columns
 	./$(BIN) tp-bench --model $(TP_MOE_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE) --experts whole
 	./$(BIN) tp-bench --model $(TP_DS_MODEL) --tp $(TP_RANKS) --dir $(TP_CACHE)
+
+# embed-bench embeds 64 short texts with Orrery's runner (4 and 64 slots)
+# and with llama.cpp's llama-embedding on the same file, in one run, and
+# prints both times and their ratio (docs/conformance.md#embeddings). The
+# model is written once in Qwen3-Embedding-0.6B's shape, or
+# ORRERY_EMBED_BENCH_MODEL.
+embed-bench: deps llama-ref
+	$(GO) test -run '^$$' -bench Embed64 -benchtime 3x -timeout 30m ./engine/conformance/
 
 clean:
 	rm -rf bin test-output
