@@ -57,18 +57,25 @@ type Group struct {
 	// the rows an embedding job's: the last rank pools them, and Sample
 	// then yields the pooled vector instead of a token.
 	Sample, Decode, Embed bool
+	// Draft > 0: the group's tokens after the first are drafted
+	// (spec.go): every row's logits are verified in turn.
+	Draft int
 	// TokenIndex tags the spans; Parent is the slot's span of this step.
 	TokenIndex int
 	Parent     *trace.Token
 }
 
 // Sampled is a token sampled for a slot at the end of a step, or an
-// embedding job's vector (Token -1).
+// embedding job's vector (Token -1). A drafting group yields Tokens: the
+// accepted drafts then the target's next token (Token is the first), of
+// Drafted drafts.
 type Sampled struct {
 	Slot      int
 	Token     int32
 	Logprobs  *Logprobs
 	Embedding []float32
+	Tokens    []int32
+	Drafted   int
 }
 
 // sampling counts the groups that sample: the tokens the step yields.
@@ -109,7 +116,12 @@ func (st *Step) batch(tokens bool) backend.Batch {
 				b.Embeds = append(b.Embeds, int32(len(b.Positions)-1))
 			}
 		}
-		if g.Sample && !g.Embed {
+		switch {
+		case g.Sample && g.Draft > 0: // every row is verified
+			for i := range g.Tokens {
+				b.Outputs = append(b.Outputs, int32(len(b.Positions)-len(g.Tokens)+i))
+			}
+		case g.Sample && !g.Embed:
 			b.Outputs = append(b.Outputs, int32(len(b.Positions)-1))
 		}
 	}
@@ -196,15 +208,25 @@ func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]
 			out = append(out, Sampled{Slot: g.Slot, Token: -1, Embedding: v})
 			continue
 		}
-		if (k+1)*vocab > len(logits) {
-			return nil, fmt.Errorf("%d logits for %d sampled rows of %d", len(logits), k+1, vocab)
+		rows := g.Draft + 1
+		if (k+rows)*vocab > len(logits) {
+			return nil, fmt.Errorf("%d logits for %d sampled rows of %d", len(logits), k+rows, vocab)
 		}
-		row := logits[k*vocab : (k+1)*vocab]
-		k++
+		row := logits[k*vocab : (k+rows)*vocab]
+		k += rows
 		sp := g.Parent.Child("sample", "sample")
 		ss := smps[g.Slot]
 		if ss.smp == nil {
 			return nil, fmt.Errorf("slot %d sampled before its request began", g.Slot)
+		}
+		if g.Draft > 0 {
+			toks, err := verifyGroup(g, row, vocab, ss)
+			sp.End(tokenArgs(g))
+			if err != nil {
+				return nil, fmt.Errorf("slot %d: %w", g.Slot, err)
+			}
+			out = append(out, Sampled{Slot: g.Slot, Token: toks[0], Tokens: toks, Drafted: g.Draft})
+			continue
 		}
 		id, err := ss.smp.Next(row)
 		sp.End(tokenArgs(g))

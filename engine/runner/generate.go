@@ -83,6 +83,8 @@ type Request struct {
 	// ChatKwargs are the template's keyword arguments (enable_thinking,
 	// reasoning_effort).
 	ChatKwargs map[string]any `json:"chatKwargs,omitempty"`
+	// Speculative asks for speculative decoding (spec.go).
+	Speculative *Speculation `json:"speculative,omitempty"`
 	// Embed makes the job an embedding of PromptTokens (embed.go): the
 	// last rank pools the prompt's normed hidden states, and nothing is
 	// generated.
@@ -118,6 +120,9 @@ func (r *Request) Validate() error {
 		if _, err := grammar.Compile(*r.Grammar); err != nil {
 			return fmt.Errorf("%w: %v", ErrBadRequest, err)
 		}
+	}
+	if r.Speculative != nil {
+		return r.Speculative.validate(r)
 	}
 	return nil
 }
@@ -166,6 +171,10 @@ type Result struct {
 	PrefillNs    int64 `json:"prefillNs"`
 	DecodeNs     int64 `json:"decodeNs"`
 	FirstTokenNs int64 `json:"firstTokenNs"`
+	// DraftTokens were drafted by speculative decoding, of which
+	// AcceptedDraftTokens were accepted.
+	DraftTokens         int `json:"draftTokens,omitempty"`
+	AcceptedDraftTokens int `json:"acceptedDraftTokens,omitempty"`
 	// Embedding is an embedding job's pooled, L2-normalised vector.
 	Embedding []float32 `json:"embedding,omitempty"`
 }

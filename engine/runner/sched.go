@@ -301,6 +301,10 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 	j.start = time.Now()
 	j.queueNs = j.start.Sub(j.queued).Nanoseconds()
 	j.res = Result{PromptTokens: len(j.prompt)}
+	if _, ok := s.E.(rollbacker); j.req.Speculative != nil && !ok {
+		j.finish(j.res, fmt.Errorf("%w: speculative decoding runs on one rank or a tensor-parallel group, not through a pipeline yet", ErrBadRequest))
+		return nil
+	}
 	kept, err := s.E.Begin(ctx, sl.id, j.req, j.traceID, keep)
 	if err != nil {
 		sl.hist = sl.hist[:0]
@@ -357,11 +361,12 @@ func (s *Scheduler) build() *Step {
 		}
 		rows--
 		sl.phase, sl.open = sl.job.rec.Start(fmt.Sprintf("token %d", sl.n), "decode"), true
-		st.Groups = append(st.Groups, Group{Slot: sl.id, Tokens: []int32{sl.tok}, Start: len(sl.hist), Sample: true, Decode: true,
-			TokenIndex: sl.n, Parent: &sl.phase})
-		sl.hist = append(sl.hist, sl.tok)
+		toks := append([]int32{sl.tok}, s.draft(sl, budget)...)
+		st.Groups = append(st.Groups, Group{Slot: sl.id, Tokens: toks, Start: len(sl.hist), Sample: true, Decode: true,
+			Draft: len(toks) - 1, TokenIndex: sl.n, Parent: &sl.phase})
+		sl.hist = append(sl.hist, toks...)
 		sl.waiting = true
-		budget--
+		budget -= len(toks)
 	}
 	for budget > 0 {
 		var sl *slot
@@ -387,6 +392,18 @@ func (s *Scheduler) build() *Step {
 		return nil
 	}
 	return st
+}
+
+// draft is what a speculating slot drafts to follow its pending token:
+// at most its request's max, the tokens it may still generate less one,
+// the context's room and the batch's (budget, with the pending token).
+func (s *Scheduler) draft(sl *slot, budget int) []int32 {
+	sp := sl.job.req.Speculative
+	if sp == nil {
+		return nil
+	}
+	k := min(sp.max(), sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
+	return ngramDraft(append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok), k)
 }
 
 // shift makes room in a full slot: it keeps the first token (BOS) and
@@ -436,29 +453,62 @@ func (s *Scheduler) deliver(samples []Sampled) {
 			s.end(sl, err)
 			continue
 		}
-		piece, done := sl.out.add(s.Tok, smp.Token)
-		piece.Index, piece.Token = sl.n, smp.Token
-		if lp := smp.Logprobs; lp != nil {
-			lp.Text = tokenText(s.Tok, lp.Token)
-			for k := range lp.Top {
-				lp.Top[k].Text = tokenText(s.Tok, lp.Top[k].Token)
-			}
-			piece.Logprobs = lp
+		toks := smp.Tokens
+		if toks == nil {
+			toks = []int32{smp.Token}
+		} else if err := s.settleDrafts(sl, smp); err != nil {
+			s.end(sl, err)
+			continue
 		}
-		j.push(piece)
-		sl.n++
-		j.res.CompletionTokens = sl.n
-		switch {
-		case done:
-			j.res.FinishReason = "stop"
-			s.end(sl, nil)
-		case sl.n >= sl.maxTok:
-			j.res.FinishReason = "length"
-			s.end(sl, nil)
-		default:
-			sl.tok = smp.Token
+		for _, tok := range toks {
+			if s.emit(sl, tok, smp.Logprobs) {
+				break
+			}
 		}
 	}
+}
+
+// settleDrafts counts a drafting step's drafts and rolls back the cache
+// positions of the rejected ones.
+func (s *Scheduler) settleDrafts(sl *slot, smp Sampled) error {
+	accepted := len(smp.Tokens) - 1
+	sl.job.res.DraftTokens += smp.Drafted
+	sl.job.res.AcceptedDraftTokens += accepted
+	rejected := smp.Drafted - accepted
+	if rejected <= 0 {
+		return nil
+	}
+	sl.hist = sl.hist[:len(sl.hist)-rejected]
+	return s.E.(rollbacker).Rollback(sl.id, len(sl.hist))
+}
+
+// emit hands one sampled token to sl's request; it reports whether the
+// request ended (end-of-generation, a stop string, max tokens).
+func (s *Scheduler) emit(sl *slot, tok int32, lp *Logprobs) bool {
+	j := sl.job
+	piece, done := sl.out.add(s.Tok, tok)
+	piece.Index, piece.Token = sl.n, tok
+	if lp != nil {
+		lp.Text = tokenText(s.Tok, lp.Token)
+		for k := range lp.Top {
+			lp.Top[k].Text = tokenText(s.Tok, lp.Top[k].Token)
+		}
+		piece.Logprobs = lp
+	}
+	j.push(piece)
+	sl.n++
+	j.res.CompletionTokens = sl.n
+	switch {
+	case done:
+		j.res.FinishReason = "stop"
+	case sl.n >= sl.maxTok:
+		j.res.FinishReason = "length"
+	default:
+		sl.tok = tok
+		return false
+	}
+	s.end(sl, nil)
+	return true
 }
 
 // end finishes the request in sl; the slot keeps its cache for the next.

@@ -96,31 +96,76 @@ func (s *Sampler) Next(logits []float32) (int32, error) {
 }
 
 func (s *Sampler) next(logits []float32) (int32, error) {
-	if len(logits) == 0 {
-		return 0, fmt.Errorf("no logits")
+	c, total, best, err := s.dist(logits)
+	if err != nil || c == nil {
+		return best, err
 	}
-	best := -1
-	for i, l := range logits {
-		if !isBad(l) && (best < 0 || l > logits[best]) {
-			best = i
+	return s.draw(c, total, -1), nil
+}
+
+// Greedy reports whether the sampler always takes the most likely token.
+func (s *Sampler) Greedy() bool { return s.opts.Temperature == 0 || s.opts.TopK == 1 }
+
+// Verify decides a drafted token (speculative decoding) against logits,
+// keeping the distribution Next draws from exactly: the draft is accepted
+// with the probability Next would give it; if not, the token is drawn from
+// that distribution without the draft (the residual of a draft that
+// proposes one token with certainty). Greedy, the draft is accepted when
+// it is the most likely token, and tok is that token either way.
+// Not under a constraint (the caller speculates only without one).
+func (s *Sampler) Verify(logits []float32, draft int32) (tok int32, accepted bool, err error) {
+	if s.c != nil {
+		return 0, false, fmt.Errorf("speculative decoding under a constraint")
+	}
+	c, total, best, err := s.dist(logits)
+	if err != nil || c == nil {
+		return best, best == draft, err
+	}
+	pd := 0.0
+	for _, x := range c {
+		if x.id == draft {
+			pd = x.p / total
+			break
 		}
 	}
-	if best < 0 {
-		return 0, fmt.Errorf("all %d logits are NaN or -Inf", len(logits))
+	if pd > 0 && s.rng.Float64() < pd {
+		return draft, true, nil
 	}
+	if pd >= 1 { // the draft is the only candidate
+		return draft, true, nil
+	}
+	return s.draw(c, total*(1-pd), draft), false, nil
+}
+
+// dist is the distribution Next draws from: its candidates (unnormalised
+// p) and their total; nil candidates when greedy, with best the argmax.
+func (s *Sampler) dist(logits []float32) (c []cand, total float64, best int32, err error) {
+	if len(logits) == 0 {
+		return nil, 0, 0, fmt.Errorf("no logits")
+	}
+	b := -1
+	for i, l := range logits {
+		if !isBad(l) && (b < 0 || l > logits[b]) {
+			b = i
+		}
+	}
+	if b < 0 {
+		return nil, 0, 0, fmt.Errorf("all %d logits are NaN or -Inf", len(logits))
+	}
+	best = int32(b)
 	o := s.opts
-	if o.Temperature == 0 || o.TopK == 1 {
-		return int32(best), nil
+	if s.Greedy() {
+		return nil, 0, best, nil
 	}
 	// Softmax at temperature, relative to the max for stability.
-	maxL := float64(logits[best])
+	maxL := float64(logits[b])
 	s.cand = s.cand[:0]
 	for i, l := range logits {
 		if !isBad(l) {
 			s.cand = append(s.cand, cand{int32(i), math.Exp((float64(l) - maxL) / o.Temperature)})
 		}
 	}
-	c := s.cand
+	c = s.cand
 	if o.TopK > 0 && o.TopK < len(c) {
 		// Partial selection would do; a full sort of the survivors is
 		// simple and, at 32 k tokens, well under a millisecond.
@@ -144,18 +189,28 @@ func (s *Sampler) next(logits []float32) (int32, error) {
 			}
 		}
 	}
-	var total float64
 	for _, x := range c {
 		total += x.p
 	}
+	return c, total, best, nil
+}
+
+// draw picks from c (total: the sum of its p, less skip's) leaving out
+// skip (-1: none).
+func (s *Sampler) draw(c []cand, total float64, skip int32) int32 {
 	r := s.rng.Float64() * total
+	last := int32(-1)
 	for _, x := range c {
+		if x.id == skip {
+			continue
+		}
+		last = x.id
 		r -= x.p
 		if r < 0 {
-			return x.id, nil
+			return x.id
 		}
 	}
-	return c[len(c)-1].id, nil
+	return last
 }
 
 // byProb orders by probability, highest first, then by id for determinism.

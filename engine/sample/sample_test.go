@@ -125,3 +125,68 @@ func TestConstrain(t *testing.T) {
 		}
 	}
 }
+
+// Verify keeps the sampling distribution exactly, whichever token is
+// drafted: a chi-square test over many seeded draws against the
+// probabilities Next draws from (temperature, top-k, top-p), for a likely,
+// an unlikely and an impossible draft. Greedy accepts the argmax only.
+func TestVerifyKeepsDistribution(t *testing.T) {
+	logits := []float32{2, 1.5, 0.3, -1, 0.9, -3}
+	for _, o := range []Options{{Temperature: 1}, {Temperature: 0.7, TopK: 4}, {Temperature: 1.3, TopP: 0.9}} {
+		s := New(Options{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: 1})
+		c, total, _, err := s.dist(logits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := make([]float64, len(logits))
+		for _, x := range c {
+			p[x.id] = x.p / total
+		}
+		for _, draft := range []int32{0, 3, 5} {
+			const n = 200000
+			counts := make([]float64, len(logits))
+			accepted := 0
+			v := New(Options{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: uint64(7 + draft)})
+			for range n {
+				tok, ok, err := v.Verify(logits, draft)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok != (tok == draft) {
+					t.Fatalf("accepted %v but token %d for draft %d", ok, tok, draft)
+				}
+				if ok {
+					accepted++
+				}
+				counts[tok]++
+			}
+			chi, dof := 0.0, -1
+			for i, q := range p {
+				if q == 0 {
+					if counts[i] != 0 {
+						t.Errorf("%+v draft %d: token %d (probability 0) drawn %v times", o, draft, i, counts[i])
+					}
+					continue
+				}
+				d := counts[i] - n*q
+				chi += d * d / (n * q)
+				dof++
+			}
+			// 99.9th percentile of chi-square with ≤ 5 degrees of freedom: 20.5.
+			t.Logf("%+v draft %d: accepted %.3f (p %.3f), chi-square %.2f on %d dof", o, draft, float64(accepted)/n, p[draft], chi, dof)
+			if chi > 20.5 {
+				t.Errorf("%+v draft %d: chi-square %.1f on %d dof: the distribution changed", o, draft, chi, dof)
+			}
+			if math.Abs(float64(accepted)/n-p[draft]) > 0.01 {
+				t.Errorf("%+v draft %d: accepted %.4f of drafts, want p(draft) %.4f", o, draft, float64(accepted)/n, p[draft])
+			}
+		}
+	}
+	g := New(Options{})
+	if tok, ok, _ := g.Verify(logits, 1); ok || tok != 0 {
+		t.Errorf("greedy verify of a non-argmax draft: %d %v, want 0 false", tok, ok)
+	}
+	if tok, ok, _ := g.Verify(logits, 0); !ok || tok != 0 {
+		t.Errorf("greedy verify of the argmax: %d %v, want 0 true", tok, ok)
+	}
+}

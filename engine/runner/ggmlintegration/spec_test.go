@@ -1,0 +1,54 @@
+package ggmlintegration
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
+)
+
+// Greedy output with prompt-lookup speculation is token for token the
+// output without it, for every family gen-model writes (the sliding-window
+// ones roll back inside their window), and drafts get accepted: a random
+// model's greedy output falls into loops that lookup predicts.
+func TestSpeculationGreedyIdentical(t *testing.T) {
+	prompt := strings.Repeat("one two three four five six seven eight nine ten ", 4)
+	drafted, accepted := 0, 0
+	for _, fam := range model.Families {
+		t.Run(fam, func(t *testing.T) {
+			path := genFamily(t, fam, "F32")
+			_, c := newServerOpts(t, path, backend.Options{Threads: 2, BatchSize: 64, KVType: "f32", Parallel: 2})
+			req := runner.Request{Prompt: prompt, MaxTokens: 48, IgnoreEOS: true}
+			plain, _, _ := complete(t, c, runner.CompletionRequest{Request: req})
+			req.Speculative = &runner.Speculation{Draft: "ngram", Max: 6}
+			spec, _, done := complete(t, c, runner.CompletionRequest{Request: req})
+			t.Logf("%s: %d tokens; %d drafted, %d accepted", fam, len(spec), done.DraftTokens, done.AcceptedDraftTokens)
+			if !slices.Equal(plain, spec) {
+				t.Errorf("speculation changed the greedy output:\nplain %v\nspec  %v", plain, spec)
+			}
+			if done.AcceptedDraftTokens > done.DraftTokens || done.CompletionTokens != 48 {
+				t.Errorf("%d of %d drafts accepted, %d tokens (want 48)", done.AcceptedDraftTokens, done.DraftTokens, done.CompletionTokens)
+			}
+			drafted += done.DraftTokens
+			accepted += done.AcceptedDraftTokens
+		})
+	}
+	t.Logf("all families: %d drafted, %d accepted", drafted, accepted)
+	if drafted == 0 || accepted == 0 {
+		t.Errorf("%d drafted, %d accepted: prompt lookup never drafted or never hit", drafted, accepted)
+	}
+}
+
+// A pipeline refuses speculation with a clear 400 rather than ignoring it.
+func TestSpeculationPipelineRefused(t *testing.T) {
+	path := genModel(t, "F32")
+	p := startPipeline(t, path, [][2]int{{0, 2}, {2, 4}})
+	_, _, err := p.complete(t, runner.CompletionRequest{Request: runner.Request{Prompt: "a b a b", MaxTokens: 4,
+		Speculative: &runner.Speculation{Draft: "ngram"}}})
+	if err == nil || !strings.Contains(err.Error(), "not through a pipeline yet") {
+		t.Errorf("speculation through a pipeline: %v", err)
+	}
+}

@@ -1,0 +1,123 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+)
+
+// Speculative decoding by prompt lookup. A decoding slot that asks for it
+// drafts up to Max tokens by finding the latest earlier occurrence of its
+// last few tokens in its own history (prompt and output) and proposing
+// what followed; one step then runs the slot's pending token and the
+// drafts as rows of one batch, and the sampler verifies the drafts in
+// order against those rows' logits (sample.Sampler.Verify: greedy, the
+// longest prefix that matches the argmax; sampling, rejection sampling
+// that keeps the distribution exactly). The accepted drafts and one token
+// more come out of the step; the cache positions of the rejected drafts
+// are rolled back.
+
+// Speculation asks for speculative decoding of a request.
+type Speculation struct {
+	// Draft is the draft source: "ngram" (prompt lookup).
+	Draft string `json:"draft"`
+	// Max is the most tokens drafted per step (0: DefaultDraft).
+	Max int `json:"max,omitempty"`
+}
+
+// Draft limits.
+const (
+	DefaultDraft = 5
+	MaxDraft     = 16
+	// ngramMax is the longest suffix looked up; shorter ones are tried
+	// when it is not found. ngramWindow bounds the history searched.
+	ngramMax    = 3
+	ngramWindow = 4096
+)
+
+// validate checks a speculation request against the rest of req.
+func (sp *Speculation) validate(req *Request) error {
+	switch {
+	case sp.Draft != "ngram":
+		return fmt.Errorf("%w: speculative draft %q: only \"ngram\" (prompt lookup) is served yet", ErrBadRequest, sp.Draft)
+	case sp.Max < 0 || sp.Max > MaxDraft:
+		return fmt.Errorf("%w: speculative max %d: want 1..%d", ErrBadRequest, sp.Max, MaxDraft)
+	case req.Grammar != nil:
+		return fmt.Errorf("%w: speculative decoding with a grammar (response_format, forced tools) is not served yet", ErrBadRequest)
+	case req.Logprobs:
+		return fmt.Errorf("%w: speculative decoding with logprobs is not served yet", ErrBadRequest)
+	}
+	return nil
+}
+
+func (sp *Speculation) max() int {
+	if sp.Max == 0 {
+		return DefaultDraft
+	}
+	return sp.Max
+}
+
+// ngramDraft proposes up to k tokens to follow hist: what followed the
+// latest earlier occurrence of hist's last n tokens (n = ngramMax down to
+// 1), within the last ngramWindow tokens.
+func ngramDraft(hist []int32, k int) []int32 {
+	if k <= 0 {
+		return nil
+	}
+	if len(hist) > ngramWindow {
+		hist = hist[len(hist)-ngramWindow:]
+	}
+	for n := min(ngramMax, len(hist)-1); n >= 1; n-- {
+		tail := hist[len(hist)-n:]
+		for i := len(hist) - n - 1; i >= 0; i-- {
+			if slices.Equal(hist[i:i+n], tail) {
+				return slices.Clone(hist[i+n : min(i+n+k, len(hist))])
+			}
+		}
+	}
+	return nil
+}
+
+// rollbacker is an Engine that can drop a slot's positions from keep on:
+// one whose ranks all answer to this process (one rank, a tensor group's
+// leader). Speculation runs only there.
+type rollbacker interface {
+	Rollback(slot, keep int) error
+}
+
+// Rollback drops slot's cached positions from keep on (rejected drafts).
+func (l *Local) Rollback(slot, keep int) error {
+	err := l.F.Remove(slot, keep)
+	if errors.Is(err, backend.ErrCannotKeep) {
+		return fmt.Errorf("roll back slot %d to %d positions: the sliding-window cache cannot", slot, keep)
+	}
+	return err
+}
+
+// verifyGroup runs a drafting group's verification over its rows' logits
+// (rows: one per token of the group, vocab each): the accepted drafts,
+// then the token the target chose after them.
+func verifyGroup(g Group, rows []float32, vocab int, ss slotSampler) ([]int32, error) {
+	var toks []int32
+	for i := range g.Draft + 1 {
+		row := rows[i*vocab : (i+1)*vocab]
+		if i == g.Draft {
+			tok, err := ss.smp.Next(row)
+			if err != nil {
+				return nil, err
+			}
+			return append(toks, tok), nil
+		}
+		tok, ok, err := ss.smp.Verify(row, g.Tokens[i+1])
+		if err != nil {
+			return nil, err
+		}
+		toks = append(toks, tok)
+		if !ok {
+			break
+		}
+	}
+	return toks, nil
+}

@@ -1,0 +1,52 @@
+package runner
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Prompt lookup drafts what followed the latest earlier occurrence of the
+// longest matching suffix (3 tokens down to 1), at most k tokens.
+func TestNgramDraft(t *testing.T) {
+	for _, tc := range []struct {
+		hist []int32
+		k    int
+		want []int32
+	}{
+		{[]int32{1, 2, 3, 4, 5, 1, 2, 3}, 2, []int32{4, 5}},
+		{[]int32{1, 2, 3, 4, 5, 1, 2, 3}, 9, []int32{4, 5, 1, 2, 3}},
+		// The latest occurrence wins: after "7 8", 9 then (later) 6.
+		{[]int32{7, 8, 9, 0, 7, 8, 6, 0, 7, 8}, 1, []int32{6}},
+		// No 3- or 2-gram repeats; the 1-gram 5 does.
+		{[]int32{5, 1, 2, 9, 5}, 3, []int32{1, 2, 9}},
+		{[]int32{1, 2, 3}, 4, nil},
+		{[]int32{1, 1}, 4, []int32{1}},
+		{[]int32{1, 2, 1, 2}, 0, nil},
+		{nil, 3, nil},
+	} {
+		if got := ngramDraft(tc.hist, tc.k); !slices.Equal(got, tc.want) {
+			t.Errorf("ngramDraft(%v, %d) = %v, want %v", tc.hist, tc.k, got, tc.want)
+		}
+	}
+}
+
+// A speculation request is checked: the draft source, the range, and what
+// it cannot yet go with.
+func TestSpeculationValidate(t *testing.T) {
+	for _, tc := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{Prompt: "x", Speculative: &Speculation{Draft: "ngram"}}, ""},
+		{Request{Prompt: "x", Speculative: &Speculation{Draft: "ngram", Max: 16}}, ""},
+		{Request{Prompt: "x", Speculative: &Speculation{Draft: "model-x"}}, `only "ngram"`},
+		{Request{Prompt: "x", Speculative: &Speculation{Draft: "ngram", Max: 17}}, "want 1..16"},
+		{Request{Prompt: "x", Logprobs: true, Speculative: &Speculation{Draft: "ngram"}}, "logprobs"},
+	} {
+		err := tc.req.Validate()
+		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.req.Speculative, err, tc.want)
+		}
+	}
+}
