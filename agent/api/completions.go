@@ -39,6 +39,8 @@ type completionRequest struct {
 	// CachePrompt false (llama.cpp server's cache_prompt) computes the
 	// whole prompt, reusing no cached prefix: for benchmarks.
 	CachePrompt *bool `json:"cache_prompt"`
+	// Speculative asks for speculative decoding (as chat's).
+	Speculative *runner.Speculation `json:"speculative"`
 }
 
 func (c *completionRequest) modelID() string { return c.Model }
@@ -86,6 +88,7 @@ func (c *completionRequest) toRunner() (runner.Request, error) {
 	}
 	req.Echo = c.Echo
 	req.IgnoreEOS = c.IgnoreEOS
+	req.Speculative = c.Speculative
 	req.NoPromptCache = c.CachePrompt != nil && !*c.CachePrompt
 	if err := req.Validate(); err != nil {
 		return req, err

@@ -24,6 +24,9 @@ type Metrics struct {
 	// prompt and cached count prompt tokens, and those of them found in
 	// a slot's cache (the prefix cache's hits).
 	prompt, cached atomic.Uint64
+	// drafts and accepted count speculative decoding's drafted tokens,
+	// and those the target accepted.
+	drafts, accepted atomic.Uint64
 }
 
 // NewMetrics registers the collectors over store and traces (nil: no
@@ -55,7 +58,11 @@ func NewMetrics(store *state.Store, traces TraceStore) *Metrics {
 		}
 		return 0
 	})
-	m.reg.MustRegister(m.requests, m.prefill, m.decode, prompt, cached, ratio, stateCollector{store: store, traces: traces},
+	drafts := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "orrery_draft_tokens_total",
+		Help: "Tokens drafted by speculative decoding in the completions this node served."}, func() float64 { return float64(m.drafts.Load()) })
+	accepted := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "orrery_draft_tokens_accepted_total",
+		Help: "Drafted tokens the target model accepted."}, func() float64 { return float64(m.accepted.Load()) })
+	m.reg.MustRegister(m.requests, m.prefill, m.decode, prompt, cached, ratio, drafts, accepted, stateCollector{store: store, traces: traces},
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -73,6 +80,12 @@ func (m *Metrics) ObserveRequest(d time.Duration, prompt, cached int, prefillTok
 	if decodeTokPerS > 0 {
 		m.decode.Observe(decodeTokPerS)
 	}
+}
+
+// ObserveDrafts counts a completion's drafted and accepted tokens.
+func (m *Metrics) ObserveDrafts(drafted, accepted int) {
+	m.drafts.Add(uint64(max(drafted, 0)))
+	m.accepted.Add(uint64(max(accepted, 0)))
 }
 
 // Handler serves the text exposition format.

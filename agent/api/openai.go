@@ -59,6 +59,9 @@ type chatRequest struct {
 	// CachePrompt false (llama.cpp server's cache_prompt) computes the
 	// whole prompt, reusing no cached prefix: for benchmarks.
 	CachePrompt *bool `json:"cache_prompt"`
+	// Speculative asks for speculative decoding: {"draft": "ngram",
+	// "max": K}.
+	Speculative *runner.Speculation `json:"speculative"`
 	// Logprobs and TopLogprobs (0..runner.MaxTopLogprobs) ask for each
 	// generated token's logprob and the most likely alternatives.
 	Logprobs    bool `json:"logprobs"`
@@ -172,6 +175,7 @@ func (c *chatRequest) toRunner() (runner.Request, error) {
 	}
 	req.IgnoreEOS = c.IgnoreEOS
 	req.NoPromptCache = c.CachePrompt != nil && !*c.CachePrompt
+	req.Speculative = c.Speculative
 	req.Logprobs = c.Logprobs
 	if c.TopLogprobs != nil {
 		if !c.Logprobs {
@@ -313,6 +317,10 @@ type orreryExt struct {
 	EnergyJ   *float64 `json:"energyJ"`
 	AvgPowerW *float64 `json:"avgPowerW"`
 	DurationS float64  `json:"durationS"`
+	// DraftTokens were drafted by speculative decoding, of which
+	// AcceptedDraftTokens were accepted (absent without speculation).
+	DraftTokens         int `json:"draftTokens,omitempty"`
+	AcceptedDraftTokens int `json:"acceptedDraftTokens,omitempty"`
 }
 
 // requestEnergy integrates the system power of every node of the instance
@@ -341,10 +349,12 @@ func (s *Server) runExt(traceID, instanceID string, start time.Time, d *runner.D
 		PrefillTokPerS: round3(d.PrefillTokPerSec()), DecodeTokPerS: round3(d.DecodeTokPerSec()),
 		TimeToFirstMs: round3(float64(d.FirstTokenNs) / 1e6), QueueMs: round3(float64(d.QueueNs) / 1e6),
 		DurationMs: round3(float64(end.Sub(start).Microseconds()) / 1e3), FinishReason: d.FinishReason,
-		DurationS: round3(end.Sub(start).Seconds()), CachedTokens: d.CachedTokens}
+		DurationS: round3(end.Sub(start).Seconds()), CachedTokens: d.CachedTokens,
+		DraftTokens: d.DraftTokens, AcceptedDraftTokens: d.AcceptedDraftTokens}
 	e.EnergyJ, e.AvgPowerW = s.requestEnergy(instanceID, start, end)
 	if s.Metrics != nil {
 		s.Metrics.ObserveRequest(end.Sub(start), d.PromptTokens, d.CachedTokens, d.PrefillTokPerSec(), d.DecodeTokPerSec())
+		s.Metrics.ObserveDrafts(d.DraftTokens, d.AcceptedDraftTokens)
 	}
 	return e
 }
