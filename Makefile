@@ -31,7 +31,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench embed-bench clean
+.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench embed-bench spec-bench clean
 
 all: build
 
@@ -195,6 +195,13 @@ tp-bench: build
 # ORRERY_EMBED_BENCH_MODEL.
 embed-bench: deps llama-ref
 	$(GO) test -run '^$$' -bench Embed64 -benchtime 3x -timeout 30m ./engine/conformance/
+
+# spec-bench decodes 128 greedy tokens of a repetitive prompt on one rank
+# without speculation and with prompt lookup (max 4 and 8), side by side,
+# and prints tok/s, speed-ups and acceptance (docs/inference.md). The
+# model is ORRERY_SPEC_BENCH_MODEL, or the small preset.
+spec-bench: deps
+	$(GO) test -run '^$$' -bench Speculation -benchtime 3x -timeout 30m ./engine/runner/ggmlintegration/
 
 clean:
 	rm -rf bin test-output

@@ -68,6 +68,7 @@ type slot struct {
 	open    bool
 	decodeT time.Time
 	shifted bool // a context shift happened: the cache is not a prompt's
+	draftK  int  // speculation: how many tokens to draft next (0: the max)
 }
 
 func (s *Scheduler) init() {
@@ -402,7 +403,10 @@ func (s *Scheduler) draft(sl *slot, budget int) []int32 {
 	if sp == nil {
 		return nil
 	}
-	k := min(sp.max(), sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
+	if sl.draftK == 0 {
+		sl.draftK = sp.max()
+	}
+	k := min(sl.draftK, sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
 	return ngramDraft(append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok), k)
 }
 
@@ -474,6 +478,14 @@ func (s *Scheduler) settleDrafts(sl *slot, smp Sampled) error {
 	accepted := len(smp.Tokens) - 1
 	sl.job.res.DraftTokens += smp.Drafted
 	sl.job.res.AcceptedDraftTokens += accepted
+	// Adaptive K, as Hugging Face's assisted generation schedules it: two
+	// more after a step whose drafts were all accepted, one fewer after
+	// one that rejected some (at least 1, at most the request's max).
+	if accepted == smp.Drafted {
+		sl.draftK = min(sl.draftK+2, sl.job.req.Speculative.max())
+	} else {
+		sl.draftK = max(sl.draftK-1, 1)
+	}
 	rejected := smp.Drafted - accepted
 	if rejected <= 0 {
 		return nil

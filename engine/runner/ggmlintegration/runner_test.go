@@ -48,7 +48,7 @@ func newServer(t *testing.T, path string) (*runner.Server, *runner.Client) {
 	return newServerOpts(t, path, backend.Options{Threads: 2, BatchSize: 16, KVType: "f32"})
 }
 
-func newServerOpts(t *testing.T, path string, opts backend.Options) (*runner.Server, *runner.Client) {
+func newServerOpts(t testing.TB, path string, opts backend.Options) (*runner.Server, *runner.Client) {
 	t.Helper()
 	s := runner.NewServer(runner.Config{ModelPath: path, Load: load, Token: "secret", Node: "node-a", Options: opts})
 	if err := s.Load(context.Background()); err != nil {
