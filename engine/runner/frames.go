@@ -49,6 +49,13 @@ type shiftMsg struct {
 	Discard int `json:"discard"`
 }
 
+// rollbackMsg drops a slot's cache from Keep on, on every rank: the
+// positions of drafts the last rank rejected.
+type rollbackMsg struct {
+	Slot int `json:"slot"`
+	Keep int `json:"keep"`
+}
+
 // actGroup is one slot's rows of a step: N positions from Start.
 type actGroup struct {
 	Slot   int
@@ -58,6 +65,9 @@ type actGroup struct {
 	Token  uint32 // token index, for span args
 	Start  uint32
 	N      uint32
+	// Drafts are a speculating decode group's drafted tokens (rows 1…N-1),
+	// which the last rank verifies.
+	Drafts []int32
 }
 
 // actMsg is one step's hidden states: the groups' rows in order.
@@ -88,10 +98,18 @@ func (m *actMsg) marshal(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(m.Groups)))
 	for _, g := range m.Groups {
 		b = binary.LittleEndian.AppendUint16(b, uint16(g.Slot))
-		b = append(b, boolByte(g.Decode)|boolByte(g.Sample)<<1|boolByte(g.Embed)<<2)
+		b = append(b, boolByte(g.Decode)|boolByte(g.Sample)<<1|boolByte(g.Embed)<<2|boolByte(len(g.Drafts) > 0)<<3)
 		b = binary.LittleEndian.AppendUint32(b, g.Token)
 		b = binary.LittleEndian.AppendUint32(b, g.Start)
 		b = binary.LittleEndian.AppendUint32(b, g.N)
+	}
+	for _, g := range m.Groups {
+		if len(g.Drafts) > 0 {
+			b = append(b, byte(len(g.Drafts)))
+			for _, t := range g.Drafts {
+				b = binary.LittleEndian.AppendUint32(b, uint32(t))
+			}
+		}
 	}
 	for _, v := range m.Hidden {
 		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
@@ -115,10 +133,13 @@ func (m *actMsg) unmarshal(b []byte, dim int) error {
 		p := b[actHeader+i*actGroupSz:]
 		g := actGroup{Slot: int(binary.LittleEndian.Uint16(p)), Token: binary.LittleEndian.Uint32(p[3:]),
 			Start: binary.LittleEndian.Uint32(p[7:]), N: binary.LittleEndian.Uint32(p[11:])}
-		if p[2] > 7 || p[2]&5 == 5 {
+		if p[2] > 15 || p[2]&5 == 5 || p[2]&8 != 0 && p[2]&3 != 3 {
 			return fmt.Errorf("act frame: flags %#x", p[2])
 		}
 		g.Decode, g.Sample, g.Embed = p[2]&1 != 0, p[2]&2 != 0, p[2]&4 != 0
+		if p[2]&8 != 0 {
+			g.Drafts = []int32{} // read after the groups
+		}
 		if g.Slot >= backend.MaxParallel || seen[g.Slot] || g.N == 0 {
 			return fmt.Errorf("act frame: group %d is slot %d with %d rows (slots distinct, below %d; rows ≥ 1)", i, g.Slot, g.N, backend.MaxParallel)
 		}
@@ -126,7 +147,10 @@ func (m *actMsg) unmarshal(b []byte, dim int) error {
 		rows += uint64(g.N)
 		m.Groups[i] = g
 	}
-	rest := b[actHeader+ng*actGroupSz:]
+	rest, err := readDrafts(m.Groups, b[actHeader+ng*actGroupSz:])
+	if err != nil {
+		return err
+	}
 	if uint64(len(rest)) != rows*uint64(dim)*4 {
 		return fmt.Errorf("act frame: %d positions of dim %d in %d bytes", rows, dim, len(rest))
 	}
@@ -135,6 +159,30 @@ func (m *actMsg) unmarshal(b []byte, dim int) error {
 		m.Hidden[i] = math.Float32frombits(binary.LittleEndian.Uint32(rest[4*i:]))
 	}
 	return nil
+}
+
+// readDrafts reads the drafts of the groups that have them (a count byte,
+// then the tokens) and returns the bytes after them.
+func readDrafts(gs []actGroup, b []byte) ([]byte, error) {
+	for i := range gs {
+		g := &gs[i]
+		if g.Drafts == nil {
+			continue
+		}
+		if len(b) < 1 {
+			return nil, errors.New("act frame: drafts cut short")
+		}
+		n := int(b[0])
+		if n < 1 || n > MaxDraft || uint32(n+1) != g.N || len(b) < 1+4*n {
+			return nil, fmt.Errorf("act frame: group %d drafts %d tokens for %d rows in %d bytes (1..%d, one row more)", i, n, g.N, len(b), MaxDraft)
+		}
+		g.Drafts = make([]int32, n)
+		for j := range g.Drafts {
+			g.Drafts[j] = int32(binary.LittleEndian.Uint32(b[1+4*j:]))
+		}
+		b = b[1+4*n:]
+	}
+	return b, nil
 }
 
 // tokenMsg is what the last rank sampled at the end of a step: one token
@@ -149,6 +197,9 @@ type tokenMsg struct {
 const (
 	noLogprobs = 0xff
 	embedding  = 0xfe
+	// verified marks a drafting group's tokens: the drafts' count (byte),
+	// the tokens' count (byte, 1..drafts+1) and the tokens.
+	verified = 0xfd
 )
 
 // maxEmbedDim bounds an embedding's length in a token frame.
@@ -164,6 +215,13 @@ func (m *tokenMsg) marshal(b []byte) []byte {
 	for _, s := range m.Samples {
 		b = binary.LittleEndian.AppendUint16(b, uint16(s.Slot))
 		b = binary.LittleEndian.AppendUint32(b, uint32(s.Token))
+		if s.Tokens != nil {
+			b = append(b, verified, byte(s.Drafted), byte(len(s.Tokens)))
+			for _, t := range s.Tokens {
+				b = binary.LittleEndian.AppendUint32(b, uint32(t))
+			}
+			continue
+		}
 		if s.Embedding != nil {
 			b = append(b, embedding)
 			b = binary.LittleEndian.AppendUint32(b, uint32(len(s.Embedding)))
@@ -205,7 +263,19 @@ func (m *tokenMsg) unmarshal(b []byte) error {
 		s := Sampled{Slot: int(binary.LittleEndian.Uint16(b)), Token: int32(binary.LittleEndian.Uint32(b[2:]))}
 		k := b[6]
 		b = b[tokSample:]
-		if k == embedding {
+		if k == verified {
+			if len(b) < 2 || b[0] < 1 || b[0] > MaxDraft || b[1] < 1 || b[1] > b[0]+1 || len(b) < 2+4*int(b[1]) {
+				return fmt.Errorf("token frame: sample %d: verified tokens cut short or out of range", i)
+			}
+			s.Drafted, s.Tokens = int(b[0]), make([]int32, b[1])
+			for j := range s.Tokens {
+				s.Tokens[j] = int32(binary.LittleEndian.Uint32(b[2+4*j:]))
+			}
+			if s.Tokens[0] != s.Token {
+				return fmt.Errorf("token frame: sample %d: first verified token %d, token %d", i, s.Tokens[0], s.Token)
+			}
+			b = b[2+4*len(s.Tokens):]
+		} else if k == embedding {
 			var err error
 			if s.Embedding, b, err = readEmbedding(b); err != nil {
 				return fmt.Errorf("token frame: sample %d: %w", i, err)

@@ -31,6 +31,7 @@ const (
 	frameToken byte = 4 // binary tokenMsg: the step's sampled tokens
 	frameEnd   byte = 5 // JSON endMsg: a slot's request is over
 	frameShift byte = 6 // JSON shiftMsg: a slot's context shift
+	frameBack  byte = 7 // JSON rollbackMsg: a slot's rejected drafts dropped
 )
 
 // MaxFrame bounds one frame: a 512-token batch of 8192-dim hidden states

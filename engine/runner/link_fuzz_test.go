@@ -38,6 +38,10 @@ func FuzzLinkFrames(f *testing.F) {
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
 	emb := actMsg{Seq: 3, Groups: []actGroup{{Slot: 2, Sample: true, Embed: true, Start: 4, N: 2}}, Hidden: []float32{1, 2, 3, 4}}
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, emb.marshal(nil)...), 2)
+	spec := actMsg{Seq: 5, Groups: []actGroup{{Slot: 1, Decode: true, Sample: true, Start: 9, N: 3, Drafts: []int32{4, 5}}}, Hidden: make([]float32, 6)}
+	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, spec.marshal(nil)...), 2)
+	ver := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Token: 4, Tokens: []int32{4, 9}, Drafted: 2}}}
+	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, ver.marshal(nil)...), 2)
 	h, _ := json.Marshal(linkHello{Instance: "i", From: 0, To: 1})
 	f.Add(append([]byte{frameHello, byte(len(h)), 0, 0, 0}, h...), 4)
 	f.Add([]byte{frameAct, 0xff, 0xff, 0xff, 0xff}, 4)
@@ -66,6 +70,11 @@ func FuzzLinkFrames(f *testing.F) {
 					if again := m.marshal(nil); !bytes.Equal(again, p) && !hasNaN(m.Hidden) {
 						t.Fatalf("act round trip: %x → %x", p, again)
 					}
+					for _, g := range m.Groups {
+						if len(g.Drafts) > MaxDraft || g.Drafts != nil && int(g.N) != len(g.Drafts)+1 {
+							t.Fatalf("group of %d rows with %d drafts", g.N, len(g.Drafts))
+						}
+					}
 				}
 			case frameToken:
 				var m tokenMsg
@@ -73,6 +82,9 @@ func FuzzLinkFrames(f *testing.F) {
 					for _, s := range m.Samples {
 						if s.Logprobs != nil && len(s.Logprobs.Top) > MaxTopLogprobs {
 							t.Fatalf("%d top logprobs passed the limit", len(s.Logprobs.Top))
+						}
+						if s.Tokens != nil && (len(s.Tokens) > s.Drafted+1 || s.Drafted > MaxDraft || s.Tokens[0] != s.Token) {
+							t.Fatalf("verified tokens %v of %d drafts, token %d", s.Tokens, s.Drafted, s.Token)
 						}
 						if len(s.Embedding) > maxEmbedDim || s.Embedding != nil && s.Logprobs != nil {
 							t.Fatalf("an embedding of %d values (logprobs too: %v)", len(s.Embedding), s.Logprobs != nil)

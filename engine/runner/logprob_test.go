@@ -2,6 +2,7 @@ package runner
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -90,11 +91,12 @@ func TestTokenFrameLogprobs(t *testing.T) {
 }
 
 func TestActFrame(t *testing.T) {
-	m := actMsg{Seq: 9, Groups: []actGroup{{Slot: 3, Decode: true, Sample: true, Token: 4, Start: 20, N: 1}, {Slot: 1, Start: 8, N: 2}},
-		Hidden: []float32{1, 2, 3, 4, 5, 6}}
+	m := actMsg{Seq: 9, Groups: []actGroup{{Slot: 3, Decode: true, Sample: true, Token: 4, Start: 20, N: 1}, {Slot: 1, Start: 8, N: 2},
+		{Slot: 5, Decode: true, Sample: true, Start: 30, N: 3, Drafts: []int32{77, 78}}},
+		Hidden: []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}
 	b := m.marshal(nil)
 	var got actMsg
-	if err := got.unmarshal(b, 2); err != nil || got.Seq != 9 || !slices.Equal(got.Groups, m.Groups) || !slices.Equal(got.Hidden, m.Hidden) {
+	if err := got.unmarshal(b, 2); err != nil || got.Seq != 9 || !reflect.DeepEqual(got.Groups, m.Groups) || !slices.Equal(got.Hidden, m.Hidden) {
 		t.Fatalf("%+v %v", got, err)
 	}
 	dup := actMsg{Seq: 1, Groups: []actGroup{{Slot: 1, N: 1}, {Slot: 1, N: 1}}, Hidden: []float32{1, 2}}

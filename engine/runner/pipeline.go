@@ -87,8 +87,12 @@ func (p *Pipeline) Submit(ctx context.Context, st *Step) error {
 	p.seq++
 	m := actMsg{Seq: p.seq, Hidden: r.Hidden}
 	for _, g := range st.Groups {
-		m.Groups = append(m.Groups, actGroup{Slot: g.Slot, Decode: g.Decode, Sample: g.Sample, Embed: g.Embed, Token: uint32(g.TokenIndex),
-			Start: uint32(g.Start), N: uint32(len(g.Tokens))})
+		ag := actGroup{Slot: g.Slot, Decode: g.Decode, Sample: g.Sample, Embed: g.Embed, Token: uint32(g.TokenIndex),
+			Start: uint32(g.Start), N: uint32(len(g.Tokens))}
+		if g.Draft > 0 {
+			ag.Drafts = g.Tokens[1:]
+		}
+		m.Groups = append(m.Groups, ag)
 	}
 	to := stageRank(1, p.Group)
 	s := st.spans(fmt.Sprintf("send → rank %d", to), "send")
@@ -173,6 +177,18 @@ func (p *Pipeline) Shift(slot, keep, discard int) error {
 		return err
 	}
 	return p.fail(p.Out.sendJSON(frameShift, shiftMsg{Slot: slot, Keep: keep, Discard: discard}))
+}
+
+// Rollback drops slot's positions from keep on here and, with a rollback
+// frame, on the other ranks, before any later step of the slot.
+func (p *Pipeline) Rollback(slot, keep int) error {
+	if p.dead != nil {
+		return p.dead
+	}
+	if err := p.F.Remove(slot, keep); err != nil {
+		return err
+	}
+	return p.fail(p.Out.sendJSON(frameBack, rollbackMsg{Slot: slot, Keep: keep}))
 }
 
 // recvSpan records a receive that began at first and ends now.

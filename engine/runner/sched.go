@@ -303,7 +303,7 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 	j.queueNs = j.start.Sub(j.queued).Nanoseconds()
 	j.res = Result{PromptTokens: len(j.prompt)}
 	if _, ok := s.E.(rollbacker); j.req.Speculative != nil && !ok {
-		j.finish(j.res, fmt.Errorf("%w: speculative decoding runs on one rank or a tensor-parallel group, not through a pipeline yet", ErrBadRequest))
+		j.finish(j.res, fmt.Errorf("%w: this engine cannot roll back rejected drafts: no speculative decoding", ErrBadRequest))
 		return nil
 	}
 	kept, err := s.E.Begin(ctx, sl.id, j.req, j.traceID, keep)

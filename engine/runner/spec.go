@@ -80,9 +80,8 @@ func ngramDraft(hist []int32, k int) []int32 {
 	return nil
 }
 
-// rollbacker is an Engine that can drop a slot's positions from keep on:
-// one whose ranks all answer to this process (one rank, a tensor group's
-// leader). Speculation runs only there.
+// rollbacker is an Engine that can drop a slot's positions from keep on,
+// on every rank (Local, Pipeline). Speculation runs only there.
 type rollbacker interface {
 	Rollback(slot, keep int) error
 }

@@ -62,6 +62,8 @@ func (s *Stage) Serve(ctx context.Context) error {
 			err = r.end(payload)
 		case frameShift:
 			err = r.shift(payload)
+		case frameBack:
+			err = r.rollback(payload)
 		case frameAct:
 			err = r.act(ctx, payload, first)
 		default:
@@ -201,6 +203,23 @@ func (r *stageRun) shift(payload []byte) error {
 	return nil
 }
 
+// rollback drops a slot's rejected drafts; all but the last rank pass the
+// frame on.
+func (r *stageRun) rollback(payload []byte) error {
+	var m rollbackMsg
+	if err := json.Unmarshal(payload, &m); err != nil || m.Slot < 0 || m.Slot >= len(r.slots) || m.Keep < 0 {
+		return fmt.Errorf("rollback frame %s: %v", payload, err)
+	}
+	if err := r.s.F.Remove(m.Slot, m.Keep); err != nil {
+		return fmt.Errorf("roll back slot %d to %d: %w", m.Slot, m.Keep, err)
+	}
+	if !r.last {
+		_, err := r.s.Out.send(frameBack, func(b []byte) []byte { return append(b, payload...) })
+		return err
+	}
+	return nil
+}
+
 // act runs this rank's blocks on a step's hidden states, then samples (last
 // rank) or passes the result on.
 func (r *stageRun) act(ctx context.Context, payload []byte, first time.Time) error {
@@ -215,8 +234,10 @@ func (r *stageRun) act(ctx context.Context, payload []byte, first time.Time) err
 			return fmt.Errorf("act frame for slot %d of %d", g.Slot, len(r.slots))
 		}
 		parent := r.startStep(g, first)
-		st.Groups = append(st.Groups, Group{Slot: g.Slot, Tokens: make([]int32, g.N), Start: int(g.Start), Sample: g.Sample,
-			Decode: g.Decode, Embed: g.Embed, TokenIndex: int(g.Token), Parent: parent})
+		toks := make([]int32, g.N) // the rows; the last rank verifies the drafts among them
+		copy(toks[1:], g.Drafts)
+		st.Groups = append(st.Groups, Group{Slot: g.Slot, Tokens: toks, Start: int(g.Start), Sample: g.Sample,
+			Decode: g.Decode, Embed: g.Embed, Draft: len(g.Drafts), TokenIndex: int(g.Token), Parent: parent})
 		from := stageRank(s.Rank-1, s.Group)
 		recvSpan(parent, fmt.Sprintf("recv ← rank %d", from), first,
 			trace.Recv(from, int64(len(payload)+5), trace.FlowKey(s.Rank-1, s.Rank, uint64(m.Seq))).WithToken(int(g.Token)))

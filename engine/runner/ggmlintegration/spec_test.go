@@ -42,13 +42,29 @@ func TestSpeculationGreedyIdentical(t *testing.T) {
 	}
 }
 
-// A pipeline refuses speculation with a clear 400 rather than ignoring it.
-func TestSpeculationPipelineRefused(t *testing.T) {
-	path := genModel(t, "F32")
-	p := startPipeline(t, path, [][2]int{{0, 2}, {2, 4}})
-	_, _, err := p.complete(t, runner.CompletionRequest{Request: runner.Request{Prompt: "a b a b", MaxTokens: 4,
-		Speculative: &runner.Speculation{Draft: "ngram"}}})
-	if err == nil || !strings.Contains(err.Error(), "not through a pipeline yet") {
-		t.Errorf("speculation through a pipeline: %v", err)
+// Through pipelines of 2 and 3 ranks (links over TCP) the last rank
+// verifies the drafts and every rank rolls back the rejected ones: the
+// greedy tokens of one rank without speculation, with drafts accepted.
+func TestSpeculationPipeline(t *testing.T) {
+	for _, fam := range []string{"llama", "qwen3moe", "gemma3"} {
+		path := genFamily(t, fam, "F32")
+		req := runner.Request{Prompt: strings.Repeat("alpha beta gamma delta ", 5), MaxTokens: 32, IgnoreEOS: true}
+		_, one := newServerOpts(t, path, backend.Options{Threads: 1, BatchSize: 16, KVType: "f32"})
+		want, _, _ := complete(t, one, runner.CompletionRequest{Request: req})
+		req.Speculative = &runner.Speculation{Draft: "ngram", Max: 4}
+		for _, ranges := range [][][2]int{{{0, 2}, {2, 4}}, {{0, 1}, {1, 3}, {3, 4}}} {
+			p := startPipelineN(t, path, ranges, 2)
+			got, done, err := p.complete(t, runner.CompletionRequest{Request: req})
+			if err != nil {
+				t.Fatalf("%s, %d ranks: %v", fam, len(ranges), err)
+			}
+			t.Logf("%s, %d ranks: %d drafted, %d accepted", fam, len(ranges), done.DraftTokens, done.AcceptedDraftTokens)
+			if !slices.Equal(got, want) {
+				t.Errorf("%s, %d ranks: speculation changed the greedy output:\nwant %v\ngot  %v", fam, len(ranges), want, got)
+			}
+			if done.DraftTokens == 0 {
+				t.Errorf("%s, %d ranks: nothing drafted", fam, len(ranges))
+			}
+		}
 	}
 }
