@@ -103,6 +103,7 @@ func TestPipelineDelay(t *testing.T) {
 			results[delay] = best
 			t.Logf("delay %v each way: decode %.1f tok/s (best of 3 × 128 tokens); per token A→B %.0f bytes, B→A %.0f bytes (all links, prompt included)",
 				delay, best, ab/tokens, ba/tokens)
+			specRun(t, a, req, delay, best)
 			concurrentThroughput(t, a, delay)
 		})
 	}
@@ -110,6 +111,27 @@ func TestPipelineDelay(t *testing.T) {
 		t.Logf("1 ms each way: decode %.1f → %.1f tok/s; each token took %.2f ms longer (one round trip per token = 2 ms)",
 			d0, d1, 1000/d1-1000/d0)
 	}
+}
+
+// specRun decodes req again with prompt-lookup speculation through the
+// pipeline (the last rank verifies, every rank rolls back), and logs its
+// speed against plain decode's: the wait on the link is paid once per
+// step, not once per token.
+func specRun(t *testing.T, a *agentProc, req string, delay time.Duration, plain float64) {
+	t.Helper()
+	spec := strings.Replace(req, `"ignore_eos":true`, `"ignore_eos":true,"speculative":{"draft":"ngram","max":8}`, 1)
+	var best float64
+	var ans chatAnswer
+	for range 3 {
+		var code int
+		code, _, ans = chat(t, a, spec)
+		if code != http.StatusOK || ans.Usage.CompletionTokens != 129 || ans.Orrery.AcceptedDraftTokens > ans.Orrery.DraftTokens {
+			t.Fatalf("speculative chat: %d %+v", code, ans)
+		}
+		best = max(best, ans.orreryDecode())
+	}
+	t.Logf("delay %v each way, prompt lookup (max 8): decode %.1f tok/s (best of 3), %.2f× plain; last run %d drafted, %d accepted",
+		delay, best, best/plain, ans.Orrery.DraftTokens, ans.Orrery.AcceptedDraftTokens)
 }
 
 // concurrentThroughput sends 1, 2 and 4 chats at once (the instance has 4

@@ -78,6 +78,9 @@ type chatAnswer struct {
 		TraceID       string  `json:"traceId"`
 		Node          string  `json:"node"`
 		DecodeTokPerS float64 `json:"decodeTokPerSec"`
+		// Speculative decoding's drafts.
+		DraftTokens         int `json:"draftTokens"`
+		AcceptedDraftTokens int `json:"acceptedDraftTokens"`
 	} `json:"orrery"`
 	Error *struct {
 		Message string `json:"message"`
