@@ -214,12 +214,12 @@ func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]
 		}
 		row := logits[k*vocab : (k+rows)*vocab]
 		k += rows
-		sp := g.Parent.Child("sample", "sample")
 		ss := smps[g.Slot]
 		if ss.smp == nil {
 			return nil, fmt.Errorf("slot %d sampled before its request began", g.Slot)
 		}
 		if g.Draft > 0 {
+			sp := g.Parent.Child("verify", "sample")
 			toks, err := verifyGroup(g, row, vocab, ss)
 			sp.End(tokenArgs(g))
 			if err != nil {
@@ -228,6 +228,7 @@ func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]
 			out = append(out, Sampled{Slot: g.Slot, Token: toks[0], Tokens: toks, Drafted: g.Draft})
 			continue
 		}
+		sp := g.Parent.Child("sample", "sample")
 		id, err := ss.smp.Next(row)
 		sp.End(tokenArgs(g))
 		if err != nil {

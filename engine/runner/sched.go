@@ -403,6 +403,8 @@ func (s *Scheduler) draft(sl *slot, budget int) []int32 {
 	if sp == nil {
 		return nil
 	}
+	span := sl.phase.Child("draft", "sample") // the lookup, in the step's trace
+	defer span.End(trace.Args{}.WithToken(sl.n))
 	if sl.draftK == 0 {
 		sl.draftK = sp.max()
 	}

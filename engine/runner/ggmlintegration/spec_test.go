@@ -24,7 +24,14 @@ func TestSpeculationGreedyIdentical(t *testing.T) {
 			req := runner.Request{Prompt: prompt, MaxTokens: 48, IgnoreEOS: true}
 			plain, _, _ := complete(t, c, runner.CompletionRequest{Request: req})
 			req.Speculative = &runner.Speculation{Draft: "ngram", Max: 6}
-			spec, _, done := complete(t, c, runner.CompletionRequest{Request: req})
+			spec, _, done := complete(t, c, runner.CompletionRequest{Request: req, TraceID: "spec-" + fam})
+			names := map[string]int{}
+			for _, sp := range done.Spans {
+				names[sp.Name]++
+			}
+			if names["draft"] == 0 || names["verify"] == 0 {
+				t.Errorf("the trace has %d draft and %d verify spans, want some of each", names["draft"], names["verify"])
+			}
 			t.Logf("%s: %d tokens; %d drafted, %d accepted", fam, len(spec), done.DraftTokens, done.AcceptedDraftTokens)
 			if !slices.Equal(plain, spec) {
 				t.Errorf("speculation changed the greedy output:\nplain %v\nspec  %v", plain, spec)
