@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -62,6 +64,8 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	tpRanks := fs.Int("tp-ranks", 1, "ranks in the tensor-parallel group (1: none)")
 	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+tpTokenEnv+"); empty: the agent at --agent-api arranges the links (direct, where it granted a listener and a link secret; else through it, as a pipeline's)")
 	tpWire := fs.String("tp-wire", "f32", "how the group's all-reduces send their values: f32 (the sum to the bit), or f16 or bf16 (half the bytes, each rank's part rounded; every rank of the group must agree; see docs/inference.md for what it costs)")
+	draftModel := fs.String("draft-model", "", "rank 0: a draft model (GGUF with the same vocabulary) for speculative decoding")
+	draftID := fs.String("draft-id", "", "the name requests give the draft model in \"speculative\": {\"draft\": ID} (default: its file name without .gguf)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
@@ -91,7 +95,8 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		log.Warn(w)
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
-		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift}
+		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift,
+		DraftModelPath: *draftModel, DraftID: cmp.Or(*draftID, strings.TrimSuffix(filepath.Base(*draftModel), ".gguf"))}
 	if *tpRanks > 1 {
 		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *tpWire, *agentAPI, getenv)
 		if err != nil {

@@ -61,7 +61,7 @@ func TestSpeculativeDecoding(t *testing.T) {
 		t.Errorf("/metrics orrery_draft_tokens_total: %q, want %d", g, spec.Orrery.DraftTokens)
 	}
 	for _, c := range []struct{ spec, says string }{
-		{`,"speculative":{"draft":"other-model"}`, `only \"ngram\"`},
+		{`,"speculative":{"draft":"other-model"}`, `drafts with \"ngram\" only`},
 		{`,"speculative":{"draft":"ngram","max":99}`, "want 1..16"},
 		{`,"speculative":{"draft":"ngram"},"logprobs":true`, "logprobs"},
 	} {

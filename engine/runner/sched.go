@@ -34,6 +34,8 @@ type Scheduler struct {
 	// cache is full, it drops the older half after the first token and
 	// goes on (llama.cpp's context shift).
 	ContextShift bool
+	// Draft is the instance's draft model, if it has one (draftmodel.go).
+	Draft *DraftModel
 
 	once sync.Once
 	// mu guards the submitted jobs not yet taken, and why Run ended.
@@ -130,7 +132,7 @@ func (s *Scheduler) Run(ctx context.Context) (err error) {
 			return err
 		}
 		if s.inflight < s.E.Depth() {
-			if st := s.build(); st != nil {
+			if st := s.build(ctx); st != nil {
 				if err := s.E.Submit(ctx, st); err != nil {
 					if fatal := s.stepFailed(st, err); fatal != nil {
 						return fatal
@@ -302,8 +304,8 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 	j.start = time.Now()
 	j.queueNs = j.start.Sub(j.queued).Nanoseconds()
 	j.res = Result{PromptTokens: len(j.prompt)}
-	if _, ok := s.E.(rollbacker); j.req.Speculative != nil && !ok {
-		j.finish(j.res, fmt.Errorf("%w: this engine cannot roll back rejected drafts: no speculative decoding", ErrBadRequest))
+	if err := s.canSpeculate(j.req.Speculative); err != nil {
+		j.finish(j.res, err)
 		return nil
 	}
 	kept, err := s.E.Begin(ctx, sl.id, j.req, j.traceID, keep)
@@ -337,7 +339,7 @@ func echoText(tok *model.Tokenizer, req *Request, prompt []int32) string {
 // build makes the next step: a decode row for every slot whose next token
 // is known, then prompt chunks, oldest request first, up to the batch
 // size. It is nil when no slot has work that is not in flight.
-func (s *Scheduler) build() *Step {
+func (s *Scheduler) build(ctx context.Context) *Step {
 	st := &Step{}
 	budget := s.E.Options().BatchSize
 	// Through a pipeline of N ranks the decoding requests go in N
@@ -362,7 +364,14 @@ func (s *Scheduler) build() *Step {
 		}
 		rows--
 		sl.phase, sl.open = sl.job.rec.Start(fmt.Sprintf("token %d", sl.n), "decode"), true
-		toks := append([]int32{sl.tok}, s.draft(sl, budget)...)
+		drafts, err := s.draft(ctx, sl, budget)
+		if err != nil {
+			sl.phase.End(trace.Args{})
+			sl.open = false
+			s.end(sl, err)
+			continue
+		}
+		toks := append([]int32{sl.tok}, drafts...)
 		st.Groups = append(st.Groups, Group{Slot: sl.id, Tokens: toks, Start: len(sl.hist), Sample: true, Decode: true,
 			Draft: len(toks) - 1, TokenIndex: sl.n, Parent: &sl.phase})
 		sl.hist = append(sl.hist, toks...)
@@ -398,10 +407,10 @@ func (s *Scheduler) build() *Step {
 // draft is what a speculating slot drafts to follow its pending token:
 // at most its request's max, the tokens it may still generate less one,
 // the context's room and the batch's (budget, with the pending token).
-func (s *Scheduler) draft(sl *slot, budget int) []int32 {
+func (s *Scheduler) draft(ctx context.Context, sl *slot, budget int) ([]int32, error) {
 	sp := sl.job.req.Speculative
 	if sp == nil {
-		return nil
+		return nil, nil
 	}
 	span := sl.phase.Child("draft", "sample") // the lookup, in the step's trace
 	defer span.End(trace.Args{}.WithToken(sl.n))
@@ -409,7 +418,11 @@ func (s *Scheduler) draft(sl *slot, budget int) []int32 {
 		sl.draftK = sp.max()
 	}
 	k := min(sl.draftK, sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
-	return ngramDraft(append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok), k)
+	hist := append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok)
+	if sp.Draft == "ngram" {
+		return ngramDraft(hist, k), nil
+	}
+	return s.Draft.draft(ctx, sl.id, hist, k)
 }
 
 // shift makes room in a full slot: it keeps the first token (BOS) and

@@ -75,6 +75,9 @@ type Config struct {
 	// OnStageTrace gets the spans and counter samples of each traced
 	// request on ranks > 0.
 	OnStageTrace func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
+	// DraftModelPath, on rank 0, is a draft model for speculative
+	// decoding, which requests name as DraftID (draftmodel.go).
+	DraftModelPath, DraftID string
 }
 
 // Health is GET /health.
@@ -150,6 +153,7 @@ type Server struct {
 	sched     *Scheduler
 	stopLoop  func() (wait func()) // stops the rank's loop; wait waits for it
 	rank      backend.Rank
+	draftRank backend.Rank // the draft model, on rank 0 (nil: none)
 	in, out   *Link
 	mesh      *collective.Mesh
 	loadSpans []trace.Span
@@ -257,8 +261,14 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 			return err // a follower, serving; or a broken group
 		}
 	}
+	var draft *DraftModel
+	if s.cfg.Rank == 0 && s.cfg.DraftModelPath != "" {
+		if draft, err = s.loadDraft(ctx, root, tok, opts); err != nil {
+			return err
+		}
+	}
 	if s.cfg.Ranks == 1 {
-		s.serveAs(ctx, &Generator{M: &Local{F: fw, Tok: tok}, Tok: tok}, s.broke(0))
+		s.serveAs(ctx, &Generator{M: &Local{F: fw, Tok: tok}, Tok: tok}, draft, s.broke(0))
 		return nil
 	}
 	s.mu.Lock()
@@ -274,7 +284,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.in, s.out = in, out
 	s.mu.Unlock()
 	if s.cfg.Rank == 0 {
-		s.serveAs(ctx, &Generator{M: &Pipeline{F: fw, Out: out, In: in, N: s.cfg.Ranks, Group: s.cfg.TPRanks}, Tok: tok}, s.broke(0))
+		s.serveAs(ctx, &Generator{M: &Pipeline{F: fw, Out: out, In: in, N: s.cfg.Ranks, Group: s.cfg.TPRanks}, Tok: tok}, draft, s.broke(0))
 		return nil
 	}
 	s.mu.Lock()
@@ -323,9 +333,9 @@ func (s *Server) loop(ctx context.Context, run func(context.Context) error) {
 // serveAs starts rank 0's scheduler over gen's engine, until ctx ends or
 // the pipeline or group breaks (which ends the runner); broke names what
 // failed.
-func (s *Server) serveAs(ctx context.Context, gen *Generator, broke string) {
+func (s *Server) serveAs(ctx context.Context, gen *Generator, draft *DraftModel, broke string) {
 	gen.ContextShift = s.cfg.ContextShift
-	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift}
+	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift, Draft: draft}
 	s.mu.Lock()
 	s.gen, s.sched = gen, sched
 	s.mu.Unlock()
@@ -451,6 +461,10 @@ func (s *Server) Close() {
 	if s.rank != nil {
 		s.rank.Close()
 		s.rank = nil
+	}
+	if s.draftRank != nil {
+		s.draftRank.Close()
+		s.draftRank = nil
 	}
 	s.gen = nil
 }

@@ -21,7 +21,8 @@ import (
 
 // Speculation asks for speculative decoding of a request.
 type Speculation struct {
-	// Draft is the draft source: "ngram" (prompt lookup).
+	// Draft is the draft source: "ngram" (prompt lookup), or the id of
+	// the instance's draft model (draftmodel.go).
 	Draft string `json:"draft"`
 	// Max is the most tokens drafted per step (0: DefaultDraft).
 	Max int `json:"max,omitempty"`
@@ -40,8 +41,8 @@ const (
 // validate checks a speculation request against the rest of req.
 func (sp *Speculation) validate(req *Request) error {
 	switch {
-	case sp.Draft != "ngram":
-		return fmt.Errorf("%w: speculative draft %q: only \"ngram\" (prompt lookup) is served yet", ErrBadRequest, sp.Draft)
+	case sp.Draft == "":
+		return fmt.Errorf("%w: speculative draft is missing: \"ngram\" (prompt lookup) or the instance's draft model", ErrBadRequest)
 	case sp.Max < 0 || sp.Max > MaxDraft:
 		return fmt.Errorf("%w: speculative max %d: want 1..%d", ErrBadRequest, sp.Max, MaxDraft)
 	case req.Grammar != nil:
@@ -119,4 +120,24 @@ func verifyGroup(g Group, rows []float32, vocab int, ss slotSampler) ([]int32, e
 		}
 	}
 	return toks, nil
+}
+
+// canSpeculate checks a request's speculation (nil: none) against what
+// this scheduler has: an engine that can roll back, and the draft model
+// it names.
+func (s *Scheduler) canSpeculate(sp *Speculation) error {
+	if sp == nil {
+		return nil
+	}
+	if _, ok := s.E.(rollbacker); !ok {
+		return fmt.Errorf("%w: this engine cannot roll back rejected drafts: no speculative decoding", ErrBadRequest)
+	}
+	if sp.Draft == "ngram" || s.Draft != nil && sp.Draft == s.Draft.ID {
+		return nil
+	}
+	have := `"ngram" only`
+	if s.Draft != nil {
+		have = fmt.Sprintf(`"ngram" or its draft model %q`, s.Draft.ID)
+	}
+	return fmt.Errorf("%w: speculative draft %q: this instance drafts with %s", ErrBadRequest, sp.Draft, have)
 }

@@ -40,7 +40,8 @@ func TestSpeculationValidate(t *testing.T) {
 	}{
 		{Request{Prompt: "x", Speculative: &Speculation{Draft: "ngram"}}, ""},
 		{Request{Prompt: "x", Speculative: &Speculation{Draft: "ngram", Max: 16}}, ""},
-		{Request{Prompt: "x", Speculative: &Speculation{Draft: "model-x"}}, `only "ngram"`},
+		{Request{Prompt: "x", Speculative: &Speculation{Draft: ""}}, "draft is missing"},
+		{Request{Prompt: "x", Speculative: &Speculation{Draft: "model-x"}}, ""}, // the runner checks it has that draft
 		{Request{Prompt: "x", Speculative: &Speculation{Draft: "ngram", Max: 17}}, "want 1..16"},
 		{Request{Prompt: "x", Logprobs: true, Speculative: &Speculation{Draft: "ngram"}}, "logprobs"},
 	} {

@@ -41,6 +41,13 @@ func startPipeline(t *testing.T, path string, ranges [][2]int) *pipeline {
 // startPipelineN starts a pipeline whose ranks serve parallel slots.
 func startPipelineN(t *testing.T, path string, ranges [][2]int, parallel int) *pipeline {
 	t.Helper()
+	return startPipelineDraft(t, path, ranges, parallel, "")
+}
+
+// startPipelineDraft starts a pipeline whose rank 0 loads draft (the whole
+// model file, "": none) as its draft model "draft".
+func startPipelineDraft(t *testing.T, path string, ranges [][2]int, parallel int, draft string) *pipeline {
+	t.Helper()
 	n := len(ranges)
 	p := &pipeline{traces: map[int][]trace.Span{}}
 	for range ranges {
@@ -80,6 +87,7 @@ func startPipelineN(t *testing.T, path string, ranges [][2]int, parallel int) *p
 				p.mu.Unlock()
 				return c, nil
 			},
+			DraftModelPath: map[bool]string{true: draft}[r == 0], DraftID: "draft",
 			OnStageTrace: func(id string, spans []trace.Span, _ []trace.CounterSample, err error) {
 				p.mu.Lock()
 				p.traces[r] = append(p.traces[r], spans...)

@@ -1,6 +1,9 @@
 package ggmlintegration
 
 import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -73,5 +76,69 @@ func TestSpeculationPipeline(t *testing.T) {
 				t.Errorf("%s, %d ranks: nothing drafted", fam, len(ranges))
 			}
 		}
+	}
+}
+
+// newDraftServer is a one-rank runner of target with draft loaded beside
+// it as the draft model "draft".
+func newDraftServer(t *testing.T, target, draft string) (*runner.Server, *runner.Client, error) {
+	t.Helper()
+	s := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
+		Options: backend.Options{Threads: 2, BatchSize: 64, KVType: "f32", Parallel: 2}})
+	if err := s.Load(context.Background()); err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	t.Cleanup(s.Close)
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	return s, &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}, nil
+}
+
+// A draft model that is a copy of its target drafts what the target
+// would say: greedy output identical to plain decoding, and (nearly) every
+// draft accepted, for every family. A draft with another vocabulary is
+// refused at load, naming the first token that differs.
+func TestSpeculationDraftModel(t *testing.T) {
+	prompt := "the draft model drafts what the target says"
+	for _, fam := range model.Families {
+		t.Run(fam, func(t *testing.T) {
+			path := genFamily(t, fam, "F32")
+			_, c, err := newDraftServer(t, path, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := runner.Request{Prompt: prompt, MaxTokens: 40, IgnoreEOS: true}
+			plain, _, _ := complete(t, c, runner.CompletionRequest{Request: req})
+			req.Speculative = &runner.Speculation{Draft: "draft", Max: 4}
+			spec, _, done := complete(t, c, runner.CompletionRequest{Request: req})
+			t.Logf("%s: %d drafted, %d accepted", fam, done.DraftTokens, done.AcceptedDraftTokens)
+			if !slices.Equal(plain, spec) {
+				t.Errorf("the self-drafted output differs:\nplain %v\nspec  %v", plain, spec)
+			}
+			if done.DraftTokens < 20 || float64(done.AcceptedDraftTokens) < 0.9*float64(done.DraftTokens) {
+				t.Errorf("%d of %d drafts accepted: a copy of the target should draft its tokens", done.AcceptedDraftTokens, done.DraftTokens)
+			}
+			// Through 3 ranks: the draft beside rank 0, the last rank
+			// verifying.
+			p := startPipelineDraft(t, path, [][2]int{{0, 1}, {1, 3}, {3, 4}}, 2, path)
+			got, done, err := p.complete(t, runner.CompletionRequest{Request: req})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s, 3 ranks: %d drafted, %d accepted", fam, done.DraftTokens, done.AcceptedDraftTokens)
+			if !slices.Equal(got, plain) || done.AcceptedDraftTokens < done.DraftTokens*9/10 {
+				t.Errorf("3 ranks, self-drafted: %v (%d of %d accepted), want %v", got, done.AcceptedDraftTokens, done.DraftTokens, plain)
+			}
+		})
+	}
+	o, _ := model.ApplyFamily(model.Presets["tiny"], "llama")
+	o.Type, o.Vocab = "F32", 600
+	other := filepath.Join(t.TempDir(), "other-vocab.gguf")
+	if err := model.Generate(other, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := newDraftServer(t, genModel(t, "F32"), other); err == nil || !strings.Contains(err.Error(), "vocabulary has 600 tokens") {
+		t.Errorf("a draft with another vocabulary: %v", err)
 	}
 }

@@ -1,0 +1,170 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/trace"
+)
+
+// A draft model: a small model with the target's vocabulary, loaded beside
+// rank 0 (whose node samples or leads), that drafts a speculating slot's
+// next tokens greedily, one forward pass each. Its cache keeps each slot's
+// history: a step feeds what the draft has not seen yet (the tokens the
+// target accepted since, and its pending token), then drafts; positions
+// that the target rejected are dropped at the next step, by comparing
+// histories. Greedy drafts propose one token with certainty, so the
+// target's verification (sample.Sampler.Verify) keeps its distribution.
+
+// DraftModel drafts for the scheduler. Its methods run on the scheduler's
+// goroutine.
+type DraftModel struct {
+	// ID is the name requests give in "speculative": {"draft": ID}.
+	ID string
+	F  backend.Rank
+	// seen is each slot's tokens in the draft's cache.
+	seen [][]int32
+}
+
+// CheckVocab refuses a draft whose vocabulary is not the target's, naming
+// the first difference.
+func CheckVocab(target, draft *model.Tokenizer) error {
+	if target.VocabSize() != draft.VocabSize() {
+		return fmt.Errorf("the draft's vocabulary has %d tokens, the target's %d", draft.VocabSize(), target.VocabSize())
+	}
+	for id := range int32(target.VocabSize()) {
+		a, erra := target.Decode([]int32{id})
+		b, errb := draft.Decode([]int32{id})
+		if a != b || (erra == nil) != (errb == nil) {
+			return fmt.Errorf("token %d differs: the target's is %q, the draft's %q", id, a, b)
+		}
+	}
+	return nil
+}
+
+// draft proposes up to k tokens to follow hist (the slot's cached tokens
+// and its pending one).
+func (d *DraftModel) draft(ctx context.Context, slot int, hist []int32, k int) ([]int32, error) {
+	if k <= 0 || len(hist) == 0 {
+		return nil, nil
+	}
+	if d.seen == nil {
+		d.seen = make([][]int32, d.F.Options().Parallel)
+	}
+	ctxLen := d.F.Options().ContextLen
+	if len(hist)+k > ctxLen {
+		return nil, nil // no room in the draft's context: no drafts this step
+	}
+	keep := min(commonPrefix(d.seen[slot], hist), len(hist)-1)
+	if err := d.F.Remove(slot, keep); err != nil {
+		if !errors.Is(err, backend.ErrCannotKeep) {
+			return nil, fmt.Errorf("draft model, slot %d: %w", slot, err)
+		}
+		keep = 0
+	}
+	d.seen[slot] = d.seen[slot][:keep]
+	if err := d.makeRoom(slot, len(hist)+k); err != nil {
+		return nil, err
+	}
+	var out []int32
+	next, err := d.feed(ctx, slot, hist[keep:], keep)
+	for err == nil {
+		out = append(out, next)
+		if len(out) == k {
+			break
+		}
+		next, err = d.feed(ctx, slot, []int32{next}, len(d.seen[slot]))
+	}
+	if err != nil {
+		d.seen[slot] = nil
+		d.F.Remove(slot, 0)
+		return nil, fmt.Errorf("draft model, slot %d: %w", slot, err)
+	}
+	return out, nil
+}
+
+// feed runs toks at positions from pos on in slot, in batches, and
+// returns the argmax after the last.
+func (d *DraftModel) feed(ctx context.Context, slot int, toks []int32, pos int) (int32, error) {
+	bs := d.F.Options().BatchSize
+	var logits []float32
+	for i := 0; i < len(toks); i += bs {
+		chunk := toks[i:min(i+bs, len(toks))]
+		b := backend.Batch{Tokens: chunk, Positions: positions(pos+i, pos+i+len(chunk)), Seqs: make([]int, len(chunk))}
+		for j := range b.Seqs {
+			b.Seqs[j] = slot
+		}
+		res, err := d.F.Forward(ctx, b)
+		if err != nil {
+			return 0, err
+		}
+		logits = res.Logits
+	}
+	d.seen[slot] = append(d.seen[slot], toks...)
+	best := 0
+	for i, l := range logits {
+		if l > logits[best] {
+			best = i
+		}
+	}
+	return int32(best), nil
+}
+
+// makeRoom forgets the other slots' draft caches when slot's need would
+// overflow the draft's pool of positions (they are rebuilt when next
+// used).
+func (d *DraftModel) makeRoom(slot, need int) error {
+	used := need
+	for i, s := range d.seen {
+		if i != slot {
+			used += len(s)
+		}
+	}
+	if used <= d.F.Options().ContextLen {
+		return nil
+	}
+	for i := range d.seen {
+		if i != slot && len(d.seen[i]) > 0 {
+			if err := d.F.Remove(i, 0); err != nil {
+				return fmt.Errorf("draft model, slot %d: %w", i, err)
+			}
+			d.seen[i] = nil
+		}
+	}
+	return nil
+}
+
+// loadDraft loads the draft model beside rank 0, with the target's
+// options (threads, context, batch, slots, cache type), once its
+// vocabulary is checked against the target's (tok).
+func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *model.Tokenizer, opts backend.Options) (*DraftModel, error) {
+	sp := root.Child("draft model", "weights")
+	defer sp.End(trace.Args{})
+	path := s.cfg.DraftModelPath
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("draft model: %w", err)
+	}
+	dtok, err := model.NewTokenizer(f)
+	if err != nil {
+		return nil, fmt.Errorf("draft model %s: %w", path, err)
+	}
+	if err := CheckVocab(tok, dtok); err != nil {
+		return nil, fmt.Errorf("draft model %s cannot draft for %s: %w", path, s.cfg.ModelPath, err)
+	}
+	o := backend.Options{Threads: opts.Threads, ContextLen: opts.ContextLen, BatchSize: opts.BatchSize, Parallel: opts.Parallel,
+		KVType: opts.KVType, NoFlashAttention: opts.NoFlashAttention, NoRepack: opts.NoRepack}
+	r, err := s.cfg.Load(ctx, path, o, nil)
+	if err != nil {
+		return nil, fmt.Errorf("draft model %s: %w", path, err)
+	}
+	s.mu.Lock()
+	s.draftRank = r
+	s.mu.Unlock()
+	s.log.Info("draft model loaded", "model", path, "id", s.cfg.DraftID, "config", r.Config().String())
+	return &DraftModel{ID: s.cfg.DraftID, F: r}, nil
+}
