@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/frontend"
 )
 
@@ -301,3 +302,16 @@ func (v clusterView) RingBench(ctx context.Context, size, rounds int, noTrace bo
 type discoveryView struct{ d *discovery.Discovery }
 
 func (v discoveryView) DiscoveryReport() discovery.Report { return v.d.Diagnose() }
+
+// localModel is the path of a model this node has (by id), for a runner
+// to load.
+func localModel(models *model.Scanner, id string) (string, error) {
+	e, ok := models.Find(id)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("model %q is not on this node", id)
+	case e.Error != "":
+		return "", fmt.Errorf("model %q cannot run here: %s", id, e.Error)
+	}
+	return e.Path, nil
+}

@@ -37,6 +37,10 @@ type PlaceRequest struct {
 	// Parallelism splits the model as a pipeline (nil: the default) or as
 	// a tensor-parallel group (see Parallelism).
 	Parallelism *Parallelism `json:"parallelism,omitempty"`
+	// DraftModel is a model on rank 0's node, with the model's vocabulary,
+	// that rank 0 loads beside it to draft for speculative decoding
+	// ("speculative": {"draft": DraftModel}).
+	DraftModel string `json:"draftModel,omitempty"`
 }
 
 // PlaceResponse answers POST /instance.

@@ -286,7 +286,7 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	live := m.liveInstances(req.Model)
 	if !req.Duplicate {
 		for _, in := range live {
-			if !sameNodes(in.Ranks, ranks) || in.Tensor != tensor {
+			if !sameNodes(in.Ranks, ranks) || in.Tensor != tensor || in.DraftModel != req.DraftModel {
 				continue
 			}
 			in, ok, err := m.reuse(ctx, in, req)
@@ -299,11 +299,14 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	if req.IfNone && len(live) > 0 {
 		return state.Instance{}, fmt.Errorf("%w: %s already runs as instance %s", api.ErrConflict, req.Model, live[0].InstanceID)
 	}
+	if err := m.checkDraft(req.DraftModel, ranks[0].NodeID); err != nil {
+		return state.Instance{}, err
+	}
 	var b [4]byte
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
 		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1),
-		Source: ml.source, Tensor: tensor, Prediction: m.predict(ml, ranks, tensor)}
+		Source: ml.source, Tensor: tensor, Prediction: m.predict(ml, ranks, tensor), DraftModel: req.DraftModel}
 	if k := req.KeepAlive; k != nil && !k.Pinned() {
 		// Unloaded if its first request does not come (or comes and ends).
 		exp := in.CreatedAt.Add(k.D + firstUseGrace)

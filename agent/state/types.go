@@ -297,6 +297,9 @@ type Instance struct {
 	// each group's first rank holding the stage's rank links. 0 or 1: the
 	// ranks are a pipeline.
 	Tensor int `json:"tensor,omitempty"`
+	// DraftModel is a model on rank 0's node that drafts for speculative
+	// decoding (its id; "": none), loaded beside rank 0.
+	DraftModel string `json:"draftModel,omitempty"`
 	// Prediction is the cost model's prediction for the plan it was placed
 	// on (nil when no node's speed was known).
 	Prediction *placement.Prediction `json:"prediction,omitempty"`

@@ -162,7 +162,16 @@ func (p *proc) runOnce(log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	c, err := p.start(path)
+	draft := ""
+	if p.inst.DraftModel != "" && p.rank == 0 {
+		if p.s.cfg.DraftFile == nil {
+			return fmt.Errorf("draft model %s: this node does not serve draft models", p.inst.DraftModel)
+		}
+		if draft, err = p.s.cfg.DraftFile(p.inst.DraftModel); err != nil {
+			return fmt.Errorf("draft model %s: %w", p.inst.DraftModel, err)
+		}
+	}
+	c, err := p.start(path, draft)
 	if err != nil {
 		return err
 	}
@@ -308,8 +317,9 @@ func (c *child) closeLog() {
 	}
 }
 
-// args are the runner's command line for this rank.
-func (p *proc) args(path string) []string {
+// args are the runner's command line for this rank (draft: rank 0's draft
+// model's file, "" for none).
+func (p *proc) args(path, draft string) []string {
 	cfg := p.s.cfg
 	rg := p.inst.Ranks[p.rank]
 	args := []string{"runner", "--model", path, "--node", cfg.NodeID, "--node-name", cfg.NodeName,
@@ -345,14 +355,17 @@ func (p *proc) args(path string) []string {
 	if p.inst.Parallel > 1 {
 		args = append(args, "--parallel", strconv.Itoa(p.inst.Parallel))
 	}
+	if draft != "" {
+		args = append(args, "--draft-model", draft, "--draft-id", p.inst.DraftModel)
+	}
 	return args
 }
 
-// start starts the runner process on path, its stderr going to its log
-// file and a tail kept for errors.
-func (p *proc) start(path string) (*child, error) {
+// start starts the runner process on path (draft: its draft model), its
+// stderr going to its log file and a tail kept for errors.
+func (p *proc) start(path, draft string) (*child, error) {
 	cfg := p.s.cfg
-	cmd := exec.Command(cfg.Exe, p.args(path)...)
+	cmd := exec.Command(cfg.Exe, p.args(path, draft)...)
 	cmd.Env = append(os.Environ(), runner.TokenEnv+"="+p.token)
 	setParentDeath(cmd)
 	stdin, err := cmd.StdinPipe()

@@ -67,6 +67,9 @@ type Config struct {
 	LogDir string
 	// Threads and ContextLen are passed to runners (0: their defaults).
 	Threads, ContextLen int
+	// DraftFile is the path of a model on this node (an instance's draft
+	// model, which its rank 0 loads beside it).
+	DraftFile func(modelID string) (string, error)
 	// ContextShift lets the runners' generations run past the context.
 	ContextShift bool
 	// ModelFile returns the file rank loads: the model itself, or its

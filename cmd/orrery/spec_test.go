@@ -10,20 +10,27 @@ import (
 	"time"
 )
 
-// Speculative decoding through a real agent: a chat asking for prompt
-// lookup answers the greedy text of one without, says how many tokens it
-// drafted and how many were accepted, /metrics counts them, and a bad
-// speculation request is a 400.
+// Speculative decoding through a real agent: an instance placed with a
+// draft model (a copy of the model, beside rank 0); chats asking for prompt
+// lookup or for the draft answer the greedy text of one without, say how
+// many tokens they drafted and how many were accepted (all of the copy's),
+// /metrics counts them, and bad requests are 400s.
 func TestSpeculativeDecoding(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	modelID := genModel(t, bin, dir, "spec", "--preset", "tiny")
+	draftID := genModel(t, bin, dir, "spec-draft", "--preset", "tiny") // the same bytes
 	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
-	poll(t, p, 20*time.Second, "the model listed", func() (bool, string) {
+	poll(t, p, 20*time.Second, "the models listed", func() (bool, string) {
 		_, body, _ := p.get("/v1/models")
-		return strings.Contains(string(body), modelID), string(body)
+		return strings.Contains(string(body), modelID) && strings.Contains(string(body), draftID), string(body)
 	})
+	if code, out, _ := p.post("/instance", `{"model":"`+modelID+`","draftModel":"nowhere"}`); code != http.StatusBadRequest || !strings.Contains(string(out), `draft model \"nowhere\" is not on node`) {
+		t.Errorf("a draft model the node lacks: %d %s, want 400", code, out)
+	}
+	in := placeJSON(t, p, `{"model":"`+modelID+`","draftModel":"`+draftID+`"}`)
+	waitReadyRanks(t, p, in)
 	prompt := strings.Repeat("red green blue yellow ", 6)
 	body := func(spec string) string {
 		return `{"model":"` + modelID + `","messages":[{"role":"user","content":"` + prompt + `"}],"max_tokens":40,"temperature":0,"ignore_eos":true` + spec + `}`
@@ -48,20 +55,26 @@ func TestSpeculativeDecoding(t *testing.T) {
 	}
 	plain := ask(body(""))
 	spec := ask(body(`,"speculative":{"draft":"ngram","max":6}`))
-	t.Logf("drafted %d, accepted %d", spec.Orrery.DraftTokens, spec.Orrery.AcceptedDraftTokens)
+	t.Logf("prompt lookup: drafted %d, accepted %d", spec.Orrery.DraftTokens, spec.Orrery.AcceptedDraftTokens)
 	if spec.Choices[0].Message.Content != plain.Choices[0].Message.Content {
 		t.Errorf("speculation changed the greedy answer:\n%q\n%q", plain.Choices[0].Message.Content, spec.Choices[0].Message.Content)
+	}
+	byDraft := ask(body(`,"speculative":{"draft":"` + draftID + `","max":4}`))
+	t.Logf("draft model: drafted %d, accepted %d", byDraft.Orrery.DraftTokens, byDraft.Orrery.AcceptedDraftTokens)
+	if byDraft.Choices[0].Message.Content != plain.Choices[0].Message.Content || byDraft.Orrery.DraftTokens == 0 ||
+		byDraft.Orrery.AcceptedDraftTokens < byDraft.Orrery.DraftTokens*9/10 {
+		t.Errorf("the draft model's answer %q (%+v), want %q with its drafts accepted", byDraft.Choices[0].Message.Content, byDraft.Orrery, plain.Choices[0].Message.Content)
 	}
 	if plain.Orrery.DraftTokens != 0 || spec.Orrery.DraftTokens == 0 || spec.Orrery.AcceptedDraftTokens > spec.Orrery.DraftTokens {
 		t.Errorf("drafts: plain %+v, speculative %+v", plain.Orrery, spec.Orrery)
 	}
 	_, m, _ := p.get("/metrics")
 	re := regexp.MustCompile(`(?m)^orrery_draft_tokens_total (\d+)`)
-	if g := re.FindSubmatch(m); g == nil || string(g[1]) != strconv.Itoa(spec.Orrery.DraftTokens) {
-		t.Errorf("/metrics orrery_draft_tokens_total: %q, want %d", g, spec.Orrery.DraftTokens)
+	if g := re.FindSubmatch(m); g == nil || string(g[1]) != strconv.Itoa(spec.Orrery.DraftTokens+byDraft.Orrery.DraftTokens) {
+		t.Errorf("/metrics orrery_draft_tokens_total: %q, want %d", g, spec.Orrery.DraftTokens+byDraft.Orrery.DraftTokens)
 	}
 	for _, c := range []struct{ spec, says string }{
-		{`,"speculative":{"draft":"other-model"}`, `drafts with \"ngram\" only`},
+		{`,"speculative":{"draft":"other-model"}`, `drafts with \"ngram\" or its draft model \"spec-draft\"`},
 		{`,"speculative":{"draft":"ngram","max":99}`, "want 1..16"},
 		{`,"speculative":{"draft":"ngram"},"logprobs":true`, "logprobs"},
 	} {

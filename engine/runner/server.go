@@ -519,6 +519,9 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prompt, err := gen.Prepare(&req.Request)
+	if err == nil {
+		err = sched.canSpeculate(req.Speculative) // what this instance can draft with
+	}
 	if err != nil {
 		kind, code := "bad_request", http.StatusBadRequest
 		if errors.Is(err, ErrPromptTooLong) {
