@@ -404,27 +404,6 @@ func (s *Scheduler) build(ctx context.Context) *Step {
 	return st
 }
 
-// draft is what a speculating slot drafts to follow its pending token:
-// at most its request's max, the tokens it may still generate less one,
-// the context's room and the batch's (budget, with the pending token).
-func (s *Scheduler) draft(ctx context.Context, sl *slot, budget int) ([]int32, error) {
-	sp := sl.job.req.Speculative
-	if sp == nil {
-		return nil, nil
-	}
-	span := sl.phase.Child("draft", "sample") // the lookup, in the step's trace
-	defer span.End(trace.Args{}.WithToken(sl.n))
-	if sl.draftK == 0 {
-		sl.draftK = sp.max()
-	}
-	k := min(sl.draftK, sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
-	hist := append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok)
-	if sp.Draft == "ngram" {
-		return ngramDraft(hist, k), nil
-	}
-	return s.Draft.draft(ctx, sl.id, hist, k)
-}
-
 // shift makes room in a full slot: it keeps the first token (BOS) and
 // drops half of the rest on every rank, as llama.cpp's context shift does.
 func (s *Scheduler) shift(sl *slot) error {
@@ -485,28 +464,6 @@ func (s *Scheduler) deliver(samples []Sampled) {
 			}
 		}
 	}
-}
-
-// settleDrafts counts a drafting step's drafts and rolls back the cache
-// positions of the rejected ones.
-func (s *Scheduler) settleDrafts(sl *slot, smp Sampled) error {
-	accepted := len(smp.Tokens) - 1
-	sl.job.res.DraftTokens += smp.Drafted
-	sl.job.res.AcceptedDraftTokens += accepted
-	// Adaptive K, as Hugging Face's assisted generation schedules it: two
-	// more after a step whose drafts were all accepted, one fewer after
-	// one that rejected some (at least 1, at most the request's max).
-	if accepted == smp.Drafted {
-		sl.draftK = min(sl.draftK+2, sl.job.req.Speculative.max())
-	} else {
-		sl.draftK = max(sl.draftK-1, 1)
-	}
-	rejected := smp.Drafted - accepted
-	if rejected <= 0 {
-		return nil
-	}
-	sl.hist = sl.hist[:len(sl.hist)-rejected]
-	return s.E.(rollbacker).Rollback(sl.id, len(sl.hist))
 }
 
 // emit hands one sampled token to sl's request; it reports whether the

@@ -1,11 +1,13 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // Speculative decoding by prompt lookup. A decoding slot that asks for it
@@ -140,4 +142,47 @@ func (s *Scheduler) canSpeculate(sp *Speculation) error {
 		have = fmt.Sprintf(`"ngram" or its draft model %q`, s.Draft.ID)
 	}
 	return fmt.Errorf("%w: speculative draft %q: this instance drafts with %s", ErrBadRequest, sp.Draft, have)
+}
+
+// draft is what a speculating slot drafts to follow its pending token:
+// at most its request's max, the tokens it may still generate less one,
+// the context's room and the batch's (budget, with the pending token).
+func (s *Scheduler) draft(ctx context.Context, sl *slot, budget int) ([]int32, error) {
+	sp := sl.job.req.Speculative
+	if sp == nil {
+		return nil, nil
+	}
+	span := sl.phase.Child("draft", "sample") // the lookup, in the step's trace
+	defer span.End(trace.Args{}.WithToken(sl.n))
+	if sl.draftK == 0 {
+		sl.draftK = sp.max()
+	}
+	k := min(sl.draftK, sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
+	hist := append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok)
+	if sp.Draft == "ngram" {
+		return ngramDraft(hist, k), nil
+	}
+	return s.Draft.draft(ctx, sl.id, hist, k)
+}
+
+// settleDrafts counts a drafting step's drafts and rolls back the cache
+// positions of the rejected ones.
+func (s *Scheduler) settleDrafts(sl *slot, smp Sampled) error {
+	accepted := len(smp.Tokens) - 1
+	sl.job.res.DraftTokens += smp.Drafted
+	sl.job.res.AcceptedDraftTokens += accepted
+	// Adaptive K, as Hugging Face's assisted generation schedules it: two
+	// more after a step whose drafts were all accepted, one fewer after
+	// one that rejected some (at least 1, at most the request's max).
+	if accepted == smp.Drafted {
+		sl.draftK = min(sl.draftK+2, sl.job.req.Speculative.max())
+	} else {
+		sl.draftK = max(sl.draftK-1, 1)
+	}
+	rejected := smp.Drafted - accepted
+	if rejected <= 0 {
+		return nil
+	}
+	sl.hist = sl.hist[:len(sl.hist)-rejected]
+	return s.E.(rollbacker).Rollback(sl.id, len(sl.hist))
 }
