@@ -84,3 +84,37 @@ func TestSpeculativeDecoding(t *testing.T) {
 		}
 	}
 }
+
+// Speculation in a tensor-parallel group over two real agents: the
+// leader verifies, its rollbacks replay on the other rank, and the greedy
+// answer is the one without speculation.
+func TestSpeculativeTensorGroup(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := []string{t.TempDir(), t.TempDir()}
+	modelID := genModel(t, bin, dirs[0], "spec-tp", "--preset", "tiny")
+	ps, ids := loopbackCluster(t, bin, dirs, nil)
+	a := ps[0]
+	in := placeJSON(t, a, `{"model":"`+modelID+`","nodes":["`+ids[0]+`","`+ids[1]+`"],"parallelism":"tensor"}`)
+	waitReadyRanks(t, a, in)
+	body := `{"model":"` + modelID + `","prompt":"` + strings.Repeat("one two three ", 8) + `","max_tokens":40,"temperature":0,"ignore_eos":true`
+	plain := legacyComplete(t, a, body+`}`)
+	code, out, err := a.post("/v1/completions", body+`,"speculative":{"draft":"ngram","max":4}}`)
+	var spec struct {
+		Choices []struct{ Text string } `json:"choices"`
+		Orrery  struct {
+			DraftTokens         int `json:"draftTokens"`
+			AcceptedDraftTokens int `json:"acceptedDraftTokens"`
+		} `json:"orrery"`
+	}
+	if err != nil || code != http.StatusOK || json.Unmarshal(out, &spec) != nil || len(spec.Choices) != 1 {
+		t.Fatalf("speculative completion: %d %s %v", code, out, err)
+	}
+	t.Logf("tensor 2: drafted %d, accepted %d", spec.Orrery.DraftTokens, spec.Orrery.AcceptedDraftTokens)
+	if spec.Choices[0].Text != plain.Choices[0].Text || spec.Orrery.DraftTokens == 0 {
+		t.Errorf("tensor 2 with speculation: %q (%+v), want %q", spec.Choices[0].Text, spec.Orrery, plain.Choices[0].Text)
+	}
+	// The group still agrees after the rollbacks: the plain answer again.
+	if again := legacyComplete(t, a, body+`}`); again.Choices[0].Text != plain.Choices[0].Text {
+		t.Errorf("after speculation the group answers %q, before %q", again.Choices[0].Text, plain.Choices[0].Text)
+	}
+}
