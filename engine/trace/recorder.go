@@ -260,7 +260,10 @@ func (r *Recorder) endAt(t *Token, args *Args, end int64) {
 	s.Lane = r.lane
 	s.Rank = r.rank
 	s.StartNs = r.baseNs + t.start
-	s.DurNs = end - t.start
+	// Never negative: ChildAt and EndAt place a span by two clock reads
+	// each, and a preemption between them (seen under CI load on a 16 µs
+	// all-reduce) could put its end before its start.
+	s.DurNs = max(end-t.start, 0)
 	s.Args = *args
 	r.mu.Unlock()
 }

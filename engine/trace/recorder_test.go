@@ -360,3 +360,16 @@ func TestStartAt(t *testing.T) {
 	zc.End(Args{})
 	z.End(Args{})
 }
+
+// A span recorded as ending before it began (EndAt with an earlier time,
+// as a preemption between ChildAt's or EndAt's two clock reads can make
+// it) has duration 0, never a negative one the collector would refuse.
+func TestEndAtNeverNegative(t *testing.T) {
+	r := NewRecorder(0, "n", Options{})
+	tok := r.Start("step", "decode")
+	tok.EndAt(Args{}, time.Now().Add(-time.Second))
+	spans := r.Drain(0)
+	if len(spans) != 1 || spans[0].DurNs != 0 {
+		t.Fatalf("spans %+v, want one of duration 0", spans)
+	}
+}
