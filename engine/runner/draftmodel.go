@@ -8,6 +8,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -28,6 +29,8 @@ type DraftModel struct {
 	F  backend.Rank
 	// seen is each slot's tokens in the draft's cache.
 	seen [][]int32
+	// greedy picks each draft (temperature 0).
+	greedy *sample.Sampler
 }
 
 // CheckVocab refuses a draft whose vocabulary is not the target's, naming
@@ -53,7 +56,7 @@ func (d *DraftModel) draft(ctx context.Context, slot int, hist []int32, k int) (
 		return nil, nil
 	}
 	if d.seen == nil {
-		d.seen = make([][]int32, d.F.Options().Parallel)
+		d.seen, d.greedy = make([][]int32, d.F.Options().Parallel), sample.New(sample.Options{})
 	}
 	ctxLen := d.F.Options().ContextLen
 	if len(hist)+k > ctxLen {
@@ -105,13 +108,7 @@ func (d *DraftModel) feed(ctx context.Context, slot int, toks []int32, pos int) 
 		logits = res.Logits
 	}
 	d.seen[slot] = append(d.seen[slot], toks...)
-	best := 0
-	for i, l := range logits {
-		if l > logits[best] {
-			best = i
-		}
-	}
-	return int32(best), nil
+	return d.greedy.Next(logits) // the argmax, NaNs never picked, as the target's greedy sampler
 }
 
 // makeRoom forgets the other slots' draft caches when slot's need would

@@ -73,15 +73,13 @@ func (g *Generator) PrepareEmbed(cfg model.Config, req *EmbedRequest) ([][]int32
 	if req.Dimensions < 0 || req.Dimensions > cfg.Dim {
 		return nil, fmt.Errorf("%w: dimensions %d: this model's vectors have 1..%d", ErrBadRequest, req.Dimensions, cfg.Dim)
 	}
-	ctxLen, vocab := g.M.Options().ContextLen, g.Tok.VocabSize()
+	ctxLen := g.M.Options().ContextLen
 	out := make([][]int32, len(req.Inputs))
 	for i, in := range req.Inputs {
 		ids := in.Tokens
 		if len(ids) > 0 {
-			for j, id := range ids {
-				if id < 0 || int(id) >= vocab {
-					return nil, fmt.Errorf("%w: input %d: token %d is %d: want 0..%d", ErrBadRequest, i, j, id, vocab-1)
-				}
+			if err := g.checkTokens(fmt.Sprintf("input %d: token", i), ids); err != nil {
+				return nil, err
 			}
 		} else {
 			var err error
@@ -161,15 +159,24 @@ func (v Vector) Truncate(d int) Vector {
 	if d <= 0 || d >= len(v) {
 		return v
 	}
+	return l2Normalize(v[:d])
+}
+
+// l2Normalize is v over its Euclidean norm, as llama.cpp's
+// common_embd_normalize computes it (the norm in float64); zeros for a
+// zero vector.
+func l2Normalize(v []float32) []float32 {
 	var sum float64
-	for _, x := range v[:d] {
-		sum += float64(x) * float64(x)
+	for _, x := range v {
+		sum += float64(x * x)
 	}
-	out := make(Vector, d)
+	norm := float32(0)
 	if sum = math.Sqrt(sum); sum > 0 {
-		for i, x := range v[:d] {
-			out[i] = float32(float64(x) / sum)
-		}
+		norm = float32(1 / sum)
+	}
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = x * norm
 	}
 	return out
 }
@@ -213,8 +220,7 @@ func (p *pooler) add(rows []float32, start int) {
 	p.n += k
 }
 
-// vector is the pooled vector, L2-normalised as llama.cpp's
-// common_embd_normalize does (the norm in float64).
+// vector is the pooled vector, L2-normalised (l2Normalize).
 func (p *pooler) vector() ([]float32, error) {
 	if p == nil {
 		return nil, errors.New("an embedding group in a slot that began no embedding")
@@ -233,19 +239,7 @@ func (p *pooler) vector() ([]float32, error) {
 	default:
 		return nil, fmt.Errorf("%s pooling saw no row to pick", p.kind)
 	}
-	var sum float64
-	for _, x := range v {
-		sum += float64(x * x)
-	}
-	norm := float32(0)
-	if sum = math.Sqrt(sum); sum > 0 {
-		norm = float32(1 / sum)
-	}
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = x * norm
-	}
-	return out, nil
+	return l2Normalize(v), nil
 }
 
 // poolGroups hands each embedding group's rows of embeds (dim per row,

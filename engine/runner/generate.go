@@ -212,11 +212,8 @@ func (g *Generator) Prepare(req *Request) ([]int32, error) {
 		return nil, err
 	}
 	if len(req.PromptTokens) > 0 {
-		n := g.Tok.VocabSize()
-		for i, id := range req.PromptTokens {
-			if id < 0 || int(id) >= n {
-				return nil, fmt.Errorf("%w: prompt token %d is %d: want 0..%d", ErrBadRequest, i, id, n-1)
-			}
+		if err := g.checkTokens("prompt token", req.PromptTokens); err != nil {
+			return nil, err
 		}
 		return g.fits(req, req.PromptTokens)
 	}
@@ -235,6 +232,18 @@ func (g *Generator) Prepare(req *Request) ([]int32, error) {
 		return nil, fmt.Errorf("%w: the prompt has no tokens", ErrBadRequest)
 	}
 	return g.fits(req, ids)
+}
+
+// checkTokens refuses ids outside the vocabulary, naming the first as
+// what and its index.
+func (g *Generator) checkTokens(what string, ids []int32) error {
+	n := g.Tok.VocabSize()
+	for i, id := range ids {
+		if id < 0 || int(id) >= n {
+			return fmt.Errorf("%w: %s %d is %d: want 0..%d", ErrBadRequest, what, i, id, n-1)
+		}
+	}
+	return nil
 }
 
 // fits checks that the prompt ids and the completion req asks for fit the

@@ -21,11 +21,7 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	}
 	inputs, err := gen.PrepareEmbed(rank.Config(), &req)
 	if err != nil {
-		kind := "bad_request"
-		if errors.Is(err, ErrPromptTooLong) {
-			kind = "prompt_too_long"
-		}
-		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Kind: kind})
+		refuse(w, err)
 		return
 	}
 	var rec *trace.Recorder
@@ -47,6 +43,16 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 		res.Embeddings[i] = v.Truncate(req.Dimensions)
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// refuse answers a request its checks refused (Prepare, PrepareEmbed):
+// 400, of kind prompt_too_long or bad_request.
+func refuse(w http.ResponseWriter, err error) {
+	kind := "bad_request"
+	if errors.Is(err, ErrPromptTooLong) {
+		kind = "prompt_too_long"
+	}
+	writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Kind: kind})
 }
 
 // accept reads a request to rank 0 into body (what names it in errors;

@@ -523,11 +523,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 		err = sched.canSpeculate(req.Speculative) // what this instance can draft with
 	}
 	if err != nil {
-		kind, code := "bad_request", http.StatusBadRequest
-		if errors.Is(err, ErrPromptTooLong) {
-			kind = "prompt_too_long"
-		}
-		writeJSON(w, code, ErrorBody{Error: err.Error(), Kind: kind})
+		refuse(w, err)
 		return
 	}
 	flusher, _ := w.(http.Flusher)
