@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -119,16 +120,25 @@ func compareVectors(ref, got []float32) (cos, maxDelta float64) {
 }
 
 // llamaEmbed runs llama-embedding on texts (one per line) and reads its
-// JSON: one vector per text, L2-normalised, at 7 decimals.
+// JSON: one vector per text, L2-normalised, at 7 decimals. llama.cpp
+// prints the JSON through its asynchronous logger, and CI once saw a run
+// exit 0 having printed nothing: such a run is tried again, twice at most.
 func llamaEmbed(t testing.TB, dir, path string, texts []string) [][]float32 {
 	t.Helper()
-	cmd := exec.Command(llamaref.Bin(dir, "llama-embedding"), "-m", path, "-p", strings.Join(texts, "\n"), "-t", strconv.Itoa(threads),
-		"-c", "512", "-fa", "on", "--embd-output-format", "json")
+	var out []byte
 	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("llama-embedding on %s: %v\n%s", filepath.Base(path), err, tail([]byte(stderr.String())))
+	for try := 1; try <= 3 && len(bytes.TrimSpace(out)) == 0; try++ {
+		if try > 1 {
+			t.Logf("llama-embedding on %s printed nothing (try %d of 3)", filepath.Base(path), try-1)
+		}
+		cmd := exec.Command(llamaref.Bin(dir, "llama-embedding"), "-m", path, "-p", strings.Join(texts, "\n"), "-t", strconv.Itoa(threads),
+			"-c", "512", "-fa", "on", "--embd-output-format", "json")
+		stderr.Reset()
+		cmd.Stderr = &stderr
+		var err error
+		if out, err = cmd.Output(); err != nil {
+			t.Fatalf("llama-embedding on %s: %v\n%s", filepath.Base(path), err, tail([]byte(stderr.String())))
+		}
 	}
 	var v struct {
 		Data []struct {
@@ -137,7 +147,7 @@ func llamaEmbed(t testing.TB, dir, path string, texts []string) [][]float32 {
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(out, &v); err != nil || len(v.Data) != len(texts) {
-		t.Fatalf("llama-embedding output (%v): %d vectors for %d texts\n%s", err, len(v.Data), len(texts), tail(out))
+		t.Fatalf("llama-embedding output (%v): %d vectors for %d texts\n%s\nstderr:\n%s", err, len(v.Data), len(texts), tail(out), tail([]byte(stderr.String())))
 	}
 	vecs := make([][]float32, len(texts))
 	for _, d := range v.Data {
