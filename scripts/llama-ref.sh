@@ -11,6 +11,7 @@
 #   llama.cpp/   the source (models/ggml-vocab-*.gguf, models/templates/)
 #   bin/         libllama, libggml*, llama-tokenize, llama-quantize,
 #                llama-bench, llama-batched-bench, llama-embedding,
+#                llama-perplexity, llama-speculative,
 #                orrery-llama-logits
 #                (test/llamaref/logits.cpp)
 # It also installs Debian's python3-jinja2 (as root; /usr/bin/python3), the chat-template
@@ -87,6 +88,8 @@ build llama-quantize -I"$src/tools/quantize" "$src"/tools/quantize/*.cpp
 build llama-bench -I"$src/tools/llama-bench" "$src"/tools/llama-bench/*.cpp
 build llama-batched-bench "$src"/tools/batched-bench/*.cpp
 build llama-embedding "$src/examples/embedding/embedding.cpp"
+build llama-perplexity "$src"/tools/perplexity/*.cpp
+build llama-speculative "$src/examples/speculative/speculative.cpp"
 build orrery-llama-logits "$repo/test/llamaref/logits.cpp"
 build orrery-llama-vocab "$repo/test/llamaref/vocab.cpp"
 echo "$dir"

@@ -27,7 +27,7 @@ var updateCLIDoc = flag.Bool("update", false, "rewrite the flag tables in docs/c
 // ("version" takes none).
 var cliDocCommands = []string{
 	"agent", "demo", "doctor", "ring-bench", "bench", "trace", "models", "tokenize", "pull", "run",
-	"gen-model", "engine-bench", "logits", "batch-bench", "tp-bench", "speed", "key", "join", "runner",
+	"gen-model", "convert", "engine-bench", "logits", "perplexity", "batch-bench", "tp-bench", "speed", "key", "join", "runner",
 }
 
 const cliDocPath = "../../docs/cli.md"

@@ -36,8 +36,10 @@ Usage:
   orrery pull REF             pull a model (hf.co/ORG/REPO[:QUANT], or NAME[:TAG] from the Ollama registry) through a running agent
   orrery tokenize --model ID TEXT  print the token ids and pieces of TEXT (- for stdin) via a running agent
   orrery gen-model [flags]    write a random-weight GGUF model (gibberish output; for tests and demos)
+  orrery convert IN OUT       write trained weights (safetensors from models/kjv/train.py) as a GGUF model
   orrery engine-bench [flags] time prefill and decode of a model on this machine, in process
   orrery logits [flags]      print a model's greedy tokens and their logits as JSON, in process
+  orrery perplexity [flags]   score a text file's perplexity with a model, in process, as llama-perplexity
   orrery batch-bench [flags]  time requests served at once (continuous batching) and a cached second turn, in process
   orrery tp-bench [flags]     time one runner against a tensor-parallel group of runners on this machine
   orrery speed [flags]        measure this machine's compute for the placement cost model
@@ -85,10 +87,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runPull(ctx, args[1:], stdout, stderr)
 	case "gen-model":
 		return runGenModel(args[1:], stdout, stderr)
+	case "convert":
+		return runConvert(args[1:], stdout, stderr)
 	case "engine-bench":
 		return runEngineBench(context.Background(), args[1:], stdout, stderr)
 	case "logits":
 		return runLogits(context.Background(), args[1:], stdout, stderr)
+	case "perplexity":
+		return runPerplexity(context.Background(), args[1:], stdout, stderr)
 	case "batch-bench":
 		return runBatchBench(context.Background(), args[1:], stdout, stderr)
 	case "tp-bench":

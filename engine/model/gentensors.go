@@ -131,37 +131,9 @@ func genData(seed uint64, name string, t gguf.TensorType, std float64, norm bool
 				}
 				vals[i] = float32(v)
 			}
-			buf = buf[:0]
-			switch t {
-			case gguf.F32:
-				for _, v := range vals {
-					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
-				}
-			case gguf.F16:
-				for _, v := range vals {
-					buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToF16(v))
-				}
-			case gguf.BF16:
-				for _, v := range vals {
-					buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToBF16(v))
-				}
-			case gguf.Q8_0:
-				var err error
-				if buf, err = gguf.AppendQ8_0(buf, vals); err != nil {
-					return err
-				}
-			case gguf.Q4_0:
-				var err error
-				if buf, err = gguf.AppendQ4_0(buf, vals); err != nil {
-					return err
-				}
-			case gguf.MXFP4:
-				var err error
-				if buf, err = gguf.AppendMXFP4(buf, vals); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("cannot generate %s", t)
+			var err error
+			if buf, err = appendRow(buf[:0], t, vals); err != nil {
+				return err
 			}
 			if _, err := w.Write(buf); err != nil {
 				return err
@@ -169,6 +141,34 @@ func genData(seed uint64, name string, t gguf.TensorType, std float64, norm bool
 		}
 		return nil
 	}
+}
+
+// appendRow appends vals (whole quant blocks) encoded as t.
+func appendRow(buf []byte, t gguf.TensorType, vals []float32) ([]byte, error) {
+	switch t {
+	case gguf.F32:
+		for _, v := range vals {
+			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+		}
+		return buf, nil
+	case gguf.F16:
+		for _, v := range vals {
+			buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToF16(v))
+		}
+		return buf, nil
+	case gguf.BF16:
+		for _, v := range vals {
+			buf = binary.LittleEndian.AppendUint16(buf, gguf.Float32ToBF16(v))
+		}
+		return buf, nil
+	case gguf.Q8_0:
+		return gguf.AppendQ8_0(buf, vals)
+	case gguf.Q4_0:
+		return gguf.AppendQ4_0(buf, vals)
+	case gguf.MXFP4:
+		return gguf.AppendMXFP4(buf, vals)
+	}
+	return nil, fmt.Errorf("cannot write %s", t)
 }
 
 // llama3RopeFactors are Llama 3.1's RoPE frequency divisors for head size
