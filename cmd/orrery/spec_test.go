@@ -14,7 +14,8 @@ import (
 // draft model (a copy of the model, beside rank 0); chats asking for prompt
 // lookup or for the draft answer the greedy text of one without, say how
 // many tokens they drafted and how many were accepted (all of the copy's),
-// /metrics counts them, and bad requests are 400s.
+// /metrics counts them, bad requests are 400s, and logprobs come with
+// every token.
 func TestSpeculativeDecoding(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -76,11 +77,41 @@ func TestSpeculativeDecoding(t *testing.T) {
 	for _, c := range []struct{ spec, says string }{
 		{`,"speculative":{"draft":"other-model"}`, `drafts with \"ngram\" or its draft model \"spec-draft\"`},
 		{`,"speculative":{"draft":"ngram","max":99}`, "want 1..16"},
-		{`,"speculative":{"draft":"ngram"},"logprobs":true`, "logprobs"},
+		{`,"speculative":{"draft":""}`, "draft is missing"},
 	} {
 		code, out, _ := p.post("/v1/chat/completions", body(c.spec))
 		if code != http.StatusBadRequest || !strings.Contains(string(out), c.says) {
 			t.Errorf("speculative %s: %d %s, want 400 saying %s", c.spec, code, out, c.says)
+		}
+	}
+	// With logprobs: one entry per token, the greedy answer's.
+	code, out, _ := p.post("/v1/chat/completions", body(`,"speculative":{"draft":"ngram","max":6},"logprobs":true,"top_logprobs":2`))
+	var lp struct {
+		Choices []struct {
+			Message  struct{ Content string } `json:"message"`
+			Logprobs struct {
+				Content []struct {
+					Token       string  `json:"token"`
+					Logprob     float64 `json:"logprob"`
+					TopLogprobs []any   `json:"top_logprobs"`
+				} `json:"content"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+		Orrery struct {
+			DraftTokens int `json:"draftTokens"`
+		} `json:"orrery"`
+	}
+	if code != http.StatusOK || json.Unmarshal(out, &lp) != nil || len(lp.Choices) != 1 {
+		t.Fatalf("speculating with logprobs: %d %s", code, out)
+	}
+	c := lp.Choices[0]
+	if c.Message.Content != plain.Choices[0].Message.Content || len(c.Logprobs.Content) != 40 || lp.Orrery.DraftTokens == 0 {
+		t.Errorf("speculating with logprobs: %q, %d logprobs, %d drafted; want %q, 40, some", c.Message.Content, len(c.Logprobs.Content), lp.Orrery.DraftTokens, plain.Choices[0].Message.Content)
+	}
+	for i, e := range c.Logprobs.Content {
+		if e.Logprob > 0 || len(e.TopLogprobs) != 2 {
+			t.Errorf("logprobs entry %d: %+v", i, e)
+			break
 		}
 	}
 }

@@ -68,14 +68,15 @@ type Group struct {
 // Sampled is a token sampled for a slot at the end of a step, or an
 // embedding job's vector (Token -1). A drafting group yields Tokens: the
 // accepted drafts then the target's next token (Token is the first), of
-// Drafted drafts.
+// Drafted drafts, and with logprobs TokensLogprobs (one per token).
 type Sampled struct {
-	Slot      int
-	Token     int32
-	Logprobs  *Logprobs
-	Embedding []float32
-	Tokens    []int32
-	Drafted   int
+	Slot           int
+	Token          int32
+	Logprobs       *Logprobs
+	Embedding      []float32
+	Tokens         []int32
+	Drafted        int
+	TokensLogprobs []*Logprobs
 }
 
 // sampling counts the groups that sample: the tokens the step yields.
@@ -220,12 +221,12 @@ func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]
 		}
 		if g.Draft > 0 {
 			sp := g.Parent.Child("verify", "sample")
-			toks, err := verifyGroup(g, row, vocab, ss)
+			toks, lps, err := verifyGroup(g, row, vocab, ss)
 			sp.End(tokenArgs(g))
 			if err != nil {
 				return nil, fmt.Errorf("slot %d: %w", g.Slot, err)
 			}
-			out = append(out, Sampled{Slot: g.Slot, Token: toks[0], Tokens: toks, Drafted: g.Draft})
+			out = append(out, Sampled{Slot: g.Slot, Token: toks[0], Tokens: toks, Drafted: g.Draft, TokensLogprobs: lps})
 			continue
 		}
 		sp := g.Parent.Child("sample", "sample")

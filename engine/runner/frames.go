@@ -202,6 +202,29 @@ const (
 	verified = 0xfd
 )
 
+// readVerifiedLogprobs reads the logprobs after a verified group's tokens:
+// noLogprobs, or 1 and one appendLogprobs per token.
+func (s *Sampled) readVerifiedLogprobs(b []byte) ([]byte, error) {
+	if len(b) < 1 || b[0] != noLogprobs && b[0] != 1 {
+		return nil, errors.New("verified tokens: no logprobs flag")
+	}
+	if b[0] == noLogprobs {
+		return b[1:], nil
+	}
+	b = b[1:]
+	for _, t := range s.Tokens {
+		if len(b) < 1 {
+			return nil, errors.New("verified tokens: logprobs cut short")
+		}
+		lp, rest, err := readLogprobs(b[1:], b[0], t)
+		if err != nil || lp == nil {
+			return nil, fmt.Errorf("verified token %d: logprobs: %v", t, err)
+		}
+		s.TokensLogprobs, b = append(s.TokensLogprobs, lp), rest
+	}
+	return b, nil
+}
+
 // maxEmbedDim bounds an embedding's length in a token frame.
 const maxEmbedDim = 1 << 16
 
@@ -220,6 +243,14 @@ func (m *tokenMsg) marshal(b []byte) []byte {
 			for _, t := range s.Tokens {
 				b = binary.LittleEndian.AppendUint32(b, uint32(t))
 			}
+			if len(s.TokensLogprobs) != len(s.Tokens) {
+				b = append(b, noLogprobs)
+				continue
+			}
+			b = append(b, 1)
+			for _, lp := range s.TokensLogprobs {
+				b = appendLogprobs(b, lp)
+			}
 			continue
 		}
 		if s.Embedding != nil {
@@ -230,19 +261,42 @@ func (m *tokenMsg) marshal(b []byte) []byte {
 			}
 			continue
 		}
-		lp := s.Logprobs
-		if lp == nil {
-			b = append(b, noLogprobs)
-			continue
-		}
-		b = append(b, byte(len(lp.Top)))
-		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(lp.Logprob))
-		for _, t := range lp.Top {
-			b = binary.LittleEndian.AppendUint32(b, uint32(t.Token))
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(t.Logprob))
-		}
+		b = appendLogprobs(b, s.Logprobs)
 	}
 	return b
+}
+
+// appendLogprobs writes lp (nil: none) as the number of top logprobs
+// (byte; noLogprobs for none), the token's logprob (float32) and the top
+// (id int32, logprob float32) pairs.
+func appendLogprobs(b []byte, lp *Logprobs) []byte {
+	if lp == nil {
+		return append(b, noLogprobs)
+	}
+	b = append(b, byte(len(lp.Top)))
+	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(lp.Logprob))
+	for _, t := range lp.Top {
+		b = binary.LittleEndian.AppendUint32(b, uint32(t.Token))
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(t.Logprob))
+	}
+	return b
+}
+
+// readLogprobs reads what appendLogprobs wrote (k: its first byte, read)
+// for token tok; nil for none.
+func readLogprobs(b []byte, k byte, tok int32) (*Logprobs, []byte, error) {
+	if k == noLogprobs {
+		return nil, b, nil
+	}
+	if k > MaxTopLogprobs || len(b) < 4+8*int(k) {
+		return nil, nil, fmt.Errorf("%d top logprobs in %d bytes (at most %d)", k, len(b), MaxTopLogprobs)
+	}
+	lp := &Logprobs{TokenLogprob: TokenLogprob{Token: tok, Logprob: math.Float32frombits(binary.LittleEndian.Uint32(b))}}
+	for j := range int(k) {
+		p := b[4+8*j:]
+		lp.Top = append(lp.Top, TokenLogprob{Token: int32(binary.LittleEndian.Uint32(p)), Logprob: math.Float32frombits(binary.LittleEndian.Uint32(p[4:]))})
+	}
+	return lp, b[4+8*int(k):], nil
 }
 
 func (m *tokenMsg) unmarshal(b []byte) error {
@@ -275,22 +329,20 @@ func (m *tokenMsg) unmarshal(b []byte) error {
 				return fmt.Errorf("token frame: sample %d: first verified token %d, token %d", i, s.Tokens[0], s.Token)
 			}
 			b = b[2+4*len(s.Tokens):]
+			var err error
+			if b, err = s.readVerifiedLogprobs(b); err != nil {
+				return fmt.Errorf("token frame: sample %d: %w", i, err)
+			}
 		} else if k == embedding {
 			var err error
 			if s.Embedding, b, err = readEmbedding(b); err != nil {
 				return fmt.Errorf("token frame: sample %d: %w", i, err)
 			}
-		} else if k != noLogprobs {
-			if k > MaxTopLogprobs || len(b) < 4+8*int(k) {
-				return fmt.Errorf("token frame: sample %d with %d top logprobs in %d bytes (at most %d)", i, k, len(b), MaxTopLogprobs)
+		} else {
+			var err error
+			if s.Logprobs, b, err = readLogprobs(b, k, s.Token); err != nil {
+				return fmt.Errorf("token frame: sample %d: %w", i, err)
 			}
-			lp := &Logprobs{TokenLogprob: TokenLogprob{Token: s.Token, Logprob: math.Float32frombits(binary.LittleEndian.Uint32(b))}}
-			for j := range int(k) {
-				p := b[4+8*j:]
-				lp.Top = append(lp.Top, TokenLogprob{Token: int32(binary.LittleEndian.Uint32(p)), Logprob: math.Float32frombits(binary.LittleEndian.Uint32(p[4:]))})
-			}
-			s.Logprobs = lp
-			b = b[4+8*int(k):]
 		}
 		m.Samples = append(m.Samples, s)
 	}

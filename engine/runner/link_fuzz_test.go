@@ -42,6 +42,9 @@ func FuzzLinkFrames(f *testing.F) {
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, spec.marshal(nil)...), 2)
 	ver := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Token: 4, Tokens: []int32{4, 9}, Drafted: 2}}}
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, ver.marshal(nil)...), 2)
+	ver.Samples[0].TokensLogprobs = []*Logprobs{{TokenLogprob: TokenLogprob{Token: 4, Logprob: -1}}, {TokenLogprob: TokenLogprob{Token: 9, Logprob: -2},
+		Top: []TokenLogprob{{Token: 9, Logprob: -2}}}}
+	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, ver.marshal(nil)...), 2)
 	h, _ := json.Marshal(linkHello{Instance: "i", From: 0, To: 1})
 	f.Add(append([]byte{frameHello, byte(len(h)), 0, 0, 0}, h...), 4)
 	f.Add([]byte{frameAct, 0xff, 0xff, 0xff, 0xff}, 4)

@@ -90,6 +90,23 @@ func TestTokenFrameLogprobs(t *testing.T) {
 	}
 }
 
+// A verified group's tokens cross with one logprobs each, or with none.
+func TestTokenFrameVerifiedLogprobs(t *testing.T) {
+	lps := []*Logprobs{{TokenLogprob: TokenLogprob{Token: 4, Logprob: -0.5}, Top: []TokenLogprob{{Token: 4, Logprob: -0.5}}},
+		{TokenLogprob: TokenLogprob{Token: 9, Logprob: -2}, Top: []TokenLogprob{{Token: 3, Logprob: -1}}}}
+	m := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Token: 4, Tokens: []int32{4, 9}, Drafted: 3, TokensLogprobs: lps}, {Slot: 2, Token: 6, Tokens: []int32{6}, Drafted: 1}}}
+	b := m.marshal(nil)
+	var got tokenMsg
+	if err := got.unmarshal(b); err != nil || !reflect.DeepEqual(got.Samples, m.Samples) {
+		t.Fatalf("%+v %v", got, err)
+	}
+	for _, bad := range [][]byte{b[:len(b)-1], b[:len(b)-10], append(slices.Clone(b), 0)} {
+		if got.unmarshal(bad) == nil {
+			t.Errorf("frame of %d bytes parsed", len(bad))
+		}
+	}
+}
+
 func TestActFrame(t *testing.T) {
 	m := actMsg{Seq: 9, Groups: []actGroup{{Slot: 3, Decode: true, Sample: true, Token: 4, Start: 20, N: 1}, {Slot: 1, Start: 8, N: 2},
 		{Slot: 5, Decode: true, Sample: true, Start: 30, N: 3, Drafts: []int32{77, 78}}},

@@ -458,8 +458,12 @@ func (s *Scheduler) deliver(samples []Sampled) {
 			s.end(sl, err)
 			continue
 		}
-		for _, tok := range toks {
-			if s.emit(sl, tok, smp.Logprobs) {
+		for i, tok := range toks {
+			lp := smp.Logprobs
+			if i < len(smp.TokensLogprobs) {
+				lp = smp.TokensLogprobs[i]
+			}
+			if s.emit(sl, tok, lp) {
 				break
 			}
 		}

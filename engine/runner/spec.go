@@ -47,10 +47,6 @@ func (sp *Speculation) validate(req *Request) error {
 		return fmt.Errorf("%w: speculative draft is missing: \"ngram\" (prompt lookup) or the instance's draft model", ErrBadRequest)
 	case sp.Max < 0 || sp.Max > MaxDraft:
 		return fmt.Errorf("%w: speculative max %d: want 1..%d", ErrBadRequest, sp.Max, MaxDraft)
-	case req.Grammar != nil:
-		return fmt.Errorf("%w: speculative decoding with a grammar (response_format, forced tools) is not served yet", ErrBadRequest)
-	case req.Logprobs:
-		return fmt.Errorf("%w: speculative decoding with logprobs is not served yet", ErrBadRequest)
 	}
 	return nil
 }
@@ -100,28 +96,33 @@ func (l *Local) Rollback(slot, keep int) error {
 
 // verifyGroup runs a drafting group's verification over its rows' logits
 // (rows: one per token of the group, vocab each): the accepted drafts,
-// then the token the target chose after them.
-func verifyGroup(g Group, rows []float32, vocab int, ss slotSampler) ([]int32, error) {
+// then the token the target chose after them; with each its logprobs
+// (from the row it was decided on) when the request asked for them.
+func verifyGroup(g Group, rows []float32, vocab int, ss slotSampler) ([]int32, []*Logprobs, error) {
 	var toks []int32
+	var lps []*Logprobs
 	for i := range g.Draft + 1 {
 		row := rows[i*vocab : (i+1)*vocab]
+		var tok int32
+		var ok bool
+		var err error
 		if i == g.Draft {
-			tok, err := ss.smp.Next(row)
-			if err != nil {
-				return nil, err
-			}
-			return append(toks, tok), nil
+			tok, err = ss.smp.Next(row)
+		} else {
+			tok, ok, err = ss.smp.Verify(row, g.Tokens[i+1])
 		}
-		tok, ok, err := ss.smp.Verify(row, g.Tokens[i+1])
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		toks = append(toks, tok)
+		if ss.nlp >= 0 {
+			lps = append(lps, logprobsOf(row, tok, ss.nlp))
+		}
 		if !ok {
 			break
 		}
 	}
-	return toks, nil
+	return toks, lps, nil
 }
 
 // canSpeculate checks a request's speculation (nil: none) against what

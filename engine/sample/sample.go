@@ -111,11 +111,16 @@ func (s *Sampler) Greedy() bool { return s.opts.Temperature == 0 || s.opts.TopK 
 // with the probability Next would give it; if not, the token is drawn from
 // that distribution without the draft (the residual of a draft that
 // proposes one token with certainty). Greedy, the draft is accepted when
-// it is the most likely token, and tok is that token either way.
-// Not under a constraint (the caller speculates only without one).
+// it is the token Next would pick, and tok is that token either way. Under
+// a constraint, a draft it does not allow is rejected, and the constraint
+// hears tok, as from Next.
 func (s *Sampler) Verify(logits []float32, draft int32) (tok int32, accepted bool, err error) {
 	if s.c != nil {
-		return 0, false, fmt.Errorf("speculative decoding under a constraint")
+		tok, accepted, err = s.verifyConstrained(logits, draft)
+		if err != nil {
+			return 0, false, err
+		}
+		return tok, accepted, s.c.Accept(tok)
 	}
 	c, total, best, err := s.dist(logits)
 	if err != nil || c == nil {
@@ -135,6 +140,72 @@ func (s *Sampler) Verify(logits []float32, draft int32) (tok int32, accepted boo
 		return draft, true, nil
 	}
 	return s.draw(c, total*(1-pd), draft), false, nil
+}
+
+// verifyConstrained is Verify under a constraint. Next there draws from
+// the unconstrained distribution p1 and keeps an allowed token, else draws
+// from the masked logits' distribution p2 (truncations redone on them), so
+// it draws t with P(t) = p1(t)·allowed(t) + (1 − A)·p2(t), A being the
+// allowed mass of p1. The draft is accepted with probability P(draft);
+// otherwise the token comes from P without it.
+func (s *Sampler) verifyConstrained(logits []float32, draft int32) (int32, bool, error) {
+	c1, total1, best, err := s.dist(logits)
+	if err != nil {
+		return 0, false, err
+	}
+	masked := func() ([]cand, float64, int32, error) {
+		s.mask = append(s.mask[:0], logits...)
+		if err := s.c.Mask(s.mask); err != nil {
+			return nil, 0, 0, err
+		}
+		return s.dist(s.mask)
+	}
+	if c1 == nil { // greedy: the allowed argmax
+		if !s.c.Allowed(best) {
+			if _, _, best, err = masked(); err != nil {
+				return 0, false, err
+			}
+		}
+		return best, best == draft, nil
+	}
+	// P as (id, probability) pairs; c1 is scratch that dist reuses.
+	p := make([]cand, 0, len(c1))
+	allowed := 0.0
+	for _, x := range c1 {
+		if s.c.Allowed(x.id) {
+			p = append(p, cand{x.id, x.p / total1})
+			allowed += x.p / total1
+		}
+	}
+	if allowed < 1 {
+		c2, total2, _, err := masked()
+		if err != nil {
+			return 0, false, err
+		}
+		at := make(map[int32]int, len(p))
+		for i, x := range p {
+			at[x.id] = i
+		}
+		for _, x := range c2 {
+			q := (1 - allowed) * x.p / total2
+			if i, ok := at[x.id]; ok {
+				p[i].p += q
+			} else {
+				p = append(p, cand{x.id, q})
+			}
+		}
+	}
+	pd := 0.0
+	for _, x := range p {
+		if x.id == draft {
+			pd = x.p
+			break
+		}
+	}
+	if pd > 0 && (pd >= 1 || s.rng.Float64() < pd) {
+		return draft, true, nil
+	}
+	return s.draw(p, 1-pd, draft), false, nil
 }
 
 // dist is the distribution Next draws from: its candidates (unnormalised

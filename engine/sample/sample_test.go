@@ -190,3 +190,71 @@ func TestVerifyKeepsDistribution(t *testing.T) {
 		t.Errorf("greedy verify of the argmax: %d %v, want 0 true", tok, ok)
 	}
 }
+
+// Under a constraint (even tokens only), Verify keeps the distribution
+// Next draws from: a chi-square test of Verify's draws against Next's own
+// frequencies over as many seeded draws (temperature, top-k, top-p), for
+// an allowed and a disallowed draft; a disallowed draft is never
+// accepted, and the constraint hears every token. Greedy accepts the
+// allowed argmax only.
+func TestVerifyUnderConstraint(t *testing.T) {
+	logits := []float32{0.5, 2, 1.5, 1.8, 0.3, -1, 0.9, -3}
+	const n = 200000
+	for _, o := range []Options{{Temperature: 1}, {Temperature: 0.8, TopK: 3}, {Temperature: 1.2, TopP: 0.7}} {
+		want := make([]float64, len(logits))
+		nx := New(Options{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: 99})
+		nx.Constrain(&evenOnly{})
+		for range n {
+			id, err := nx.Next(logits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[id]++
+		}
+		for _, draft := range []int32{2, 1} {
+			c := &evenOnly{}
+			v := New(Options{Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: uint64(5 + draft)})
+			v.Constrain(c)
+			got := make([]float64, len(logits))
+			accepted := 0
+			for range n {
+				tok, ok, err := v.Verify(logits, draft)
+				if err != nil || ok != (tok == draft) || tok%2 != 0 {
+					t.Fatalf("%+v draft %d: token %d accepted %v err %v", o, draft, tok, ok, err)
+				}
+				if ok {
+					accepted++
+				}
+				got[tok]++
+			}
+			if draft%2 == 1 && accepted > 0 {
+				t.Errorf("%+v: the disallowed draft %d was accepted %d times", o, draft, accepted)
+			}
+			if len(c.accepted) != n {
+				t.Errorf("%+v draft %d: the constraint heard %d tokens, want %d", o, draft, len(c.accepted), n)
+			}
+			// Two samples of n draws each: sum (a-b)²/(a+b), chi-square on
+			// (cells - 1) dof; 99.9th percentile for ≤ 4 dof: 18.5.
+			chi, dof := 0.0, -1
+			for i := range got {
+				if got[i]+want[i] > 0 {
+					d := got[i] - want[i]
+					chi += d * d / (got[i] + want[i])
+					dof++
+				}
+			}
+			t.Logf("%+v draft %d: accepted %.3f, chi-square %.2f on %d dof", o, draft, float64(accepted)/n, chi, dof)
+			if chi > 18.5 {
+				t.Errorf("%+v draft %d: chi-square %.1f on %d dof: Verify's distribution is not Next's", o, draft, chi, dof)
+			}
+		}
+	}
+	g := New(Options{})
+	g.Constrain(&evenOnly{})
+	if tok, ok, _ := g.Verify(logits, 1); ok || tok != 2 {
+		t.Errorf("greedy verify of the disallowed argmax: %d %v, want 2 false", tok, ok)
+	}
+	if tok, ok, _ := g.Verify(logits, 2); !ok || tok != 2 {
+		t.Errorf("greedy verify of the allowed argmax: %d %v, want 2 true", tok, ok)
+	}
+}

@@ -2,6 +2,7 @@ package ggmlintegration
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -81,5 +82,40 @@ func TestGrammarConstrainsRandomModel(t *testing.T) {
 	bad.Grammar = &grammar.Spec{Alts: []grammar.Alt{{Schema: json.RawMessage(`{"type":"string","pattern":"x"}`)}}}
 	if _, err := c.Complete(t.Context(), bad, func(runner.Piece) error { return nil }); err == nil || !strings.Contains(err.Error(), "/pattern") {
 		t.Errorf("pattern schema: %v, want an error naming /pattern", err)
+	}
+}
+
+// Speculation under a grammar: prompt lookup drafts what the grammar may
+// not allow; the sampler rejects those and verifies the rest under the
+// grammar. Greedy, the output is the one without speculation, on one rank
+// and through 3 ranks; sampled, it is JSON of the schema.
+func TestSpeculationUnderGrammar(t *testing.T) {
+	path := genModel(t, "F32")
+	spec := &grammar.Spec{Alts: []grammar.Alt{{Schema: json.RawMessage(weatherSchema)}}}
+	req := runner.Request{Prompt: `{"city": "Paris", "unit": "celsius", "days": 3} {"city": "Paris", "unit": "celsius", "days": 3} as JSON:`,
+		MaxTokens: 200, Grammar: spec}
+	_, c := newServer(t, path)
+	want, text, done := complete(t, c, runner.CompletionRequest{Request: req})
+	checkWeather(t, "plain", text, done)
+	req.Speculative = &runner.Speculation{Draft: "ngram", Max: 4}
+	got, text, done := complete(t, c, runner.CompletionRequest{Request: req})
+	checkWeather(t, "speculating", text, done)
+	t.Logf("1 rank: %s; %d drafted, %d accepted", text, done.DraftTokens, done.AcceptedDraftTokens)
+	if !slices.Equal(got, want) {
+		t.Errorf("speculation changed the greedy output under the grammar:\nwant %v\ngot  %v", want, got)
+	}
+	if done.DraftTokens == 0 {
+		t.Error("nothing drafted")
+	}
+	p := startPipeline(t, path, [][2]int{{0, 1}, {1, 3}, {3, 4}})
+	got, done, err := p.complete(t, runner.CompletionRequest{Request: req})
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("3 ranks: %v, %v; want %v", err, got, want)
+	}
+	for seed := range uint64(3) {
+		r := runner.CompletionRequest{Request: req}
+		r.Sample.Temperature, r.Sample.Seed = 1, seed
+		_, text, done := complete(t, c, r)
+		checkWeather(t, "sampled, speculating", text, done)
 	}
 }

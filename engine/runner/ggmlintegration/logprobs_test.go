@@ -36,7 +36,7 @@ func logSoftmax(logits []float32) []float64 {
 func TestLogprobsMatchBackend(t *testing.T) {
 	path := genModel(t, "F32")
 	_, tok := tokenizerOf(t, path)
-	prompt, err := tok.Encode("the cluster is a model of the world", true)
+	prompt, err := tok.Encode("the cluster is a model of the world; the cluster is a model of the world; the cluster", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,6 +120,29 @@ func TestLogprobsMatchBackend(t *testing.T) {
 				t.Errorf("%d ranks: token %d is %d, 1 rank's %d", len(ranges), i, got[i].Token, one[i].Token)
 			}
 		}
+	}
+
+	// Speculating (prompt lookup; greedy, where a random model soon loops
+	// and lookup finds drafts), each verified token's logprobs come from
+	// the row it was decided on: still the backend's at its position.
+	sreq := req
+	sreq.MaxTokens, sreq.Speculative, sreq.Sample.Temperature = 12, &runner.Speculation{Draft: "ngram", Max: 4}, 0
+	req.MaxTokens = 12
+	for _, ranges := range splits {
+		var got []runner.Piece
+		var done *runner.Done
+		if len(ranges) == 1 {
+			done, err = c.Complete(context.Background(), sreq, func(pc runner.Piece) error { got = append(got, pc); return nil })
+		} else {
+			done, err = startPipeline(t, path, ranges).client.Complete(context.Background(), sreq, func(pc runner.Piece) error { got = append(got, pc); return nil })
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done.DraftTokens == 0 {
+			t.Errorf("%d ranks: nothing drafted", len(ranges))
+		}
+		check(fmt.Sprintf("%d ranks, speculating (%d drafted, %d accepted)", len(ranges), done.DraftTokens, done.AcceptedDraftTokens), got)
 	}
 
 	// Without logprobs asked, none come.
