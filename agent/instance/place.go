@@ -299,7 +299,11 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	if req.IfNone && len(live) > 0 {
 		return state.Instance{}, fmt.Errorf("%w: %s already runs as instance %s", api.ErrConflict, req.Model, live[0].InstanceID)
 	}
-	if err := m.checkDraft(req.DraftModel, ranks[0].NodeID); err != nil {
+	draft, err := m.draftNeed(ctx, req.DraftModel, ranks[0].NodeID)
+	if err == nil {
+		err = addDraft(ranks, req.DraftModel, draft)
+	}
+	if err != nil {
 		return state.Instance{}, err
 	}
 	var b [4]byte
