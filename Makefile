@@ -31,7 +31,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench embed-bench spec-bench clean
+.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench embed-bench spec-bench kjv-train clean
 
 all: build
 
@@ -196,12 +196,28 @@ tp-bench: build
 embed-bench: deps llama-ref
 	$(GO) test -run '^$$' -bench Embed64 -benchtime 3x -timeout 30m ./engine/conformance/
 
-# spec-bench decodes 128 greedy tokens of a repetitive prompt on one rank
-# without speculation and with prompt lookup (max 4 and 8), side by side,
-# and prints tok/s, speed-ups and acceptance (docs/inference.md). The
-# model is ORRERY_SPEC_BENCH_MODEL, or the small preset.
-spec-bench: deps
-	$(GO) test -run '^$$' -bench Speculation -benchtime 3x -timeout 30m ./engine/runner/ggmlintegration/
+# spec-bench decodes held-out prompts greedily with the trained KJV pair
+# (models/kjv), side by side in one run: one rank plain, with the draft
+# model (max 4 and 8) and, on a repetitive task, with prompt lookup; a
+# 3-rank pipeline with 1 ms each way, plain and drafted; and llama.cpp's
+# llama-speculative on the same files. It prints tok/s, speed-ups and
+# acceptance (docs/inference.md#speculative-decoding).
+spec-bench: deps llama-ref
+	$(GO) test -run '^$$' -bench Speculation -benchtime 2x -timeout 30m -v ./engine/runner/ggmlintegration/
+
+# kjv-train retrains the two KJV models from scratch (models/kjv/README.md):
+# about an hour on 2 cores, never part of make test. It installs Debian's
+# bible-kjv, python3-torch, python3-sentencepiece and OpenBLAS (as root),
+# trains in .cache/kjv, and converts the result into models/kjv.
+KJV_ARGS ?=
+KJV_APT  := bible-kjv python3-torch python3-sentencepiece python3-numpy libopenblas0-pthread
+kjv-train: build
+	@if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(KJV_APT) >/dev/null; \
+	else echo "kjv-train: not root: install $(KJV_APT) yourself"; fi
+	/usr/bin/python3 models/kjv/train.py --out .cache/kjv $(KJV_ARGS)
+	./$(BIN) convert --type F16 .cache/kjv/kjv-target.safetensors models/kjv/kjv-target-f16.gguf
+	./$(BIN) convert --type F16 .cache/kjv/kjv-draft.safetensors models/kjv/kjv-draft-f16.gguf
+	cp .cache/kjv/heldout.txt .cache/kjv/train.log models/kjv/
 
 clean:
 	rm -rf bin test-output
