@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -15,11 +16,56 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/internal/atomicfile"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
 
-// Model is the generated model the demo serves.
+// Model is the generated model the demo serves when it is given no file.
 const Model = "orrery-demo-small"
+
+// served is the model the demo chats with.
+type served struct {
+	id, path        string // path "": generate the small preset as id
+	draftID, draft  string // draft "": none
+	prompt, shownAs string
+	maxTokens       int
+}
+
+// demoModel is what opts ask the demo to serve: a model file (the trained
+// KJV target under make run), or the random-weight small preset.
+func demoModel(opts Options) served {
+	if opts.Model == "" {
+		return served{id: Model, prompt: "hello, cluster", shownAs: "random weights: gibberish by design", maxTokens: 48}
+	}
+	id := func(p string) string { return strings.TrimSuffix(filepath.Base(p), ".gguf") }
+	m := served{id: id(opts.Model), path: opts.Model, prompt: "And it came to pass, when the king heard",
+		shownAs: "trained on the King James Bible: a base model continues the text", maxTokens: 64}
+	if opts.Draft != "" {
+		m.draftID, m.draft = id(opts.Draft), opts.Draft
+	}
+	return m
+}
+
+// install copies src into dir/models/id.gguf unless a file of its size is
+// there (atomically: a stopped copy leaves no half model).
+func install(src, dataDir, id string) error {
+	dst := filepath.Join(dataDir, "models", id+".gguf")
+	si, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if di, err := os.Stat(dst); err == nil && di.Size() == si.Size() {
+		return nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.Write(dst, b, 0o600)
+}
 
 // Timeouts of the demo chat: the wait for each runner of the demo model,
 // placing it, and the chat.
@@ -68,10 +114,20 @@ func allLinked(st state.State, ids []string) bool {
 // every node (the others receive their shards from the last node over the
 // peer link), streams one chat completion through node 0, prints the
 // tokens and their speed, and returns the request's trace id.
-func chat(ctx context.Context, nodes []*node, stdout, stderr io.Writer) (string, error) {
+func chat(ctx context.Context, nodes []*node, m served, stdout, stderr io.Writer) (string, error) {
 	host, entry := nodes[len(nodes)-1], nodes[0]
 	path := filepath.Join(host.dataDir, "models", Model+".gguf")
-	if _, err := os.Stat(path); err != nil {
+	if m.path != "" {
+		fmt.Fprintf(stderr, "orrery demo: serving %s from node %d\n", m.path, host.idx)
+		if err := install(m.path, host.dataDir, m.id); err != nil {
+			return "", fmt.Errorf("copy the demo model: %w", err)
+		}
+		for _, n := range nodes {
+			if err := installDraft(m, n); err != nil {
+				return "", err
+			}
+		}
+	} else if _, err := os.Stat(path); err != nil {
 		fmt.Fprintf(stderr, "orrery demo: generating a random-weight model (%s) on node %d …\n", ModelShape(model.Presets["small"]), host.idx)
 		if err := model.Generate(path, model.Presets["small"]); err != nil {
 			return "", fmt.Errorf("generate the demo model: %w", err)
@@ -82,22 +138,29 @@ func chat(ctx context.Context, nodes []*node, stdout, stderr io.Writer) (string,
 		ids = append(ids, n.id)
 	}
 	linksMeasured(ctx, host, ids)
+	if m.draft != "" {
+		// Placement checks that rank 0's node lists the draft: the copies
+		// appear in the state at each node's next model scan.
+		if err := draftListed(ctx, host, ids, m.draftID); err != nil {
+			return "", err
+		}
+	}
 	pctx, cancel := context.WithTimeout(ctx, placeTimeout)
-	placed, err := host.api.Place(pctx, api.PlaceRequest{Model: Model, Nodes: ids})
+	placed, err := host.api.Place(pctx, api.PlaceRequest{Model: m.id, Nodes: ids, DraftModel: m.draftID})
 	cancel()
 	if err != nil {
-		return "", fmt.Errorf("place %s: %w", Model, err)
+		return "", fmt.Errorf("place %s: %w", m.id, err)
 	}
 	if len(placed.RunnerIDs) != len(nodes) {
-		return "", fmt.Errorf("place %s: %d runners for %d nodes", Model, len(placed.RunnerIDs), len(nodes))
+		return "", fmt.Errorf("place %s: %d runners for %d nodes", m.id, len(placed.RunnerIDs), len(nodes))
 	}
 	if placed.Existed {
 		// The host restored its pinned instance from the last run's
 		// data: the same nodes (their ids persist in the demo dir).
 		fmt.Fprintf(stderr, "orrery demo: %s already runs on these nodes as instance %s (kept from an earlier run in %s); reusing it\n",
-			Model, placed.Instance.InstanceID, filepath.Dir(host.dataDir))
+			m.id, placed.Instance.InstanceID, filepath.Dir(host.dataDir))
 	}
-	removeOthers(ctx, host.api, placed.Instance.InstanceID, stderr)
+	removeOthers(ctx, host.api, m.id, placed.Instance.InstanceID, stderr)
 	for _, id := range placed.RunnerIDs {
 		if err := waitRunner(ctx, host.api, id, stderr); err != nil {
 			return "", err
@@ -111,15 +174,57 @@ func chat(ctx context.Context, nodes []*node, stdout, stderr io.Writer) (string,
 	for _, r := range placed.Instance.Ranks {
 		split = append(split, fmt.Sprintf("rank %d: node %d, layers %d-%d", r.Rank, idx[r.NodeID], r.FirstLayer, r.LastLayer-1))
 	}
-	fmt.Fprintf(stdout, "\nChat with %s split over %d nodes (%s), asked through node %d (random weights: gibberish by design):\n> hello, cluster\n",
-		Model, len(nodes), strings.Join(split, "; "), entry.idx)
-	return stream(ctx, entry.api, stdout)
+	spec := ""
+	if m.draftID != "" {
+		spec = ", drafted by " + m.draftID + " beside rank 0"
+	}
+	fmt.Fprintf(stdout, "\nChat with %s split over %d nodes (%s)%s, asked through node %d (%s):\n> %s\n",
+		m.id, len(nodes), strings.Join(split, "; "), spec, entry.idx, m.shownAs, m.prompt)
+	return stream(ctx, entry.api, m, stdout)
 }
+
+// installDraft copies m's draft model, if any, into n's models: the
+// draft must be on the node of rank 0, wherever placement puts it.
+func installDraft(m served, n *node) error {
+	if m.draft == "" {
+		return nil
+	}
+	if err := install(m.draft, n.dataDir, m.draftID); err != nil {
+		return fmt.Errorf("copy the draft model to node %d: %w", n.idx, err)
+	}
+	return nil
+}
+
+// draftListed waits (at most draftWait) until every node lists the draft
+// model id in the host's state.
+func draftListed(ctx context.Context, host *node, ids []string, id string) error {
+	deadline := time.Now().Add(draftWait)
+	missing := ids
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if st, err := host.api.State(ctx); err == nil {
+			missing = nil
+			for _, n := range ids {
+				if !slices.ContainsFunc(st.NodeModels[n].Models, func(mi state.ModelInfo) bool { return mi.ID == id }) {
+					missing = append(missing, n)
+				}
+			}
+			if len(missing) == 0 {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("draft model %s not listed by nodes %v within %v", id, missing, draftWait)
+}
+
+// draftWait bounds draftListed: two model scans (instance.ModelScanInterval)
+// and some.
+const draftWait = 25 * time.Second
 
 // removeOthers deletes every instance of the demo model but keep: copies
 // that earlier runs left (on other nodes, say with another --nodes), which
 // would hold memory for nothing. Failures are reported, not fatal.
-func removeOthers(ctx context.Context, c *client.Client, keep string, stderr io.Writer) {
+func removeOthers(ctx context.Context, c *client.Client, modelID, keep string, stderr io.Writer) {
 	ctx, cancel := context.WithTimeout(ctx, placeTimeout)
 	defer cancel()
 	st, err := c.State(ctx)
@@ -128,10 +233,10 @@ func removeOthers(ctx context.Context, c *client.Client, keep string, stderr io.
 		return
 	}
 	for id, in := range st.Instances {
-		if in.ModelID != Model || id == keep {
+		if in.ModelID != modelID || id == keep {
 			continue
 		}
-		fmt.Fprintf(stderr, "orrery demo: removing instance %s of %s, left by an earlier run on other nodes\n", id, Model)
+		fmt.Fprintf(stderr, "orrery demo: removing instance %s of %s, left by an earlier run on other nodes\n", id, modelID)
 		if err := c.DeleteInstance(ctx, id); err != nil {
 			fmt.Fprintf(stderr, "orrery demo: remove instance %s: %v\n", id, err)
 		}
@@ -170,12 +275,15 @@ func waitRunner(ctx context.Context, c *client.Client, id string, stderr io.Writ
 
 // stream streams one completion, printing tokens as they come and
 // then the speed figures; it returns the trace id.
-func stream(ctx context.Context, c *client.Client, stdout io.Writer) (string, error) {
+func stream(ctx context.Context, c *client.Client, m served, stdout io.Writer) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, chatTimeout)
 	defer cancel()
 	seed := int64(1)
-	req := client.ChatRequest{Model: Model, MaxTokens: 48, Seed: &seed,
-		Messages: []client.ChatMessage{{Role: "user", Content: "hello, cluster"}}}
+	req := client.ChatRequest{Model: m.id, MaxTokens: m.maxTokens, Seed: &seed,
+		Messages: []client.ChatMessage{{Role: "user", Content: m.prompt}}}
+	if m.draftID != "" {
+		req.Speculative = &client.Speculation{Draft: m.draftID, Max: 4}
+	}
 	start := time.Now()
 	var first time.Duration
 	var fin chatstream.Chunk // the last chunk has usage and timings
@@ -200,6 +308,9 @@ func stream(ctx context.Context, c *client.Client, stdout io.Writer) (string, er
 	fmt.Fprintf(stdout, "\n\n%d tokens in %.2f s (%.1f tok/s end to end); prompt %d tokens at %.0f tok/s, decode %.1f tok/s, first token after %.0f ms\n",
 		fin.Usage.CompletionTokens, total.Seconds(), float64(fin.Usage.CompletionTokens)/total.Seconds(),
 		fin.Usage.PromptTokens, fin.Orrery.PrefillTokPerSec, fin.Orrery.DecodeTokPerSec, float64(first.Microseconds())/1000)
+	if o := fin.Orrery; o.DraftTokens > 0 {
+		fmt.Fprintf(stdout, "speculation: %d tokens drafted, %d accepted (%.0f %%)\n", o.DraftTokens, o.AcceptedDraftTokens, 100*float64(o.AcceptedDraftTokens)/float64(o.DraftTokens))
+	}
 	return traceID, nil
 }
 

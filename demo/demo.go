@@ -72,6 +72,11 @@ type Options struct {
 	Exe string
 	// NoChat skips the chat: no model is generated, placed or asked.
 	NoChat bool
+	// Model is a GGUF file the demo serves (copied into the last node's
+	// models); "" generates the random-weight small preset instead.
+	// Draft, when set, is a draft model for it (copied to every node),
+	// placed beside rank 0 and used to speculate in the chat.
+	Model, Draft string
 }
 
 // machineSpeed is the file of this machine's speed every node takes (the
@@ -124,6 +129,17 @@ func (o Options) Validate() error {
 	}
 	if o.BasePort < 1 || o.BasePort+o.Nodes-1 > 65535 {
 		return fmt.Errorf("--base-port %d: want 1..%d for %d nodes", o.BasePort, 65535-o.Nodes+1, o.Nodes)
+	}
+	for _, f := range []string{o.Model, o.Draft} {
+		if f == "" {
+			continue
+		}
+		if st, err := os.Stat(f); err != nil || !strings.HasSuffix(f, ".gguf") || st.IsDir() {
+			return fmt.Errorf("model %q: want a .gguf file (%v)", f, err)
+		}
+	}
+	if o.Draft != "" && o.Model == "" {
+		return errors.New("--draft needs --model")
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(strings.ToLower(o.LogLevel))); err != nil {
@@ -237,11 +253,12 @@ func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	}
 	if !opts.NoChat {
 		m := master(nodes)
-		if id, err := chat(ctx, nodes, stdout, stderr); err != nil {
+		dm := demoModel(opts)
+		if id, err := chat(ctx, nodes, dm, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "orrery demo: chat: %v\n", err)
 		} else {
 			fmt.Fprintf(stdout, "The chat left trace %s on node %d (the master):\n  orrery trace stats %s --api %s\n  Perfetto: open %s/perfetto/%s in a browser\n  Chat yourself: curl %s/v1/chat/completions -H 'Content-Type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n",
-				id, m.idx, id, m.url, m.url, id, nodes[0].url, Model)
+				id, m.idx, id, m.url, m.url, id, nodes[0].url, dm.id)
 		}
 	}
 	return wait(ctx, nodes, exits, stderr)

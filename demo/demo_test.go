@@ -129,7 +129,7 @@ func TestStream(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out strings.Builder
-	id, err := stream(context.Background(), client.New(srv.URL), &out)
+	id, err := stream(context.Background(), client.New(srv.URL), demoModel(Options{}), &out)
 	if err != nil || id != "chat-1" {
 		t.Fatalf("stream = %q, %v", id, err)
 	}

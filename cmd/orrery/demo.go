@@ -17,9 +17,12 @@ const demoUsage = `Usage: orrery demo [flags]
 Starts a cluster of agents on this machine, one process each, that find each
 other through a shared loopback dir and share a cluster key. It prints each
 node's API URL once they agree on a master, runs a ring benchmark, then
-generates a small random-weight model on the last node, places it there and
-streams one chat completion through node 0 (printing its tok/s and trace id).
-Ctrl-C stops them all.
+places a model across the nodes from the last one and streams one chat
+completion through node 0 (printing its tok/s and trace id). Run from the
+repository, the model is the trained KJV target (models/kjv), drafted by its
+trained draft model beside rank 0: a base model that continues the prompt
+in the style of the King James Bible. Elsewhere, or with --model "", it is
+a generated small random-weight model (gibberish). Ctrl-C stops them all.
 
 Flags:
 `
@@ -39,6 +42,8 @@ func runDemoCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opts.Dir, "dir", demo.DefaultDir(), "directory for the cluster key, the loopback dir and each node's data (node-<i>/, kept across runs)")
 	fs.BoolVar(&opts.NoChat, "no-chat", false, "skip generating, placing and chatting with the demo model")
 	fs.StringVar(&opts.LogLevel, "log-level", "info", "the agents' log level: debug, info, warn or error (logs go to <dir>/node-<i>/agent.log)")
+	fs.StringVar(&opts.Model, "model", repoFile("models/kjv/kjv-target-f16.gguf"), `GGUF model to serve (default: models/kjv/kjv-target-f16.gguf when run from the repository; "": generate a random-weight one)`)
+	fs.StringVar(&opts.Draft, "draft", repoFile("models/kjv/kjv-draft-f16.gguf"), `draft model for --model, to speculate with (default: models/kjv/kjv-draft-f16.gguf when run from the repository; "": none)`)
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
@@ -56,4 +61,13 @@ func runDemoCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// repoFile is path when it exists (the demo runs from the repository, as
+// make run starts it), else "".
+func repoFile(path string) string {
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
 }

@@ -36,6 +36,9 @@ func TestDemoFlags(t *testing.T) {
 		{[]string{"demo", "--log-level", "loud"}, `--log-level "loud"`},
 		{[]string{"demo", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"demo", "extra"}, `unexpected argument "extra"`},
+		{[]string{"demo", "--model", "nowhere.gguf"}, `model "nowhere.gguf": want a .gguf file`},
+		{[]string{"demo", "--model", "", "--draft", "demo_test.go"}, `model "demo_test.go": want a .gguf file`},
+		{[]string{"demo", "--model", "", "--draft", "../../models/kjv/kjv-draft-f16.gguf"}, "--draft needs --model"},
 	} {
 		code, out, errs := runCLI(tc.args...)
 		if code != 2 || out != "" || !strings.Contains(errs, tc.want) {
@@ -424,7 +427,8 @@ func TestDemoProcess(t *testing.T) {
 }
 
 // TestDemoRepeat runs "orrery demo" three times on one directory, as
-// repeated `make run`s do: every run streams its chat, the later ones
+// repeated `make run`s do, with the trained KJV pair make run serves:
+// every run streams its chat, drafted by the draft model, the later ones
 // reuse the instance the first placed (restored from the demo dir), and
 // one instance of the demo model exists at the end of each. Each run ends
 // with Ctrl-C to the demo's process group, timed until every process of it
@@ -433,14 +437,22 @@ func TestDemoRepeat(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	base := testutil.FreeBasePort(t, 3)
+	kjv := filepath.Join("..", "..", "models", "kjv")
 	first := ""
 	for run := 1; run <= 3; run++ {
-		d := startDemo(t, bin, "--nodes", "3", "--base-port", strconv.Itoa(base), "--dir", dir)
+		d := startDemo(t, bin, "--nodes", "3", "--base-port", strconv.Itoa(base), "--dir", dir,
+			"--model", filepath.Join(kjv, "kjv-target-f16.gguf"), "--draft", filepath.Join(kjv, "kjv-draft-f16.gguf"))
 		rows, _ := d.table(t)
 		d.lineAfter(t, "The chat left trace ")
 		out := strings.Join(d.seen, "\n")
-		if !regexp.MustCompile(`\d+ tokens in [0-9.]+ s `).MatchString(out) {
+		if !regexp.MustCompile(`\d+ tokens in [0-9.]+ s `).MatchString(out) || !strings.Contains(out, "Chat with kjv-target-f16 split over 3 nodes") {
 			t.Fatalf("run %d: no chat streamed:\n%s\nstderr:\n%s", run, out, d.stderr.String())
+		}
+		if m := regexp.MustCompile(`speculation: (\d+) tokens drafted, (\d+) accepted`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+			t.Errorf("run %d: the chat drafted nothing:\n%s", run, out)
+		}
+		if run == 1 {
+			t.Logf("the demo's chat:\n%s", out[strings.Index(out, "Chat with"):])
 		}
 		var ins map[string]struct {
 			ModelID string `json:"modelId"`
@@ -448,7 +460,7 @@ func TestDemoRepeat(t *testing.T) {
 		(&agentProc{addr: strings.TrimPrefix(rows[0].url, "http://")}).mustGet(t, "/state/instances", &ins)
 		var demo []string
 		for id, in := range ins {
-			if in.ModelID == "orrery-demo-small" {
+			if in.ModelID == "kjv-target-f16" {
 				demo = append(demo, id)
 			}
 		}

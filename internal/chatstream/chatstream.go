@@ -25,9 +25,11 @@ type Chunk struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
 	Orrery *struct {
-		PrefillTokPerSec   float64 `json:"prefillTokPerSec"`
-		DecodeTokPerSec    float64 `json:"decodeTokPerSec"`
-		TimeToFirstTokenMs float64 `json:"timeToFirstTokenMs"`
+		PrefillTokPerSec    float64 `json:"prefillTokPerSec"`
+		DecodeTokPerSec     float64 `json:"decodeTokPerSec"`
+		TimeToFirstTokenMs  float64 `json:"timeToFirstTokenMs"`
+		DraftTokens         int     `json:"draftTokens"`
+		AcceptedDraftTokens int     `json:"acceptedDraftTokens"`
 	} `json:"orrery"`
 	Error *struct {
 		Message string `json:"message"`
