@@ -60,7 +60,7 @@ func TestSpeculativeDecoding(t *testing.T) {
 	if spec.Choices[0].Message.Content != plain.Choices[0].Message.Content {
 		t.Errorf("speculation changed the greedy answer:\n%q\n%q", plain.Choices[0].Message.Content, spec.Choices[0].Message.Content)
 	}
-	byDraft := ask(body(`,"speculative":{"draft":"` + draftID + `","max":4}`))
+	byDraft := ask(body(`,"speculative":{"draft":"` + draftID + `","max":4,"p_min":0}`))
 	t.Logf("draft model: drafted %d, accepted %d", byDraft.Orrery.DraftTokens, byDraft.Orrery.AcceptedDraftTokens)
 	if byDraft.Choices[0].Message.Content != plain.Choices[0].Message.Content || byDraft.Orrery.DraftTokens == 0 ||
 		byDraft.Orrery.AcceptedDraftTokens < byDraft.Orrery.DraftTokens*9/10 {
@@ -78,6 +78,7 @@ func TestSpeculativeDecoding(t *testing.T) {
 		{`,"speculative":{"draft":"other-model"}`, `drafts with \"ngram\" or its draft model \"spec-draft\"`},
 		{`,"speculative":{"draft":"ngram","max":99}`, "want 1..16"},
 		{`,"speculative":{"draft":""}`, "draft is missing"},
+		{`,"speculative":{"draft":"ngram","p_min":1.5}`, "p_min 1.5: want 0..1"},
 	} {
 		code, out, _ := p.post("/v1/chat/completions", body(c.spec))
 		if code != http.StatusBadRequest || !strings.Contains(string(out), c.says) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -51,7 +52,10 @@ func CheckVocab(target, draft *model.Tokenizer) error {
 
 // draft proposes up to k tokens to follow hist (the slot's cached tokens
 // and its pending one).
-func (d *DraftModel) draft(ctx context.Context, slot int, hist []int32, k int) ([]int32, error) {
+// It stops early at a token the draft itself gives less than pMin (0:
+// never), as llama.cpp's p_min: such a draft is likely rejected, and
+// drafting and verifying it would cost more than it saves.
+func (d *DraftModel) draft(ctx context.Context, slot int, hist []int32, k int, pMin float64) ([]int32, error) {
 	if k <= 0 || len(hist) == 0 {
 		return nil, nil
 	}
@@ -74,13 +78,13 @@ func (d *DraftModel) draft(ctx context.Context, slot int, hist []int32, k int) (
 		return nil, err
 	}
 	var out []int32
-	next, err := d.feed(ctx, slot, hist[keep:], keep)
-	for err == nil {
+	next, p, err := d.feed(ctx, slot, hist[keep:], keep)
+	for err == nil && p >= pMin {
 		out = append(out, next)
 		if len(out) == k {
 			break
 		}
-		next, err = d.feed(ctx, slot, []int32{next}, len(d.seen[slot]))
+		next, p, err = d.feed(ctx, slot, []int32{next}, len(d.seen[slot]))
 	}
 	if err != nil {
 		d.seen[slot] = nil
@@ -91,8 +95,8 @@ func (d *DraftModel) draft(ctx context.Context, slot int, hist []int32, k int) (
 }
 
 // feed runs toks at positions from pos on in slot, in batches, and
-// returns the argmax after the last.
-func (d *DraftModel) feed(ctx context.Context, slot int, toks []int32, pos int) (int32, error) {
+// returns the argmax after the last and its probability.
+func (d *DraftModel) feed(ctx context.Context, slot int, toks []int32, pos int) (int32, float64, error) {
 	bs := d.F.Options().BatchSize
 	var logits []float32
 	for i := 0; i < len(toks); i += bs {
@@ -103,12 +107,28 @@ func (d *DraftModel) feed(ctx context.Context, slot int, toks []int32, pos int) 
 		}
 		res, err := d.F.Forward(ctx, b)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		logits = res.Logits
 	}
 	d.seen[slot] = append(d.seen[slot], toks...)
-	return d.greedy.Next(logits) // the argmax, NaNs never picked, as the target's greedy sampler
+	tok, err := d.greedy.Next(logits) // the argmax, NaNs never picked, as the target's greedy sampler
+	if err != nil {
+		return 0, 0, err
+	}
+	return tok, topProb(logits, tok), nil
+}
+
+// topProb is the softmax probability of logits' argmax tok.
+func topProb(logits []float32, tok int32) float64 {
+	top := float64(logits[tok])
+	sum := 0.0
+	for _, l := range logits {
+		if !isBadLogit(l) {
+			sum += math.Exp(float64(l) - top)
+		}
+	}
+	return 1 / sum
 }
 
 // makeRoom forgets the other slots' draft caches when slot's need would

@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/delayproxy"
 	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
@@ -48,6 +49,20 @@ func startPipelineN(t *testing.T, path string, ranges [][2]int, parallel int) *p
 // model file, "": none) as its draft model "draft".
 func startPipelineDraft(t *testing.T, path string, ranges [][2]int, parallel int, draft string) *pipeline {
 	t.Helper()
+	return startPipelineWith(t, path, ranges, pipeOpts{parallel: parallel, draft: draft, threads: 1, batch: 4, kv: "f32"})
+}
+
+// pipeOpts shape a pipeline: slots, draft model, each rank's threads,
+// batch and KV cache type, and the delay a proxy adds each way on every
+// rank link (0: none).
+type pipeOpts struct {
+	parallel, threads, batch int
+	draft, kv                string
+	delay                    time.Duration
+}
+
+func startPipelineWith(t testing.TB, path string, ranges [][2]int, o pipeOpts) *pipeline {
+	t.Helper()
 	n := len(ranges)
 	p := &pipeline{traces: map[int][]trace.Span{}}
 	for range ranges {
@@ -57,6 +72,24 @@ func startPipelineDraft(t *testing.T, path string, ranges [][2]int, parallel int
 		}
 		t.Cleanup(func() { ln.Close() })
 		p.lns = append(p.lns, ln)
+	}
+	// Each rank dials the next one's listener, or a delay proxy in front
+	// of it.
+	addrs := make([]string, n)
+	for r, ln := range p.lns {
+		addrs[r] = ln.Addr().String()
+		if o.delay > 0 {
+			pl, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			up := addrs[r]
+			px := delayproxy.New(pl, o.delay, func(ctx context.Context) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "tcp", up)
+			})
+			t.Cleanup(func() { px.Close() })
+			addrs[r] = px.Addr().String()
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -71,10 +104,10 @@ func startPipelineDraft(t *testing.T, path string, ranges [][2]int, parallel int
 		}
 		next := (r + 1) % n
 		s := runner.NewServer(runner.Config{ModelPath: shard, Load: serialLoad, Token: fmt.Sprintf("tok-%d", r), Node: fmt.Sprintf("node-%d", r),
-			Options: backend.Options{Threads: 1, BatchSize: 4, KVType: "f32", Parallel: parallel}, Instance: "inst-t", Rank: r, Ranks: n,
+			Options: backend.Options{Threads: o.threads, BatchSize: o.batch, KVType: o.kv, Parallel: o.parallel}, Instance: "inst-t", Rank: r, Ranks: n,
 			RankListener: p.lns[r],
 			DialNext: func(ctx context.Context) (net.Conn, error) {
-				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", p.lns[next].Addr().String())
+				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addrs[next])
 				if err != nil {
 					return nil, err
 				}
@@ -87,7 +120,7 @@ func startPipelineDraft(t *testing.T, path string, ranges [][2]int, parallel int
 				p.mu.Unlock()
 				return c, nil
 			},
-			DraftModelPath: map[bool]string{true: draft}[r == 0], DraftID: "draft",
+			DraftModelPath: map[bool]string{true: o.draft}[r == 0], DraftID: "draft",
 			OnStageTrace: func(id string, spans []trace.Span, _ []trace.CounterSample, err error) {
 				p.mu.Lock()
 				p.traces[r] = append(p.traces[r], spans...)

@@ -121,7 +121,7 @@ func TestGreedyMatchesReference(t *testing.T) {
 	}
 }
 
-func tokenizerOf(t *testing.T, path string) (model.Config, *model.Tokenizer) {
+func tokenizerOf(t testing.TB, path string) (model.Config, *model.Tokenizer) {
 	t.Helper()
 	f, err := gguf.ReadFile(path)
 	if err != nil {

@@ -2,66 +2,218 @@ package ggmlintegration
 
 import (
 	"context"
+	"fmt"
+	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
-// BenchmarkSpeculation decodes 128 greedy tokens of a repetitive prompt
-// on one rank, without speculation and with prompt lookup (max 4 and 8),
-// side by side in one run, and reports each one's decode tok/s, the
-// speed-up and the acceptance. The model is $ORRERY_SPEC_BENCH_MODEL, or
-// the small preset (8 layers, dim 512, Q8_0). Random weights: the
-// acceptance is what lookup finds in such a model's loops, not a trained
-// model's; make spec-bench runs it.
-func BenchmarkSpeculation(b *testing.B) {
-	path := os.Getenv("ORRERY_SPEC_BENCH_MODEL")
-	if path == "" {
-		o := model.Presets["small"]
-		o.Seed = 3
-		path = filepath.Join(b.TempDir(), "small.gguf")
-		if err := model.Generate(path, o); err != nil {
-			b.Fatal(err)
-		}
+// kjvDir holds the trained pair and its held-out text (models/kjv).
+var kjvDir = filepath.Join("..", "..", "..", "models", "kjv")
+
+// specPrompts are the held-out prompts: the first words of the first n
+// held-out chapters (the models never saw these chapters).
+func specPrompts(tb testing.TB, n, words int) []string {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join(kjvDir, "heldout.txt"))
+	if err != nil {
+		tb.Fatal(err)
 	}
-	_, c := newServerOpts(b, path, backend.Options{Threads: 2, KVType: "f16"})
-	prompt := strings.Repeat("The agents measure every link and record a trace of every job. ", 8)
-	run := func(spec *runner.Speculation) runner.Result {
-		req := runner.CompletionRequest{Request: runner.Request{Prompt: prompt, MaxTokens: 128, IgnoreEOS: true, Speculative: spec}}
-		done, err := c.Complete(context.Background(), req, func(runner.Piece) error { return nil })
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[:n] {
+		f := strings.Fields(line)
+		out = append(out, strings.Join(f[:min(words, len(f))], " "))
+	}
+	return out
+}
+
+// specArm is one way of decoding, run over every prompt.
+type specArm struct {
+	name      string
+	spec      *runner.Speculation
+	tps       float64 // mean decode tok/s over the prompts and runs
+	runs      int
+	drafted   int
+	accepted  int
+	completer func(runner.CompletionRequest) (*runner.Done, error)
+}
+
+func (a *specArm) run(tb testing.TB, prompts []string, gen int) {
+	tb.Helper()
+	for _, p := range prompts {
+		req := runner.CompletionRequest{Request: runner.Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true, Speculative: a.spec}}
+		done, err := a.completer(req)
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatalf("%s: %v", a.name, err)
 		}
-		return done.Result
+		a.tps += done.DecodeTokPerSec()
+		a.runs++
+		a.drafted += done.DraftTokens
+		a.accepted += done.AcceptedDraftTokens
 	}
-	run(nil) // warm the prefix cache and the weights
-	type arm struct {
-		name string
-		spec *runner.Speculation
-		tps  float64
-		d, a int
+}
+
+func (a *specArm) report(b *testing.B, base *specArm) {
+	tps := a.tps / float64(a.runs)
+	b.ReportMetric(tps, a.name+"-tok/s")
+	line := fmt.Sprintf("%-22s %7.1f tok/s", a.name, tps)
+	if base != nil && a != base {
+		sp := tps / (base.tps / float64(base.runs))
+		b.ReportMetric(sp, a.name+"-speedup")
+		line += fmt.Sprintf("  %.2f× %s", sp, base.name)
 	}
-	arms := []*arm{{name: "plain"}, {name: "ngram4", spec: &runner.Speculation{Draft: "ngram", Max: 4}},
-		{name: "ngram8", spec: &runner.Speculation{Draft: "ngram", Max: 8}}}
+	if a.drafted > 0 {
+		acc := float64(a.accepted) / float64(a.drafted)
+		b.ReportMetric(acc, a.name+"-accept")
+		line += fmt.Sprintf("  accepted %d of %d drafted (%.1f %%)", a.accepted, a.drafted, 100*acc)
+	}
+	b.Log(line)
+}
+
+// BenchmarkSpeculation is make spec-bench: speculative decoding on the
+// trained KJV pair (models/kjv: a 10 M target, a 1.7 M draft), side by side
+// in one run, greedy, 2 threads:
+//   - one rank: plain decoding, the draft model at max 4 and at max 8
+//     (adaptive below that), on held-out prompts;
+//   - one rank, a repetitive task (a passage, then the passage again with
+//     edits, to be continued): plain, and prompt lookup;
+//   - a 3-rank pipeline (runner servers in this process, their rank links
+//     through delay proxies adding 1 ms each way): plain and the draft;
+//   - when the llama.cpp reference is installed, llama-speculative on the
+//     same files and prompts (max 4), against llama-bench's decode.
+//
+// $ORRERY_SPEC_BENCH_MODEL and $ORRERY_SPEC_BENCH_DRAFT replace the pair.
+func BenchmarkSpeculation(b *testing.B) {
+	target := cmpEnv("ORRERY_SPEC_BENCH_MODEL", filepath.Join(kjvDir, "kjv-target-f16.gguf"))
+	draft := cmpEnv("ORRERY_SPEC_BENCH_DRAFT", filepath.Join(kjvDir, "kjv-draft-f16.gguf"))
+	const gen = 96
+	prompts := specPrompts(b, 8, 12)
+	one := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
+		Options: backend.Options{Threads: 2, BatchSize: 16, KVType: "f16"}})
+	if err := one.Load(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(one.Close)
+	oneC := serve(b, one, "secret")
+	cfg, _ := tokenizerOf(b, target)
+	l := cfg.Layers
+	pipe := startPipelineWith(b, target, [][2]int{{0, l / 3}, {l / 3, 2 * l / 3}, {2 * l / 3, l}},
+		pipeOpts{parallel: 1, threads: 2, batch: 16, kv: "f16", draft: draft, delay: time.Millisecond})
+	via := func(c *runner.Client) func(runner.CompletionRequest) (*runner.Done, error) {
+		return func(req runner.CompletionRequest) (*runner.Done, error) {
+			return c.Complete(context.Background(), req, func(runner.Piece) error { return nil })
+		}
+	}
+	draft4, draft8 := &runner.Speculation{Draft: "draft", Max: 4}, &runner.Speculation{Draft: "draft", Max: 8}
+	plain := &specArm{name: "plain", completer: via(oneC)}
+	arms := []*specArm{plain, {name: "draft-max4", spec: draft4, completer: via(oneC)}, {name: "draft-max8", spec: draft8, completer: via(oneC)}}
+	rep := []string{repetitive(prompts)}
+	repPlain := &specArm{name: "repeat-plain", completer: via(oneC)}
+	repArms := []*specArm{repPlain, {name: "repeat-ngram-max8", spec: &runner.Speculation{Draft: "ngram", Max: 8}, completer: via(oneC)}}
+	pipePlain := &specArm{name: "pipe3-1ms-plain", completer: via(pipe.client)}
+	pipeArms := []*specArm{pipePlain, {name: "pipe3-1ms-draft-max8", spec: draft8, completer: via(pipe.client)}}
+	plain.run(b, prompts[:1], 8) // warm the weights
 	for b.Loop() {
 		for _, a := range arms {
-			r := run(a.spec)
-			a.tps += r.DecodeTokPerSec()
-			a.d += r.DraftTokens
-			a.a += r.AcceptedDraftTokens
+			a.run(b, prompts, gen)
+		}
+		for _, a := range repArms {
+			a.run(b, rep, gen)
+		}
+		for _, a := range pipeArms {
+			a.run(b, prompts, gen)
 		}
 	}
-	n := float64(b.N)
+	b.Logf("target %s, draft %s; %d held-out prompts × %d tokens, greedy, 2 threads", target, draft, len(prompts), gen)
 	for _, a := range arms {
-		b.ReportMetric(a.tps/n, a.name+"-tok/s")
-		if a.spec != nil {
-			b.ReportMetric(a.tps/arms[0].tps, a.name+"-speedup")
-			b.ReportMetric(float64(a.a)/float64(max(a.d, 1)), a.name+"-accept")
-		}
+		a.report(b, plain)
 	}
+	for _, a := range repArms {
+		a.report(b, repPlain)
+	}
+	for _, a := range pipeArms {
+		a.report(b, pipePlain)
+	}
+	llamaSpeculative(b, target, draft, prompts, gen)
+}
+
+// repetitive is the prompt lookup task: a held-out passage, then the same
+// passage with a few words changed, cut short for the model to continue.
+func repetitive(prompts []string) string {
+	p := strings.Join(prompts[:3], " ")
+	edited := strings.NewReplacer(" the ", " that ", " and ", " & ").Replace(p)
+	f := strings.Fields(edited)
+	return p + "\n" + strings.Join(f[:len(f)/3], " ")
+}
+
+func cmpEnv(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// llamaSpeculative runs llama.cpp's llama-speculative on the same files and
+// prompts (greedy, max 4 drafted, 2 threads) and llama-bench's decode of
+// the target, and logs the acceptance and speed-up; it logs why not when
+// the reference is missing.
+func llamaSpeculative(b *testing.B, target, draft string, prompts []string, gen int) {
+	dir := llamaref.Dir()
+	bin := llamaref.Bin(dir, "llama-speculative")
+	if _, err := os.Stat(bin); err != nil {
+		b.Logf("llama-speculative: not installed (%v): run scripts/llama-ref.sh", err)
+		return
+	}
+	num := func(re, s string) float64 {
+		m := regexp.MustCompile(re).FindStringSubmatch(s)
+		if m == nil {
+			return -1
+		}
+		v, _ := strconv.ParseFloat(m[1], 64)
+		return v
+	}
+	var tps, drafted, accepted float64
+	for _, p := range prompts {
+		out, err := exec.Command(bin, "-m", target, "-md", draft, "-p", p, "-n", strconv.Itoa(gen), "--spec-draft-n-max", "4",
+			"--temp", "0", "-t", "2", "-td", "2", "-c", "256", "--ignore-eos", "-s", "1").CombinedOutput()
+		s := string(out)
+		t, d, a := num(`decoded +\d+ tokens in +[\d.]+ seconds, speed: +([\d.]+) t/s`, s), num(`n_drafted = (\d+)`, s), num(`n_accept += (\d+)`, s)
+		if err != nil || t < 0 || d < 0 || a < 0 {
+			b.Fatalf("llama-speculative: %v\n%s", err, s)
+		}
+		tps, drafted, accepted = tps+t/float64(len(prompts)), drafted+d, accepted+a
+	}
+	out, err := exec.Command(llamaref.Bin(dir, "llama-bench"), "-m", target, "-p", "0", "-n", strconv.Itoa(gen), "-t", "2", "-r", "3", "-o", "csv").CombinedOutput()
+	base := -1.0
+	if m := regexp.MustCompile(`,"?([\d.]+)"?,"?[\d.]+"?\s*$`).FindStringSubmatch(strings.TrimSpace(string(out))); err == nil && m != nil {
+		base, _ = strconv.ParseFloat(m[1], 64)
+	}
+	b.ReportMetric(tps, "llama-draft-max4-tok/s")
+	b.ReportMetric(accepted/max(drafted, 1), "llama-draft-max4-accept")
+	line := fmt.Sprintf("%-22s %7.1f tok/s  accepted %.0f of %.0f drafted (%.1f %%)", "llama-speculative max4", tps, accepted, drafted, 100*accepted/max(drafted, 1))
+	if base > 0 {
+		b.ReportMetric(base, "llama-plain-tok/s")
+		b.ReportMetric(tps/base, "llama-draft-max4-speedup")
+		line += fmt.Sprintf("; llama-bench tg%d %.1f tok/s: %.2f×", gen, base, tps/base)
+	} else {
+		line += fmt.Sprintf("; llama-bench gave no decode figure: %v %.300s", err, out)
+	}
+	b.Log(line)
+}
+
+// serve serves s's API on loopback and returns a client for it.
+func serve(tb testing.TB, s *runner.Server, token string) *runner.Client {
+	hs := httptest.NewServer(s.Handler())
+	tb.Cleanup(hs.Close)
+	return &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: token}
 }
