@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,20 +47,16 @@ func demoModel(opts Options) served {
 	return m
 }
 
-// install copies src into dir/models/id.gguf unless a file of its size is
+// install copies src into dir/models/id.gguf unless the same bytes are
 // there (atomically: a stopped copy leaves no half model).
 func install(src, dataDir, id string) error {
 	dst := filepath.Join(dataDir, "models", id+".gguf")
-	si, err := os.Stat(src)
-	if err != nil {
-		return err
-	}
-	if di, err := os.Stat(dst); err == nil && di.Size() == si.Size() {
-		return nil
-	}
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return err
+	}
+	if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, b) {
+		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orrery-cluster/orrery/internal/testutil"
 
@@ -140,5 +141,33 @@ func TestStream(t *testing.T) {
 		if !strings.Contains(body, w) {
 			t.Errorf("request %s lacks %s", body, w)
 		}
+	}
+}
+
+// install copies a model into a node's models once, and again only when
+// the source's bytes change.
+func TestInstall(t *testing.T) {
+	src, data := filepath.Join(t.TempDir(), "m.gguf"), t.TempDir()
+	if err := os.WriteFile(src, []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(data, "models", "id.gguf")
+	if err := install(src, data, "id"); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Hour)
+	os.Chtimes(dst, past, past)
+	if err := install(src, data, "id"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(dst); !st.ModTime().Equal(past) {
+		t.Errorf("the same bytes were copied again")
+	}
+	os.WriteFile(src, []byte("two"), 0o600)
+	if err := install(src, data, "id"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "two" {
+		t.Errorf("installed %q, want the new bytes", b)
 	}
 }
