@@ -206,7 +206,7 @@ spec-bench: deps llama-ref
 	$(GO) test -run '^$$' -bench Speculation -benchtime 2x -timeout 30m -v ./engine/runner/ggmlintegration/
 
 # kjv-train retrains the two KJV models from scratch (models/kjv/README.md):
-# about an hour on 2 cores, never part of make test. It installs Debian's
+# about an hour and a half on 2 cores, never part of make test. It installs Debian's
 # bible-kjv, python3-torch, python3-sentencepiece and OpenBLAS (as root),
 # trains in .cache/kjv, and converts the result into models/kjv.
 KJV_ARGS ?=

@@ -3,12 +3,13 @@
 
     /usr/bin/python3 models/kjv/train.py --out .cache/kjv [--steps-target 540] [--steps-draft 600]
 
-needs Debian's bible-kjv, python3-torch and python3-sentencepiece (`make kjv-deps`).
+needs Debian's bible-kjv, python3-torch, python3-sentencepiece and libopenblas0-pthread
+(`make kjv-train` installs them; without OpenBLAS torch runs 10x slower).
 It writes, under --out:
   corpus-train.txt, heldout.txt   the text, one chapter a line (see split())
   kjv.model                       the SentencePiece vocabulary (BPE, 4096, byte fallback)
-  kjv-target.safetensors          ~10 M parameters, F32, tensors named and laid out as in GGUF
-  kjv-draft.safetensors           ~1.6 M parameters, same vocabulary
+  kjv-target.safetensors          ~10.5 M parameters, F32, tensors named and laid out as in GGUF
+  kjv-draft.safetensors           ~1.7 M parameters, same vocabulary
   train.log                       the loss curve and held-out loss
 `orrery convert` then writes each safetensors file as a GGUF (see models/kjv/README.md).
 
@@ -42,7 +43,7 @@ SHAPES = {
     # ~10.5 M parameters: 8 layers of 1.05 M, embeddings and output head 1.05 M each.
     # Every row is a multiple of 256, so that llama-quantize makes real K-quants.
     "target": dict(layers=8, dim=256, heads=4, ff=1024),
-    # ~1.6 M parameters: most of it the embeddings and head (0.5 M each).
+    # ~1.7 M parameters: most of it the embeddings and head (0.5 M each).
     "draft": dict(layers=3, dim=128, heads=2, ff=384),
 }
 
@@ -246,7 +247,7 @@ def vocab_meta(sp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    # About 45 and 10 minutes on 2 cores of a 2023 Xeon (5 s and 1 s a step).
+    # About 80 and 10 minutes on 2 cores of a 2023 Xeon (8–9 s and 1 s a step).
     ap.add_argument("--steps-target", type=int, default=540)
     ap.add_argument("--steps-draft", type=int, default=600)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
