@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -32,7 +33,8 @@ type PerplexityReport struct {
 // chunks of nCtx tokens (the remainder dropped), each chunk's first token
 // replaced by BOS and evaluated on a fresh cache, and only the second half
 // of each chunk is scored, so that every scored token has at least nCtx/2
-// tokens of context. chunks > 0 stops after that many.
+// tokens of context (BOS first only for a model that adds BOS, as there).
+// chunks > 0 stops after that many.
 func Perplexity(ctx context.Context, path, text string, nCtx, chunks int, opts backend.Options, load runner.LoadFunc, progress io.Writer) (*PerplexityReport, error) {
 	f, err := gguf.ReadFile(path)
 	if err != nil {
@@ -59,13 +61,19 @@ func Perplexity(ctx context.Context, path, text string, nCtx, chunks int, opts b
 		return nil, err
 	}
 	defer r.Close()
-	bos := ids[0] // Encode put BOS first (add_bos_token)
+	// llama-perplexity puts BOS first in every chunk when the model adds
+	// one (Encode then put it first in the text).
+	addBOS := len(tok.StripBOS(ids[:1])) == 0
+	bos := ids[0]
 	first := nCtx / 2
 	rep := &PerplexityReport{Model: path, Tokens: len(ids), Ctx: nCtx, Chunks: n}
 	var nll, nll2 float64
 	vocab := tok.VocabSize()
 	for c := range n {
-		chunk := append([]int32{bos}, ids[c*nCtx+1:(c+1)*nCtx]...)
+		chunk := slices.Clone(ids[c*nCtx : (c+1)*nCtx])
+		if addBOS {
+			chunk[0] = bos
+		}
 		b := backend.Batch{Tokens: chunk}
 		for i := range chunk {
 			b.Positions = append(b.Positions, int32(i))
