@@ -30,9 +30,11 @@ func TestHybridInstance(t *testing.T) {
 		return nil
 	})
 	a := ps[0]
-	poll(t, a, 20*time.Second, "D's model in A's /v1/models", func() (bool, string) {
+	// Placement runs on D (which has the model) and names A and B: D must
+	// know every identity first, as A must.
+	poll(t, a, 20*time.Second, "D's model in A's /v1/models, every identity on A and D", func() (bool, string) {
 		_, body, _ := a.get("/v1/models")
-		return strings.Contains(string(body), ids[3]), string(body)
+		return strings.Contains(string(body), ids[3]) && len(identities(t, a)) == 4 && len(identities(t, ps[3])) == 4, string(body)
 	})
 	lpReq := `{"model":"` + modelID + `","prompt":"hello stages","max_tokens":24,"temperature":0,"ignore_eos":true,"logprobs":2}`
 	one := placeJSON(t, a, `{"model":"`+modelID+`","node":"`+ids[3]+`"}`)
