@@ -81,6 +81,9 @@ type Config struct {
 	// RunnerThreads and ContextLen are passed to runners (0: all CPUs,
 	// and the model's context length).
 	RunnerThreads, ContextLen int
+	// RunnerDraftThreads are a draft model's threads (0: the runner's
+	// default, runner.SmallDraftBytes).
+	RunnerDraftThreads int
 	// ContextShift lets generations on this node's rank-0 runners run
 	// past the context (llama.cpp's context shift).
 	ContextShift bool

@@ -357,6 +357,9 @@ func (p *proc) args(path, draft string) []string {
 	}
 	if draft != "" {
 		args = append(args, "--draft-model", draft, "--draft-id", p.inst.DraftModel)
+		if cfg.DraftThreads > 0 {
+			args = append(args, "--draft-threads", strconv.Itoa(cfg.DraftThreads))
+		}
 	}
 	return args
 }

@@ -67,6 +67,8 @@ type Config struct {
 	LogDir string
 	// Threads and ContextLen are passed to runners (0: their defaults).
 	Threads, ContextLen int
+	// DraftThreads are a draft model's threads (0: the runner's default).
+	DraftThreads int
 	// DraftFile is the path of a model on this node (an instance's draft
 	// model, which its rank 0 loads beside it).
 	DraftFile func(modelID string) (string, error)

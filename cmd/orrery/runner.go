@@ -65,6 +65,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+tpTokenEnv+"); empty: the agent at --agent-api arranges the links (direct, where it granted a listener and a link secret; else through it, as a pipeline's)")
 	tpWire := fs.String("tp-wire", "f32", "how the group's all-reduces send their values: f32 (the sum to the bit), or f16 or bf16 (half the bytes, each rank's part rounded; every rank of the group must agree; see docs/inference.md for what it costs)")
 	draftModel := fs.String("draft-model", "", "rank 0: a draft model (GGUF with the same vocabulary) for speculative decoding")
+	draftThreads := fs.Int("draft-threads", 0, fmt.Sprintf("CPU threads for the draft model (0: one for a draft of at most %d MiB of weights, whose ops are too short to share; else --threads)", runner.SmallDraftBytes>>20))
 	draftID := fs.String("draft-id", "", "the name requests give the draft model in \"speculative\": {\"draft\": ID} (default: its file name without .gguf)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
@@ -96,7 +97,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift,
-		DraftModelPath: *draftModel, DraftID: cmp.Or(*draftID, strings.TrimSuffix(filepath.Base(*draftModel), ".gguf"))}
+		DraftModelPath: *draftModel, DraftID: cmp.Or(*draftID, strings.TrimSuffix(filepath.Base(*draftModel), ".gguf")), DraftThreads: *draftThreads}
 	if *tpRanks > 1 {
 		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *tpWire, *agentAPI, getenv)
 		if err != nil {

@@ -45,7 +45,9 @@ func TestPerplexityMatchesLlamaCpp(t *testing.T) {
 	}
 	sameTokens(t, dir, string(text))
 	tmp := t.TempDir()
-	load := func(ctx context.Context, p string, o backend.Options, pr func(float32)) (backend.Rank, error) { return ggml.Load(ctx, p, o, pr) }
+	load := func(ctx context.Context, p string, o backend.Options, pr func(float32)) (backend.Rank, error) {
+		return ggml.Load(ctx, p, o, pr)
+	}
 	var lines []string
 	for _, typ := range []string{"F32", "F16", "Q8_0", "Q4_K_M"} {
 		path := kjvTarget

@@ -78,13 +78,13 @@ func (d *DraftModel) draft(ctx context.Context, slot int, hist []int32, k int, p
 		return nil, err
 	}
 	var out []int32
-	next, p, err := d.feed(ctx, slot, hist[keep:], keep)
+	next, p, err := d.feed(ctx, slot, hist[keep:], keep, pMin > 0)
 	for err == nil && p >= pMin {
 		out = append(out, next)
 		if len(out) == k {
 			break
 		}
-		next, p, err = d.feed(ctx, slot, []int32{next}, len(d.seen[slot]))
+		next, p, err = d.feed(ctx, slot, []int32{next}, len(d.seen[slot]), pMin > 0)
 	}
 	if err != nil {
 		d.seen[slot] = nil
@@ -95,8 +95,9 @@ func (d *DraftModel) draft(ctx context.Context, slot int, hist []int32, k int, p
 }
 
 // feed runs toks at positions from pos on in slot, in batches, and
-// returns the argmax after the last and its probability.
-func (d *DraftModel) feed(ctx context.Context, slot int, toks []int32, pos int) (int32, float64, error) {
+// returns the argmax after the last and, if prob, its probability (else
+// 1: a softmax over the vocabulary costs a tenth of a small draft's pass).
+func (d *DraftModel) feed(ctx context.Context, slot int, toks []int32, pos int, prob bool) (int32, float64, error) {
 	bs := d.F.Options().BatchSize
 	var logits []float32
 	for i := 0; i < len(toks); i += bs {
@@ -115,6 +116,9 @@ func (d *DraftModel) feed(ctx context.Context, slot int, toks []int32, pos int) 
 	tok, err := d.greedy.Next(logits) // the argmax, NaNs never picked, as the target's greedy sampler
 	if err != nil {
 		return 0, 0, err
+	}
+	if !prob {
+		return tok, 1, nil
 	}
 	return tok, topProb(logits, tok), nil
 }
@@ -155,8 +159,28 @@ func (d *DraftModel) makeRoom(slot, need int) error {
 	return nil
 }
 
+// SmallDraftBytes is the most weights a draft model computes on one
+// thread by default. A small draft's ops last microseconds, and its
+// threads would spend them at ggml's barriers: beside a 2-thread target on
+// 2 cores, the 3.3 MB KJV draft took 0.32 ms a token on one thread and
+// 1.0 ms on two (make spec-bench, 2026-12-06).
+const SmallDraftBytes = 64 << 20
+
+// draftThreads is how many threads a draft model of weights bytes computes
+// on: set, if it is; else one for a small draft; else the target's.
+func draftThreads(set, target int, weights uint64) int {
+	switch {
+	case set > 0:
+		return set
+	case weights <= SmallDraftBytes:
+		return 1
+	}
+	return target
+}
+
 // loadDraft loads the draft model beside rank 0, with the target's
-// options (threads, context, batch, slots, cache type), once its
+// options (context, batch, slots, cache type; threads as draftThreads
+// says), once its
 // vocabulary is checked against the target's (tok).
 func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *model.Tokenizer, opts backend.Options) (*DraftModel, error) {
 	sp := root.Child("draft model", "weights")
@@ -173,7 +197,7 @@ func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *model.To
 	if err := CheckVocab(tok, dtok); err != nil {
 		return nil, fmt.Errorf("draft model %s cannot draft for %s: %w", path, s.cfg.ModelPath, err)
 	}
-	o := backend.Options{Threads: opts.Threads, ContextLen: opts.ContextLen, BatchSize: opts.BatchSize, Parallel: opts.Parallel,
+	o := backend.Options{Threads: draftThreads(s.cfg.DraftThreads, opts.Threads, f.DataSize()), ContextLen: opts.ContextLen, BatchSize: opts.BatchSize, Parallel: opts.Parallel,
 		KVType: opts.KVType, NoFlashAttention: opts.NoFlashAttention, NoRepack: opts.NoRepack}
 	r, err := s.cfg.Load(ctx, path, o, nil)
 	if err != nil {

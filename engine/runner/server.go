@@ -78,6 +78,9 @@ type Config struct {
 	// DraftModelPath, on rank 0, is a draft model for speculative
 	// decoding, which requests name as DraftID (draftmodel.go).
 	DraftModelPath, DraftID string
+	// DraftThreads are the draft model's CPU threads (0: one for a small
+	// draft, else the target's: draftThreads).
+	DraftThreads int
 }
 
 // Health is GET /health.

@@ -51,3 +51,22 @@ func TestSpeculationValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestDraftThreads(t *testing.T) {
+	for _, c := range []struct {
+		set, target int
+		weights     uint64
+		want        int
+	}{
+		{0, 8, 3 << 20, 1},              // the KJV draft: one thread
+		{0, 8, SmallDraftBytes, 1},      // at the limit
+		{0, 8, SmallDraftBytes + 1, 8},  // larger: the target's
+		{3, 8, 3 << 20, 3},              // asked for
+		{2, 8, SmallDraftBytes << 4, 2}, // asked for
+		{0, 1, SmallDraftBytes << 4, 1}, // a 1-thread target
+	} {
+		if got := draftThreads(c.set, c.target, c.weights); got != c.want {
+			t.Errorf("draftThreads(%d, %d, %d) = %d, want %d", c.set, c.target, c.weights, got, c.want)
+		}
+	}
+}

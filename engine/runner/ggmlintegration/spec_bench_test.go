@@ -84,7 +84,8 @@ func (a *specArm) report(b *testing.B, base *specArm) {
 // trained KJV pair (models/kjv: a 10 M target, a 1.7 M draft), side by side
 // in one run, greedy, 2 threads:
 //   - one rank: plain decoding, the draft model at max 4 and at max 8
-//     (adaptive below that), on held-out prompts;
+//     (adaptive below that) on its default one thread, and at max 4 on
+//     the target's two, on held-out prompts;
 //   - one rank, a repetitive task (a passage, then the passage again with
 //     edits, to be continued): plain, and prompt lookup;
 //   - a 3-rank pipeline (runner servers in this process, their rank links
@@ -98,13 +99,16 @@ func BenchmarkSpeculation(b *testing.B) {
 	draft := cmpEnv("ORRERY_SPEC_BENCH_DRAFT", filepath.Join(kjvDir, "kjv-draft-f16.gguf"))
 	const gen = 96
 	prompts := specPrompts(b, 8, 12)
-	one := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
-		Options: backend.Options{Threads: 2, BatchSize: 16, KVType: "f16"}})
-	if err := one.Load(context.Background()); err != nil {
-		b.Fatal(err)
+	oneNode := func(draftThreads int) *runner.Client {
+		s := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
+			DraftThreads: draftThreads, Options: backend.Options{Threads: 2, BatchSize: 16, KVType: "f16"}})
+		if err := s.Load(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(s.Close)
+		return serve(b, s, "secret")
 	}
-	b.Cleanup(one.Close)
-	oneC := serve(b, one, "secret")
+	oneC, one2C := oneNode(0), oneNode(2)
 	cfg, _ := tokenizerOf(b, target)
 	l := cfg.Layers
 	pipe := startPipelineWith(b, target, [][2]int{{0, l / 3}, {l / 3, 2 * l / 3}, {2 * l / 3, l}},
@@ -116,22 +120,29 @@ func BenchmarkSpeculation(b *testing.B) {
 	}
 	draft4, draft8 := &runner.Speculation{Draft: "draft", Max: 4}, &runner.Speculation{Draft: "draft", Max: 8}
 	plain := &specArm{name: "plain", completer: via(oneC)}
-	arms := []*specArm{plain, {name: "draft-max4", spec: draft4, completer: via(oneC)}, {name: "draft-max8", spec: draft8, completer: via(oneC)}}
+	arms := []*specArm{plain, {name: "draft-max4", spec: draft4, completer: via(oneC)}, {name: "draft-max8", spec: draft8, completer: via(oneC)},
+		{name: "draft-2threads-max4", spec: draft4, completer: via(one2C)}}
 	rep := []string{repetitive(prompts)}
 	repPlain := &specArm{name: "repeat-plain", completer: via(oneC)}
 	repArms := []*specArm{repPlain, {name: "repeat-ngram-max8", spec: &runner.Speculation{Draft: "ngram", Max: 8}, completer: via(oneC)}}
 	pipePlain := &specArm{name: "pipe3-1ms-plain", completer: via(pipe.client)}
 	pipeArms := []*specArm{pipePlain, {name: "pipe3-1ms-draft-max8", spec: draft8, completer: via(pipe.client)}}
 	plain.run(b, prompts[:1], 8) // warm the weights
+	// Arms take turns prompt by prompt, so that this VM's drift (a sixth
+	// between runs) falls on each alike.
 	for b.Loop() {
-		for _, a := range arms {
-			a.run(b, prompts, gen)
+		for _, p := range prompts {
+			for _, a := range arms {
+				a.run(b, []string{p}, gen)
+			}
 		}
 		for _, a := range repArms {
 			a.run(b, rep, gen)
 		}
-		for _, a := range pipeArms {
-			a.run(b, prompts, gen)
+		for _, p := range prompts {
+			for _, a := range pipeArms {
+				a.run(b, []string{p}, gen)
+			}
 		}
 	}
 	b.Logf("target %s, draft %s; %d held-out prompts × %d tokens, greedy, 2 threads", target, draft, len(prompts), gen)
