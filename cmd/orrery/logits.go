@@ -55,8 +55,8 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err == nil && (*gen < 1 || *gen > 4096 || *threads < 1) {
 		err = errors.New("--gen must be 1..4096 and --threads ≥ 1")
 	}
-	if err == nil && *kv != "f16" && *kv != "f32" {
-		err = fmt.Errorf("kv cache type %q: want f16 or f32", *kv)
+	if err == nil {
+		err = backend.CheckKVType(*kv)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery logits: %v\n", err)

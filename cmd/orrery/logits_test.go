@@ -58,3 +58,22 @@ func TestLogitsCommandRefusals(t *testing.T) {
 		t.Errorf("a missing file: exit %d, %q; want 1 naming the file", code, errOut)
 	}
 }
+
+func TestPerplexityCommandRefusals(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"-f x.txt", "--model and -f are required"},
+		{"--model x.gguf", "--model and -f are required"},
+		{"--model x.gguf -f x.txt --ctx 2", "--ctx must be 4..1048576"},
+		{"--model x.gguf -f x.txt --chunks -1", "--chunks ≥ 0"},
+		{"--model x.gguf -f x.txt --kv-type q4", "kv cache type \"q4\""},
+	} {
+		code, _, errOut := runCLI(append([]string{"perplexity"}, strings.Fields(c.args)...)...)
+		if code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("perplexity %s: exit %d, %q; want 2 and %q", c.args, code, errOut, c.want)
+		}
+	}
+	code, _, errOut := runCLI("perplexity", "--model", "x.gguf", "-f", filepath.Join(t.TempDir(), "none.txt"))
+	if code != 1 || !strings.Contains(errOut, "none.txt") {
+		t.Errorf("a missing text: exit %d, %q; want 1 naming the file", code, errOut)
+	}
+}

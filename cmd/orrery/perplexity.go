@@ -48,8 +48,8 @@ func runPerplexity(ctx context.Context, args []string, stdout, stderr io.Writer)
 		err = errors.New("--model and -f are required")
 	case *nCtx < 4 || *nCtx > 1<<20 || *threads < 1 || *chunks < 0:
 		err = errors.New("--ctx must be 4..1048576, --threads ≥ 1 and --chunks ≥ 0")
-	case *kv != "f16" && *kv != "f32":
-		err = fmt.Errorf("kv cache type %q: want f16 or f32", *kv)
+	default:
+		err = backend.CheckKVType(*kv)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery perplexity: %v\n", err)

@@ -89,12 +89,16 @@ func (o *Options) Resolve(c model.Config) error {
 	if o.Parallel > MaxParallel {
 		return fmt.Errorf("%d parallel sequences, at most %d", o.Parallel, MaxParallel)
 	}
-	switch o.KVType {
-	case "":
+	if o.KVType == "" {
 		o.KVType = "f16"
-	case "f16", "f32":
-	default:
-		return fmt.Errorf("kv cache type %q: want f16 or f32", o.KVType)
+	}
+	return CheckKVType(o.KVType)
+}
+
+// CheckKVType refuses a KV cache type other than f16 and f32.
+func CheckKVType(t string) error {
+	if t != "f16" && t != "f32" {
+		return fmt.Errorf("kv cache type %q: want f16 or f32", t)
 	}
 	return nil
 }
