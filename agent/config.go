@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -92,6 +93,9 @@ type Config struct {
 	// listener on the peer address's host granted to each runner), not
 	// through the agents.
 	DirectLinks bool
+	// DirectPorts bound the ports of those listeners, first to last
+	// ({0, 0}: any free port), for a firewall that opens a range.
+	DirectPorts [2]int
 	// Parallel is how many requests an instance placed here serves at
 	// once: the runners' slots, sharing one KV cache of ContextLen
 	// positions.
@@ -173,6 +177,9 @@ func (c Config) validate() error {
 	if c.Heartbeat < 10*time.Millisecond || c.FailAfter < 2*c.Heartbeat {
 		return fmt.Errorf("heartbeat %v / fail-after %v: want heartbeat ≥ 10ms and fail-after ≥ 2 heartbeats", c.Heartbeat, c.FailAfter)
 	}
+	if p := c.DirectPorts; p != [2]int{} && (p[0] < 1 || p[0] > p[1] || p[1] > 65535) {
+		return fmt.Errorf("direct ports %d-%d: want 1 ≤ first ≤ last ≤ 65535", p[0], p[1])
+	}
 	if c.TraceMergeTimeout < 100*time.Millisecond || c.TraceMergeTimeout > 10*time.Minute {
 		return fmt.Errorf("trace merge timeout %v: want 100ms..10m", c.TraceMergeTimeout)
 	}
@@ -186,4 +193,18 @@ func (c Config) modelDirs() model.Dirs {
 	}
 	home, _ := os.UserHomeDir()
 	return model.DefaultDirs(c.DataDir, home, c.Getenv)
+}
+
+// ParsePortRange parses "FIRST-LAST" (or one port, "P") into DirectPorts.
+func ParsePortRange(v string) ([2]int, error) {
+	first, last, ok := strings.Cut(v, "-")
+	if !ok {
+		last = first
+	}
+	a, erra := strconv.Atoi(strings.TrimSpace(first))
+	b, errb := strconv.Atoi(strings.TrimSpace(last))
+	if erra != nil || errb != nil || a < 1 || a > b || b > 65535 {
+		return [2]int{}, fmt.Errorf("port range %q: want FIRST-LAST with 1 ≤ FIRST ≤ LAST ≤ 65535", v)
+	}
+	return [2]int{a, b}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -60,6 +61,10 @@ type ChoiceRun struct {
 	Plans    []ChoicePlan `json:"plans"`
 	// ChosenVsOther is the chosen plan's measured decode over the other's.
 	ChosenVsOther float64 `json:"chosenVsOther"`
+	// DirectLinkBytes are the bytes the proxies of the agents'
+	// --direct-ports forwarded (0 without proxies): the group's direct
+	// links came up through them where it is not 0.
+	DirectLinkBytes int64 `json:"directLinkBytes"`
 }
 
 // ChoicePlan is one plan's prediction and measurement.
@@ -130,7 +135,7 @@ func choiceAt(ctx context.Context, o ChoiceOptions, delay time.Duration, log io.
 	if err := os.Symlink(abs, filepath.Join(dirs[0], "models", modelID+".gguf")); err != nil {
 		return run, err
 	}
-	agents, stop, err := startPair(ctx, o, delay, root, dirs)
+	agents, directBytes, stop, err := startPair(ctx, o, delay, root, dirs)
 	defer stop()
 	if err != nil {
 		return run, err
@@ -201,6 +206,7 @@ func choiceAt(ctx context.Context, o ChoiceOptions, delay time.Duration, log io.
 	}
 	recalibrated(ctx, a.c, modelID, run.Plans)
 	run.ChosenVsOther = chosenVsOther(run)
+	run.DirectLinkBytes = directBytes()
 	return run, nil
 }
 
@@ -238,51 +244,82 @@ func chosenVsOther(run ChoiceRun) float64 {
 }
 
 // startPair starts the two agents (data in dirs, logs in root), each
-// reaching the other only through a proxy adding delay each way (none
+// reaching the other only through proxies adding delay each way (none
 // for 0). stop stops them and the proxies, whatever err.
-func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root string, dirs [2]string) (agents [2]*choiceAgent, stop func(), err error) {
-	var proxies [2]*delayproxy.Proxy
+//
+// Behind proxies, agent i sees the other at a loopback address of its
+// own, seen[i] (127.0.0.6 or .7): its proxy to the other's peer address
+// listens there, and so does one proxy per port of the other's
+// --direct-ports, each dialing from seen[1-i], the address the other
+// sees it at. An agent takes a peer's direct-link host from its links to
+// that peer, so a tensor-parallel group's direct links go through the
+// proxies too, as on a real network; nothing reaches the other agent
+// around them.
+func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root string, dirs [2]string) (agents [2]*choiceAgent, directBytes func() int64, stop func(), err error) {
+	var proxies, direct []*delayproxy.Proxy
+	directBytes = func() int64 {
+		var n int64
+		for _, p := range direct {
+			up, down := p.Forwarded()
+			n += up + down
+		}
+		return n
+	}
 	stop = func() {
 		for _, a := range agents {
 			a.stop()
 		}
 		for _, p := range proxies {
-			if p != nil {
-				p.Close()
-			}
+			p.Close()
 		}
 	}
-	// Each agent's peer address, and a proxy to it that dials from
-	// another loopback address, so that every link (rank links too) goes
-	// through a proxy.
 	// Two peer addresses and two API ones (free a moment ago: another
 	// process may take one before its agent binds it).
 	addrs, err := loopbackAddrs(4)
 	if err != nil {
-		return agents, stop, err
+		return agents, directBytes, stop, err
 	}
 	peers := [2]string{addrs[0], addrs[1]}
-	for i, from := range []string{"127.0.0.4", "127.0.0.3"} {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return agents, stop, err
+	seen := [2]string{"127.0.0.6", "127.0.0.7"}
+	var ports [2][2]int
+	var peerVia [2]string
+	if delay > 0 {
+		for i := range 2 {
+			if ports[i], err = freePortRange(directPortsPerAgent, seen[1-i]); err != nil {
+				return agents, directBytes, stop, err
+			}
 		}
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
-		up := peers[i]
-		proxies[i] = delayproxy.New(ln, delay, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", up) })
+		for i := range 2 {
+			// Agent i's way to the other (1-i): its peer port, then each
+			// of its direct ports.
+			other, _, _ := net.SplitHostPort(peers[1-i])
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(seen[1-i])}, Timeout: 2 * time.Second}
+			p, err := delayTo(delay, d, net.JoinHostPort(seen[i], "0"), peers[1-i])
+			if err != nil {
+				return agents, directBytes, stop, err
+			}
+			proxies, peerVia[i] = append(proxies, p), p.Addr().String()
+			for q := ports[1-i][0]; q <= ports[1-i][1]; q++ {
+				p, err := delayTo(delay, d, net.JoinHostPort(seen[i], strconv.Itoa(q)), net.JoinHostPort(other, strconv.Itoa(q)))
+				if err != nil {
+					return agents, directBytes, stop, err
+				}
+				proxies, direct = append(proxies, p), append(direct, p)
+			}
+		}
 	}
 	key := auth.GenerateKey().String()
 	for i := range agents {
 		addr := addrs[2+i]
-		peer := proxies[1-i].Addr().String()
+		peer := peerVia[i]
 		if delay == 0 {
 			peer = peers[1-i] // no proxy: loopback as it is
 		}
-		// The delay proxies sit on the agents' peer links; a group's direct
-		// links would go around them, so behind a proxy the group links
-		// through the agents (and the cost model counts the relay).
 		args := []string{"agent", "--api-addr", addr, "--data-dir", dirs[i], "--peer-addr", peers[i],
-			"--peer", peer, "--mdns=false", "--runner-threads", "1", "--speed", "auto", fmt.Sprintf("--direct-links=%v", delay == 0)}
+			"--peer", peer, "--mdns=false", "--runner-threads", "1", "--speed", "auto"}
+		if delay > 0 {
+			args = append(args, "--direct-ports", fmt.Sprintf("%d-%d", ports[i][0], ports[i][1]))
+		}
 		cmd := exec.CommandContext(ctx, o.Bin, args...)
 		if o.Cores != nil {
 			cmd = exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(o.Cores[i]), o.Bin}, args...)...)
@@ -290,18 +327,54 @@ func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root s
 		cmd.Env = append(os.Environ(), "ORRERY_CLUSTER_KEY="+key, "HOME="+dirs[i])
 		logf, err := os.Create(filepath.Join(root, fmt.Sprintf("agent-%d.log", i)))
 		if err != nil {
-			return agents, stop, err
+			return agents, directBytes, stop, err
 		}
 		defer logf.Close() // the child has its own copy
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
-			return agents, stop, err
+			return agents, directBytes, stop, err
 		}
 		a := &choiceAgent{cmd: cmd, c: client.New("http://" + addr), done: make(chan error, 1)}
 		go func() { a.done <- cmd.Wait() }()
 		agents[i] = a
 	}
-	return agents, stop, nil
+	return agents, directBytes, stop, nil
+}
+
+// directPortsPerAgent is each agent's --direct-ports: one tensor-parallel
+// rank's listener at a time, and room for a runner being replaced.
+const directPortsPerAgent = 4
+
+// delayTo is a delay proxy listening at addr, dialing up with d.
+func delayTo(delay time.Duration, d *net.Dialer, addr, up string) (*delayproxy.Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return delayproxy.New(ln, delay, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", up) }), nil
+}
+
+// freePortRange finds n consecutive ports free on 127.0.0.1 and on also
+// (free a moment ago, as loopbackAddrs's).
+func freePortRange(n int, also string) ([2]int, error) {
+	for range 100 {
+		first := 20000 + rand.IntN(30000)
+		ok := true
+		for q := first; q < first+n && ok; q++ {
+			for _, h := range []string{"127.0.0.1", also} {
+				ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(q)))
+				if err != nil {
+					ok = false
+					break
+				}
+				ln.Close()
+			}
+		}
+		if ok {
+			return [2]int{first, first + n - 1}, nil
+		}
+	}
+	return [2]int{}, fmt.Errorf("no %d consecutive free ports on loopback", n)
 }
 
 // PrintChoice prints one row per delay and plan.
@@ -329,9 +402,12 @@ func PrintChoice(w io.Writer, r *ChoiceReport) {
 	fmt.Fprintln(w, "(predicted after the runs: the previews once the group has measured its all-reduce, and that over measured)")
 	for _, run := range r.Runs {
 		fmt.Fprintf(w, "%.0f µs each way: auto placed %s; measured, it decodes at %.2f× the other plan\n", run.DelayMicros, run.Chosen, run.ChosenVsOther)
-		links := "through the agents"
-		if run.DelayMicros == 0 {
-			links = "linked directly"
+		links := "linked directly"
+		if run.DelayMicros > 0 {
+			links = fmt.Sprintf("linked directly through the proxies (%.1f MB)", float64(run.DirectLinkBytes)/1e6)
+			if run.DirectLinkBytes == 0 {
+				links = "through the agents (its direct links did not come up)"
+			}
 		}
 		for _, p := range run.Plans {
 			if p.Recalibrated != nil && len(p.Recalibrated.Measured) > 0 {

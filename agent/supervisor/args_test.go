@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -29,4 +31,37 @@ func TestArgsDraft(t *testing.T) {
 	if args := p.args("/m/t.gguf", ""); slices.Contains(args, "--draft-threads") {
 		t.Errorf("no draft, yet %q", args)
 	}
+}
+
+// TestListenIn: a direct listener takes the first free port of its range,
+// and a range with none free is an error naming it.
+func TestListenIn(t *testing.T) {
+	first, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	busy := first.Addr().(*net.TCPAddr).Port
+	if _, err := listenIn("127.0.0.1", [2]int{busy, busy}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("no free port in %d-%d", busy, busy)) {
+		t.Fatalf("a busy range: %v", err)
+	}
+	// The next port may be taken by another process; look for a free pair.
+	for p := busy + 1; p < busy+50 && p < 65535; p++ {
+		probe, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		probe.Close()
+		ln, err := listenIn("127.0.0.1", [2]int{busy, p})
+		if err != nil {
+			t.Fatalf("range %d-%d with %d free: %v", busy, p, p, err)
+		}
+		got := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if got <= busy || got > p {
+			t.Fatalf("range %d-%d (%d busy): listened on %d", busy, p, busy, got)
+		}
+		return
+	}
+	t.Fatal("no free port near", busy)
 }

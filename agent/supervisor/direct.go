@@ -40,9 +40,9 @@ func (p *proc) grantDirect(cmd *exec.Cmd) (*directGrant, error) {
 	if p.inst.Tensor < 2 || cfg.DirectHost == "" || cfg.LinkSecret == nil {
 		return nil, nil
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.DirectHost, "0"))
+	ln, err := listenIn(cfg.DirectHost, cfg.DirectPorts)
 	if err != nil {
-		return nil, fmt.Errorf("direct rank link listener on %s: %w", cfg.DirectHost, err)
+		return nil, err
 	}
 	f, err := ln.(*net.TCPListener).File()
 	if err != nil {
@@ -54,4 +54,23 @@ func (p *proc) grantDirect(cmd *exec.Cmd) (*directGrant, error) {
 	cmd.Env = append(cmd.Env, runner.DirectFDEnv+"="+strconv.Itoa(2+len(cmd.ExtraFiles)),
 		runner.LinkSecretEnv+"="+hex.EncodeToString(cfg.LinkSecret(p.inst.InstanceID)))
 	return &directGrant{port: ln.Addr().(*net.TCPAddr).Port, ln: ln, f: f}, nil
+}
+
+// listenIn listens on host at the first free port of ports ({0, 0}: any).
+func listenIn(host string, ports [2]int) (net.Listener, error) {
+	if ports == [2]int{} {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("direct rank link listener on %s: %w", host, err)
+		}
+		return ln, nil
+	}
+	var err error
+	for p := ports[0]; p <= ports[1]; p++ {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p))); err == nil {
+			return ln, nil
+		}
+	}
+	return nil, fmt.Errorf("direct rank link listener on %s: no free port in %d-%d (agent --direct-ports; the last: %w)", host, ports[0], ports[1], err)
 }

@@ -100,6 +100,8 @@ type Config struct {
 	// group's links go through the agents.
 	DirectHost string
 	LinkSecret func(instanceID string) []byte
+	// DirectPorts bound the direct listeners' ports ({0, 0}: any).
+	DirectPorts [2]int
 	// MissingGrace defaults to DefaultMissingGrace.
 	MissingGrace time.Duration
 	Logger       *slog.Logger

@@ -140,6 +140,10 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.RunnerThreads, "runner-threads", 0, "CPU threads per model runner (0: all)")
 	fs.IntVar(&cfg.RunnerDraftThreads, "runner-draft-threads", 0, "CPU threads for a runner's draft model (0: one for a small draft, else --runner-threads; see orrery runner --help)")
 	fs.BoolVar(&cfg.DirectLinks, "direct-links", cfg.DirectLinks, "link a tensor-parallel group's runners to each other directly (TLS under a secret derived from the cluster key, on the --peer-addr host), not through the agents; they fall back to the agents when a direct link fails")
+	fs.Func("direct-ports", "ports for those direct links' listeners, FIRST-LAST (one per tensor-parallel rank on this node; default: any free port), for a firewall that opens a range", func(v string) (err error) {
+		cfg.DirectPorts, err = agent.ParsePortRange(v)
+		return err
+	})
 	fs.StringVar(&cfg.Speed, "speed", "auto", `this node's compute speed for "parallelism": "auto": "auto" (measured at start by orrery speed, about 3 s, and kept in the data dir), a file of orrery speed --json, or "off"`)
 	fs.IntVar(&cfg.ContextLen, "ctx", 0, "context length of model runners in tokens (0: each model's own)")
 	fs.BoolVar(&cfg.ContextShift, "context-shift", false, "let a generation run past the context: when a request's cache is full, drop the older half after BOS and go on (llama.cpp's context shift; off: such a max_tokens is a 400)")

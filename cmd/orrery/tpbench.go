@@ -37,9 +37,10 @@ core, its runners on one thread) that reach each other only through delay
 proxies adding each delay each way, lets each measure its speed, places the
 model with "parallelism": "auto" over both, and measures both plans (a
 pipeline of 2 and a tensor-parallel group of 2) beside the cost model's
-predictions. Behind a proxy the group links through the agents (direct links
-would go around the proxy); a delay of 0 means no proxy, and the group links
-directly, as agents do by default.
+predictions. The group links directly, as agents do by default: behind the
+proxies its direct links go through proxies of their own (each agent's
+--direct-ports, each proxied at the address the other agent reaches it at);
+a delay of 0 means no proxy.
 
 Flags:
 `
@@ -64,7 +65,7 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	experts := fs.String("experts", "auto", `how a mixture of experts splits: "whole" (each rank a range of experts), "columns" (each rank every expert's range of columns) or "auto" (columns where they divide evenly)`)
 	wire := fs.String("wire", "f32", "the group's all-reduce wire type: f32, f16 or bf16 (the runners' --tp-wire)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	choice := fs.String("choice", "", `also run "parallelism": "auto" on two agents that reach each other through delay proxies adding these delays each way (e.g. 1ms,50us; 0: no proxy, and the group links directly), and measure both plans against their predictions (each agent pinned to its own core, as the runners)`)
+	choice := fs.String("choice", "", `also run "parallelism": "auto" on two agents that reach each other through delay proxies adding these delays each way (e.g. 1ms,50us; 0: no proxy), the group's direct links too, and measure both plans against their predictions (each agent pinned to its own core, as the runners)`)
 	choiceOnly := fs.Bool("choice-only", false, "run only the --choice part")
 	choiceTG := fs.Int("choice-tg", 64, "tokens decoded per request in the --choice part")
 	// The all-reduce's ranks are this command again, with these flags.
