@@ -43,6 +43,7 @@ type Sampler struct {
 	opts Options
 	rng  *rand.Rand
 	cand []cand
+	xs   []float64 // scratch for mayTopK
 	c    Constraint
 	mask []float32
 }
@@ -228,20 +229,27 @@ func (s *Sampler) dist(logits []float32) (c []cand, total float64, best int32, e
 	if s.Greedy() {
 		return nil, 0, best, nil
 	}
-	// Softmax at temperature, relative to the max for stability.
+	// Softmax at temperature, relative to the max for stability: each
+	// candidate's exponent first, then p = exp of it, for those that can
+	// make the top k.
 	maxL := float64(logits[b])
 	s.cand = s.cand[:0]
 	for i, l := range logits {
 		if !isBad(l) {
-			s.cand = append(s.cand, cand{int32(i), math.Exp((float64(l) - maxL) / o.Temperature)})
+			s.cand = append(s.cand, cand{int32(i), (float64(l) - maxL) / o.Temperature})
 		}
 	}
 	c = s.cand
-	if o.TopK > 0 && o.TopK < len(c) {
-		// Partial selection would do; a full sort of the survivors is
-		// simple and, at 32 k tokens, well under a millisecond.
-		slices.SortFunc(c, byProb)
-		c = c[:o.TopK]
+	k := o.TopK
+	cut := k > 0 && k < len(c)
+	if cut && !math.IsInf(maxL, 1) {
+		c, s.xs = mayTopK(c, k, s.xs) // still k or more
+	}
+	for i := range c {
+		c[i].p = math.Exp(c[i].p)
+	}
+	if cut {
+		c = topK(c, k)
 	}
 	if o.TopP > 0 && o.TopP < 1 {
 		if o.TopK == 0 || o.TopK >= len(s.cand) {
@@ -296,3 +304,90 @@ func byProb(a, b cand) int {
 }
 
 func isBad(l float32) bool { return l != l || math.IsInf(float64(l), -1) }
+
+// topK reorders c so that its first k are the k best by byProb, in that
+// order, and returns them: the same as sorting c and keeping k, in
+// O(n log k). (Sorting 32,000 candidates took 6 ms a token.)
+func topK(c []cand, k int) []cand {
+	// c[:k] is a heap whose root is the worst of the k best so far.
+	worse := func(i, j int) bool { return byProb(c[i], c[j]) > 0 }
+	down := func(i int) {
+		for {
+			w, l, r := i, 2*i+1, 2*i+2
+			if l < k && worse(l, w) {
+				w = l
+			}
+			if r < k && worse(r, w) {
+				w = r
+			}
+			if w == i {
+				return
+			}
+			c[i], c[w] = c[w], c[i]
+			i = w
+		}
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for i := k; i < len(c); i++ {
+		if byProb(c[i], c[0]) < 0 {
+			c[0], c[i] = c[i], c[0]
+			down(0)
+		}
+	}
+	c = c[:k]
+	slices.SortFunc(c, byProb)
+	return c
+}
+
+// mayTopK keeps, of c (each p still its exponent x), every candidate whose
+// exp(x) may be among the k largest: all whose x is at least the k-th
+// largest x, xk, less 1e-9. Below that, exp(x) is smaller than exp(xk) by
+// a factor 1-1e-9, far beyond math.Exp's rounding, so the k best and
+// their ties come out as from every candidate, and math.Exp runs on about
+// k of them, not the whole vocabulary (0.78 → 0.23–0.33 ms a token at 32 k).
+// Where exp(xk) would underflow, so that ties at 0 could reach far below
+// it, c is kept whole. scratch is reused for the selection.
+func mayTopK(c []cand, k int, scratch []float64) ([]cand, []float64) {
+	h := scratch[:0] // a min-heap of the k largest x so far
+	down := func(i int) {
+		for {
+			m, l, r := i, 2*i+1, 2*i+2
+			if l < len(h) && h[l] < h[m] {
+				m = l
+			}
+			if r < len(h) && h[r] < h[m] {
+				m = r
+			}
+			if m == i {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	for _, x := range c[:k] {
+		h = append(h, x.p)
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for _, x := range c[k:] {
+		if x.p > h[0] {
+			h[0] = x.p
+			down(0)
+		}
+	}
+	xk := h[0]
+	if !(xk > -700) { // exp underflows near there (or x is NaN)
+		return c, h
+	}
+	keep := c[:0]
+	for _, x := range c {
+		if x.p >= xk-1e-9 {
+			keep = append(keep, x)
+		}
+	}
+	return keep, h
+}
