@@ -163,7 +163,8 @@ func (d *DraftModel) makeRoom(slot, need int) error {
 // thread by default. A small draft's ops last microseconds, and its
 // threads would spend them at ggml's barriers: beside a 2-thread target on
 // 2 cores, the 3.3 MB KJV draft took 0.32 ms a token on one thread and
-// 1.0 ms on two (make spec-bench, 2026-12-06).
+// 1.0 ms on two (timed in the scheduler on spec-bench's prompts,
+// 2026-12-06).
 const SmallDraftBytes = 64 << 20
 
 // draftThreads is how many threads a draft model of weights bytes computes
@@ -180,8 +181,7 @@ func draftThreads(set, target int, weights uint64) int {
 
 // loadDraft loads the draft model beside rank 0, with the target's
 // options (context, batch, slots, cache type; threads as draftThreads
-// says), once its
-// vocabulary is checked against the target's (tok).
+// says), once its vocabulary is checked against the target's (tok).
 func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *model.Tokenizer, opts backend.Options) (*DraftModel, error) {
 	sp := root.Child("draft model", "weights")
 	defer sp.End(trace.Args{})
