@@ -99,6 +99,8 @@ run: build
 
 vet:
 	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './node_modules/*')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted (run gofmt -w)"; exit 1; fi
 
 # The conformance tests run in `make conformance`, without -race. cmd/orrery
 # takes 5-8 minutes under -race here: 20 minutes leaves room on a slower or
