@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
@@ -143,7 +144,12 @@ func chat(ctx context.Context, nodes []*node, m served, stdout, stderr io.Writer
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, placeTimeout)
-	placed, err := host.api.Place(pctx, api.PlaceRequest{Model: m.id, Nodes: ids, DraftModel: m.draftID})
+	pr := api.PlaceRequest{Model: m.id, Nodes: ids, DraftModel: m.draftID}
+	if m.draftID != "" {
+		// The instance's default: every chat drafts, the demo's and yours.
+		pr.Speculative = &runner.Speculation{Draft: m.draftID, Max: 4}
+	}
+	placed, err := host.api.Place(pctx, pr)
 	cancel()
 	if err != nil {
 		return "", fmt.Errorf("place %s: %w", m.id, err)
@@ -278,9 +284,6 @@ func stream(ctx context.Context, c *client.Client, m served, stdout io.Writer) (
 	seed := int64(1)
 	req := client.ChatRequest{Model: m.id, MaxTokens: m.maxTokens, Seed: &seed,
 		Messages: []client.ChatMessage{{Role: "user", Content: m.prompt}}}
-	if m.draftID != "" {
-		req.Speculative = &client.Speculation{Draft: m.draftID, Max: 4}
-	}
 	start := time.Now()
 	var first time.Duration
 	var fin chatstream.Chunk // the last chunk has usage and timings

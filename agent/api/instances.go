@@ -9,6 +9,7 @@ import (
 	"github.com/orrery-cluster/orrery/internal/ident"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/runner"
 )
 
 // PlaceRequest is the body of POST /instance: a model and, optionally,
@@ -41,6 +42,10 @@ type PlaceRequest struct {
 	// that rank 0 loads beside it to draft for speculative decoding
 	// ("speculative": {"draft": DraftModel}).
 	DraftModel string `json:"draftModel,omitempty"`
+	// Speculative is the instance's default speculation: what requests
+	// that name none speculate with ({"draft": "ngram" or DraftModel,
+	// "max": K, "p_min": P}; a request's {"draft": "none"} turns it off).
+	Speculative *runner.Speculation `json:"speculative,omitempty"`
 }
 
 // PlaceResponse answers POST /instance.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/engine/runner"
 )
 
 // A draft model's memory is rank 0's: counted in its need, and a rank 0
@@ -23,5 +24,31 @@ func TestAddDraft(t *testing.T) {
 	unknown := []placement.Rank{{NodeID: "a", Need: 100}} // memory not known: counted, not refused
 	if err := addDraft(unknown, "d", 1<<40); err != nil || unknown[0].Need != 100+1<<40 {
 		t.Errorf("unknown memory: %v %d", err, unknown[0].Need)
+	}
+}
+
+// TestSameSpeculation: an instance is reused only for the same default
+// speculation (p_min unset is not p_min 0: the runner's default may move).
+func TestSameSpeculation(t *testing.T) {
+	zero, half := 0.0, 0.5
+	ng := func(max int, p *float64) *runner.Speculation {
+		return &runner.Speculation{Draft: "ngram", Max: max, PMin: p}
+	}
+	for _, c := range []struct {
+		a, b *runner.Speculation
+		want bool
+	}{
+		{nil, nil, true},
+		{nil, ng(4, nil), false},
+		{ng(4, nil), ng(4, nil), true},
+		{ng(4, nil), ng(5, nil), false},
+		{ng(4, &half), ng(4, &half), true},
+		{ng(4, &zero), ng(4, &half), false},
+		{ng(4, nil), ng(4, &zero), false},
+		{ng(4, nil), &runner.Speculation{Draft: "d", Max: 4}, false},
+	} {
+		if got := sameSpeculation(c.a, c.b); got != c.want {
+			t.Errorf("sameSpeculation(%+v, %+v) = %v, want %v", c.a, c.b, got, c.want)
+		}
 	}
 }

@@ -217,6 +217,11 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (in state.Ins
 }
 
 func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool) (state.Instance, error) {
+	if sp := req.Speculative; sp != nil {
+		if err := sp.CheckDefault(req.DraftModel); err != nil {
+			return state.Instance{}, fmt.Errorf("%w: %v", runner.ErrBadRequest, err)
+		}
+	}
 	ml, err := m.layout(ctx, req.Model)
 	l := ml.layout
 	if err != nil {
@@ -286,7 +291,7 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	live := m.liveInstances(req.Model)
 	if !req.Duplicate {
 		for _, in := range live {
-			if !sameNodes(in.Ranks, ranks) || in.Tensor != tensor || in.DraftModel != req.DraftModel {
+			if !sameNodes(in.Ranks, ranks) || in.Tensor != tensor || in.DraftModel != req.DraftModel || !sameSpeculation(in.Speculative, req.Speculative) {
 				continue
 			}
 			in, ok, err := m.reuse(ctx, in, req)
@@ -310,7 +315,7 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
 		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1),
-		Source: ml.source, Tensor: tensor, Prediction: m.predict(ml, ranks, tensor), DraftModel: req.DraftModel}
+		Source: ml.source, Tensor: tensor, Prediction: m.predict(ml, ranks, tensor), DraftModel: req.DraftModel, Speculative: req.Speculative}
 	if k := req.KeepAlive; k != nil && !k.Pinned() {
 		// Unloaded if its first request does not come (or comes and ends).
 		exp := in.CreatedAt.Add(k.D + firstUseGrace)
@@ -423,4 +428,20 @@ func (m *Manager) Delete(ctx context.Context, instanceID string) error {
 	}
 	m.log.Info("instance deleted", "instance", instanceID)
 	return nil
+}
+
+// sameSpeculation reports whether two default speculations are the same
+// (nil: none).
+func sameSpeculation(a, b *runner.Speculation) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	pa, pb := -1.0, -1.0
+	if a.PMin != nil {
+		pa = *a.PMin
+	}
+	if b.PMin != nil {
+		pb = *b.PMin
+	}
+	return a.Draft == b.Draft && a.Max == b.Max && pa == pb
 }

@@ -16,7 +16,7 @@ func inst(id, owner string, rankNodes ...string) Instance {
 	return in
 }
 
-func runner(inID, node string, rank int, status string) Runner {
+func testRunner(inID, node string, rank int, status string) Runner {
 	return Runner{RunnerID: inID + "-" + string(rune('0'+rank)), InstanceID: inID, NodeID: node, Rank: rank, Status: status}
 }
 
@@ -31,7 +31,7 @@ func TestAssertionRestoresWhatTheStateLost(t *testing.T) {
 		NodeMemoryMeasured{NodeID: "a", Memory: NodeMemory{RAMAvailable: Bytes(7)}},
 		NodeModelsMeasured{NodeID: "a", Models: NodeModels{Models: []ModelInfo{{ID: "demo"}}}},
 		InstanceCreated{NodeID: "a", Instance: inst("i1", "a", "a", "b")},
-		RunnerStatusChanged{NodeID: "a", Runner: runner("i1", "a", 0, RunnerReady)},
+		RunnerStatusChanged{NodeID: "a", Runner: testRunner("i1", "a", 0, RunnerReady)},
 		InstanceUsed{NodeID: "a", InstanceID: "i1", Active: 1},
 	} {
 		own.Record(ev)
@@ -69,7 +69,7 @@ func TestAssertionKeepsDeletionsAndFailures(t *testing.T) {
 	s := New()
 	for _, ev := range []Event{
 		InstanceCreated{NodeID: "a", Instance: inst("gone", "a", "a")},
-		RunnerStatusChanged{NodeID: "a", Runner: runner("gone", "a", 0, RunnerReady)},
+		RunnerStatusChanged{NodeID: "a", Runner: testRunner("gone", "a", 0, RunnerReady)},
 		InstanceCreated{NodeID: "a", Instance: inst("kept", "a", "b", "a")},
 		InstanceCreated{NodeID: "a", Instance: inst("bad", "a", "a")},
 	} {
@@ -80,13 +80,13 @@ func TestAssertionKeepsDeletionsAndFailures(t *testing.T) {
 	for _, ev := range []Event{
 		InstanceDeleted{NodeID: "a", InstanceID: "gone"},
 		InstanceFailed{NodeID: "a", InstanceID: "bad", Error: "rank 0 failed"},
-		RunnerStatusChanged{NodeID: "a", Runner: runner("gone", "a", 0, RunnerShutdown)},
+		RunnerStatusChanged{NodeID: "a", Runner: testRunner("gone", "a", 0, RunnerShutdown)},
 	} {
 		own.Record(ev)
 	}
 	stale = Apply(stale, InstanceUsed{NodeID: "b", InstanceID: "kept", Active: 3})
 	// A runner the state claims on a that a does not run.
-	stale.Runners = with(stale.Runners, "kept-1", runner("kept", "a", 1, RunnerReady))
+	stale.Runners = with(stale.Runners, "kept-1", testRunner("kept", "a", 1, RunnerReady))
 	d := own.Diff(stale)
 	for _, want := range []string{"instance gone deleted", "instance bad failure", "runner kept-1 not running"} {
 		if !strings.Contains(d, want) {
@@ -122,7 +122,7 @@ func TestOwnedIgnoresOtherNodesAndPrunes(t *testing.T) {
 	if !own.Record(InstanceCreated{NodeID: "a", Instance: inst("i", "a", "a")}) {
 		t.Error("a new instance not reported as a change")
 	}
-	own.Record(RunnerStatusChanged{NodeID: "a", Runner: runner("x", "a", 0, RunnerFailed)})
+	own.Record(RunnerStatusChanged{NodeID: "a", Runner: testRunner("x", "a", 0, RunnerFailed)})
 	own.Prune(New())
 	if n := len(own.Assertion().Runners); n != 0 {
 		t.Errorf("%d failed runners of a gone instance kept", n)

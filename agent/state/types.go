@@ -6,6 +6,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/engine/runner"
 )
 
 // Memory is a byte count in exo's shape: {"inBytes": n}.
@@ -300,6 +301,9 @@ type Instance struct {
 	// DraftModel is a model on rank 0's node that drafts for speculative
 	// decoding (its id; "": none), loaded beside rank 0.
 	DraftModel string `json:"draftModel,omitempty"`
+	// Speculative is the speculation of the requests that name none (nil:
+	// none), by the draft model or by prompt lookup.
+	Speculative *runner.Speculation `json:"speculative,omitempty"`
 	// Prediction is the cost model's prediction for the plan it was placed
 	// on (nil when no node's speed was known).
 	Prediction *placement.Prediction `json:"prediction,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -360,6 +361,10 @@ func (p *proc) args(path, draft string) []string {
 		if cfg.DraftThreads > 0 {
 			args = append(args, "--draft-threads", strconv.Itoa(cfg.DraftThreads))
 		}
+	}
+	if sp := p.inst.Speculative; sp != nil && p.rank == 0 {
+		b, _ := json.Marshal(sp)
+		args = append(args, "--speculative", string(b))
 	}
 	return args
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -66,6 +67,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	tpWire := fs.String("tp-wire", "f32", "how the group's all-reduces send their values: f32 (the sum to the bit), or f16 or bf16 (half the bytes, each rank's part rounded; every rank of the group must agree; see docs/inference.md for what it costs)")
 	draftModel := fs.String("draft-model", "", "rank 0: a draft model (GGUF with the same vocabulary) for speculative decoding")
 	draftThreads := fs.Int("draft-threads", 0, fmt.Sprintf("CPU threads for the draft model (0: one for a draft of at most %d MiB of weights, whose ops are too short to share; else --threads)", runner.SmallDraftBytes>>20))
+	speculative := fs.String("speculative", "", `rank 0: the speculation of requests that name none, as JSON: {"draft": "ngram" or the --draft-id, "max": K, "p_min": P} (a request's {"draft": "none"} turns it off)`)
 	draftID := fs.String("draft-id", "", "the name requests give the draft model in \"speculative\": {\"draft\": ID} (default: its file name without .gguf)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
@@ -80,16 +82,17 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		fmt.Fprintf(stderr, "orrery runner: $%s is not set (the agent sets it)\n", runner.TokenEnv)
 		return 2
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(strings.ToLower(*level))); err != nil {
-		fmt.Fprintf(stderr, "orrery runner: --log-level %q: want debug, info, warn or error\n", *level)
+	log, ok := runnerLogger(*level, stderr)
+	if !ok {
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("component", "runner", "pid", os.Getpid())
-	// ollama's ggml package logs through the default logger.
-	slog.SetDefault(log)
-	if *ranks < 1 || *rank < 0 || *rank >= *ranks {
+	defSpec, err := parseSpeculation(*speculative, draftIDOf(*draftID, *draftModel))
+	switch {
+	case *ranks < 1 || *rank < 0 || *rank >= *ranks:
 		fmt.Fprintf(stderr, "orrery runner: --rank %d of --ranks %d\n", *rank, *ranks)
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "orrery runner: --speculative: %v\n", err)
 		return 2
 	}
 	if w := engineBuildWarning(); w != "" {
@@ -97,7 +100,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift,
-		DraftModelPath: *draftModel, DraftID: cmp.Or(*draftID, strings.TrimSuffix(filepath.Base(*draftModel), ".gguf")), DraftThreads: *draftThreads}
+		DraftModelPath: *draftModel, DraftID: draftIDOf(*draftID, *draftModel), DraftThreads: *draftThreads, DefaultSpeculation: defSpec}
 	if *tpRanks > 1 {
 		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *tpWire, *agentAPI, getenv)
 		if err != nil {
@@ -125,8 +128,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := runner.Serve(ctx, cfg, stdout, stdin)
-	if err != nil {
+	if err := runner.Serve(ctx, cfg, stdout, stdin); err != nil {
 		log.Error("runner failed", "err", err)
 		return 1
 	}
@@ -283,4 +285,44 @@ func (l agentAuthListener) Accept() (net.Conn, error) {
 		}
 		return c, nil
 	}
+}
+
+// draftIDOf is the draft model's id: id, else its file name less .gguf
+// ("" without a draft model).
+func draftIDOf(id, path string) string {
+	if path == "" {
+		return id
+	}
+	return cmp.Or(id, strings.TrimSuffix(filepath.Base(path), ".gguf"))
+}
+
+// parseSpeculation reads --speculative ("": none), checked against what
+// the runner drafts with (draftID: its draft model's, "" none).
+func parseSpeculation(v, draftID string) (*runner.Speculation, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var sp runner.Speculation
+	dec := json.NewDecoder(strings.NewReader(v))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sp); err != nil {
+		return nil, fmt.Errorf("%q: %w", v, err)
+	}
+	if err := sp.CheckDefault(draftID); err != nil {
+		return nil, err
+	}
+	return &sp, nil
+}
+
+// runnerLogger is the runner's logger at level, also slog's default
+// (ollama's ggml package logs through it); false after saying why not.
+func runnerLogger(level string, stderr io.Writer) (*slog.Logger, bool) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(strings.ToLower(level))); err != nil {
+		fmt.Fprintf(stderr, "orrery runner: --log-level %q: want debug, info, warn or error\n", level)
+		return nil, false
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("component", "runner", "pid", os.Getpid())
+	slog.SetDefault(log)
+	return log, true
 }

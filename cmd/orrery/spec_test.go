@@ -115,6 +115,52 @@ func TestSpeculativeDecoding(t *testing.T) {
 			break
 		}
 	}
+	instanceDefault(t, p, in.InstanceID, modelID, draftID, plain.Choices[0].Message.Content, body, func(b string) (string, int) {
+		a := ask(b)
+		return a.Choices[0].Message.Content, a.Orrery.DraftTokens
+	})
+}
+
+// instanceDefault: an instance placed with a default speculation drafts
+// for requests that name none (the greedy answer unchanged), not for one
+// that says "none"; a default the instance cannot draft with is a 400.
+// It replaces instance old.
+func instanceDefault(t *testing.T, p *agentProc, old, modelID, draftID, want string, body func(string) string, ask func(string) (string, int)) {
+	t.Helper()
+	for _, c := range []struct{ spec, says string }{
+		{`{"draft":"other-model"}`, `the instance drafts with \"ngram\" or its draft model`},
+		{`{"draft":"ngram","max":99}`, "want 1..16"},
+		{`{"draft":"none"}`, `draft \"none\"`},
+	} {
+		code, out, _ := p.post("/instance", `{"model":"`+modelID+`","draftModel":"`+draftID+`","speculative":`+c.spec+`}`)
+		if code != http.StatusBadRequest || !strings.Contains(string(out), c.says) {
+			t.Errorf("default speculative %s: %d %s, want 400 saying %s", c.spec, code, out, c.says)
+		}
+	}
+	deleteInstance(t, p, old)
+	in := placeJSON(t, p, `{"model":"`+modelID+`","draftModel":"`+draftID+`","speculative":{"draft":"`+draftID+`","max":4}}`)
+	waitReadyRanks(t, p, in)
+	var st struct {
+		Instances map[string]struct {
+			Speculative *struct {
+				Draft string
+				Max   int
+			}
+		}
+	}
+	p.mustGet(t, "/state", &st)
+	if sp := st.Instances[in.InstanceID].Speculative; sp == nil || sp.Draft != draftID || sp.Max != 4 {
+		t.Errorf("the instance's default speculation in the state: %+v", sp)
+	}
+	if got, drafted := ask(body("")); got != want || drafted == 0 {
+		t.Errorf("a request naming no speculation: %q with %d drafted, want %q drafted by the default", got, drafted, want)
+	}
+	if got, drafted := ask(body(`,"speculative":{"draft":"none"}`)); got != want || drafted != 0 {
+		t.Errorf(`"draft": "none": %q with %d drafted, want %q and none`, got, drafted, want)
+	}
+	if got, drafted := ask(body(`,"speculative":{"draft":"ngram","max":2}`)); got != want || drafted == 0 {
+		t.Errorf("a request's own speculation: %q with %d drafted", got, drafted)
+	}
 }
 
 // Speculation in a tensor-parallel group over two real agents: the

@@ -81,6 +81,10 @@ type Config struct {
 	// DraftThreads are the draft model's CPU threads (0: one for a small
 	// draft, else the target's: draftThreads).
 	DraftThreads int
+	// DefaultSpeculation, on rank 0, is what a request that names no
+	// speculation speculates with (nil: none); {"draft": "none"} in a
+	// request turns it off.
+	DefaultSpeculation *Speculation
 }
 
 // Health is GET /health.
@@ -521,6 +525,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	req.Speculative = req.Speculative.orDefault(s.cfg.DefaultSpeculation)
 	prompt, err := gen.Prepare(&req.Request)
 	if err == nil {
 		err = sched.canSpeculate(req.Speculative) // what this instance can draft with

@@ -48,15 +48,61 @@ const (
 	ngramWindow = 4096
 )
 
+// SpeculationOff, as a request's draft ("speculative": {"draft":
+// "none"}), turns its instance's default speculation off for it.
+const SpeculationOff = "none"
+
 // validate checks a speculation request against the rest of req.
 func (sp *Speculation) validate(req *Request) error {
+	if sp.Draft == SpeculationOff {
+		return nil
+	}
+	if err := sp.check(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+func (sp *Speculation) check() error {
 	switch {
 	case sp.Draft == "":
-		return fmt.Errorf("%w: speculative draft is missing: \"ngram\" (prompt lookup) or the instance's draft model", ErrBadRequest)
+		return errors.New(`speculative draft is missing: "ngram" (prompt lookup) or the instance's draft model`)
 	case sp.Max < 0 || sp.Max > MaxDraft:
-		return fmt.Errorf("%w: speculative max %d: want 1..%d", ErrBadRequest, sp.Max, MaxDraft)
+		return fmt.Errorf("speculative max %d: want 1..%d", sp.Max, MaxDraft)
 	case sp.PMin != nil && !(*sp.PMin >= 0 && *sp.PMin <= 1):
-		return fmt.Errorf("%w: speculative p_min %v: want 0..1", ErrBadRequest, *sp.PMin)
+		return fmt.Errorf("speculative p_min %v: want 0..1", *sp.PMin)
+	}
+	return nil
+}
+
+// CheckDefault checks sp as an instance's default speculation, which
+// drafts with draftID (its draft model's id; "": none) or by prompt lookup.
+func (sp *Speculation) CheckDefault(draftID string) error {
+	if err := sp.check(); err != nil {
+		return err
+	}
+	if sp.Draft != "ngram" && sp.Draft != draftID {
+		have := `"ngram" only (no draft model)`
+		if draftID != "" {
+			have = fmt.Sprintf(`"ngram" or its draft model %q`, draftID)
+		}
+		return fmt.Errorf("speculative draft %q: the instance drafts with %s", sp.Draft, have)
+	}
+	return nil
+}
+
+// orDefault is what a request speculates with: its own speculation, none
+// when it says SpeculationOff, else def (the instance's default; nil:
+// none), copied.
+func (sp *Speculation) orDefault(def *Speculation) *Speculation {
+	switch {
+	case sp != nil && sp.Draft == SpeculationOff:
+		return nil
+	case sp != nil:
+		return sp
+	case def != nil:
+		c := *def
+		return &c
 	}
 	return nil
 }

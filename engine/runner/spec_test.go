@@ -70,3 +70,43 @@ func TestDraftThreads(t *testing.T) {
 		}
 	}
 }
+
+func TestSpeculationDefault(t *testing.T) {
+	def := &Speculation{Draft: "d", Max: 4}
+	if got := (*Speculation)(nil).orDefault(def); got == nil || *got != *def || got == def {
+		t.Errorf("no speculation asked: %+v, want a copy of the default %+v", got, def)
+	}
+	if got := (&Speculation{Draft: SpeculationOff}).orDefault(def); got != nil {
+		t.Errorf(`"none": %+v, want none`, got)
+	}
+	own := &Speculation{Draft: "ngram", Max: 2}
+	if got := own.orDefault(def); got != own {
+		t.Errorf("its own: %+v, want %+v", got, own)
+	}
+	if got := (*Speculation)(nil).orDefault(nil); got != nil {
+		t.Errorf("no default: %+v", got)
+	}
+	if err := (&Speculation{Draft: SpeculationOff}).validate(&Request{}); err != nil {
+		t.Errorf(`a request's "none": %v`, err)
+	}
+	half, bad := 0.5, 2.0
+	for _, c := range []struct {
+		sp    Speculation
+		draft string
+		err   string
+	}{
+		{Speculation{Draft: "ngram", Max: 8}, "", ""},
+		{Speculation{Draft: "d", Max: 4, PMin: &half}, "d", ""},
+		{Speculation{Draft: "d"}, "", `drafts with "ngram" only (no draft model)`},
+		{Speculation{Draft: "e"}, "d", `drafts with "ngram" or its draft model "d"`},
+		{Speculation{Draft: SpeculationOff}, "d", `draft "none"`},
+		{Speculation{}, "d", "draft is missing"},
+		{Speculation{Draft: "ngram", Max: 17}, "", "want 1..16"},
+		{Speculation{Draft: "ngram", PMin: &bad}, "", "p_min 2: want 0..1"},
+	} {
+		err := c.sp.CheckDefault(c.draft)
+		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("CheckDefault(%+v, %q) = %v, want %q", c.sp, c.draft, err, c.err)
+		}
+	}
+}
