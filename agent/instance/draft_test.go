@@ -1,11 +1,13 @@
 package instance
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/placement"
 	"github.com/orrery-cluster/orrery/engine/runner"
 )
@@ -50,5 +52,31 @@ func TestSameSpeculation(t *testing.T) {
 		if got := sameSpeculation(c.a, c.b); got != c.want {
 			t.Errorf("sameSpeculation(%+v, %+v) = %v, want %v", c.a, c.b, got, c.want)
 		}
+	}
+}
+
+// TestReplaceKeepsDraft: a failed instance is replaced on the same nodes
+// as it was placed, with its draft model and default speculation.
+func TestReplaceKeepsDraft(t *testing.T) {
+	m, seq := oneNode(t)
+	ctx := context.Background()
+	sp := &runner.Speculation{Draft: "tiny", Max: 3}
+	in, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", DraftModel: "tiny", Speculative: sp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := seq.Publish(state.InstanceFailed{NodeID: "n1", InstanceID: in.InstanceID, Error: "rank 0 failed"}); err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := m.Route(ctx, "tiny", nil)
+	if err != nil || id == in.InstanceID {
+		t.Fatalf("Route after the failure: %s, %v; want a new instance", id, err)
+	}
+	got := m.cfg.Store.State().Instances[id]
+	if got.DraftModel != "tiny" || !sameSpeculation(got.Speculative, sp) {
+		t.Errorf("the replacement: draft %q, speculation %+v; want %q and %+v", got.DraftModel, got.Speculative, "tiny", sp)
+	}
+	if _, ok := m.cfg.Store.State().Instances[in.InstanceID]; ok {
+		t.Error("the failed instance is still there")
 	}
 }

@@ -55,7 +55,13 @@ func (m *Manager) Route(ctx context.Context, modelID string, keepAlive *api.Keep
 	}
 	req := api.PlaceRequest{Model: modelID, KeepAlive: keepAliveOf(old)}
 	if len(nodes) == len(old.Ranks) {
-		req.Nodes = nodes // the same nodes, split afresh
+		// The same nodes, split afresh, as it was placed: its tensor
+		// groups, its draft model beside rank 0 and its default
+		// speculation. (Elsewhere, the draft's node may not be rank 0's.)
+		req.Nodes, req.DraftModel, req.Speculative = nodes, old.DraftModel, old.Speculative
+		if old.Tensor > 1 {
+			req.Parallelism = &api.Parallelism{Pipeline: len(old.Ranks) / old.Tensor, Tensor: old.Tensor}
+		}
 	}
 	m.log.Info("replacing failed instance", "instance", old.InstanceID, "model", modelID, "error", old.Error)
 	in, err := m.placeAnywhere(ctx, req)

@@ -114,6 +114,26 @@ func TestTensorParallelInstance(t *testing.T) {
 		st := instancesOf(t, a)[in.InstanceID]
 		return st.Status == "Failed" && strings.Contains(st.Error, "rank 1"), fmt.Sprintf("%+v", st)
 	})
+	// The next request replaces it as it was placed: a group of 2 on the
+	// same nodes, not a pipeline.
+	if code, _, again := chat(t, a, req); code != http.StatusOK || again.Choices[0].Message.Content != answer.Choices[0].Message.Content {
+		t.Fatalf("after the failure: %d %+v, want %q", code, again, answer.Choices[0].Message.Content)
+	}
+	var st struct {
+		Instances map[string]struct {
+			Tensor int
+			Ranks  []struct{ NodeID string }
+		}
+	}
+	a.mustGet(t, "/state", &st)
+	if len(st.Instances) != 1 {
+		t.Fatalf("instances after the replacement: %+v", st.Instances)
+	}
+	for id, fresh := range st.Instances {
+		if id == in.InstanceID || fresh.Tensor != 2 || len(fresh.Ranks) != 2 || fresh.Ranks[0].NodeID != ids[0] {
+			t.Errorf("the replacement %s: %+v, want a new group of 2 on A and B", id, fresh)
+		}
+	}
 }
 
 // checkGroupTrace checks that trace traceID, on the cluster's master,
