@@ -14,6 +14,8 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 	"golang.org/x/term"
 )
@@ -36,6 +38,11 @@ otherwise it reads prompts at ">>> " until /bye or Ctrl-D:
 Up and down recall earlier prompts. Ctrl-C stops an answer, not the
 session. Reasoning, from models that think, is shown dimmed.
 
+With --draft-model, MODEL is placed with that draft model beside its rank
+0 (it must be on that node) and speculates with it by default, as
+llama.cpp's --model-draft; where MODEL already runs otherwise, it says so
+and stops.
+
 Flags:
 `
 
@@ -47,6 +54,8 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 		fs.PrintDefaults()
 	}
 	apiURL := fs.String("api", client.DefaultBaseURL, "base URL of the agent's API")
+	draft := fs.String("draft-model", "", "a draft model (the same vocabulary) to speculate with: MODEL is placed with it")
+	draftMax := fs.Int("draft-max", 0, fmt.Sprintf("with --draft-model, the most tokens drafted a step (0: %d)", runner.DefaultDraft))
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -64,6 +73,13 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 		return 2
 	}
 	s := &chatSession{c: apiClient(base, 0), model: pos[0], out: stdout, errOut: stderr}
+	if *draft != "" {
+		s.spec = &runner.Speculation{Draft: *draft, Max: *draftMax}
+		if err := s.spec.CheckDefault(*draft); err != nil {
+			fmt.Fprintf(stderr, "orrery run: --draft-max: %v\n", err)
+			return 2
+		}
+	}
 	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		s.dim = true
 	}
@@ -115,6 +131,9 @@ type chatSession struct {
 	system      string
 	opts        client.ChatRequest // the parameters set by /set
 	info        api.ModelEntry
+	// spec, with --draft-model, is the placement's default speculation
+	// by that draft model.
+	spec *runner.Speculation
 }
 
 // checkModel asks the agent for the model, so that a typo fails at once
@@ -161,8 +180,38 @@ func (s *chatSession) load(ctx context.Context) error {
 		}()
 		defer func() { close(stop); <-stopped }()
 	}
+	if s.spec != nil {
+		if err := s.placeDrafted(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.c.Load(ctx, s.model); err != nil {
 		return fmt.Errorf("load %s: %w", s.model, err)
+	}
+	return nil
+}
+
+// placeDrafted places the model with its draft model and default
+// speculation (or finds it so placed), so that the load that follows
+// routes to it; an instance of the model placed otherwise would take the
+// chats instead, so it stops there, naming it.
+func (s *chatSession) placeDrafted(ctx context.Context) error {
+	st, err := s.c.State(ctx)
+	if err != nil {
+		return err
+	}
+	for _, in := range st.Instances {
+		if in.ModelID != s.model || in.Status == state.InstanceStatusFailed {
+			continue
+		}
+		if sp := in.Speculative; in.DraftModel != s.spec.Draft || sp == nil || sp.Draft != s.spec.Draft || sp.Max != s.spec.Max || sp.PMin != nil {
+			return fmt.Errorf("%s already runs as instance %s, not speculating with draft model %s at max %d: delete it (DELETE /instance/%s) or run without --draft-model",
+				s.model, in.InstanceID, s.spec.Draft, s.spec.Max, in.InstanceID)
+		}
+	}
+	// Any instance of it left is placed so: Place answers with it.
+	if _, err := s.c.Place(ctx, api.PlaceRequest{Model: s.model, DraftModel: s.spec.Draft, Speculative: s.spec}); err != nil {
+		return fmt.Errorf("place %s with draft model %s: %w", s.model, s.spec.Draft, err)
 	}
 	return nil
 }

@@ -57,6 +57,7 @@ func TestRunCommand(t *testing.T) {
 	if code, _, e := run("", model); code != 2 || !strings.Contains(e, "nothing to ask") {
 		t.Errorf("empty stdin: %d %q", code, e)
 	}
+	runDrafted(t, p, model, run)
 
 	sock := fmt.Sprintf("orrery-run-%d", os.Getpid())
 	tm := func(args ...string) string {
@@ -152,5 +153,59 @@ func TestReplCommands(t *testing.T) {
 	if s.opts.Temperature == nil || *s.opts.Temperature != 0.5 || s.opts.TopK == nil || *s.opts.TopK != 40 ||
 		s.opts.TopP != nil || s.opts.Seed != nil || s.opts.MaxTokens != 0 || s.system != "be brief" {
 		t.Errorf("options after the commands: %+v, system %q", s.opts, s.system)
+	}
+}
+
+// runDrafted: orrery run --draft-model places the model with its draft
+// (here a copy of itself) and speculates by default; it refuses where the
+// model already runs without it, naming the instance.
+func runDrafted(t *testing.T, p *agentProc, model string, run func(string, ...string) (int, string, string)) {
+	t.Helper()
+	var st struct {
+		Instances map[string]struct {
+			ModelID, DraftModel string
+			Speculative         *struct {
+				Draft string
+				Max   int
+			}
+		}
+	}
+	p.mustGet(t, "/state", &st)
+	var plain string
+	for id, in := range st.Instances {
+		if in.ModelID == model {
+			plain = id
+		}
+	}
+	if code, _, e := run("", "--draft-model", model, model, "hi"); code != 1 || plain == "" || !strings.Contains(e, "already runs as instance "+plain) {
+		t.Errorf("--draft-model beside a plain instance (%s): %d %q, want 1 naming it", plain, code, e)
+	}
+	if code, _, e := run("", "--draft-model", model, "--draft-max", "40", model, "hi"); code != 2 || !strings.Contains(e, "want 1..16") {
+		t.Errorf("--draft-max 40: %d %q", code, e)
+	}
+	deleteInstance(t, p, plain)
+	if code, out, e := run("", "--draft-model", model, "--draft-max", "3", model, "hello", "there"); code != 0 || strings.TrimSpace(out) == "" {
+		t.Errorf("one-shot with --draft-model: %d %q %s", code, out, e)
+	}
+	st.Instances = nil // Unmarshal would keep the deleted one
+	p.mustGet(t, "/state", &st)
+	n := 0
+	for _, in := range st.Instances {
+		n++
+		if in.ModelID != model || in.DraftModel != model || in.Speculative == nil || in.Speculative.Draft != model || in.Speculative.Max != 3 {
+			t.Errorf("placed with --draft-model: %+v", in)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d instances after orrery run --draft-model, want 1", n)
+	}
+	// Again, with the same flags: the instance is reused.
+	if code, _, e := run("", "--draft-model", model, "--draft-max", "3", model, "again"); code != 0 {
+		t.Errorf("a second orrery run --draft-model: %d %s", code, e)
+	}
+	st.Instances = nil
+	p.mustGet(t, "/state", &st)
+	if len(st.Instances) != 1 {
+		t.Errorf("%d instances after a second orrery run --draft-model, want 1", len(st.Instances))
 	}
 }
