@@ -252,26 +252,34 @@ func (s *Sampler) dist(logits []float32) (c []cand, total float64, best int32, e
 		c = topK(c, k)
 	}
 	if o.TopP > 0 && o.TopP < 1 {
-		if o.TopK == 0 || o.TopK >= len(s.cand) {
+		if !cut { // topK sorted them
 			slices.SortFunc(c, byProb)
 		}
-		var total float64
-		for _, x := range c {
-			total += x.p
-		}
-		var cum float64
-		for i, x := range c {
-			cum += x.p
-			if cum >= o.TopP*total {
-				c = c[:i+1]
-				break
-			}
+		c = cutTopP(c, o.TopP)
+	}
+	return c, sumP(c), best, nil
+}
+
+// cutTopP keeps the fewest of c (sorted by byProb) whose p add up to at
+// least topP of their total.
+func cutTopP(c []cand, topP float64) []cand {
+	total := sumP(c)
+	var cum float64
+	for i, x := range c {
+		cum += x.p
+		if cum >= topP*total {
+			return c[:i+1]
 		}
 	}
+	return c
+}
+
+// sumP is the total of c's p, in order.
+func sumP(c []cand) (total float64) {
 	for _, x := range c {
 		total += x.p
 	}
-	return c, total, best, nil
+	return total
 }
 
 // draw picks from c (total: the sum of its p, less skip's) leaving out
@@ -310,30 +318,12 @@ func isBad(l float32) bool { return l != l || math.IsInf(float64(l), -1) }
 // O(n log k). (Sorting 32,000 candidates took 6 ms a token.)
 func topK(c []cand, k int) []cand {
 	// c[:k] is a heap whose root is the worst of the k best so far.
-	worse := func(i, j int) bool { return byProb(c[i], c[j]) > 0 }
-	down := func(i int) {
-		for {
-			w, l, r := i, 2*i+1, 2*i+2
-			if l < k && worse(l, w) {
-				w = l
-			}
-			if r < k && worse(r, w) {
-				w = r
-			}
-			if w == i {
-				return
-			}
-			c[i], c[w] = c[w], c[i]
-			i = w
-		}
-	}
-	for i := k/2 - 1; i >= 0; i-- {
-		down(i)
-	}
+	worse := func(a, b cand) bool { return byProb(a, b) > 0 }
+	heapify(c[:k], worse)
 	for i := k; i < len(c); i++ {
 		if byProb(c[i], c[0]) < 0 {
 			c[0], c[i] = c[i], c[0]
-			down(0)
+			siftDown(c[:k], 0, worse)
 		}
 	}
 	c = c[:k]
@@ -351,32 +341,15 @@ func topK(c []cand, k int) []cand {
 // it, c is kept whole. scratch is reused for the selection.
 func mayTopK(c []cand, k int, scratch []float64) ([]cand, []float64) {
 	h := scratch[:0] // a min-heap of the k largest x so far
-	down := func(i int) {
-		for {
-			m, l, r := i, 2*i+1, 2*i+2
-			if l < len(h) && h[l] < h[m] {
-				m = l
-			}
-			if r < len(h) && h[r] < h[m] {
-				m = r
-			}
-			if m == i {
-				return
-			}
-			h[i], h[m] = h[m], h[i]
-			i = m
-		}
-	}
 	for _, x := range c[:k] {
 		h = append(h, x.p)
 	}
-	for i := k/2 - 1; i >= 0; i-- {
-		down(i)
-	}
+	less := func(a, b float64) bool { return a < b }
+	heapify(h, less)
 	for _, x := range c[k:] {
 		if x.p > h[0] {
 			h[0] = x.p
-			down(0)
+			siftDown(h, 0, less)
 		}
 	}
 	xk := h[0]
@@ -390,4 +363,29 @@ func mayTopK(c []cand, k int, scratch []float64) ([]cand, []float64) {
 		}
 	}
 	return keep, h
+}
+
+// heapify orders h as a heap whose root is the first by before.
+func heapify[T any](h []T, before func(a, b T) bool) {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		siftDown(h, i, before)
+	}
+}
+
+// siftDown moves h[i] down to its place in the heap h.
+func siftDown[T any](h []T, i int, before func(a, b T) bool) {
+	for {
+		m, l, r := i, 2*i+1, 2*i+2
+		if l < len(h) && before(h[l], h[m]) {
+			m = l
+		}
+		if r < len(h) && before(h[r], h[m]) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }

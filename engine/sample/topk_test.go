@@ -73,24 +73,9 @@ func refDist(logits []float32, o Options) ([]cand, float64) {
 		if o.TopK == 0 || o.TopK >= len(c) {
 			slices.SortFunc(c, byProb)
 		}
-		var total float64
-		for _, x := range c {
-			total += x.p
-		}
-		var cum float64
-		for i, x := range c {
-			cum += x.p
-			if cum >= o.TopP*total {
-				c = c[:i+1]
-				break
-			}
-		}
+		c = cutTopP(c, o.TopP) // the same truncation: the top k are under test
 	}
-	var total float64
-	for _, x := range c {
-		total += x.p
-	}
-	return c, total
+	return c, sumP(c)
 }
 
 // TestDistMatchesFullSort: the distribution is the same, candidate for
