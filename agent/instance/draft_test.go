@@ -29,32 +29,6 @@ func TestAddDraft(t *testing.T) {
 	}
 }
 
-// TestSameSpeculation: an instance is reused only for the same default
-// speculation (p_min unset is not p_min 0: the runner's default may move).
-func TestSameSpeculation(t *testing.T) {
-	zero, half := 0.0, 0.5
-	ng := func(max int, p *float64) *runner.Speculation {
-		return &runner.Speculation{Draft: "ngram", Max: max, PMin: p}
-	}
-	for _, c := range []struct {
-		a, b *runner.Speculation
-		want bool
-	}{
-		{nil, nil, true},
-		{nil, ng(4, nil), false},
-		{ng(4, nil), ng(4, nil), true},
-		{ng(4, nil), ng(5, nil), false},
-		{ng(4, &half), ng(4, &half), true},
-		{ng(4, &zero), ng(4, &half), false},
-		{ng(4, nil), ng(4, &zero), false},
-		{ng(4, nil), &runner.Speculation{Draft: "d", Max: 4}, false},
-	} {
-		if got := sameSpeculation(c.a, c.b); got != c.want {
-			t.Errorf("sameSpeculation(%+v, %+v) = %v, want %v", c.a, c.b, got, c.want)
-		}
-	}
-}
-
 // TestReplaceKeepsDraft: a failed instance is replaced on the same nodes
 // as it was placed, with its draft model and default speculation.
 func TestReplaceKeepsDraft(t *testing.T) {
@@ -73,7 +47,7 @@ func TestReplaceKeepsDraft(t *testing.T) {
 		t.Fatalf("Route after the failure: %s, %v; want a new instance", id, err)
 	}
 	got := m.cfg.Store.State().Instances[id]
-	if got.DraftModel != "tiny" || !sameSpeculation(got.Speculative, sp) {
+	if got.DraftModel != "tiny" || !runner.SameSpeculation(got.Speculative, sp) {
 		t.Errorf("the replacement: draft %q, speculation %+v; want %q and %+v", got.DraftModel, got.Speculative, "tiny", sp)
 	}
 	if _, ok := m.cfg.Store.State().Instances[in.InstanceID]; ok {

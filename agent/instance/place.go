@@ -291,7 +291,7 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	live := m.liveInstances(req.Model)
 	if !req.Duplicate {
 		for _, in := range live {
-			if !sameNodes(in.Ranks, ranks) || in.Tensor != tensor || in.DraftModel != req.DraftModel || !sameSpeculation(in.Speculative, req.Speculative) {
+			if !sameNodes(in.Ranks, ranks) || in.Tensor != tensor || in.DraftModel != req.DraftModel || !runner.SameSpeculation(in.Speculative, req.Speculative) {
 				continue
 			}
 			in, ok, err := m.reuse(ctx, in, req)
@@ -428,20 +428,4 @@ func (m *Manager) Delete(ctx context.Context, instanceID string) error {
 	}
 	m.log.Info("instance deleted", "instance", instanceID)
 	return nil
-}
-
-// sameSpeculation reports whether two default speculations are the same
-// (nil: none).
-func sameSpeculation(a, b *runner.Speculation) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	pa, pb := -1.0, -1.0
-	if a.PMin != nil {
-		pa = *a.PMin
-	}
-	if b.PMin != nil {
-		pb = *b.PMin
-	}
-	return a.Draft == b.Draft && a.Max == b.Max && pa == pb
 }

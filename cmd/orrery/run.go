@@ -204,7 +204,7 @@ func (s *chatSession) placeDrafted(ctx context.Context) error {
 		if in.ModelID != s.model || in.Status == state.InstanceStatusFailed {
 			continue
 		}
-		if sp := in.Speculative; in.DraftModel != s.spec.Draft || sp == nil || sp.Draft != s.spec.Draft || sp.Max != s.spec.Max || sp.PMin != nil {
+		if in.DraftModel != s.spec.Draft || !runner.SameSpeculation(in.Speculative, s.spec) {
 			return fmt.Errorf("%s already runs as instance %s, not speculating with draft model %s at max %d: delete it (DELETE /instance/%s) or run without --draft-model",
 				s.model, in.InstanceID, s.spec.Draft, s.spec.Max, in.InstanceID)
 		}

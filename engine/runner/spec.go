@@ -91,6 +91,22 @@ func (sp *Speculation) CheckDefault(draftID string) error {
 	return nil
 }
 
+// SameSpeculation reports whether two default speculations are the same
+// (nil: none; p_min unset is not p_min 0, since the default may move).
+func SameSpeculation(a, b *Speculation) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	pa, pb := -1.0, -1.0
+	if a.PMin != nil {
+		pa = *a.PMin
+	}
+	if b.PMin != nil {
+		pb = *b.PMin
+	}
+	return a.Draft == b.Draft && a.Max == b.Max && pa == pb
+}
+
 // orDefault is what a request speculates with: its own speculation, none
 // when it says SpeculationOff, else def (the instance's default; nil:
 // none), copied.

@@ -110,3 +110,29 @@ func TestSpeculationDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestSameSpeculation: an instance is reused only for the same default
+// speculation (p_min unset is not p_min 0: the runner's default may move).
+func TestSameSpeculation(t *testing.T) {
+	zero, half := 0.0, 0.5
+	ng := func(max int, p *float64) *Speculation {
+		return &Speculation{Draft: "ngram", Max: max, PMin: p}
+	}
+	for _, c := range []struct {
+		a, b *Speculation
+		want bool
+	}{
+		{nil, nil, true},
+		{nil, ng(4, nil), false},
+		{ng(4, nil), ng(4, nil), true},
+		{ng(4, nil), ng(5, nil), false},
+		{ng(4, &half), ng(4, &half), true},
+		{ng(4, &zero), ng(4, &half), false},
+		{ng(4, nil), ng(4, &zero), false},
+		{ng(4, nil), &Speculation{Draft: "d", Max: 4}, false},
+	} {
+		if got := SameSpeculation(c.a, c.b); got != c.want {
+			t.Errorf("SameSpeculation(%+v, %+v) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

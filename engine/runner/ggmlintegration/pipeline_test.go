@@ -57,7 +57,6 @@ func startPipelineDraft(t *testing.T, path string, ranges [][2]int, parallel int
 // rank link (0: none).
 type pipeOpts struct {
 	parallel, threads, batch int
-	draftThreads             int // 0: threads
 	draft, kv                string
 	delay                    time.Duration
 }
@@ -121,7 +120,7 @@ func startPipelineWith(t testing.TB, path string, ranges [][2]int, o pipeOpts) *
 				p.mu.Unlock()
 				return c, nil
 			},
-			DraftModelPath: map[bool]string{true: o.draft}[r == 0], DraftID: "draft", DraftThreads: o.draftThreads,
+			DraftModelPath: map[bool]string{true: o.draft}[r == 0], DraftID: "draft",
 			OnStageTrace: func(id string, spans []trace.Span, _ []trace.CounterSample, err error) {
 				p.mu.Lock()
 				p.traces[r] = append(p.traces[r], spans...)
