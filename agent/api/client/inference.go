@@ -6,6 +6,7 @@ import (
 	"net/url"
 
 	"github.com/orrery-cluster/orrery/agent/api"
+	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
 
@@ -56,18 +57,11 @@ type ChatRequest struct {
 	// CachePrompt false computes the whole prompt even where a prefix is
 	// cached (for benchmarks); nil leaves the cache on.
 	CachePrompt *bool `json:"cache_prompt,omitempty"`
-	// Speculative asks for speculative decoding (nil: none).
-	Speculative *Speculation `json:"speculative,omitempty"`
+	// Speculative asks for speculative decoding (nil: the instance's
+	// default, if any).
+	Speculative *runner.Speculation `json:"speculative,omitempty"`
 	// Stream is set by ChatStream.
 	Stream bool `json:"stream"`
-}
-
-// Speculation is a request's speculative decoding: Draft is "ngram"
-// (prompt lookup) or a draft model's id, Max the most tokens drafted a
-// step.
-type Speculation struct {
-	Draft string `json:"draft"`
-	Max   int    `json:"max,omitempty"`
 }
 
 // ChatMessage is one message of a chat.
