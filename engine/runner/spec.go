@@ -81,14 +81,20 @@ func (sp *Speculation) CheckDefault(draftID string) error {
 	if err := sp.check(); err != nil {
 		return err
 	}
-	if sp.Draft != "ngram" && sp.Draft != draftID {
-		have := `"ngram" only (no draft model)`
-		if draftID != "" {
-			have = fmt.Sprintf(`"ngram" or its draft model %q`, draftID)
-		}
-		return fmt.Errorf("speculative draft %q: the instance drafts with %s", sp.Draft, have)
+	return sp.draftsWith(draftID)
+}
+
+// draftsWith checks sp's draft source against what an instance drafts
+// with: prompt lookup, or its draft model draftID ("": none).
+func (sp *Speculation) draftsWith(draftID string) error {
+	if sp.Draft == "ngram" || draftID != "" && sp.Draft == draftID {
+		return nil
 	}
-	return nil
+	have := `"ngram" only (no draft model)`
+	if draftID != "" {
+		have = fmt.Sprintf(`"ngram" or its draft model %q`, draftID)
+	}
+	return fmt.Errorf("speculative draft %q: the instance drafts with %s", sp.Draft, have)
 }
 
 // SameSpeculation reports whether two default speculations are the same
@@ -207,14 +213,14 @@ func (s *Scheduler) canSpeculate(sp *Speculation) error {
 	if _, ok := s.E.(rollbacker); !ok {
 		return fmt.Errorf("%w: this engine cannot roll back rejected drafts: no speculative decoding", ErrBadRequest)
 	}
-	if sp.Draft == "ngram" || s.Draft != nil && sp.Draft == s.Draft.ID {
-		return nil
-	}
-	have := `"ngram" only`
+	draftID := ""
 	if s.Draft != nil {
-		have = fmt.Sprintf(`"ngram" or its draft model %q`, s.Draft.ID)
+		draftID = s.Draft.ID
 	}
-	return fmt.Errorf("%w: speculative draft %q: this instance drafts with %s", ErrBadRequest, sp.Draft, have)
+	if err := sp.draftsWith(draftID); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return nil
 }
 
 // draft is what a speculating slot drafts to follow its pending token:
