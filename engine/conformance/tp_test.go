@@ -60,12 +60,18 @@ func runTPWorker(spec string) error {
 	if err := json.Unmarshal([]byte(spec), &w); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", w.Addrs[w.Rank])
+	// The test bound this rank's port and passed the listener on (fd 3):
+	// a port closed to be bound again here could be taken meanwhile, by
+	// another rank's dial from that ephemeral port or by a dial to it
+	// that connects to itself.
+	ln, err := net.FileListener(os.NewFile(3, "listener"))
 	if err != nil {
-		return err
+		return fmt.Errorf("rank %d's listener: %w", w.Rank, err)
 	}
 	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Generous: three ranks share a loaded CI machine's two cores; go
+	// test's own timeout bounds the whole.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	mesh, err := collective.Connect(ctx, w.Rank, len(w.Addrs), w.Addrs, ln, "conformance")
 	if err != nil {
@@ -141,14 +147,25 @@ func runOrreryTP(t *testing.T, path string, ranks int, ids []int32, st setting) 
 	}
 	dir := t.TempDir()
 	addrs := make([]string, ranks)
+	lns := make([]*os.File, ranks) // each rank's listener, bound until it runs
 	for i := range addrs {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		addrs[i] = ln.Addr().String()
-		ln.Close()
+		f, err := ln.(*net.TCPListener).File()
+		ln.Close() // f keeps the socket
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[i] = f
 	}
+	defer func() {
+		for _, f := range lns {
+			f.Close()
+		}
+	}()
 	var cmds []*exec.Cmd
 	var outs []*strings.Builder
 	for _, s := range plan {
@@ -162,6 +179,7 @@ func runOrreryTP(t *testing.T, path string, ranks int, ids []int32, st setting) 
 		cmd.Env = append(os.Environ(), tpWorkerEnv+"="+string(spec))
 		var b strings.Builder
 		cmd.Stdout, cmd.Stderr = &b, &b
+		cmd.ExtraFiles = []*os.File{lns[s.Rank]}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
