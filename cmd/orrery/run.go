@@ -115,7 +115,8 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 	return s.repl(ctx, stdin)
 }
 
-// runListTimeout bounds asking the agent for its models.
+// runListTimeout bounds the quick calls to the agent: its models, its
+// state and a placement (which returns before the runners load).
 const runListTimeout = 10 * time.Second
 
 // maxRunInput bounds a prompt piped on stdin.
@@ -196,7 +197,9 @@ func (s *chatSession) load(ctx context.Context) error {
 // routes to it; an instance of the model placed otherwise would take the
 // chats instead, so it stops there, naming it.
 func (s *chatSession) placeDrafted(ctx context.Context) error {
-	st, err := s.c.State(ctx)
+	// A silent agent must not hang the start here either.
+	c := apiClient(s.c.BaseURL, runListTimeout)
+	st, err := c.State(ctx)
 	if err != nil {
 		return err
 	}
@@ -210,7 +213,7 @@ func (s *chatSession) placeDrafted(ctx context.Context) error {
 		}
 	}
 	// Any instance of it left is placed so: Place answers with it.
-	if _, err := s.c.Place(ctx, api.PlaceRequest{Model: s.model, DraftModel: s.spec.Draft, Speculative: s.spec}); err != nil {
+	if _, err := c.Place(ctx, api.PlaceRequest{Model: s.model, DraftModel: s.spec.Draft, Speculative: s.spec}); err != nil {
 		return fmt.Errorf("place %s with draft model %s: %w", s.model, s.spec.Draft, err)
 	}
 	return nil
