@@ -60,6 +60,9 @@ type Rank struct {
 	// group sums the partial outputs of a tensor-parallel slice's blocks
 	// (nil: whole blocks).
 	group *tpGroup
+	// threads is bound to the process's CPU backend before each
+	// computation (threadpool.go).
+	threads *threads
 }
 
 var _ backend.Rank = (*Rank)(nil)
@@ -100,6 +103,10 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		return nil, fmt.Errorf("load weights: %w", err)
 	}
 	r := &Rank{cfg: cfg, opts: opts, b: b}
+	if r.threads, err = newThreads(b, opts.Threads); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("ggml threads: %w", err)
+	}
 	get := func(name string, required bool) (ml.Tensor, error) {
 		t := b.Get(name)
 		if t == nil && required {
@@ -124,6 +131,7 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	}
 	if err := errors.Join(errs...); err != nil {
 		b.Close()
+		r.threads.close()
 		return nil, err
 	}
 	if cfg.TP != nil {
@@ -191,6 +199,7 @@ func (r *Rank) Options() backend.Options { return r.opts }
 
 // Reset forgets every cached position.
 func (r *Rank) Reset() error {
+	defer r.threads.bind()()
 	for seq := range r.opts.Parallel {
 		if err := r.cache.Remove(seq, 0, math.MaxInt32); err != nil {
 			return err
@@ -205,6 +214,7 @@ func (r *Rank) Shift(seq, keep, discard int) error {
 	if seq < 0 || seq >= r.opts.Parallel || keep < 0 || discard < 1 {
 		return fmt.Errorf("shift of sequence %d (of %d): keep %d, discard %d", seq, r.opts.Parallel, keep, discard)
 	}
+	defer r.threads.bind()() // the shift computes
 	switch {
 	case r.cfg.MLA:
 		return errContextShiftMLA
@@ -222,6 +232,7 @@ func (r *Rank) Remove(seq, from int) error {
 	if seq < 0 || seq >= r.opts.Parallel {
 		return fmt.Errorf("sequence %d of %d", seq, r.opts.Parallel)
 	}
+	defer r.threads.bind()()
 	if from > 0 && !r.cache.CanResume(seq, int32(from)) {
 		if err := r.cache.Remove(seq, 0, math.MaxInt32); err != nil {
 			return err
@@ -237,6 +248,7 @@ func (r *Rank) Close() {
 		r.cache.Close()
 	}
 	r.b.Close()
+	r.threads.close()
 	r.repacked.close()
 	r.group.close()
 }
@@ -319,6 +331,7 @@ func (r *Rank) Forward(ctx context.Context, in backend.Batch) (res backend.Resul
 	if r.group != nil {
 		r.group.take() // a failed pass's error was returned with it
 	}
+	defer r.threads.bind()()
 	switch {
 	case n == 0 || n > r.opts.BatchSize:
 		return res, fmt.Errorf("batch of %d positions, want 1..%d", n, r.opts.BatchSize)
