@@ -160,11 +160,10 @@ func (d *DraftModel) makeRoom(slot, need int) error {
 }
 
 // SmallDraftBytes is the most weights a draft model computes on one
-// thread by default. A small draft's ops last microseconds, and its
-// threads would spend them at ggml's barriers: beside a 2-thread target on
-// 2 cores, the 3.3 MB KJV draft took 0.32 ms a token on one thread and
-// 1.0 ms on two (timed in the scheduler on spec-bench's prompts,
-// 2026-12-06).
+// thread by default. A small draft's ops last microseconds: a second
+// thread gains it nothing (the 3.3 MB KJV draft: 0.35–0.40 ms a token on
+// either, BenchmarkDecodeThreads), and on one thread it was ahead in
+// spec-bench's runs (2026-12-06).
 const SmallDraftBytes = 64 << 20
 
 // draftThreads is how many threads a draft model of weights bytes computes
