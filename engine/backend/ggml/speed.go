@@ -62,6 +62,12 @@ func MeasureSpeed(ctx context.Context, dir string, threads int) (sp backend.Spee
 	if err := b.Load(ctx, func(float32) {}); err != nil {
 		return sp, fmt.Errorf("load the probe: %w", err)
 	}
+	// The probe computes as a rank does: its threads bound, in a pool.
+	th, err := newThreads(b, threads)
+	if err != nil {
+		return sp, fmt.Errorf("ggml threads: %w", err)
+	}
+	defer th.close()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("ggml: %v", p)
@@ -88,10 +94,14 @@ func MeasureSpeed(ctx context.Context, dir string, threads int) (sp backend.Spee
 			for j := range ys {
 				ys[j] = w.Mulmat(c, in)
 			}
-			t0 := time.Now()
-			c.Forward(ys...).Compute(ys...)
+			d := func() time.Duration {
+				defer th.bind()()
+				t0 := time.Now()
+				c.Forward(ys...).Compute(ys...)
+				return time.Since(t0)
+			}()
 			if i > 0 {
-				ds = append(ds, time.Since(t0)/time.Duration(reps))
+				ds = append(ds, d/time.Duration(reps))
 			}
 			c.Close()
 		}

@@ -178,7 +178,7 @@ func (t *threads) bind() (unlock func()) {
 }
 
 // close frees the pool, unset from the backend first (another rank binds
-// its own before it computes). The backend must be closed already.
+// its own before it computes).
 func (t *threads) close() {
 	if t == nil || t.pool == nil {
 		return

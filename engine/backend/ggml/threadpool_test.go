@@ -58,7 +58,9 @@ func TestThreadsPerRank(t *testing.T) {
 // on 1 loaded after it (a runner with a small draft): what the thread pool
 // and the per-rank thread count are for.
 func BenchmarkDecodeThreads(b *testing.B) {
-	kjv := func(name string) string { return filepath.Join("..", "..", "..", "models", "kjv", "kjv-"+name+"-f16.gguf") }
+	kjv := func(name string) string {
+		return filepath.Join("..", "..", "..", "models", "kjv", "kjv-"+name+"-f16.gguf")
+	}
 	for _, c := range []struct {
 		name    string
 		model   string
