@@ -81,25 +81,27 @@ static void orrery_params_init(unsigned char * p, int n) {
 // than they are (a cpumask of 512 bools, then n_threads, prio, poll and
 // two bools). poll is the field two after n_threads, which is found by
 // filling the buffer for two thread counts, and must hold ggml's default,
-// 50; where it does not, the pool polls as ggml's default does.
+// 50; where it is not found so, the pool polls as ggml's default does.
 static struct ggml_threadpool * orrery_threadpool_new(int n, uint32_t poll) {
 	unsigned char * a = malloc(orrery_params_size), * b = malloc(orrery_params_size);
 	struct ggml_threadpool * tp = NULL;
 	if (!a || !b) goto out;
 	orrery_params_init(a, 3);
 	orrery_params_init(b, 5);
-	for (size_t off = 0; off + 12 <= orrery_params_size; off += 4) {
+	size_t off = 0;
+	for (; off + 12 <= orrery_params_size; off += 4) {
 		int32_t x, y;
 		memcpy(&x, a + off, 4);
 		memcpy(&y, b + off, 4);
-		if (x != 3 || y != 5) continue;
-		orrery_params_init(a, n);
+		if (x == 3 && y == 5) break;
+	}
+	orrery_params_init(a, n);
+	if (off + 12 <= orrery_params_size) {
 		uint32_t def;
 		memcpy(&def, a + off + 8, 4);
 		if (def == 50) memcpy(a + off + 8, &poll, 4);
-		tp = ggml_threadpool_new((struct ggml_threadpool_params *) a);
-		break;
 	}
+	tp = ggml_threadpool_new((struct ggml_threadpool_params *) a);
 out:
 	free(a);
 	free(b);
