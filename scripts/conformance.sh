@@ -18,5 +18,18 @@ grep -E -e '^(--- |ok|FAIL|PASS|panic)' -e '^ +\|' -e '_test\.go:[0-9]+: ' "$log
 if [[ $rc -ne 0 ]]; then
 	echo "conformance: failed; the whole log is in $log" >&2
 	tail -n 40 "$log" >&2
+	# Last, where a CI excerpt of the output's end shows them: what each
+	# failed test printed from its _test.go lines and their continuations
+	# (go test -v streams them between the test's === RUN and the next),
+	# goal notes and tables left out.
+	echo "conformance: the failures:" >&2
+	awk '
+		FNR == NR { if ($1 == "---" && $2 == "FAIL:") failed[$3] = 1; next }
+		$1 == "===" && $2 == "RUN" { cur = $3; next }
+		(cur in failed) && /_test\.go:[0-9]+: / && !/misses the goal/ { print cur ": " $0; more = 1; next }
+		more && /^        / && !/^ +\|/ { print cur ": " $0; next }
+		{ more = 0 }
+		/^(panic|fatal error)/ { print }
+	' "$log" "$log" | tail -n 80 >&2 || true
 fi
 exit "$rc"
