@@ -34,11 +34,14 @@ func jsonValue(s string) (raw string, end int, incomplete bool, err error) {
 	return string(v), int(dec.InputOffset()), false, nil
 }
 
-// giveUp writes what was held as content, as the model wrote it.
+// giveUp writes the marker as content, as the model wrote it, and reads
+// what was held after it again as text: it may hold the next marker.
+// (Streaming gives up as soon as a call cannot parse and reads on as
+// text; the whole output must come out the same.)
 func (p *Parser) giveUp(marker string) (Delta, bool) {
-	d := p.content(marker + p.buf)
-	p.buf, p.mode = "", inText
-	return d, false
+	d := p.content(marker)
+	p.mode = inText
+	return d, true
 }
 
 // mistral reads what follows [TOOL_CALLS]: a JSON array of calls, or
