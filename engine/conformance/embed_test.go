@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -121,39 +120,54 @@ func compareVectors(ref, got []float32) (cos, maxDelta float64) {
 
 // llamaEmbed runs llama-embedding on texts (one per line) and reads its
 // JSON: one vector per text, L2-normalised, at 7 decimals. llama.cpp
-// prints the JSON through its asynchronous logger, and CI once saw a run
-// exit 0 having printed nothing: such a run is tried again, twice at most.
+// prints the JSON through its asynchronous logger, and CI has seen runs
+// exit 0 having printed nothing, or only part of it: a run whose output
+// does not parse into one vector per text is tried again, 4 tries in all.
 func llamaEmbed(t testing.TB, dir, path string, texts []string) [][]float32 {
 	t.Helper()
-	var out []byte
-	var stderr strings.Builder
-	for try := 1; try <= 3 && len(bytes.TrimSpace(out)) == 0; try++ {
-		if try > 1 {
-			t.Logf("llama-embedding on %s printed nothing (try %d of 3)", filepath.Base(path), try-1)
-		}
+	const tries = 4
+	for try := 1; ; try++ {
 		cmd := exec.Command(llamaref.Bin(dir, "llama-embedding"), "-m", path, "-p", strings.Join(texts, "\n"), "-t", strconv.Itoa(threads),
 			"-c", "512", "-fa", "on", "--embd-output-format", "json")
-		stderr.Reset()
+		var stderr strings.Builder
 		cmd.Stderr = &stderr
-		var err error
-		if out, err = cmd.Output(); err != nil {
+		out, err := cmd.Output()
+		if err != nil {
 			t.Fatalf("llama-embedding on %s: %v\n%s", filepath.Base(path), err, tail([]byte(stderr.String())))
 		}
+		vecs, err := parseLlamaEmbed(out, len(texts))
+		if err == nil {
+			return vecs
+		}
+		if try == tries {
+			t.Fatalf("llama-embedding on %s, %d tries: %v\n%s\nstderr:\n%s", filepath.Base(path), tries, err, tail(out), tail([]byte(stderr.String())))
+		}
+		t.Logf("llama-embedding on %s (try %d of %d): %v, %d bytes printed; trying again", filepath.Base(path), try, tries, err, len(out))
 	}
+}
+
+// parseLlamaEmbed reads llama-embedding's JSON: n vectors, by index.
+func parseLlamaEmbed(out []byte, n int) ([][]float32, error) {
 	var v struct {
 		Data []struct {
 			Index     int       `json:"index"`
 			Embedding []float32 `json:"embedding"`
 		} `json:"data"`
 	}
-	if err := json.Unmarshal(out, &v); err != nil || len(v.Data) != len(texts) {
-		t.Fatalf("llama-embedding output (%v): %d vectors for %d texts\n%s\nstderr:\n%s", err, len(v.Data), len(texts), tail(out), tail([]byte(stderr.String())))
+	if err := json.Unmarshal(out, &v); err != nil {
+		return nil, fmt.Errorf("output does not parse: %w", err)
 	}
-	vecs := make([][]float32, len(texts))
+	if len(v.Data) != n {
+		return nil, fmt.Errorf("%d vectors for %d texts", len(v.Data), n)
+	}
+	vecs := make([][]float32, n)
 	for _, d := range v.Data {
+		if d.Index < 0 || d.Index >= n || vecs[d.Index] != nil || len(d.Embedding) == 0 {
+			return nil, fmt.Errorf("vector with index %d (of %d texts), %d values: out of range, repeated or empty", d.Index, n, len(d.Embedding))
+		}
 		vecs[d.Index] = d.Embedding
 	}
-	return vecs
+	return vecs, nil
 }
 
 // orreryEmbed embeds texts through a runner server on one rank, with
