@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
@@ -45,6 +46,16 @@ type Engine interface {
 // Step is one forward pass over rows of one or more slots.
 type Step struct {
 	Groups []Group
+	sent   time.Time // when the scheduler submitted it
+}
+
+// rows is the step's row count.
+func (st *Step) rows() int {
+	n := 0
+	for _, g := range st.Groups {
+		n += len(g.Tokens)
+	}
+	return n
 }
 
 // Group is one slot's rows in a step: Tokens at positions Start….

@@ -49,6 +49,9 @@ type Scheduler struct {
 	admit uint64 // admission counter: the order slots' prefill goes in
 	// inflight counts sampling steps submitted and not received.
 	inflight int
+	// cost is what drafts and steps have been measured to cost, for
+	// adaptive K (speccost.go).
+	cost specCost
 }
 
 // slot is one KV cache sequence: the tokens it holds, and the request it
@@ -71,6 +74,9 @@ type slot struct {
 	decodeT time.Time
 	shifted bool // a context shift happened: the cache is not a prompt's
 	draftK  int  // speculation: how many tokens to draft next (0: the max)
+	// speculation: decayed counts of accepted drafts and of rejections
+	// (speccost.go)
+	accepted, rejections float64
 }
 
 func (s *Scheduler) init() {
@@ -133,6 +139,7 @@ func (s *Scheduler) Run(ctx context.Context) (err error) {
 		}
 		if s.inflight < s.E.Depth() {
 			if st := s.build(ctx); st != nil {
+				st.sent = time.Now()
 				if err := s.E.Submit(ctx, st); err != nil {
 					if fatal := s.stepFailed(st, err); fatal != nil {
 						return fatal
@@ -153,6 +160,9 @@ func (s *Scheduler) Run(ctx context.Context) (err error) {
 					return fatal
 				}
 				continue
+			}
+			if st != nil && !st.sent.IsZero() {
+				s.cost.step(st.rows(), time.Since(st.sent))
 			}
 			s.deliver(samples)
 			continue

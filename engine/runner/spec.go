@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/trace"
@@ -245,7 +246,14 @@ func (s *Scheduler) draft(ctx context.Context, sl *slot, budget int) ([]int32, e
 	if sp.PMin != nil {
 		pMin = *sp.PMin
 	}
-	return s.Draft.draft(ctx, sl.id, hist, k, pMin)
+	t0 := time.Now()
+	out, err := s.Draft.draft(ctx, sl.id, hist, k, pMin)
+	passes := len(out)
+	if passes < k {
+		passes++ // the pass whose token p_min stopped
+	}
+	s.cost.draft(passes, time.Since(t0))
+	return out, err
 }
 
 // settleDrafts counts a drafting step's drafts and rolls back the cache
@@ -254,14 +262,8 @@ func (s *Scheduler) settleDrafts(sl *slot, smp Sampled) error {
 	accepted := len(smp.Tokens) - 1
 	sl.job.res.DraftTokens += smp.Drafted
 	sl.job.res.AcceptedDraftTokens += accepted
-	// Adaptive K, as Hugging Face's assisted generation schedules it: two
-	// more after a step whose drafts were all accepted, one fewer after
-	// one that rejected some (at least 1, at most the request's max).
-	if accepted == smp.Drafted {
-		sl.draftK = min(sl.draftK+2, sl.job.req.Speculative.max())
-	} else {
-		sl.draftK = max(sl.draftK-1, 1)
-	}
+	sp := sl.job.req.Speculative
+	s.cost.nextK(sl, smp.Drafted, accepted, sp.max(), sp.Draft != "ngram")
 	rejected := smp.Drafted - accepted
 	if rejected <= 0 {
 		return nil
