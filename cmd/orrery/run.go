@@ -137,12 +137,15 @@ type chatSession struct {
 	spec *runner.Speculation
 }
 
+// quick is s's agent with the quick calls' bound (runListTimeout).
+func (s *chatSession) quick() *client.Client { return apiClient(s.c.BaseURL, runListTimeout) }
+
 // checkModel asks the agent for the model, so that a typo fails at once
 // with what there is instead.
 func (s *chatSession) checkModel(ctx context.Context) error {
 	// The model list is small and quick: a silent agent must not hang the
 	// start. (Loading and answering may rightly take long; Ctrl-C ends them.)
-	ms, err := apiClient(s.c.BaseURL, runListTimeout).Models(ctx)
+	ms, err := s.quick().Models(ctx)
 	if err != nil {
 		return fmt.Errorf("no agent answers (%v): start one with orrery agent", err)
 	}
@@ -198,7 +201,7 @@ func (s *chatSession) load(ctx context.Context) error {
 // chats instead, so it stops there, naming it.
 func (s *chatSession) placeDrafted(ctx context.Context) error {
 	// A silent agent must not hang the start here either.
-	c := apiClient(s.c.BaseURL, runListTimeout)
+	c := s.quick()
 	st, err := c.State(ctx)
 	if err != nil {
 		return err
