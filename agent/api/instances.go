@@ -44,7 +44,8 @@ type PlaceRequest struct {
 	DraftModel string `json:"draftModel,omitempty"`
 	// Speculative is the instance's default speculation: what requests
 	// that name none speculate with ({"draft": "ngram" or DraftModel,
-	// "max": K, "p_min": P}; a request's {"draft": "none"} turns it off).
+	// "max": K, "min": N, "p_min": P}; a request's {"draft": "none"} turns
+	// it off).
 	Speculative *runner.Speculation `json:"speculative,omitempty"`
 }
 

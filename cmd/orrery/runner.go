@@ -67,7 +67,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	tpWire := fs.String("tp-wire", "f32", "how the group's all-reduces send their values: f32 (the sum to the bit), or f16 or bf16 (half the bytes, each rank's part rounded; every rank of the group must agree; see docs/inference.md for what it costs)")
 	draftModel := fs.String("draft-model", "", "rank 0: a draft model (GGUF with the same vocabulary) for speculative decoding")
 	draftThreads := fs.Int("draft-threads", 0, fmt.Sprintf("CPU threads for the draft model (0: one for a draft of at most %d MiB of weights, whose ops are too short to share; else --threads)", runner.SmallDraftBytes>>20))
-	speculative := fs.String("speculative", "", `rank 0: the speculation of requests that name none, as JSON: {"draft": "ngram" or the --draft-id, "max": K, "p_min": P} (a request's {"draft": "none"} turns it off)`)
+	speculative := fs.String("speculative", "", `rank 0: the speculation of requests that name none, as JSON: {"draft": "ngram" or the --draft-id, "max": K, "min": N, "p_min": P} (a request's {"draft": "none"} turns it off)`)
 	draftID := fs.String("draft-id", "", "the name requests give the draft model in \"speculative\": {\"draft\": ID} (default: its file name without .gguf)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {

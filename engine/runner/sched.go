@@ -52,6 +52,9 @@ type Scheduler struct {
 	// cost is what drafts and steps have been measured to cost, for
 	// adaptive K (speccost.go).
 	cost specCost
+	// share is how many groups (slots) the last step returned had: they
+	// share its base cost (speccost.go)
+	share int
 }
 
 // slot is one KV cache sequence: the tokens it holds, and the request it
@@ -73,7 +76,11 @@ type slot struct {
 	open    bool
 	decodeT time.Time
 	shifted bool // a context shift happened: the cache is not a prompt's
-	draftK  int  // speculation: how many tokens to draft next (0: the max)
+	// speculation: how many tokens to draft next, once kChosen (until
+	// then the max); idle counts the steps since a probe while it is 0
+	draftK  int
+	kChosen bool
+	idle    int
 	// speculation: decayed counts of accepted drafts and of rejections
 	// (speccost.go)
 	accepted, rejections float64
@@ -163,6 +170,7 @@ func (s *Scheduler) Run(ctx context.Context) (err error) {
 			}
 			if st != nil && !st.sent.IsZero() {
 				s.cost.step(st.rows(), time.Since(st.sent))
+				s.share = len(st.Groups)
 			}
 			s.deliver(samples)
 			continue

@@ -29,6 +29,9 @@ type Speculation struct {
 	Draft string `json:"draft"`
 	// Max is the most tokens drafted per step (0: DefaultDraft).
 	Max int `json:"max,omitempty"`
+	// Min is the fewest drafted per step (llama.cpp's n_min; 0: as few
+	// as the costs call for, none when drafting does not pay).
+	Min int `json:"min,omitempty"`
 	// PMin stops a draft model's drafting at a token it gives less than
 	// this probability (nil: DefaultPMin; 0: never; prompt lookup ignores
 	// it).
@@ -70,6 +73,8 @@ func (sp *Speculation) check() error {
 		return errors.New(`speculative draft is missing: "ngram" (prompt lookup) or the instance's draft model`)
 	case sp.Max < 0 || sp.Max > MaxDraft:
 		return fmt.Errorf("speculative max %d: want 1..%d", sp.Max, MaxDraft)
+	case sp.Min < 0 || sp.Min > sp.max():
+		return fmt.Errorf("speculative min %d: want 0..%d (the max)", sp.Min, sp.max())
 	case sp.PMin != nil && !(*sp.PMin >= 0 && *sp.PMin <= 1):
 		return fmt.Errorf("speculative p_min %v: want 0..1", *sp.PMin)
 	}
@@ -111,7 +116,7 @@ func SameSpeculation(a, b *Speculation) bool {
 	if b.PMin != nil {
 		pb = *b.PMin
 	}
-	return a.Draft == b.Draft && a.Max == b.Max && pa == pb
+	return a.Draft == b.Draft && a.Max == b.Max && a.Min == b.Min && pa == pb
 }
 
 // orDefault is what a request speculates with: its own speculation, none
@@ -234,10 +239,12 @@ func (s *Scheduler) draft(ctx context.Context, sl *slot, budget int) ([]int32, e
 	}
 	span := sl.phase.Child("draft", "sample") // the lookup, in the step's trace
 	defer span.End(trace.Args{}.WithToken(sl.n))
-	if sl.draftK == 0 {
-		sl.draftK = sp.max()
+	model := sp.Draft != "ngram"
+	if !sl.kChosen { // a new request: its first k from the prior α
+		s.cost.choose(sl, sp.max(), model, s.share)
 	}
-	k := min(sl.draftK, sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
+	probe := sl.draftK == 0 && s.cost.mayPay(sp.max(), model, s.share)
+	k := min(max(sl.draftLen(sp.max(), probe), sp.Min), sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
 	hist := append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok)
 	if sp.Draft == "ngram" {
 		return ngramDraft(hist, k), nil
@@ -263,7 +270,7 @@ func (s *Scheduler) settleDrafts(sl *slot, smp Sampled) error {
 	sl.job.res.DraftTokens += smp.Drafted
 	sl.job.res.AcceptedDraftTokens += accepted
 	sp := sl.job.req.Speculative
-	s.cost.nextK(sl, smp.Drafted, accepted, sp.max(), sp.Draft != "ngram")
+	s.cost.nextK(sl, smp.Drafted, accepted, sp.max(), sp.Draft != "ngram", s.share)
 	rejected := smp.Drafted - accepted
 	if rejected <= 0 {
 		return nil

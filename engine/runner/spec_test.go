@@ -103,6 +103,9 @@ func TestSpeculationDefault(t *testing.T) {
 		{Speculation{}, "d", "draft is missing"},
 		{Speculation{Draft: "ngram", Max: 17}, "", "want 1..16"},
 		{Speculation{Draft: "ngram", PMin: &bad}, "", "p_min 2: want 0..1"},
+		{Speculation{Draft: "ngram", Min: 4, Max: 4}, "", ""},
+		{Speculation{Draft: "ngram", Min: 6}, "", "min 6: want 0..5 (the max)"},
+		{Speculation{Draft: "ngram", Min: -1, Max: 8}, "", "min -1: want 0..8"},
 	} {
 		err := c.sp.CheckDefault(c.draft)
 		if c.err == "" && err != nil || c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)) {
@@ -130,6 +133,7 @@ func TestSameSpeculation(t *testing.T) {
 		{ng(4, &zero), ng(4, &half), false},
 		{ng(4, nil), ng(4, &zero), false},
 		{ng(4, nil), &Speculation{Draft: "d", Max: 4}, false},
+		{ng(4, nil), &Speculation{Draft: "ngram", Max: 4, Min: 4}, false},
 	} {
 		if got := SameSpeculation(c.a, c.b); got != c.want {
 			t.Errorf("SameSpeculation(%+v, %+v) = %v, want %v", c.a, c.b, got, c.want)

@@ -12,12 +12,21 @@ import "time"
 // tokens and takes T(k) = k·d + a + b·(k+1): d a draft pass, a + b·rows a
 // step of the target. The scheduler measures d and the line a + b·rows as
 // it goes (specCost), each slot its own α from its accepted and rejected
-// drafts, and each step drafts the k in 1..max with the most tokens per
+// drafts, and each step drafts the k in 0..max (1..max alone; below) with the most tokens per
 // second, E(k)/T(k). A draft that costs a quarter of its target's step
 // drafts about 2 at α ≈ 0.65; prompt lookup, which costs nothing, drafts
 // the max. Until a line is measured it falls back to Hugging Face's
 // schedule (two more after a step whose drafts were all accepted, one
 // fewer after one that rejected some).
+//
+// Slots decoding together share a step: with S of them, a slot's share of
+// its base is a/S (a holds their sampling and attention too, as long as S
+// stays put), and its drafts' rows and passes cost as much as alone. So
+// the more slots, the less drafting pays, and with several k may be 0. A
+// slot at k 0 learns nothing of α, so where drafting could pay (were every
+// draft accepted) it drafts one token every probeEvery steps to keep α,
+// and its choice, current. Alone, a slot drafts at least 1: its α stays
+// measured, and a bad stretch of drafts does not stop it for long.
 
 // Acceptance estimate, per slot: decayed counts of accepted drafts and of
 // rejections (a rejection ends a step's run of trials, so α's estimate is
@@ -28,6 +37,8 @@ const (
 	priorAlpha = 0.6
 	// costDecay weighs a measured step or draft against the older ones.
 	costDecay = 0.97
+	// probeEvery: a slot whose k is 0 drafts 1 every this many steps.
+	probeEvery = 8
 )
 
 // specCost is the scheduler's measure of what speculation costs: a draft
@@ -77,11 +88,14 @@ func (c *specCost) line() (a, b float64, ok bool) {
 	return a, b, true
 }
 
-// bestK is the k in 1..maxK that yields the most tokens per ns, E(k)/T(k),
-// for a draft accepted at alpha, a draft pass of d ns and a step of
-// a + b·rows ns.
-func bestK(alpha float64, maxK int, d, a, b float64) int {
+// bestK is the k in least..maxK (least 0 or 1) that yields the most
+// tokens per ns, E(k)/T(k), for a draft accepted at alpha, a draft pass of
+// d ns and a step of a + b·rows ns (a: the slot's share of it).
+func bestK(alpha float64, least, maxK int, d, a, b float64) int {
 	best, bestRate := 1, -1.0
+	if least == 0 && a+b > 0 {
+		best, bestRate = 0, 1/(a+b)
+	}
 	e, pow := 1.0, 1.0
 	for k := 1; k <= maxK; k++ {
 		pow *= alpha
@@ -106,26 +120,72 @@ func slotAlpha(sl *slot) float64 {
 // nextK sets sl's next draft length after a step that drafted drafted
 // tokens and accepted accepted of them, for a request whose max is maxK;
 // draftModel says the drafts came from a model (else prompt lookup, which
-// costs no pass).
-func (c *specCost) nextK(sl *slot, drafted, accepted, maxK int, draftModel bool) {
+// costs no pass); share is how many slots decoded in the step.
+func (c *specCost) nextK(sl *slot, drafted, accepted, maxK int, draftModel bool, share int) {
+	sl.kChosen = true
 	sl.accepted = alphaDecay*sl.accepted + float64(accepted)
 	if accepted < drafted {
 		sl.rejections = alphaDecay*sl.rejections + 1
 	} else {
 		sl.rejections *= alphaDecay
 	}
-	a, b, ok := c.line()
-	d := 0.0
-	if draftModel {
-		d = c.draftNs
-		ok = ok && c.draftW > 0
-	}
 	switch {
-	case ok:
-		sl.draftK = bestK(slotAlpha(sl), maxK, d, a, b)
+	case c.choose(sl, maxK, draftModel, share):
 	case accepted == drafted:
 		sl.draftK = min(sl.draftK+2, maxK)
 	default:
 		sl.draftK = max(sl.draftK-1, 1)
 	}
+}
+
+// choose sets sl's k from its α and the costs for one of share slots, and
+// says whether the costs were measured (else it leaves k be).
+func (c *specCost) choose(sl *slot, maxK int, draftModel bool, share int) bool {
+	base, b, d, ok := c.costs(draftModel, share)
+	if !ok {
+		return false
+	}
+	least := 1
+	if share > 1 {
+		least = 0
+	}
+	sl.kChosen, sl.draftK, sl.idle = true, bestK(slotAlpha(sl), least, maxK, d, base, b), 0
+	return true
+}
+
+// costs are, once measured (ok), what a step costs one of share slots:
+// base, its share of a, and b a row; and d a draft pass (0 for prompt
+// lookup).
+func (c *specCost) costs(draftModel bool, share int) (base, b, d float64, ok bool) {
+	a, b, ok := c.line()
+	if draftModel {
+		d = c.draftNs
+		ok = ok && c.draftW > 0
+	}
+	return a / float64(max(share, 1)), b, d, ok
+}
+
+// mayPay says whether drafting could pay for one of share slots if every
+// draft were accepted; false only once the costs are measured.
+func (c *specCost) mayPay(maxK int, draftModel bool, share int) bool {
+	base, b, d, ok := c.costs(draftModel, share)
+	return !ok || bestK(1, 0, maxK, d, base, b) > 0
+}
+
+// draftLen is how many tokens sl drafts this step, for a request whose
+// max is maxK: the k last chosen (the max before any choice: choose makes
+// the first where the costs are known), or, while that is 0, one every
+// probeEvery steps if probe (drafting could pay).
+func (sl *slot) draftLen(maxK int, probe bool) int {
+	switch {
+	case !sl.kChosen:
+		sl.kChosen, sl.draftK = true, maxK
+	case sl.draftK == 0:
+		if sl.idle++; !probe || sl.idle < probeEvery {
+			return 0
+		}
+		sl.idle = 0
+		return 1
+	}
+	return sl.draftK
 }

@@ -111,7 +111,9 @@ func TestSpeculationDraftModel(t *testing.T) {
 			req := runner.Request{Prompt: prompt, MaxTokens: 40, IgnoreEOS: true}
 			plain, _, _ := complete(t, c, runner.CompletionRequest{Request: req})
 			// p_min 0: a random model's copy drafts at every probability.
-			req.Speculative = &runner.Speculation{Draft: "draft", Max: 4, PMin: new(float64)}
+			// min 4: a copy costs what it saves, so K from the costs
+			// would draft little.
+			req.Speculative = &runner.Speculation{Draft: "draft", Max: 4, Min: 4, PMin: new(float64)}
 			spec, _, done := complete(t, c, runner.CompletionRequest{Request: req})
 			t.Logf("%s: %d drafted, %d accepted", fam, done.DraftTokens, done.AcceptedDraftTokens)
 			if !slices.Equal(plain, spec) {
