@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,14 +46,17 @@ type specArm struct {
 	runs      int
 	drafted   int
 	accepted  int
-	completer func(runner.CompletionRequest) (*runner.Done, error)
+	text      string // the last run's output
+	completer func(runner.CompletionRequest, func(runner.Piece) error) (*runner.Done, error)
 }
 
 func (a *specArm) run(tb testing.TB, prompts []string, gen int) {
 	tb.Helper()
 	for _, p := range prompts {
 		req := runner.CompletionRequest{Request: runner.Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true, Speculative: a.spec}}
-		done, err := a.completer(req)
+		var text strings.Builder
+		done, err := a.completer(req, func(p runner.Piece) error { text.WriteString(p.Text); return nil })
+		a.text = text.String()
 		if err != nil {
 			tb.Fatalf("%s: %v", a.name, err)
 		}
@@ -61,6 +65,34 @@ func (a *specArm) run(tb testing.TB, prompts []string, gen int) {
 		a.drafted += done.DraftTokens
 		a.accepted += done.AcceptedDraftTokens
 	}
+}
+
+// runAtOnce sends prompts at once and counts their aggregate tok/s: every
+// token generated over the wall time, prefill included.
+func (a *specArm) runAtOnce(tb testing.TB, prompts []string, gen int) {
+	tb.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	toks := 0
+	t0 := time.Now()
+	for _, p := range prompts {
+		wg.Go(func() {
+			req := runner.CompletionRequest{Request: runner.Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true, Speculative: a.spec}}
+			done, err := a.completer(req, func(runner.Piece) error { return nil })
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				tb.Errorf("%s: %v", a.name, err)
+				return
+			}
+			toks += done.CompletionTokens
+			a.drafted += done.DraftTokens
+			a.accepted += done.AcceptedDraftTokens
+		})
+	}
+	wg.Wait()
+	a.tps += float64(toks) / time.Since(t0).Seconds()
+	a.runs++
 }
 
 func (a *specArm) report(b *testing.B, base *specArm) {
@@ -88,6 +120,8 @@ func (a *specArm) report(b *testing.B, base *specArm) {
 //     the target's two, on held-out prompts;
 //   - one rank, a repetitive task (a passage, then the passage again with
 //     edits, to be continued): plain, and prompt lookup;
+//   - one rank with 4 slots, the prompts 4 at once: plain, the draft and
+//     prompt lookup (aggregate tok/s, prefill included);
 //   - a 3-rank pipeline (runner servers in this process, their rank links
 //     through delay proxies adding 1 ms each way): plain and the draft;
 //   - when the llama.cpp reference is installed, llama-speculative on the
@@ -109,22 +143,33 @@ func BenchmarkSpeculation(b *testing.B) {
 		return serve(b, s, "secret")
 	}
 	oneC, one2C := oneNode(0), oneNode(2)
+	// Four slots, for four requests at once (continuous batching).
+	s4 := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
+		Options: backend.Options{Threads: 2, BatchSize: 64, KVType: "f16", Parallel: 4, ContextLen: 4 * 256}})
+	if err := s4.Load(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s4.Close)
+	four := serve(b, s4, "secret")
 	cfg, _ := tokenizerOf(b, target)
 	l := cfg.Layers
 	pipe := startPipelineWith(b, target, [][2]int{{0, l / 3}, {l / 3, 2 * l / 3}, {2 * l / 3, l}},
 		pipeOpts{parallel: 1, threads: 2, batch: 16, kv: "f16", draft: draft, delay: time.Millisecond})
-	via := func(c *runner.Client) func(runner.CompletionRequest) (*runner.Done, error) {
-		return func(req runner.CompletionRequest) (*runner.Done, error) {
-			return c.Complete(context.Background(), req, func(runner.Piece) error { return nil })
+	via := func(c *runner.Client) func(runner.CompletionRequest, func(runner.Piece) error) (*runner.Done, error) {
+		return func(req runner.CompletionRequest, piece func(runner.Piece) error) (*runner.Done, error) {
+			return c.Complete(context.Background(), req, piece)
 		}
 	}
 	draft4, draft8 := &runner.Speculation{Draft: "draft", Max: 4}, &runner.Speculation{Draft: "draft", Max: 8}
 	plain := &specArm{name: "plain", completer: via(oneC)}
 	arms := []*specArm{plain, {name: "draft-max4", spec: draft4, completer: via(oneC)}, {name: "draft-max8", spec: draft8, completer: via(oneC)},
 		{name: "draft-2threads-max4", spec: draft4, completer: via(one2C)}}
-	rep := []string{repetitive(prompts)}
+	rep, passage := repetitive(b)
 	repPlain := &specArm{name: "repeat-plain", completer: via(oneC)}
 	repArms := []*specArm{repPlain, {name: "repeat-ngram-max8", spec: &runner.Speculation{Draft: "ngram", Max: 8}, completer: via(oneC)}}
+	batchPlain := &specArm{name: "4-at-once-plain", completer: via(four)}
+	batchArms := []*specArm{batchPlain, {name: "4-at-once-draft-max4", spec: draft4, completer: via(four)},
+		{name: "4-at-once-ngram-max4", spec: &runner.Speculation{Draft: "ngram", Max: 4}, completer: via(four)}}
 	pipePlain := &specArm{name: "pipe3-1ms-plain", completer: via(pipe.client)}
 	pipeArms := []*specArm{pipePlain, {name: "pipe3-1ms-draft-max8", spec: draft8, completer: via(pipe.client)}}
 	plain.run(b, prompts[:1], 8) // warm the weights
@@ -137,7 +182,12 @@ func BenchmarkSpeculation(b *testing.B) {
 			}
 		}
 		for _, a := range repArms {
-			a.run(b, rep, gen)
+			a.run(b, []string{rep}, gen)
+		}
+		for i := 0; i < len(prompts); i += 4 {
+			for _, a := range batchArms {
+				a.runAtOnce(b, prompts[i:i+4], gen)
+			}
 		}
 		for _, p := range prompts {
 			for _, a := range pipeArms {
@@ -152,19 +202,40 @@ func BenchmarkSpeculation(b *testing.B) {
 	for _, a := range repArms {
 		a.report(b, repPlain)
 	}
+	for _, a := range batchArms {
+		a.report(b, batchPlain)
+	}
+	if a := repArms[1]; a.text != repPlain.text { // greedy: lookup changes the speed, never the text
+		b.Fatalf("%s wrote %q, plain greedy %q", a.name, a.text, repPlain.text)
+	}
+	n, of := copied(repPlain.text, passage)
+	b.ReportMetric(float64(n), "repeat-copied-words")
+	b.Logf("the target, greedy, went on with the passage word for word for %d of its %d words left: prompt lookup gains where the output repeats the prompt or itself", n, of)
 	for _, a := range pipeArms {
 		a.report(b, pipePlain)
 	}
 	llamaSpeculative(b, target, draft, prompts, gen)
 }
 
-// repetitive is the prompt lookup task: a held-out passage, then the same
-// passage with a few words changed, cut short for the model to continue.
-func repetitive(prompts []string) string {
-	p := strings.Join(prompts[:3], " ")
+// repetitive is the prompt lookup task: a held-out passage of about 95
+// tokens (the ninth chapter's first 75 words), then the same passage with a
+// few words changed, cut after its first 10 words for the model to
+// continue. A target that copies can copy most of the 96 tokens asked
+// for. rest is the passage's words after those 10: what copying would give.
+func repetitive(tb testing.TB) (prompt string, rest []string) {
+	p := specPrompts(tb, 9, 75)[8]
 	edited := strings.NewReplacer(" the ", " that ", " and ", " & ").Replace(p)
-	f := strings.Fields(edited)
-	return p + "\n" + strings.Join(f[:len(f)/3], " ")
+	return p + "\n" + strings.Join(strings.Fields(edited)[:10], " "), strings.Fields(p)[10:]
+}
+
+// copied is how many of rest's words out begins with, and len(rest).
+func copied(out string, rest []string) (n, of int) {
+	for i, w := range strings.Fields(out) {
+		if i >= len(rest) || w != rest[i] {
+			return i, len(rest)
+		}
+	}
+	return min(len(strings.Fields(out)), len(rest)), len(rest)
 }
 
 func cmpEnv(k, def string) string {
@@ -227,4 +298,16 @@ func serve(tb testing.TB, s *runner.Server, token string) *runner.Client {
 	hs := httptest.NewServer(s.Handler())
 	tb.Cleanup(hs.Close)
 	return &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: token}
+}
+
+func TestCopied(t *testing.T) {
+	rest := strings.Fields("of Levi, shall have no part")
+	for _, c := range []struct {
+		out  string
+		want int
+	}{{" of Levi, shall have no part nor", 6}, {" of Levi, and the children", 2}, {"", 0}, {" of Levi,", 2}, {" the LORD", 0}} {
+		if n, of := copied(c.out, rest); n != c.want || of != 6 {
+			t.Errorf("copied(%q) = %d of %d, want %d of 6", c.out, n, of, c.want)
+		}
+	}
 }
