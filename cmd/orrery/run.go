@@ -56,6 +56,7 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 	apiURL := fs.String("api", client.DefaultBaseURL, "base URL of the agent's API")
 	draft := fs.String("draft-model", "", "a draft model (the same vocabulary) to speculate with: MODEL is placed with it")
 	draftMax := fs.Int("draft-max", 0, fmt.Sprintf("with --draft-model, the most tokens drafted a step (0: %d)", runner.DefaultDraft))
+	draftMin := fs.Int("draft-min", 0, "with --draft-model, the fewest tokens drafted a step (0: as few as the measured costs call for)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -74,9 +75,9 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 	}
 	s := &chatSession{c: apiClient(base, 0), model: pos[0], out: stdout, errOut: stderr}
 	if *draft != "" {
-		s.spec = &runner.Speculation{Draft: *draft, Max: *draftMax}
+		s.spec = &runner.Speculation{Draft: *draft, Max: *draftMax, Min: *draftMin}
 		if err := s.spec.CheckDefault(*draft); err != nil {
-			fmt.Fprintf(stderr, "orrery run: --draft-max: %v\n", err)
+			fmt.Fprintf(stderr, "orrery run: --draft-max, --draft-min: %v\n", err)
 			return 2
 		}
 	}

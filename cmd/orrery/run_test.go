@@ -167,6 +167,7 @@ func runDrafted(t *testing.T, p *agentProc, model string, run func(string, ...st
 			Speculative         *struct {
 				Draft string
 				Max   int
+				Min   int
 			}
 		}
 	}
@@ -183,8 +184,11 @@ func runDrafted(t *testing.T, p *agentProc, model string, run func(string, ...st
 	if code, _, e := run("", "--draft-model", model, "--draft-max", "40", model, "hi"); code != 2 || !strings.Contains(e, "want 1..16") {
 		t.Errorf("--draft-max 40: %d %q", code, e)
 	}
+	if code, _, e := run("", "--draft-model", model, "--draft-max", "3", "--draft-min", "5", model, "hi"); code != 2 || !strings.Contains(e, "min 5: want 0..3") {
+		t.Errorf("--draft-min 5 above --draft-max 3: %d %q", code, e)
+	}
 	deleteInstance(t, p, plain)
-	if code, out, e := run("", "--draft-model", model, "--draft-max", "3", model, "hello", "there"); code != 0 || strings.TrimSpace(out) == "" {
+	if code, out, e := run("", "--draft-model", model, "--draft-max", "3", "--draft-min", "1", model, "hello", "there"); code != 0 || strings.TrimSpace(out) == "" {
 		t.Errorf("one-shot with --draft-model: %d %q %s", code, out, e)
 	}
 	st.Instances = nil // Unmarshal would keep the deleted one
@@ -192,7 +196,7 @@ func runDrafted(t *testing.T, p *agentProc, model string, run func(string, ...st
 	n := 0
 	for _, in := range st.Instances {
 		n++
-		if in.ModelID != model || in.DraftModel != model || in.Speculative == nil || in.Speculative.Draft != model || in.Speculative.Max != 3 {
+		if in.ModelID != model || in.DraftModel != model || in.Speculative == nil || in.Speculative.Draft != model || in.Speculative.Max != 3 || in.Speculative.Min != 1 {
 			t.Errorf("placed with --draft-model: %+v", in)
 		}
 	}
@@ -200,7 +204,7 @@ func runDrafted(t *testing.T, p *agentProc, model string, run func(string, ...st
 		t.Errorf("%d instances after orrery run --draft-model, want 1", n)
 	}
 	// Again, with the same flags: the instance is reused.
-	if code, _, e := run("", "--draft-model", model, "--draft-max", "3", model, "again"); code != 0 {
+	if code, _, e := run("", "--draft-model", model, "--draft-max", "3", "--draft-min", "1", model, "again"); code != 0 {
 		t.Errorf("a second orrery run --draft-model: %d %s", code, e)
 	}
 	st.Instances = nil
