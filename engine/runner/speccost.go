@@ -12,12 +12,12 @@ import "time"
 // tokens and takes T(k) = k·d + a + b·(k+1): d a draft pass, a + b·rows a
 // step of the target. The scheduler measures d and the line a + b·rows as
 // it goes (specCost), each slot its own α from its accepted and rejected
-// drafts, and each step drafts the k in 0..max (1..max alone; below) with the most tokens per
-// second, E(k)/T(k). A draft that costs a quarter of its target's step
-// drafts about 2 at α ≈ 0.65; prompt lookup, which costs nothing, drafts
-// the max. Until a line is measured it falls back to Hugging Face's
-// schedule (two more after a step whose drafts were all accepted, one
-// fewer after one that rejected some).
+// drafts, and each step drafts the k in 0..max (1..max alone; below) with
+// the most tokens per second, E(k)/T(k). A draft that costs a quarter of
+// its target's step drafts about 2 at α ≈ 0.65; prompt lookup, which
+// costs nothing, drafts the max. Until a line is measured it falls back
+// to Hugging Face's schedule (two more after a step whose drafts were all
+// accepted, one fewer after one that rejected some).
 //
 // Slots decoding together share a step: with S of them, a slot's share of
 // its base is a/S (a holds their sampling and attention too, as long as S
