@@ -76,8 +76,8 @@ type slot struct {
 	open    bool
 	decodeT time.Time
 	shifted bool // a context shift happened: the cache is not a prompt's
-	// speculation: how many tokens to draft next, once kChosen (until
-	// then the max); idle counts the steps since a probe while it is 0
+	// speculation: how many tokens to draft next, once kChosen (firstK);
+	// idle counts the steps since a probe while it is 0
 	draftK  int
 	kChosen bool
 	idle    int

@@ -240,13 +240,13 @@ func (s *Scheduler) draft(ctx context.Context, sl *slot, budget int) ([]int32, e
 	span := sl.phase.Child("draft", "sample") // the lookup, in the step's trace
 	defer span.End(trace.Args{}.WithToken(sl.n))
 	model := sp.Draft != "ngram"
-	if !sl.kChosen { // a new request: its first k from the prior α
-		s.cost.choose(sl, sp.max(), model, s.share)
+	if !sl.kChosen {
+		s.cost.firstK(sl, sp.max(), model, s.share)
 	}
-	probe := sl.draftK == 0 && s.cost.mayPay(sp.max(), model, s.share)
-	k := min(max(sl.draftLen(sp.max(), probe), sp.Min), sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
+	mayPay := func() bool { return s.cost.mayPay(sp.max(), model, s.share) }
+	k := min(max(sl.draftLen(mayPay), sp.Min), sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
 	hist := append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok)
-	if sp.Draft == "ngram" {
+	if !model {
 		return ngramDraft(hist, k), nil
 	}
 	pMin := DefaultPMin

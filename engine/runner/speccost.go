@@ -122,7 +122,6 @@ func slotAlpha(sl *slot) float64 {
 // draftModel says the drafts came from a model (else prompt lookup, which
 // costs no pass); share is how many slots decoded in the step.
 func (c *specCost) nextK(sl *slot, drafted, accepted, maxK int, draftModel bool, share int) {
-	sl.kChosen = true
 	sl.accepted = alphaDecay*sl.accepted + float64(accepted)
 	if accepted < drafted {
 		sl.rejections = alphaDecay*sl.rejections + 1
@@ -149,8 +148,17 @@ func (c *specCost) choose(sl *slot, maxK int, draftModel bool, share int) bool {
 	if share > 1 {
 		least = 0
 	}
-	sl.kChosen, sl.draftK, sl.idle = true, bestK(slotAlpha(sl), least, maxK, d, base, b), 0
+	sl.draftK, sl.idle = bestK(slotAlpha(sl), least, maxK, d, base, b), 0
 	return true
+}
+
+// firstK sets a new request's k: from the costs and the prior α where they
+// are measured, else the max.
+func (c *specCost) firstK(sl *slot, maxK int, draftModel bool, share int) {
+	if !c.choose(sl, maxK, draftModel, share) {
+		sl.draftK = maxK
+	}
+	sl.kChosen = true
 }
 
 // costs are, once measured (ok), what a step costs one of share slots:
@@ -172,20 +180,16 @@ func (c *specCost) mayPay(maxK int, draftModel bool, share int) bool {
 	return !ok || bestK(1, 0, maxK, d, base, b) > 0
 }
 
-// draftLen is how many tokens sl drafts this step, for a request whose
-// max is maxK: the k last chosen (the max before any choice: choose makes
-// the first where the costs are known), or, while that is 0, one every
-// probeEvery steps if probe (drafting could pay).
-func (sl *slot) draftLen(maxK int, probe bool) int {
-	switch {
-	case !sl.kChosen:
-		sl.kChosen, sl.draftK = true, maxK
-	case sl.draftK == 0:
-		if sl.idle++; !probe || sl.idle < probeEvery {
-			return 0
-		}
-		sl.idle = 0
-		return 1
+// draftLen is how many tokens sl drafts this step: the k last chosen, or,
+// while that is 0, one every probeEvery steps where mayPay (asked only
+// then) says drafting could pay.
+func (sl *slot) draftLen(mayPay func() bool) int {
+	if sl.draftK > 0 {
+		return sl.draftK
 	}
-	return sl.draftK
+	if sl.idle++; sl.idle < probeEvery || !mayPay() {
+		return 0
+	}
+	sl.idle = 0
+	return 1
 }

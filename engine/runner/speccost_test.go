@@ -114,8 +114,9 @@ func TestNextK(t *testing.T) {
 	// At k 0 the slot drafts nothing, but one token every probeEvery
 	// steps where drafting could pay, to learn whether α has changed.
 	var got []int
+	pays, never := func() bool { return true }, func() bool { return false }
 	for range 2 * probeEvery {
-		got = append(got, sl.draftLen(8, true))
+		got = append(got, sl.draftLen(pays))
 	}
 	for i, k := range got {
 		if want := map[bool]int{true: 1}[i%probeEvery == probeEvery-1]; k != want {
@@ -123,13 +124,15 @@ func TestNextK(t *testing.T) {
 		}
 	}
 	for range 2 * probeEvery {
-		if k := sl.draftLen(8, false); k != 0 {
+		if k := sl.draftLen(never); k != 0 {
 			t.Fatalf("k 0 where drafting cannot pay: drafted %d", k)
 		}
 	}
-	// A new request drafts the max until its first choice.
-	if k := (&slot{}).draftLen(6, false); k != 6 {
-		t.Errorf("a new slot drafts %d, want the max 6", k)
+	// A new request, before any cost is measured, drafts the max.
+	nw := &slot{}
+	(&specCost{}).firstK(nw, 6, true, 1)
+	if !nw.kChosen || nw.draftLen(never) != 6 {
+		t.Errorf("a new slot before any cost: drafts %d (chosen %v), want the max 6", nw.draftK, nw.kChosen)
 	}
 	// Prompt lookup at the same acceptance costs no draft pass: it drafts
 	// more than the model would.
@@ -157,7 +160,9 @@ func TestNextK(t *testing.T) {
 	// A new request among 8 starts from the prior α and the known costs:
 	// no drafts; alone, some.
 	first, firstAlone := &slot{}, &slot{}
-	if !c.choose(first, 8, true, 8) || !c.choose(firstAlone, 8, true, 1) || first.draftK != 0 || firstAlone.draftK < 1 {
+	c.firstK(first, 8, true, 8)
+	c.firstK(firstAlone, 8, true, 1)
+	if !first.kChosen || !firstAlone.kChosen || first.draftK != 0 || firstAlone.draftK < 1 {
 		t.Errorf("a new request's first k: %d among 8 (want 0), %d alone (want some)", first.draftK, firstAlone.draftK)
 	}
 	if (&specCost{}).choose(&slot{}, 8, true, 1) {
