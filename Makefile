@@ -202,7 +202,8 @@ embed-bench: deps llama-ref
 
 # spec-bench decodes held-out prompts greedily with the trained KJV pair
 # (models/kjv), side by side in one run: one rank plain, with the draft
-# model (max 4 and 8) and, on a repetitive task, with prompt lookup (and
+# model (max 4 and 8, and 4 every step), the same with the target in F32
+# and, on a repetitive task, with prompt lookup (and
 # the words the target copied); 4 requests at once, plain, drafted and by
 # lookup; a 3-rank pipeline with 1 ms each way, plain and drafted; and llama.cpp's
 # llama-speculative on the same files. It prints tok/s, speed-ups and

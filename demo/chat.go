@@ -146,7 +146,8 @@ func chat(ctx context.Context, nodes []*node, m served, stdout, stderr io.Writer
 	pctx, cancel := context.WithTimeout(ctx, placeTimeout)
 	pr := api.PlaceRequest{Model: m.id, Nodes: ids, DraftModel: m.draftID}
 	if m.draftID != "" {
-		// The instance's default: every chat drafts, the demo's and yours.
+		// The instance's default: every chat speculates, the demo's and
+		// yours (drafting where it pays: engine/runner/speccost.go).
 		pr.Speculative = &runner.Speculation{Draft: m.draftID, Max: 4}
 	}
 	placed, err := host.api.Place(pctx, pr)

@@ -15,7 +15,8 @@ import (
 // lookup or for the draft answer the greedy text of one without, say how
 // many tokens they drafted and how many were accepted (all of the copy's),
 // /metrics counts them, bad requests are 400s, and logprobs come with
-// every token.
+// every token. "min" keeps drafts coming: a copy of the model costs what it
+// saves, and adaptive K would rightly stop drafting with it.
 func TestSpeculativeDecoding(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -55,12 +56,12 @@ func TestSpeculativeDecoding(t *testing.T) {
 		return a
 	}
 	plain := ask(body(""))
-	spec := ask(body(`,"speculative":{"draft":"ngram","max":6}`))
+	spec := ask(body(`,"speculative":{"draft":"ngram","max":6,"min":2}`))
 	t.Logf("prompt lookup: drafted %d, accepted %d", spec.Orrery.DraftTokens, spec.Orrery.AcceptedDraftTokens)
 	if spec.Choices[0].Message.Content != plain.Choices[0].Message.Content {
 		t.Errorf("speculation changed the greedy answer:\n%q\n%q", plain.Choices[0].Message.Content, spec.Choices[0].Message.Content)
 	}
-	byDraft := ask(body(`,"speculative":{"draft":"` + draftID + `","max":4,"p_min":0}`))
+	byDraft := ask(body(`,"speculative":{"draft":"` + draftID + `","max":4,"min":4,"p_min":0}`))
 	t.Logf("draft model: drafted %d, accepted %d", byDraft.Orrery.DraftTokens, byDraft.Orrery.AcceptedDraftTokens)
 	if byDraft.Choices[0].Message.Content != plain.Choices[0].Message.Content || byDraft.Orrery.DraftTokens == 0 ||
 		byDraft.Orrery.AcceptedDraftTokens < byDraft.Orrery.DraftTokens*9/10 {
@@ -138,7 +139,9 @@ func instanceDefault(t *testing.T, p *agentProc, old, modelID, draftID, want str
 		}
 	}
 	deleteInstance(t, p, old)
-	in := placeJSON(t, p, `{"model":"`+modelID+`","draftModel":"`+draftID+`","speculative":{"draft":"`+draftID+`","max":4}}`)
+	// "min": drafts in every answer, though a copy of the model costs
+	// what it saves.
+	in := placeJSON(t, p, `{"model":"`+modelID+`","draftModel":"`+draftID+`","speculative":{"draft":"`+draftID+`","max":4,"min":2}}`)
 	waitReadyRanks(t, p, in)
 	var st struct {
 		Instances map[string]struct {
@@ -158,7 +161,7 @@ func instanceDefault(t *testing.T, p *agentProc, old, modelID, draftID, want str
 	if got, drafted := ask(body(`,"speculative":{"draft":"none"}`)); got != want || drafted != 0 {
 		t.Errorf(`"draft": "none": %q with %d drafted, want %q and none`, got, drafted, want)
 	}
-	if got, drafted := ask(body(`,"speculative":{"draft":"ngram","max":2}`)); got != want || drafted == 0 {
+	if got, drafted := ask(body(`,"speculative":{"draft":"ngram","max":2,"min":1}`)); got != want || drafted == 0 {
 		t.Errorf("a request's own speculation: %q with %d drafted", got, drafted)
 	}
 }
@@ -176,7 +179,7 @@ func TestSpeculativeTensorGroup(t *testing.T) {
 	waitReadyRanks(t, a, in)
 	body := `{"model":"` + modelID + `","prompt":"` + strings.Repeat("one two three ", 8) + `","max_tokens":40,"temperature":0,"ignore_eos":true`
 	plain := legacyComplete(t, a, body+`}`)
-	code, out, err := a.post("/v1/completions", body+`,"speculative":{"draft":"ngram","max":4}}`)
+	code, out, err := a.post("/v1/completions", body+`,"speculative":{"draft":"ngram","max":4,"min":2}}`)
 	var spec struct {
 		Choices []struct{ Text string } `json:"choices"`
 		Orrery  struct {

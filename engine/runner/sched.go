@@ -52,9 +52,10 @@ type Scheduler struct {
 	// cost is what drafts and steps have been measured to cost, for
 	// adaptive K (speccost.go).
 	cost specCost
-	// share is how many groups (slots) the last step returned had: they
-	// share its base cost (speccost.go)
-	share int
+	// lastRows and lastGroups are the rows and groups (slots) of the
+	// last step returned: a speculating slot weighs its drafts against
+	// the other rows of a step (speccost.go)
+	lastRows, lastGroups int
 }
 
 // slot is one KV cache sequence: the tokens it holds, and the request it
@@ -77,10 +78,12 @@ type slot struct {
 	decodeT time.Time
 	shifted bool // a context shift happened: the cache is not a prompt's
 	// speculation: how many tokens to draft next, once kChosen (firstK);
-	// idle counts the steps since a probe while it is 0
-	draftK  int
-	kChosen bool
-	idle    int
+	// idle counts the steps since a probe while it is 0, sinceMax those
+	// since it last drafted its max (speccost.go)
+	draftK   int
+	kChosen  bool
+	idle     int
+	sinceMax int
 	// speculation: decayed counts of accepted drafts and of rejections
 	// (speccost.go)
 	accepted, rejections float64
@@ -170,7 +173,7 @@ func (s *Scheduler) Run(ctx context.Context) (err error) {
 			}
 			if st != nil && !st.sent.IsZero() {
 				s.cost.step(st.rows(), time.Since(st.sent))
-				s.share = len(st.Groups)
+				s.lastRows, s.lastGroups = st.rows(), len(st.Groups)
 			}
 			s.deliver(samples)
 			continue
@@ -335,8 +338,9 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 	sl.hist = sl.hist[:kept]
 	j.res.CachedTokens = kept
 	s.admit++
+	// sinceMax runs on across requests: most end before a max probe.
 	*sl = slot{id: sl.id, hist: sl.hist, used: sl.used, job: j, order: s.admit, next: kept,
-		maxTok: s.maxTokens(j), out: newOutput(j.req.Stop)}
+		maxTok: s.maxTokens(j), out: newOutput(j.req.Stop), sinceMax: sl.sinceMax}
 	sl.out.ignoreEOS = j.req.IgnoreEOS
 	if j.req.Echo {
 		j.push(Piece{Index: -1, Token: -1, Text: echoText(s.Tok, j.req, j.prompt), Echo: true})

@@ -241,10 +241,13 @@ func (s *Scheduler) draft(ctx context.Context, sl *slot, budget int) ([]int32, e
 	defer span.End(trace.Args{}.WithToken(sl.n))
 	model := sp.Draft != "ngram"
 	if !sl.kChosen {
-		s.cost.firstK(sl, sp.max(), model, s.share)
+		// The other slots of the last step (it may hold this one's
+		// prompt), a row each.
+		s.cost.firstK(sl, sp.max(), model, max(s.lastGroups-1, 0))
 	}
-	mayPay := func() bool { return s.cost.mayPay(sp.max(), model, s.share) }
-	k := min(max(sl.draftLen(mayPay), sp.Min), sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
+	// A slot at k 0 had a row of the last step.
+	probeK := func() int { return s.cost.probeK(sp.max(), model, max(s.lastRows-1, 0)) }
+	k := min(max(sl.draftLen(sp.max(), probeK), sp.Min), sl.maxTok-sl.n-1, s.E.Options().ContextLen-len(sl.hist)-1, budget-1)
 	hist := append(sl.hist[:len(sl.hist):len(sl.hist)], sl.tok)
 	if !model {
 		return ngramDraft(hist, k), nil
@@ -270,7 +273,8 @@ func (s *Scheduler) settleDrafts(sl *slot, smp Sampled) error {
 	sl.job.res.DraftTokens += smp.Drafted
 	sl.job.res.AcceptedDraftTokens += accepted
 	sp := sl.job.req.Speculative
-	s.cost.nextK(sl, smp.Drafted, accepted, sp.max(), sp.Draft != "ngram", s.share)
+	others := max(s.lastRows-1-smp.Drafted, 0) // the step's rows besides this slot's
+	s.cost.nextK(sl, smp.Drafted, accepted, sp.max(), sp.Draft != "ngram", others)
 	rejected := smp.Drafted - accepted
 	if rejected <= 0 {
 		return nil

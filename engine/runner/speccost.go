@@ -2,113 +2,216 @@ package runner
 
 import "time"
 
-// Adaptive K. Drafting k tokens costs k draft passes, and makes the
-// verifying step k rows longer; it gains the accepted drafts. With a
-// draft accepted with probability α token by token (each token only if
-// those before it were), a step yields on average
+// Adaptive K. Drafting k tokens costs a call of the draft model, k
+// passes, and makes the verifying step k rows longer; it gains the
+// accepted drafts. With a draft accepted with probability α token by token
+// (each token only if those before it were), a step yields on average
 //
 //	E(k) = 1 + α + α² + … + α^k
 //
-// tokens and takes T(k) = k·d + a + b·(k+1): d a draft pass, a + b·rows a
-// step of the target. The scheduler measures d and the line a + b·rows as
-// it goes (specCost), each slot its own α from its accepted and rejected
-// drafts, and each step drafts the k in 0..max (1..max alone; below) with
-// the most tokens per second, E(k)/T(k). A draft that costs a quarter of
-// its target's step drafts about 2 at α ≈ 0.65; prompt lookup, which
-// costs nothing, drafts the max. Until a line is measured it falls back
-// to Hugging Face's schedule (two more after a step whose drafts were all
-// accepted, one fewer after one that rejected some).
+// tokens and takes D(k) + T(r+1+k): D(k) a draft call of k passes, T(rows)
+// a step of the target and r the rows the step holds for other slots. The
+// scheduler measures D and T as it goes (specCost), each slot its own α
+// from its accepted and rejected drafts, and each step drafts the k in
+// 0..max that yields the most tokens a second, (r + E(k)) / (D(k) +
+// T(r+1+k)), the other slots' r rows counted as a token each.
 //
-// Slots decoding together share a step: with S of them, a slot's share of
-// its base is a/S (a holds their sampling and attention too, as long as S
-// stays put), and its drafts' rows and passes cost as much as alone. So
-// the more slots, the less drafting pays, and with several k may be 0. A
-// slot at k 0 learns nothing of α, so where drafting could pay (were every
-// draft accepted) it drafts one token every probeEvery steps to keep α,
-// and its choice, current. Alone, a slot drafts at least 1: its α stays
-// measured, and a bad stretch of drafts does not stop it for long.
+// D is a line in k: a call's own cost (its first pass feeds the tokens
+// accepted since the last call, and costs more than the rest) and a
+// pass's. Charged as k passes alone, short drafts would look cheap and
+// long ones dear. T is a 1-row step's mean, and a line in the rows of
+// steps of 2 or more: on a CPU ggml computes one row as a matrix-vector
+// product and several as a matrix product, and the second row can cost
+// nearly a row's whole time (the KJV target in F16, 1.05 ms for 1 row and
+// 1.78 ms for 2 on a 2-core EPYC, then 0.23 ms a row up to 2.70 ms for 5;
+// in F32 1.95, 2.88, then 0.42 ms a row), which one line through all
+// steps gets wrong. A line through the sizes of 2 or more, not each size
+// on its own: a size seldom drafted is seldom timed, and a stall in its
+// few steps would rule it out. Prompt lookup costs no call, so it drafts
+// as long as rows are cheap.
+//
+// Where drafting does not pay, k is 0, alone as in a batch: speculation
+// then costs next to nothing. A slot at k 0 learns nothing of α, so every
+// probeEvery steps it drafts the fewest tokens that would pay were every
+// draft accepted (none where none could), to keep α, and its choice,
+// current. Until the costs are measured it follows Hugging Face's schedule
+// (two more after a step whose drafts were all accepted, one fewer after
+// one that rejected some).
 
 // Acceptance estimate, per slot: decayed counts of accepted drafts and of
 // rejections (a rejection ends a step's run of trials, so α's estimate is
 // accepted / (accepted + rejections)); the prior is one step's worth at
-// priorAlpha.
+// priorAlpha. A new request starts from the instance's counts for its
+// source, as if it went on from the requests before it: their drafts were
+// accepted about as often, and from the prior alone a request would spend
+// its first dozens of steps learning what the last one knew.
 const (
-	alphaDecay = 0.9
+	alphaDecay = 0.97
 	priorAlpha = 0.6
-	// costDecay weighs a measured step or draft against the older ones.
-	costDecay = 0.97
-	// probeEvery: a slot whose k is 0 drafts 1 every this many steps.
-	probeEvery = 8
+	// costDecay weighs a measured step or draft against the older ones;
+	// multiDecay a step of several rows, slower, so that the line keeps
+	// the sizes of prefill and of long drafts while K stays put.
+	costDecay  = 0.97
+	multiDecay = 0.99
+	// probeEvery: a slot whose k is 0 probes every this many steps;
+	// maxProbeEvery: every slot drafts its max every this many.
+	probeEvery    = 16
+	maxProbeEvery = 128
+	// seenRows: a step of up to this many rows is not counted the first
+	// time its size runs (step).
+	seenRows = 256
 )
 
 // specCost is the scheduler's measure of what speculation costs: a draft
-// model's pass and the target's step as a line in its rows. Run's
-// goroutine alone uses it.
+// model's call and the target's step by its rows. Run's goroutine alone
+// uses it.
 type specCost struct {
-	draftNs float64 // a draft model's pass, decayed mean
-	draftW  float64
-	// decayed sums of steps' (rows, ns), for the least-squares line
-	w, sx, sy, sxx, sxy float64
+	// drafts is a draft model's call as a line in its passes
+	drafts line
+	// one is a 1-row step's decayed mean (oneW its weight); multi is a
+	// step of 2 rows or more as a line in its rows
+	one, oneW float64
+	multi     line
+	// seen says which sizes of step have run once (up to seenRows)
+	seen [seenRows + 1]bool
+	// every slot's accepted drafts and rejections, decayed, by source
+	// (0 prompt lookup, 1 a draft model): a new request's α starts there
+	accepted, rejections [2]float64
+}
+
+// line is a decayed least-squares line y = a + b·x.
+type line struct{ w, sx, sy, sxx, sxy float64 }
+
+// add adds the point (x, y), the others weighing decay times what they
+// did.
+func (l *line) add(x, y, decay float64) {
+	l.w, l.sx, l.sy = decay*l.w+1, decay*l.sx+x, decay*l.sy+y
+	l.sxx, l.sxy = decay*l.sxx+x*x, decay*l.sxy+x*y
+}
+
+// fit is the line, ok once a point with x > 0 was added; sloped once
+// points of different x were (before, it is the line through the origin
+// and their mean).
+func (l *line) fit() (a, b float64, sloped, ok bool) {
+	if l.w == 0 || l.sx <= 0 {
+		return 0, 0, false, false
+	}
+	mx, my := l.sx/l.w, l.sy/l.w
+	vx := l.sxx/l.w - mx*mx
+	if l.w < 2 || vx < 0.25 { // (nearly) one x: no slope to see
+		return 0, my / mx, false, true
+	}
+	b = max((l.sxy/l.w-mx*my)/vx, 0)
+	a = my - b*mx
+	if a <= 0 {
+		// Points that grow more than in proportion: all slope through
+		// the mean.
+		a, b = 0, my/mx
+	}
+	return a, b, true, true
 }
 
 // step records a step of rows that took d from submission to its samples.
+// The first step of each size is not counted: it sizes the graph's
+// buffers on every rank, and through a 3-rank pipeline took 3 times a
+// later one. A stall (a collection, another process) is not a size's
+// cost: a step counts as at most twice what it was expected to take.
 func (c *specCost) step(rows int, d time.Duration) {
-	x, y := float64(rows), float64(d.Nanoseconds())
-	c.w, c.sx, c.sy = costDecay*c.w+1, costDecay*c.sx+x, costDecay*c.sy+y
-	c.sxx, c.sxy = costDecay*c.sxx+x*x, costDecay*c.sxy+x*y
-}
-
-// draft records passes of a draft model that took d.
-func (c *specCost) draft(passes int, d time.Duration) {
-	if passes <= 0 {
+	if rows < 1 {
 		return
 	}
-	c.draftNs = (costDecay*c.draftW*c.draftNs + float64(d.Nanoseconds())) / (costDecay*c.draftW + float64(passes))
-	c.draftW = costDecay*c.draftW + float64(passes)
+	if rows <= seenRows && !c.seen[rows] {
+		c.seen[rows] = true
+		return
+	}
+	y := float64(d.Nanoseconds())
+	if t, ok := c.curve(rows); ok {
+		y = min(y, 2*t[rows])
+	}
+	if rows == 1 {
+		if c.oneW > 0 {
+			y = min(y, 2*c.one)
+		}
+		c.oneW = costDecay*c.oneW + 1
+		c.one += (y - c.one) / c.oneW
+		return
+	}
+	c.multi.add(float64(rows), y, multiDecay)
 }
 
-// line is a step's time in ns as a + b·rows; ok once steps of different
-// sizes have been measured (a step of prefill and one of decode do).
-func (c *specCost) line() (a, b float64, ok bool) {
-	if c.w < 2 {
-		return 0, 0, false
+// draft records a draft model's call of passes that took d.
+func (c *specCost) draft(passes int, d time.Duration) {
+	if passes > 0 {
+		c.drafts.add(float64(passes), float64(d.Nanoseconds()), costDecay)
 	}
-	mx, my := c.sx/c.w, c.sy/c.w
-	vx := c.sxx/c.w - mx*mx
-	if vx < 0.25 { // all steps (nearly) one size: no slope to see
-		return 0, 0, false
-	}
-	b = max((c.sxy/c.w-mx*my)/vx, 0)
-	a = my - b*mx
-	if a <= 0 {
-		// Rows that cost more than in proportion: take the step as all
-		// slope through the mean.
-		a, b = 0, my/mx
-	}
-	return a, b, true
 }
 
-// bestK is the k in least..maxK (least 0 or 1) that yields the most
-// tokens per ns, E(k)/T(k), for a draft accepted at alpha, a draft pass of
-// d ns and a step of a + b·rows ns (a: the slot's share of it).
-func bestK(alpha float64, least, maxK int, d, a, b float64) int {
-	best, bestRate := 1, -1.0
-	if least == 0 && a+b > 0 {
-		best, bestRate = 0, 1/(a+b)
+// draftCost is a draft call of k passes in ns, once one was measured.
+func (c *specCost) draftCost(k int) (float64, bool) {
+	a, b, _, ok := c.drafts.fit()
+	if k == 0 {
+		return 0, ok
 	}
+	return a + b*float64(k), ok
+}
+
+// curve is T(rows) in ns for rows 0..n (T(0) = 0): the 1-row mean, then
+// the line of steps of 2 rows or more; where those were all one size, the
+// line from 1 row through their mean. Never less than a smaller step's.
+// ok once steps of 1 row and of more were measured, or steps of two sizes
+// above 1: a slot that drafts in every step runs no 1-row step, and the
+// line's 1 row stands in until K is 0 for a step.
+func (c *specCost) curve(n int) ([]float64, bool) {
+	a, b, sloped, ok := c.multi.fit()
+	switch {
+	case !ok || c.oneW == 0 && !sloped:
+		return nil, false
+	case !sloped:
+		mx, my := c.multi.sx/c.multi.w, c.multi.sy/c.multi.w
+		b = max((my-c.one)/(mx-1), 0)
+		a = my - b*mx
+	}
+	t := make([]float64, n+1)
+	for r := 1; r <= n; r++ {
+		v := a + b*float64(r)
+		if r == 1 && c.oneW > 0 {
+			v = c.one
+		}
+		t[r] = max(v, t[r-1])
+	}
+	return t, true
+}
+
+// bestK is the k in 0..maxK that yields the most tokens per ns for a
+// slot whose drafts are accepted at alpha, with draft calls of k passes
+// costing dc[k] ns, beside other rows of the step (each counted as a
+// token) and the step's time by rows t (len(t) > others+1+maxK).
+func bestK(alpha float64, maxK int, dc []float64, others int, t []float64) int {
+	r := float64(others)
+	best, bestRate := 0, -1.0
 	e, pow := 1.0, 1.0
-	for k := 1; k <= maxK; k++ {
-		pow *= alpha
-		e += pow
-		t := float64(k)*d + a + b*float64(k+1)
-		if t <= 0 {
+	for k := 0; k <= maxK; k++ {
+		if k > 0 {
+			pow *= alpha
+			e += pow
+		}
+		ns := dc[k] + t[others+1+k]
+		if ns <= 0 {
 			return maxK
 		}
-		if r := e / t; r > bestRate*(1+1e-9) {
-			best, bestRate = k, r
+		if rate := (r + e) / ns; rate > bestRate*(1+1e-9) {
+			best, bestRate = k, rate
 		}
 	}
 	return best
+}
+
+// source indexes specCost's counts: 1 for a draft model, 0 for lookup.
+func source(draftModel bool) int {
+	if draftModel {
+		return 1
+	}
+	return 0
 }
 
 // slotAlpha is a slot's acceptance estimate.
@@ -120,16 +223,19 @@ func slotAlpha(sl *slot) float64 {
 // nextK sets sl's next draft length after a step that drafted drafted
 // tokens and accepted accepted of them, for a request whose max is maxK;
 // draftModel says the drafts came from a model (else prompt lookup, which
-// costs no pass); share is how many slots decoded in the step.
-func (c *specCost) nextK(sl *slot, drafted, accepted, maxK int, draftModel bool, share int) {
-	sl.accepted = alphaDecay*sl.accepted + float64(accepted)
+// costs no pass); others is how many rows the step held for other slots.
+func (c *specCost) nextK(sl *slot, drafted, accepted, maxK int, draftModel bool, others int) {
+	src := source(draftModel)
+	rejected := 0.0
 	if accepted < drafted {
-		sl.rejections = alphaDecay*sl.rejections + 1
-	} else {
-		sl.rejections *= alphaDecay
+		rejected = 1
 	}
+	sl.accepted = alphaDecay*sl.accepted + float64(accepted)
+	sl.rejections = alphaDecay*sl.rejections + rejected
+	c.accepted[src] = alphaDecay*c.accepted[src] + float64(accepted)
+	c.rejections[src] = alphaDecay*c.rejections[src] + rejected
 	switch {
-	case c.choose(sl, maxK, draftModel, share):
+	case c.choose(sl, maxK, draftModel, others):
 	case accepted == drafted:
 		sl.draftK = min(sl.draftK+2, maxK)
 	default:
@@ -137,59 +243,77 @@ func (c *specCost) nextK(sl *slot, drafted, accepted, maxK int, draftModel bool,
 	}
 }
 
-// choose sets sl's k from its α and the costs for one of share slots, and
+// choose sets sl's k from its α and the costs beside others' rows, and
 // says whether the costs were measured (else it leaves k be).
-func (c *specCost) choose(sl *slot, maxK int, draftModel bool, share int) bool {
-	base, b, d, ok := c.costs(draftModel, share)
+func (c *specCost) choose(sl *slot, maxK int, draftModel bool, others int) bool {
+	t, dc, ok := c.costs(draftModel, maxK, others)
 	if !ok {
 		return false
 	}
-	least := 1
-	if share > 1 {
-		least = 0
-	}
-	sl.draftK, sl.idle = bestK(slotAlpha(sl), least, maxK, d, base, b), 0
+	sl.draftK, sl.idle = bestK(slotAlpha(sl), maxK, dc, others, t), 0
 	return true
 }
 
-// firstK sets a new request's k: from the costs and the prior α where they
-// are measured, else the max.
-func (c *specCost) firstK(sl *slot, maxK int, draftModel bool, share int) {
-	if !c.choose(sl, maxK, draftModel, share) {
+// firstK sets a new request's k: from the costs and the α its source's
+// drafts had of late where they are measured, else the max.
+func (c *specCost) firstK(sl *slot, maxK int, draftModel bool, others int) {
+	src := source(draftModel)
+	sl.accepted, sl.rejections = c.accepted[src], c.rejections[src]
+	if !c.choose(sl, maxK, draftModel, others) {
 		sl.draftK = maxK
 	}
 	sl.kChosen = true
 }
 
-// costs are, once measured (ok), what a step costs one of share slots:
-// base, its share of a, and b a row; and d a draft pass (0 for prompt
-// lookup).
-func (c *specCost) costs(draftModel bool, share int) (base, b, d float64, ok bool) {
-	a, b, ok := c.line()
+// costs are, once measured (ok), a step's time by rows up to others+1+maxK
+// and a draft call's by its passes up to maxK (0 for prompt lookup).
+func (c *specCost) costs(draftModel bool, maxK, others int) (t, dc []float64, ok bool) {
+	t, ok = c.curve(others + 1 + maxK)
+	dc = make([]float64, maxK+1)
 	if draftModel {
-		d = c.draftNs
-		ok = ok && c.draftW > 0
+		for k := range dc {
+			var dok bool
+			dc[k], dok = c.draftCost(k)
+			ok = ok && dok
+		}
 	}
-	return a / float64(max(share, 1)), b, d, ok
+	return t, dc, ok
 }
 
-// mayPay says whether drafting could pay for one of share slots if every
-// draft were accepted; false only once the costs are measured.
-func (c *specCost) mayPay(maxK int, draftModel bool, share int) bool {
-	base, b, d, ok := c.costs(draftModel, share)
-	return !ok || bestK(1, 0, maxK, d, base, b) > 0
+// probeK is how many tokens a slot at k 0 drafts to learn its α again:
+// the fewest that would pay were every draft accepted beside others'
+// rows (a probe costs, and most of what it tells is in its first draft),
+// 0 where none could pay; the max until the costs are measured.
+func (c *specCost) probeK(maxK int, draftModel bool, others int) int {
+	t, dc, ok := c.costs(draftModel, maxK, others)
+	if !ok {
+		return maxK
+	}
+	for k := 1; k <= maxK; k++ {
+		if bestK(1, k, dc, others, t) == k {
+			return k
+		}
+	}
+	return 0
 }
 
-// draftLen is how many tokens sl drafts this step: the k last chosen, or,
-// while that is 0, one every probeEvery steps where mayPay (asked only
-// then) says drafting could pay.
-func (sl *slot) draftLen(mayPay func() bool) int {
+// draftLen is how many tokens sl drafts this step, for a request whose
+// max is maxK: the k last chosen, or, while that is 0, probeK's every
+// probeEvery steps (asked only then); and every maxProbeEvery steps of the
+// slot (its requests one after another) the max, so that a long draft's
+// cost is measured again (a step timed slow once, at a size seldom
+// drafted, would else rule that size out for good).
+func (sl *slot) draftLen(maxK int, probeK func() int) int {
+	if sl.sinceMax++; sl.sinceMax >= maxProbeEvery {
+		sl.sinceMax = 0
+		return maxK
+	}
 	if sl.draftK > 0 {
 		return sl.draftK
 	}
-	if sl.idle++; sl.idle < probeEvery || !mayPay() {
+	if sl.idle++; sl.idle < probeEvery {
 		return 0
 	}
 	sl.idle = 0
-	return 1
+	return probeK()
 }

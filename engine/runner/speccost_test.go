@@ -6,169 +6,333 @@ import (
 	"time"
 )
 
+// stepLine is a step's time by rows 0..n on the line a + b·rows.
+func stepLine(a, b float64, n int) []float64 {
+	t := make([]float64, n+1)
+	for r := 1; r <= n; r++ {
+		t[r] = a + b*float64(r)
+	}
+	return t
+}
+
+// callLine is a draft call's time by passes 0..n: c0 + d·k, none at 0.
+func callLine(c0, d float64, n int) []float64 {
+	dc := make([]float64, n+1)
+	for k := 1; k <= n; k++ {
+		dc[k] = c0 + d*float64(k)
+	}
+	return dc
+}
+
 func TestBestK(t *testing.T) {
+	// Measured here (ms, a 2-core EPYC): the KJV target's step by rows in
+	// F16 and in F32, and the draft's call.
+	f16 := []float64{0, 1.05, 1.78, 2.07, 2.49, 2.70}
+	f32 := []float64{0, 1.95, 2.88, 3.415, 3.637, 4.128}
+	kjvDraft := callLine(0.1, 0.23, 4)
 	for _, c := range []struct {
-		name        string
-		alpha       float64
-		least, maxK int
-		d, a, b     float64
-		want        int
-		whyNotMore  string
+		name       string
+		alpha      float64
+		maxK       int
+		dc         []float64
+		others     int
+		t          []float64
+		want       int
+		whyNotMore string
 	}{
-		// E(k)/T(k) at α 0.65, d 0.25, a 1, b 0.05: k=1 1.65/1.35 = 1.222,
-		// k=2 2.07/1.65 = 1.257, k=3 2.36/1.95 = 1.212.
-		{"a draft a quarter of a step", 0.65, 1, 8, 0.25, 1, 0.05, 2, "k=3 yields fewer tokens a ns"},
-		{"prompt lookup costs no pass", 0.65, 1, 8, 0, 1, 0, 8, ""},
-		{"lookup, rows that cost", 0.4, 1, 8, 0, 1, 0.2, 1, "k=2: 1.56/1.6 < 1.4/1.4"},
-		{"a slow link makes the step dear", 0.8, 1, 8, 0.25, 12, 0.05, 8, ""},
+		// (r + E(k)) / (D(k) + T(r+1+k)) at α 0.65, a pass 0.25, a step
+		// 1 + 0.05·rows: k=1 1.65/1.35 = 1.222, k=2 2.07/1.65 = 1.257,
+		// k=3 2.36/1.95 = 1.212.
+		{"a draft a quarter of a step", 0.65, 8, callLine(0, 0.25, 8), 0, stepLine(1, 0.05, 9), 2, "k=3 yields fewer tokens a ns"},
+		{"prompt lookup costs no call", 0.65, 8, make([]float64, 9), 0, stepLine(1, 0, 9), 8, ""},
+		{"lookup, rows that cost", 0.4, 8, make([]float64, 9), 0, stepLine(1, 0.2, 9), 1, "k=2: 1.56/1.6 < 1.4/1.4"},
+		{"a slow link makes the step dear", 0.8, 8, callLine(0, 0.25, 8), 0, stepLine(12, 0.05, 9), 8, ""},
 		// At α 0.6 a 6th draft counts only when the 5 before it were
 		// accepted (7.8 %): less than its pass.
-		{"a slow link, and a draft less often right", 0.6, 1, 8, 0.25, 12, 0.05, 5, "k=6: 2.43/13.85 < 2.38/13.55"},
-		{"a draft that is never right, alone", 0, 1, 8, 0.25, 1, 0.05, 1, "every k above 1 costs and gains nothing"},
-		{"a draft that is never right, in a batch", 0, 0, 8, 0.25, 1, 0.05, 0, "every k above 0 costs and gains nothing"},
-		{"max bounds it", 0.99, 1, 3, 0, 1, 0, 3, ""},
-		// The KJV pair as measured alone (d 0.4, a 1.2, b 0.2 ms) at α
-		// 0.75: k=2 2.31/2.6 = 0.89 against 1/1.4 = 0.71 for none.
-		{"the KJV pair, one slot", 0.75, 0, 8, 0.4, 1.2, 0.2, 2, "k=3: 2.73/3.2 < 2.31/2.6"},
-		// Four slots share a: a slot's step costs 0.3 + 0.2; a draft pass
-		// and its row (0.6) win less than a token of 0.5.
-		{"the KJV pair, a quarter of a step", 0.75, 0, 8, 0.4, 0.3, 0.2, 0, "k=1: 1.75/1.1 < 1/0.5"},
-		{"prompt lookup, a quarter of a step", 0.75, 0, 8, 0, 0.3, 0.2, 2, "k=3: 2.73/1.1 < 2.31/0.9"},
+		{"a slow link, and a draft less often right", 0.6, 8, callLine(0, 0.25, 8), 0, stepLine(12, 0.05, 9), 5, "k=6: 2.43/13.85 < 2.38/13.55"},
+		{"a draft that is never right", 0, 8, callLine(0, 0.25, 8), 0, stepLine(1, 0.05, 9), 0, "every k above 0 costs and gains nothing"},
+		{"max bounds it", 0.99, 3, make([]float64, 4), 0, stepLine(1, 0, 4), 3, ""},
+		// F16 rows cost nearly a pass each: k=1 1.8/2.11 = 0.85, k=4
+		// 3.36/3.72 = 0.90, against 1/1.05 = 0.95 for none.
+		{"the KJV pair in F16", 0.8, 4, kjvDraft, 0, f16, 0, "no k pays"},
+		// F32 rows after the second cost little: k=3 2.95/4.43 = 0.667,
+		// k=4 3.36/5.15 = 0.653, k=0 1/1.95 = 0.513.
+		{"the KJV pair in F32", 0.8, 4, kjvDraft, 0, f32, 3, "k=4: 3.36/5.15 < 2.95/4.43"},
+		// Beside 3 other slots' rows, on 1.2 + 0.2·rows: none 4/2 = 2,
+		// the model's k=1 4.75/2.6 = 1.83; lookup's k=2 5.31/2.4 = 2.21,
+		// k=3 5.73/2.6 = 2.21 (less by a hair).
+		{"a draft model, one of 4", 0.75, 8, callLine(0, 0.4, 8), 3, stepLine(1.2, 0.2, 12), 0, "k=1: 4.75/2.6 < 4/2"},
+		{"prompt lookup, one of 4", 0.75, 8, make([]float64, 9), 3, stepLine(1.2, 0.2, 12), 2, "k=3: 5.73/2.6 < 5.31/2.4"},
 	} {
-		if got := bestK(c.alpha, c.least, c.maxK, c.d, c.a, c.b); got != c.want {
-			t.Errorf("%s: bestK(α %.2f, %d..%d, d %g, a %g, b %g) = %d, want %d (%s)", c.name, c.alpha, c.least, c.maxK, c.d, c.a, c.b, got, c.want, c.whyNotMore)
+		if got := bestK(c.alpha, c.maxK, c.dc, c.others, c.t); got != c.want {
+			t.Errorf("%s: bestK(α %.2f, max %d, others %d) = %d, want %d (%s)", c.name, c.alpha, c.maxK, c.others, got, c.want, c.whyNotMore)
 		}
 	}
 }
 
-func TestSpecCostLine(t *testing.T) {
+func TestSpecCostCurve(t *testing.T) {
 	var c specCost
-	if _, _, ok := c.line(); ok {
-		t.Fatal("a line from no steps")
+	if _, ok := c.curve(8); ok {
+		t.Fatal("a curve from no steps")
 	}
 	for range 20 {
 		c.step(1, 1300*time.Microsecond)
 	}
-	if _, _, ok := c.line(); ok {
-		t.Fatal("a slope from steps that all had 1 row")
+	if _, ok := c.curve(8); ok {
+		t.Fatal("a curve from steps that all had 1 row")
 	}
-	// Steps of 1..5 rows on the line 1.2 ms + 0.2 ms a row.
-	for i := range 40 {
-		rows := 1 + i%5
-		c.step(rows, time.Duration(1200+200*rows)*time.Microsecond)
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e3 {
+			t.Errorf("%s: %.0f ns, want %.0f", what, got, want)
+		}
 	}
-	a, b, ok := c.line()
+	// Steps of 3 and 5 rows, none of 1 (a slot drafting every step):
+	// the line of the two, down to 1 row.
+	var d specCost
+	for range 10 {
+		d.step(3, 2*time.Millisecond)
+	}
+	if _, ok := d.curve(5); ok {
+		t.Error("a curve from steps of 3 rows alone")
+	}
+	for range 10 {
+		d.step(5, 3*time.Millisecond)
+	}
+	if tt, ok := d.curve(5); !ok || math.Abs(tt[1]-1e6) > 0.05e6 {
+		t.Errorf("steps of 3 and 5 rows: curve %v (ok %v), want 1 row about 1 ms, on their line", tt, ok)
+	}
+
+	// Steps of 5 rows only: from 1 row through them.
+	for range 20 {
+		c.step(5, 3*time.Millisecond)
+	}
+	tt, ok := c.curve(9)
 	if !ok {
-		t.Fatal("no line from steps of 1 to 5 rows")
+		t.Fatal("no curve from steps of 1 and 5 rows")
 	}
-	// The 20 early 1-row steps at 1.3 ms sit below the line (1.4 ms);
-	// decayed, they pull it a little.
-	if math.Abs(a-1.2e6) > 0.1e6 || math.Abs(b-0.2e6) > 0.03e6 {
-		t.Errorf("line %.0f + %.0f·rows ns, want about 1200000 + 200000·rows", a, b)
+	near("1 row", tt[1], 1.3e6)
+	near("5 rows", tt[5], 3e6)
+	near("3 rows, from 1 to 5", tt[3], 2.15e6)
+	near("9 rows, on from 1 through 5", tt[9], 4.7e6)
+
+	// Steps of 2 to 5 rows: a line through them, and the 1-row mean on
+	// its own (F16 on this CPU: 1.05 ms, then 1.78 to 2.70).
+	var f specCost
+	ms := []float64{1.05, 1.78, 2.07, 2.49, 2.70}
+	for range 30 {
+		for r, v := range ms {
+			f.step(r+1, time.Duration(v*1e6))
+		}
 	}
-	for range 200 {
-		c.draft(4, 1600*time.Microsecond)
+	tt, _ = f.curve(9)
+	near("1 row, its mean", tt[1], 1.05e6)
+	for r, v := range ms[1:] {
+		if got := tt[r+2]; math.Abs(got-v*1e6) > 0.1e6 {
+			t.Errorf("%d rows: %.0f ns, want within 0.1 ms of %.0f", r+2, got, v*1e6)
+		}
 	}
-	if math.Abs(c.draftNs-400e3) > 1 {
-		t.Errorf("draft pass %.0f ns, want 400000", c.draftNs)
+	if tt[9] <= tt[5] || tt[9] > 5e6 {
+		t.Errorf("9 rows: %.0f ns, want along the line past 5 rows (%.0f)", tt[9], tt[5])
+	}
+	// A line through all five sizes would put 1 row 0.2 ms off.
+	var all line
+	for r, v := range ms {
+		all.add(float64(r+1), v*1e6, 1)
+	}
+	if a, b, _, _ := all.fit(); math.Abs(a+b-1.05e6) < 0.1e6 {
+		t.Errorf("one line %.0f + %.0f·rows fits 1 row within 0.1 ms: the case shows nothing", a, b)
+	}
+
+	// The first step of a size sizes buffers: it is not counted.
+	before, _ := f.curve(12)
+	f.step(12, 400*time.Millisecond)
+	after, _ := f.curve(12)
+	if after[12] != before[12] {
+		t.Errorf("a first 12-row step of 400 ms moved 12 rows from %.0f to %.0f ns", before[12], after[12])
+	}
+	// A stall counts as at most twice what the step was expected to take.
+	f.step(5, 200*time.Millisecond)
+	after, _ = f.curve(12)
+	if after[5] > before[5]*1.1 {
+		t.Errorf("after a 200 ms stall, 5 rows: %.0f ns, want within 10 %% of %.0f", after[5], before[5])
+	}
+	f.step(1, 100*time.Millisecond)
+	if after, _ = f.curve(12); after[1] > 1.05e6*1.1 {
+		t.Errorf("after a 100 ms stall, 1 row: %.0f ns, want within 10 %% of 1050000 (the stall as 2.1 ms)", after[1])
+	}
+	// Never less than a smaller step.
+	var m specCost
+	for range 10 {
+		m.step(1, 3*time.Millisecond)
+		m.step(3, 2*time.Millisecond)
+	}
+	if tt, _ = m.curve(4); tt[2] != tt[1] || tt[4] != tt[1] {
+		t.Errorf("curve %v: 1 row measured dearer than 3, want every size as dear as 1 row", tt)
 	}
 }
 
-// TestNextK walks a slot through steps: without a measured line it follows
-// Hugging Face's schedule; with one, its acceptance and the costs choose.
-func TestNextK(t *testing.T) {
+func TestDraftCost(t *testing.T) {
 	var c specCost
-	sl := &slot{draftK: 5}
-	c.nextK(sl, 5, 2, 5, true, 1)
-	if sl.draftK != 4 {
-		t.Errorf("no line yet, a rejection: k %d, want 4 (one fewer)", sl.draftK)
+	if _, ok := c.draftCost(1); ok {
+		t.Fatal("a draft cost from no calls")
 	}
-	c.nextK(sl, 4, 4, 5, true, 1)
-	if sl.draftK != 5 {
-		t.Errorf("no line yet, all accepted: k %d, want 5 (two more, at most the max)", sl.draftK)
+	// Calls of 4 passes only: 0.3 ms a pass, from the origin.
+	for range 5 {
+		c.draft(4, 1200*time.Microsecond)
 	}
-	for i := range 40 {
-		rows := 1 + i%5
+	if d, ok := c.draftCost(2); !ok || math.Abs(d-0.6e6) > 1 {
+		t.Errorf("calls of 4 passes at 1.2 ms: 2 passes %.0f ns (ok %v), want 600000", d, ok)
+	}
+	// Calls of 1 and of 4 passes: a call's own 0.3 ms and 0.2 ms a pass.
+	for range 50 {
+		c.draft(1, 500*time.Microsecond)
+		c.draft(4, 1100*time.Microsecond)
+	}
+	for k, want := range map[int]float64{0: 0, 1: 0.5e6, 2: 0.7e6, 4: 1.1e6} {
+		if d, _ := c.draftCost(k); math.Abs(d-want) > 0.02e6 {
+			t.Errorf("a call of %d passes: %.0f ns, want %.0f", k, d, want)
+		}
+	}
+}
+
+// measured is a specCost that has timed steps of 1..9 rows at 1 ms +
+// 0.05 ms a row and draft calls at 0.25 ms a pass.
+func measured() *specCost {
+	c := &specCost{}
+	for i := range 45 {
+		rows := 1 + i%9
 		c.step(rows, time.Duration(1000+50*rows)*time.Microsecond)
 	}
 	c.draft(1, 250*time.Microsecond)
+	return c
+}
+
+// TestNextK walks a slot through steps: without measured costs it follows
+// Hugging Face's schedule; with them, its acceptance and the costs choose.
+func TestNextK(t *testing.T) {
+	var c specCost
+	sl := &slot{draftK: 5}
+	c.nextK(sl, 5, 2, 5, true, 0)
+	if sl.draftK != 4 {
+		t.Errorf("no costs yet, a rejection: k %d, want 4 (one fewer)", sl.draftK)
+	}
+	c.nextK(sl, 4, 4, 5, true, 0)
+	if sl.draftK != 5 {
+		t.Errorf("no costs yet, all accepted: k %d, want 5 (two more, at most the max)", sl.draftK)
+	}
+	c = *measured()
 	// A run of drafts all accepted: α near 1, so the max.
 	for range 10 {
-		c.nextK(sl, sl.draftK, sl.draftK, 8, true, 1)
+		c.nextK(sl, sl.draftK, sl.draftK, 8, true, 0)
 	}
 	if sl.draftK != 8 {
 		t.Errorf("every draft accepted (α %.2f): k %d, want 8", slotAlpha(sl), sl.draftK)
 	}
-	// Then every draft rejected at once: α falls, and so does k.
-	for range 30 {
-		c.nextK(sl, max(sl.draftK, 1), 0, 8, true, 1)
+	// Then every draft rejected: α falls, and drafting stops, alone too.
+	for range 150 {
+		c.nextK(sl, max(sl.draftK, 1), 0, 8, true, 0)
 	}
-	if sl.draftK != 1 {
-		t.Errorf("every draft rejected, alone (α %.2f): k %d, want 1", slotAlpha(sl), sl.draftK)
-	}
-	// In a batch of 2 it stops drafting.
-	c.nextK(sl, 1, 0, 8, true, 2)
 	if sl.draftK != 0 {
-		t.Errorf("every draft rejected, one of 2 (α %.2f): k %d, want 0", slotAlpha(sl), sl.draftK)
+		t.Errorf("every draft rejected (α %.2f): k %d, want 0", slotAlpha(sl), sl.draftK)
 	}
-	// At k 0 the slot drafts nothing, but one token every probeEvery
-	// steps where drafting could pay, to learn whether α has changed.
-	var got []int
-	pays, never := func() bool { return true }, func() bool { return false }
-	for range 2 * probeEvery {
-		got = append(got, sl.draftLen(pays))
-	}
-	for i, k := range got {
-		if want := map[bool]int{true: 1}[i%probeEvery == probeEvery-1]; k != want {
-			t.Fatalf("steps at k 0 draft %v, want a 1 every %d", got, probeEvery)
-		}
-	}
-	for range 2 * probeEvery {
-		if k := sl.draftLen(never); k != 0 {
-			t.Fatalf("k 0 where drafting cannot pay: drafted %d", k)
-		}
-	}
-	// A new request, before any cost is measured, drafts the max.
-	nw := &slot{}
-	(&specCost{}).firstK(nw, 6, true, 1)
-	if !nw.kChosen || nw.draftLen(never) != 6 {
-		t.Errorf("a new slot before any cost: drafts %d (chosen %v), want the max 6", nw.draftK, nw.kChosen)
-	}
-	// Prompt lookup at the same acceptance costs no draft pass: it drafts
+	// Prompt lookup at the same acceptance costs no call: it drafts
 	// more than the model would.
 	lk := &slot{accepted: 2, rejections: 1}
 	md := &slot{accepted: 2, rejections: 1}
-	c.nextK(lk, 2, 1, 8, false, 1)
-	c.nextK(md, 2, 1, 8, true, 1)
+	c.nextK(lk, 2, 1, 8, false, 0)
+	c.nextK(md, 2, 1, 8, true, 0)
 	if lk.draftK <= md.draftK {
 		t.Errorf("at α %.2f prompt lookup drafts %d and a model %d: want lookup more", slotAlpha(lk), lk.draftK, md.draftK)
 	}
-	// Eight slots decoding together share the 1 ms base: the model's
-	// drafts (a pass 0.25 ms) no longer pay at α 0.75, nor could they
-	// at α 1 (the pass costs more than a slot's share, 0.125); prompt
-	// lookup could. Alone they do.
+	// Beside 7 other slots' rows a step's tokens cost little each: the
+	// model's drafts (a pass 0.25 ms) no longer pay at α 0.75, nor
+	// could they at α 1; prompt lookup could. Alone they do.
 	alone, shared := &slot{accepted: 3, rejections: 1}, &slot{accepted: 3, rejections: 1}
-	c.nextK(alone, 3, 3, 8, true, 1)
-	c.nextK(shared, 3, 3, 8, true, 8)
+	c.nextK(alone, 3, 3, 8, true, 0)
+	c.nextK(shared, 3, 3, 8, true, 7)
 	if alone.draftK < 1 || shared.draftK != 0 {
-		t.Errorf("at α %.2f a slot alone drafts %d (want some), one of 8 drafts %d (want 0)", slotAlpha(alone), alone.draftK, shared.draftK)
+		t.Errorf("at α %.2f a slot alone drafts %d (want some), beside 7 rows %d (want 0)", slotAlpha(alone), alone.draftK, shared.draftK)
 	}
-	if c.mayPay(8, true, 8) || !c.mayPay(8, true, 1) || !c.mayPay(8, false, 8) {
-		t.Errorf("may drafting pay? a model for one of 8 %v (want false), alone %v, lookup for one of 8 %v (want true)",
-			c.mayPay(8, true, 8), c.mayPay(8, true, 1), c.mayPay(8, false, 8))
+	if k := c.probeK(8, true, 7); k != 0 {
+		t.Errorf("a model's probe beside 7 rows: %d, want 0 (none could pay)", k)
 	}
-	// A new request among 8 starts from the prior α and the known costs:
-	// no drafts; alone, some.
-	first, firstAlone := &slot{}, &slot{}
-	c.firstK(first, 8, true, 8)
-	c.firstK(firstAlone, 8, true, 1)
-	if !first.kChosen || !firstAlone.kChosen || first.draftK != 0 || firstAlone.draftK < 1 {
-		t.Errorf("a new request's first k: %d among 8 (want 0), %d alone (want some)", first.draftK, firstAlone.draftK)
+	if k := c.probeK(8, true, 0); k < 1 {
+		t.Errorf("a model's probe alone: %d, want the fewest that could pay", k)
 	}
-	if (&specCost{}).choose(&slot{}, 8, true, 1) {
+	if k := c.probeK(8, false, 7); k < 1 {
+		t.Errorf("a lookup probe beside 7 rows: %d, want some", k)
+	}
+	if k := (&specCost{}).probeK(6, true, 0); k != 6 {
+		t.Errorf("a probe before any cost: %d, want the max 6", k)
+	}
+	// A new request starts from the α of the requests before it: after
+	// the rejections above, few drafts; after a run of acceptances, the
+	// max. From the prior alone it would draft 2 (α 0.6).
+	first := &slot{}
+	c.firstK(first, 8, true, 0)
+	if !first.kChosen || first.draftK > 1 {
+		t.Errorf("a new request after every draft was rejected: k %d (α %.2f), want 0 or 1", first.draftK, slotAlpha(first))
+	}
+	for range 60 {
+		c.nextK(sl, 4, 4, 8, true, 0)
+	}
+	c.firstK(first, 8, true, 0)
+	if first.draftK != 8 {
+		t.Errorf("a new request after every draft was accepted: k %d (α %.2f), want 8", first.draftK, slotAlpha(first))
+	}
+	prior := &slot{}
+	measured().firstK(prior, 8, true, 0)
+	if prior.draftK != 2 {
+		t.Errorf("a new request from the prior alone: k %d (α %.2f), want 2", prior.draftK, slotAlpha(prior))
+	}
+	// Before any cost is measured, a new request drafts the max.
+	nw := &slot{}
+	(&specCost{}).firstK(nw, 6, true, 0)
+	if !nw.kChosen || nw.draftK != 6 {
+		t.Errorf("a new slot before any cost: drafts %d (chosen %v), want the max 6", nw.draftK, nw.kChosen)
+	}
+	if (&specCost{}).choose(&slot{}, 8, true, 0) {
 		t.Error("a choice from costs not yet measured")
 	}
-	if !(&specCost{}).mayPay(8, true, 8) {
-		t.Error("before any cost is measured, drafting must be allowed to pay")
+}
+
+// TestDraftLen: at k 0 a slot drafts nothing but probeK's every probeEvery
+// steps, asking only then; every slot drafts its max every maxProbeEvery.
+func TestDraftLen(t *testing.T) {
+	sl := &slot{}
+	asked := 0
+	probe := func(k int) func() int { return func() int { asked++; return k } }
+	for i := range maxProbeEvery - 1 {
+		want := 0
+		if (i+1)%probeEvery == 0 {
+			want = 2
+		}
+		if k := sl.draftLen(8, probe(2)); k != want {
+			t.Fatalf("step %d at k 0: drafts %d, want %d", i+1, k, want)
+		}
+	}
+	if want := (maxProbeEvery - 1) / probeEvery; asked != want {
+		t.Errorf("probeK asked %d times in %d steps, want %d", asked, maxProbeEvery-1, want)
+	}
+	if k := sl.draftLen(8, probe(2)); k != 8 {
+		t.Errorf("step %d: drafts %d, want the max 8", maxProbeEvery, k)
+	}
+	// Where no probe could pay, nothing but the max every maxProbeEvery.
+	n := 0
+	for range 2 * maxProbeEvery {
+		n += sl.draftLen(8, probe(0))
+	}
+	if n != 2*8 {
+		t.Errorf("where no probe pays, %d tokens drafted in %d steps, want 16 (the max twice)", n, 2*maxProbeEvery)
+	}
+	// A slot at k 3 drafts 3, and its max every maxProbeEvery.
+	at3 := &slot{draftK: 3}
+	n = 0
+	for range maxProbeEvery {
+		n += at3.draftLen(8, probe(1))
+	}
+	if n != 3*(maxProbeEvery-1)+8 {
+		t.Errorf("a slot at k 3 drafted %d in %d steps, want %d", n, maxProbeEvery, 3*(maxProbeEvery-1)+8)
 	}
 }

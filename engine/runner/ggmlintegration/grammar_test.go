@@ -97,7 +97,7 @@ func TestSpeculationUnderGrammar(t *testing.T) {
 	_, c := newServer(t, path)
 	want, text, done := complete(t, c, runner.CompletionRequest{Request: req})
 	checkWeather(t, "plain", text, done)
-	req.Speculative = &runner.Speculation{Draft: "ngram", Max: 4}
+	req.Speculative = &runner.Speculation{Draft: "ngram", Max: 4, Min: 2} // min: drafts to verify, whatever the costs
 	got, text, done := complete(t, c, runner.CompletionRequest{Request: req})
 	checkWeather(t, "speculating", text, done)
 	t.Logf("1 rank: %s; %d drafted, %d accepted", text, done.DraftTokens, done.AcceptedDraftTokens)

@@ -125,8 +125,9 @@ func TestLogprobsMatchBackend(t *testing.T) {
 	// Speculating (prompt lookup; greedy, where a random model soon loops
 	// and lookup finds drafts), each verified token's logprobs come from
 	// the row it was decided on: still the backend's at its position.
+	// ("min" keeps drafts coming, whatever adaptive K would choose.)
 	sreq := req
-	sreq.MaxTokens, sreq.Speculative, sreq.Sample.Temperature = 12, &runner.Speculation{Draft: "ngram", Max: 4}, 0
+	sreq.MaxTokens, sreq.Speculative, sreq.Sample.Temperature = 12, &runner.Speculation{Draft: "ngram", Max: 4, Min: 2}, 0
 	req.MaxTokens = 12
 	for _, ranges := range splits {
 		var got []runner.Piece

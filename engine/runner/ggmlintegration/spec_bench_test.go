@@ -2,12 +2,16 @@ package ggmlintegration
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"math"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +19,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
@@ -116,8 +121,11 @@ func (a *specArm) report(b *testing.B, base *specArm) {
 // trained KJV pair (models/kjv: a 10 M target, a 1.7 M draft), side by side
 // in one run, greedy, 2 threads:
 //   - one rank: plain decoding, the draft model at max 4 and at max 8
-//     (adaptive below that) on its default one thread, and at max 4 on
-//     the target's two, on held-out prompts;
+//     (adaptive below that) on its default one thread, at 4 every step,
+//     and at max 4 on the target's two, on held-out prompts;
+//   - the same target in F32 (converted here), plain and the draft at
+//     max 4 and 8: a pass that reads its weights from memory, where the
+//     F16 target's 20 MB are nearly all in this machine's caches;
 //   - one rank, a repetitive task (a passage, then the passage again with
 //     edits, to be continued): plain, and prompt lookup;
 //   - one rank with 4 slots, the prompts 4 at once: plain, the draft and
@@ -133,7 +141,7 @@ func BenchmarkSpeculation(b *testing.B) {
 	draft := cmpEnv("ORRERY_SPEC_BENCH_DRAFT", filepath.Join(kjvDir, "kjv-draft-f16.gguf"))
 	const gen = 96
 	prompts := specPrompts(b, 8, 12)
-	oneNode := func(draftThreads int) *runner.Client {
+	oneNode := func(target string, draftThreads int) *runner.Client {
 		s := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
 			DraftThreads: draftThreads, Options: backend.Options{Threads: 2, BatchSize: 16, KVType: "f16"}})
 		if err := s.Load(context.Background()); err != nil {
@@ -142,7 +150,11 @@ func BenchmarkSpeculation(b *testing.B) {
 		b.Cleanup(s.Close)
 		return serve(b, s, "secret")
 	}
-	oneC, one2C := oneNode(0), oneNode(2)
+	oneC, one2C := oneNode(target, 0), oneNode(target, 2)
+	// The target in F32: its pass reads 40 MB of weights, past this
+	// machine's caches, so a step's extra rows cost little; in F16 (20 MB)
+	// they cost nearly a pass each here (docs/inference.md).
+	f32C := oneNode(f32Copy(b, target), 0)
 	// Four slots, for four requests at once (continuous batching).
 	s4 := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
 		Options: backend.Options{Threads: 2, BatchSize: 64, KVType: "f16", Parallel: 4, ContextLen: 4 * 256}})
@@ -162,8 +174,14 @@ func BenchmarkSpeculation(b *testing.B) {
 	}
 	draft4, draft8 := &runner.Speculation{Draft: "draft", Max: 4}, &runner.Speculation{Draft: "draft", Max: 8}
 	plain := &specArm{name: "plain", completer: via(oneC)}
+	// fixed4 drafts 4 every step, as llama-speculative does: its
+	// acceptance is the pair's, where adaptive K's depends on the K it
+	// chose (short drafts are accepted more often).
+	fixed4 := &runner.Speculation{Draft: "draft", Max: 4, Min: 4}
 	arms := []*specArm{plain, {name: "draft-max4", spec: draft4, completer: via(oneC)}, {name: "draft-max8", spec: draft8, completer: via(oneC)},
-		{name: "draft-2threads-max4", spec: draft4, completer: via(one2C)}}
+		{name: "draft-fixed4", spec: fixed4, completer: via(oneC)}, {name: "draft-2threads-max4", spec: draft4, completer: via(one2C)}}
+	f32Plain := &specArm{name: "f32-plain", completer: via(f32C)}
+	f32Arms := []*specArm{f32Plain, {name: "f32-draft-max4", spec: draft4, completer: via(f32C)}, {name: "f32-draft-max8", spec: draft8, completer: via(f32C)}}
 	rep, passage := repetitive(b)
 	repPlain := &specArm{name: "repeat-plain", completer: via(oneC)}
 	repArms := []*specArm{repPlain, {name: "repeat-ngram-max8", spec: &runner.Speculation{Draft: "ngram", Max: 8}, completer: via(oneC)}}
@@ -178,6 +196,9 @@ func BenchmarkSpeculation(b *testing.B) {
 	for b.Loop() {
 		for _, p := range prompts {
 			for _, a := range arms {
+				a.run(b, []string{p}, gen)
+			}
+			for _, a := range f32Arms {
 				a.run(b, []string{p}, gen)
 			}
 		}
@@ -198,6 +219,9 @@ func BenchmarkSpeculation(b *testing.B) {
 	b.Logf("target %s, draft %s; %d held-out prompts × %d tokens, greedy, 2 threads", target, draft, len(prompts), gen)
 	for _, a := range arms {
 		a.report(b, plain)
+	}
+	for _, a := range f32Arms {
+		a.report(b, f32Plain)
 	}
 	for _, a := range repArms {
 		a.report(b, repPlain)
@@ -236,6 +260,42 @@ func copied(out string, rest []string) (n, of int) {
 		}
 	}
 	return min(len(strings.Fields(out)), len(rest)), len(rest)
+}
+
+// f32Copy writes a copy of the GGUF model at path with its F16 tensors in
+// F32 into a temporary directory, and returns its path.
+func f32Copy(tb testing.TB, path string) string {
+	tb.Helper()
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var ts []gguf.WriteTensor
+	for _, t := range f.Tensors {
+		data := raw[f.DataOffset+int64(t.Offset):][:t.Size]
+		nt := gguf.WriteTensor{Name: t.Name, Type: t.Type, Dims: t.Dims}
+		if t.Type == gguf.F16 {
+			out := make([]byte, 0, 2*len(data))
+			for i := 0; i < len(data); i += 2 {
+				v := gguf.F16ToFloat32(binary.LittleEndian.Uint16(data[i:]))
+				out = binary.LittleEndian.AppendUint32(out, math.Float32bits(v))
+			}
+			nt.Type, data = gguf.F32, out
+		}
+		nt.Data = func(w io.Writer) error { _, err := w.Write(data); return err }
+		ts = append(ts, nt)
+	}
+	// general.file_type would name F16: say nothing rather than that.
+	kvs := slices.DeleteFunc(slices.Clone(f.KV), func(kv gguf.KV) bool { return kv.Key == "general.file_type" })
+	out := filepath.Join(tb.TempDir(), strings.TrimSuffix(filepath.Base(path), ".gguf")+"-f32.gguf")
+	if err := gguf.WriteFile(out, kvs, ts); err != nil {
+		tb.Fatal(err)
+	}
+	return out
 }
 
 func cmpEnv(k, def string) string {
