@@ -371,3 +371,52 @@ func TestCopied(t *testing.T) {
 		}
 	}
 }
+
+// TestF32Copy: spec-bench's F32 target holds the F16 target's weights
+// exactly, each tensor F32 where it was F16.
+func TestF32Copy(t *testing.T) {
+	src := filepath.Join(kjvDir, "kjv-draft-f16.gguf") // the small one: the same code as the target's
+	dst := f32Copy(t, src)
+	a, err := gguf.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := gguf.ReadFile(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rawA, _ := os.ReadFile(src)
+	rawB, _ := os.ReadFile(dst)
+	if len(a.Tensors) != len(b.Tensors) {
+		t.Fatalf("%d tensors, the copy %d", len(a.Tensors), len(b.Tensors))
+	}
+	f16 := 0
+	for i, ta := range a.Tensors {
+		tb, want := b.Tensors[i], ta.Type
+		if want == gguf.F16 {
+			want = gguf.F32
+		}
+		if ta.Name != tb.Name || !slices.Equal(ta.Dims, tb.Dims) || tb.Type != want {
+			t.Fatalf("tensor %d: %s %v %s, the copy's %s %v %s", i, ta.Name, ta.Dims, ta.Type, tb.Name, tb.Dims, tb.Type)
+		}
+		if ta.Type != gguf.F16 {
+			continue
+		}
+		f16++
+		n := int(ta.Elements())
+		va, err := gguf.Dequantize(ta.Type, rawA[a.DataOffset+int64(ta.Offset):][:ta.Size], n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vb, err := gguf.Dequantize(tb.Type, rawB[b.DataOffset+int64(tb.Offset):][:tb.Size], n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(va, vb) {
+			t.Fatalf("%s: the copy's values differ", ta.Name)
+		}
+	}
+	if f16 == 0 {
+		t.Fatal("no F16 tensor in the draft: the test checks nothing")
+	}
+}
