@@ -74,7 +74,11 @@ if [[ ! -f $cache ]]; then
 	mkdir -p "$(dirname "$cache")"
 	sources=/etc/apt/sources.list.d/debian.sources
 	[[ -f $sources ]] || sources=/etc/apt/sources.list
-	mmdebstrap --quiet --variant=minbase --include=systemd --mode=root bookworm "$cache.tmp" "$sources"
+	# --format: mmdebstrap names the format by the file's extension, and
+	# takes .tmp for a directory. A directory an older run left at $cache
+	# would take the mv's file inside it.
+	rm -rf "$cache" "$cache.tmp"
+	mmdebstrap --quiet --format=tar --variant=minbase --include=systemd --mode=root bookworm "$cache.tmp" "$sources"
 	mv "$cache.tmp" "$cache"
 fi
 root=$tmp/root
