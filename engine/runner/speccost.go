@@ -125,13 +125,14 @@ func (c *specCost) step(rows int, d time.Duration) {
 		return
 	}
 	y := float64(d.Nanoseconds())
-	if t, ok := c.curve(rows); ok {
-		y = min(y, 2*t[rows])
+	expect, ok := c.stepNs(rows)
+	if rows == 1 && c.oneW > 0 {
+		expect, ok = c.one, true // measured before the line is
+	}
+	if ok {
+		y = min(y, 2*expect)
 	}
 	if rows == 1 {
-		if c.oneW > 0 {
-			y = min(y, 2*c.one)
-		}
 		c.oneW = costDecay*c.oneW + 1
 		c.one += (y - c.one) / c.oneW
 		return
@@ -155,29 +156,52 @@ func (c *specCost) draftCost(k int) (float64, bool) {
 	return a + b*float64(k), ok
 }
 
-// curve is T(rows) in ns for rows 0..n (T(0) = 0): the 1-row mean, then
-// the line of steps of 2 rows or more; where those were all one size, the
-// line from 1 row through their mean. Never less than a smaller step's.
-// ok once steps of 1 row and of more were measured, or steps of two sizes
-// above 1: a slot that drafts in every step runs no 1-row step, and the
-// line's 1 row stands in until K is 0 for a step.
-func (c *specCost) curve(n int) ([]float64, bool) {
+// stepModel is T: the 1-row mean (one), then the line a + b·rows of steps
+// of 2 rows or more, never below one (b ≥ 0: the line rises with the
+// rows); where those steps were all one size, the line from 1 row through
+// their mean. ok once steps of 1 row and of more were measured, or steps
+// of two sizes above 1: a slot that drafts in every step runs no 1-row
+// step, and the line's 1 row stands in until K is 0 for a step.
+func (c *specCost) stepModel() (a, b, one float64, ok bool) {
 	a, b, sloped, ok := c.multi.fit()
 	switch {
 	case !ok || c.oneW == 0 && !sloped:
-		return nil, false
+		return 0, 0, 0, false
 	case !sloped:
 		mx, my := c.multi.sx/c.multi.w, c.multi.sy/c.multi.w
 		b = max((my-c.one)/(mx-1), 0)
 		a = my - b*mx
 	}
+	one = a + b
+	if c.oneW > 0 {
+		one = c.one
+	}
+	return a, b, one, true
+}
+
+// stepAt is T(rows) for rows ≥ 1 from stepModel's terms.
+func stepAt(a, b, one float64, rows int) float64 {
+	if rows == 1 {
+		return one
+	}
+	return max(a+b*float64(rows), one)
+}
+
+// stepNs is T(rows) in ns for rows ≥ 1, ok as stepModel.
+func (c *specCost) stepNs(rows int) (float64, bool) {
+	a, b, one, ok := c.stepModel()
+	return stepAt(a, b, one, rows), ok
+}
+
+// curve is T(rows) in ns for rows 0..n (T(0) = 0), ok as stepModel.
+func (c *specCost) curve(n int) ([]float64, bool) {
+	a, b, one, ok := c.stepModel()
+	if !ok {
+		return nil, false
+	}
 	t := make([]float64, n+1)
 	for r := 1; r <= n; r++ {
-		v := a + b*float64(r)
-		if r == 1 && c.oneW > 0 {
-			v = c.one
-		}
-		t[r] = max(v, t[r-1])
+		t[r] = stepAt(a, b, one, r)
 	}
 	return t, true
 }
