@@ -266,17 +266,10 @@ func copied(out string, rest []string) (n, of int) {
 // F32 into a temporary directory, and returns its path.
 func f32Copy(tb testing.TB, path string) string {
 	tb.Helper()
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	f, raw := readGGUF(tb, path)
 	var ts []gguf.WriteTensor
 	for _, t := range f.Tensors {
-		data := raw[f.DataOffset+int64(t.Offset):][:t.Size]
+		data := tensorData(f, raw, t)
 		nt := gguf.WriteTensor{Name: t.Name, Type: t.Type, Dims: t.Dims}
 		if t.Type == gguf.F16 {
 			out := make([]byte, 0, 2*len(data))
@@ -296,6 +289,25 @@ func f32Copy(tb testing.TB, path string) string {
 		tb.Fatal(err)
 	}
 	return out
+}
+
+// readGGUF reads the GGUF file at path: its directory and its bytes.
+func readGGUF(tb testing.TB, path string) (*gguf.File, []byte) {
+	tb.Helper()
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return f, raw
+}
+
+// tensorData is t's data in raw, the bytes of f's file.
+func tensorData(f *gguf.File, raw []byte, t gguf.TensorInfo) []byte {
+	return raw[f.DataOffset+int64(t.Offset):][:t.Size]
 }
 
 func cmpEnv(k, def string) string {
@@ -376,17 +388,8 @@ func TestCopied(t *testing.T) {
 // exactly, each tensor F32 where it was F16.
 func TestF32Copy(t *testing.T) {
 	src := filepath.Join(kjvDir, "kjv-draft-f16.gguf") // the small one: the same code as the target's
-	dst := f32Copy(t, src)
-	a, err := gguf.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := gguf.ReadFile(dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rawA, _ := os.ReadFile(src)
-	rawB, _ := os.ReadFile(dst)
+	a, rawA := readGGUF(t, src)
+	b, rawB := readGGUF(t, f32Copy(t, src))
 	if len(a.Tensors) != len(b.Tensors) {
 		t.Fatalf("%d tensors, the copy %d", len(a.Tensors), len(b.Tensors))
 	}
@@ -404,11 +407,11 @@ func TestF32Copy(t *testing.T) {
 		}
 		f16++
 		n := int(ta.Elements())
-		va, err := gguf.Dequantize(ta.Type, rawA[a.DataOffset+int64(ta.Offset):][:ta.Size], n)
+		va, err := gguf.Dequantize(ta.Type, tensorData(a, rawA, ta), n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		vb, err := gguf.Dequantize(tb.Type, rawB[b.DataOffset+int64(tb.Offset):][:tb.Size], n)
+		vb, err := gguf.Dequantize(tb.Type, tensorData(b, rawB, tb), n)
 		if err != nil {
 			t.Fatal(err)
 		}
