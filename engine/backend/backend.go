@@ -61,6 +61,15 @@ type Collective interface {
 	AllReduce(buf []float32) error
 }
 
+// ExactCollective is a Collective that can also sum exactly where its
+// AllReduce rounds the values it sends (a 16-bit wire): gathering a split
+// head's logits, each rank's rows among zeros, which rounding would only
+// spoil. A Collective without it is taken to sum exactly already.
+type ExactCollective interface {
+	Collective
+	AllReduceExact(buf []float32) error
+}
+
 // Resolve fills defaults against the model and checks the range.
 func (o *Options) Resolve(c model.Config) error {
 	first, last := c.Blocks()

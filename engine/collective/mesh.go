@@ -50,11 +50,18 @@ type Mesh struct {
 	rank, n int
 	links   []*link // by rank; nil for this one
 
-	seq  uint32      // all-reduces so far
-	recv [][]byte    // per rank: the last values received
-	dec  [][]float32 // per rank: those values decoded (16-bit wires)
-	enc  [][]byte    // per rank: the values sent (16-bit wires)
-	out  []float32   // the sum, before it replaces the caller's buffer
+	seq  uint32   // all-reduces so far
+	recv [][]byte // per rank: the last values received
+	// Per rank: the values sent, and those received decoded. Over f32
+	// they are views of the sum's buffer and of recv; over a 16-bit wire
+	// they are enc16's and dec16's storage, which is never a view (a sum
+	// over f32, AllReduceExact, must not leave a view where the next
+	// 16-bit sum would write).
+	enc   [][]byte
+	dec   [][]float32
+	enc16 [][]byte
+	dec16 [][]float32
+	out   []float32 // the sum, before it replaces the caller's buffer
 
 	mu   sync.Mutex
 	dead error
@@ -118,6 +125,7 @@ func New(rank, n int, conns []net.Conn) (*Mesh, error) {
 		return nil, errors.New("mesh: a big-endian machine; the wire is little endian")
 	}
 	m := &Mesh{rank: rank, n: n, links: make([]*link, n), recv: make([][]byte, n), dec: make([][]float32, n), enc: make([][]byte, n),
+		dec16: make([][]float32, n), enc16: make([][]byte, n),
 		ReduceTimeout: DefaultReduceTimeout}
 	for r, c := range conns {
 		if r == rank {
@@ -177,7 +185,15 @@ const DefaultScatterMin = 128 << 10
 // rank order too, so the bits are the same) and sends it back to all,
 // two rounds in which a rank sends 2(n-1)/n of the vector instead of
 // n-1 times it.
-func (m *Mesh) AllReduce(buf []float32) error {
+func (m *Mesh) AllReduce(buf []float32) error { return m.allReduce(buf, m.Wire) }
+
+// AllReduceExact is AllReduce with the values sent as they are, whatever
+// the mesh's Wire: for sums that rounding would only spoil, such as a
+// split head's logits gathered (each rank's rows among zeros). Every rank
+// must call it for the same sum.
+func (m *Mesh) AllReduceExact(buf []float32) error { return m.allReduce(buf, WireF32) }
+
+func (m *Mesh) allReduce(buf []float32, w Wire) error {
 	if err := m.err(); err != nil {
 		return fmt.Errorf("%w: %w", ErrLinkLost, err)
 	}
@@ -188,20 +204,20 @@ func (m *Mesh) AllReduce(buf []float32) error {
 			l.c.SetDeadline(deadline)
 		}
 	}
-	size := len(buf) * m.Wire.size()
+	size := len(buf) * w.size()
 	if size > MaxPayload {
 		return fmt.Errorf("all-reduce of %d bytes, at most %d", size, MaxPayload)
 	}
 	// Every rank adds the values the others receive: its own rounded to
 	// the wire's type too.
-	m.Wire.round(buf)
+	w.round(buf)
 	scatterMin := cmp.Or(m.ScatterMin, DefaultScatterMin)
 	var sent int
 	var rerr error
 	if m.n > 2 && scatterMin > 0 && size >= scatterMin {
-		sent, rerr = m.scatterGather(buf)
+		sent, rerr = m.scatterGather(buf, w)
 	} else {
-		sent, rerr = m.exchange(buf)
+		sent, rerr = m.exchange(buf, w)
 	}
 	if rerr != nil {
 		err := m.fail(rerr) // before Close, whose own error says less
@@ -221,46 +237,45 @@ func (m *Mesh) AllReduce(buf []float32) error {
 
 // exchange is the direct all-reduce: buf to every rank, every rank's buf
 // added in rank order. It returns the bytes sent.
-func (m *Mesh) exchange(buf []float32) (int, error) {
+func (m *Mesh) exchange(buf []float32, w Wire) (int, error) {
 	m.seq++
-	payload := m.encode(m.rank, buf)
+	payload := m.encode(m.rank, buf, w)
 	if err := m.round(func(r int) []byte { return payload }, func(r int) int { return len(payload) }); err != nil {
 		return 0, err
 	}
-	out := m.sum(len(buf), m.values(buf))
+	out := m.sum(len(buf), m.values(buf, w))
 	copy(buf, out)
 	return len(payload) * (m.n - 1), nil
 }
 
 // scatterGather is the all-reduce by reduce-scatter then all-gather.
-func (m *Mesh) scatterGather(buf []float32) (int, error) {
+func (m *Mesh) scatterGather(buf []float32, w Wire) (int, error) {
 	part := func(r int) []float32 { return buf[r*len(buf)/m.n : (r+1)*len(buf)/m.n] }
 	// Reduce-scatter: chunk r to rank r; this rank's chunk from every rank.
 	m.seq++
-	mine, w := part(m.rank), m.Wire
+	mine := part(m.rank)
 	for r := range m.n {
 		if r != m.rank {
-			m.encode(r, part(r))
+			m.encode(r, part(r), w)
 		}
 	}
-	if err := m.round(func(r int) []byte { return m.encode(r, nil) }, func(r int) int { return len(mine) * w.size() }); err != nil {
+	if err := m.round(func(r int) []byte { return m.encode(r, nil, w) }, func(r int) int { return len(mine) * w.size() }); err != nil {
 		return 0, err
 	}
-	out := m.sum(len(mine), m.values(mine))
+	out := m.sum(len(mine), m.values(mine, w))
 	copy(mine, out)
 	// All-gather: the summed chunk (rounded again, here as there) to
 	// every rank; theirs into buf.
 	m.seq++
 	w.round(mine)
-	payload := m.encode(m.rank, mine)
+	payload := m.encode(m.rank, mine, w)
 	if err := m.round(func(r int) []byte { return payload }, func(r int) int { return len(part(r)) * w.size() }); err != nil {
 		return 0, err
 	}
 	sent := 0
 	for r := range m.n {
 		if r != m.rank {
-			m.dec[r] = w.decode(m.dec[r], m.recv[r])
-			copy(part(r), m.dec[r])
+			copy(part(r), m.decode(r, w))
 			sent += (len(part(r)) + len(mine)) * w.size()
 		}
 	}
@@ -269,23 +284,39 @@ func (m *Mesh) scatterGather(buf []float32) (int, error) {
 
 // encode returns the bytes of v to send, kept as slot r's until the round
 // sends them (given again when v is nil): under WireF32 a view of v, else
-// the slot's storage, reused.
-func (m *Mesh) encode(r int, v []float32) []byte {
-	if v != nil {
-		m.enc[r] = m.Wire.encode(m.enc[r], v)
+// the slot's 16-bit storage, reused.
+func (m *Mesh) encode(r int, v []float32, w Wire) []byte {
+	switch {
+	case v == nil:
+	case w == WireF32:
+		m.enc[r] = floatBytes(v)
+	default:
+		m.enc16[r] = w.encode(m.enc16[r], v)
+		m.enc[r] = m.enc16[r]
 	}
 	return m.enc[r]
 }
 
+// decode returns what rank r sent (m.recv[r]) as values: under WireF32 a
+// view, else decoded into r's 16-bit storage.
+func (m *Mesh) decode(r int, w Wire) []float32 {
+	if w == WireF32 {
+		m.dec[r] = bytesFloats(m.recv[r])
+	} else {
+		m.dec16[r] = w.decode(m.dec16[r], m.recv[r])
+		m.dec[r] = m.dec16[r]
+	}
+	return m.dec[r]
+}
+
 // values gives rank r's part of a sum: this rank's own, or what r sent,
 // decoded.
-func (m *Mesh) values(own []float32) func(r int) []float32 {
+func (m *Mesh) values(own []float32, w Wire) func(r int) []float32 {
 	return func(r int) []float32 {
 		if r == m.rank {
 			return own
 		}
-		m.dec[r] = m.Wire.decode(m.dec[r], m.recv[r])
-		return m.dec[r]
+		return m.decode(r, w)
 	}
 }
 

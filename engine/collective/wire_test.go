@@ -136,6 +136,72 @@ func TestAllReduce16BitWire(t *testing.T) {
 	}
 }
 
+// AllReduceExact sends f32 whatever the wire: on a 16-bit mesh, the sum
+// of values no 16-bit type holds comes out exact, by both algorithms; the
+// next AllReduce rounds again, and leaves the exact sum's buffers alone.
+func TestAllReduceExactOn16BitWire(t *testing.T) {
+	for _, c := range []struct{ n, size int }{{2, 4096}, {3, 1 << 16}} {
+		t.Run(fmt.Sprintf("%d-ranks-%d", c.n, c.size), func(t *testing.T) {
+			ms := group(t, c.n, "secret")
+			in := make([][]float32, c.n)
+			for r := range in {
+				in[r] = make([]float32, c.size)
+				for i := range in[r] {
+					// Rank r's rows among zeros, as a gathered head's.
+					if i*c.n/c.size == r {
+						in[r][i] = 1 + float32(i%977)/4096 // 1 + k·2^-12: not an f16 or bf16
+					}
+				}
+			}
+			run := func(exact bool) [][]float32 {
+				out := make([][]float32, c.n)
+				errs := make([]error, c.n)
+				var wg sync.WaitGroup
+				for r, m := range ms {
+					m.Wire = WireBF16
+					wg.Go(func() {
+						out[r] = slices.Clone(in[r])
+						if exact {
+							errs[r] = m.AllReduceExact(out[r])
+						} else {
+							errs[r] = m.AllReduce(out[r])
+						}
+					})
+				}
+				wg.Wait()
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				return out
+			}
+			want := make([]float32, c.size)
+			for r := range in {
+				for i, x := range in[r] {
+					want[i] += x
+				}
+			}
+			exact := run(true)
+			for r, got := range exact {
+				if !slices.Equal(got, want) {
+					t.Fatalf("AllReduceExact, rank %d: not the exact sum", r)
+				}
+			}
+			if got := run(false)[0]; slices.Equal(got, want) {
+				t.Error("AllReduce over bf16 after AllReduceExact: the exact sum, want it rounded")
+			}
+			// The 16-bit sum wrote nothing into the exact sum's buffers
+			// (which the f32 round sent from).
+			for r, got := range exact {
+				if !slices.Equal(got, want) {
+					t.Fatalf("rank %d: the exact sum changed under the next 16-bit one", r)
+				}
+			}
+		})
+	}
+}
+
 // SentTo counts what a rank wrote to each link: an all-reduce's frame,
 // its header included.
 func TestSentTo(t *testing.T) {

@@ -135,4 +135,4 @@ func (s *Server) closeTPLocked() {
 	}
 }
 
-var _ backend.Collective = (*collective.Mesh)(nil)
+var _ backend.ExactCollective = (*collective.Mesh)(nil)

@@ -87,14 +87,20 @@ func (g *tpGroup) take() error {
 	return err
 }
 
-func (g *tpGroup) reduce(buf []float32) {
+// reduce sums buf across the group; exact, through the wire's full width
+// whatever the group's wire (backend.ExactCollective).
+func (g *tpGroup) reduce(buf []float32, exact bool) {
 	g.mu.Lock()
 	failed := g.err != nil
 	g.mu.Unlock()
 	if failed {
 		return // the pass has failed; later sums would only wait
 	}
-	err := g.c.AllReduce(buf)
+	sum := g.c.AllReduce
+	if e, ok := g.c.(backend.ExactCollective); ok && exact {
+		sum = e.AllReduceExact
+	}
+	err := sum(buf)
 	g.mu.Lock()
 	g.values += int64(len(buf))
 	if err != nil && g.err == nil {

@@ -18,5 +18,5 @@ import (
 //export orreryAllReduce
 func orreryAllReduce(h C.uintptr_t, data *C.float, n C.int64_t) {
 	g := cgo.Handle(h).Value().(*tpGroup)
-	g.reduce(unsafe.Slice((*float32)(unsafe.Pointer(data)), int(n)))
+	g.reduce(unsafe.Slice((*float32)(unsafe.Pointer(data)), int(n)), false)
 }

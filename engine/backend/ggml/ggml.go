@@ -476,7 +476,8 @@ func (r *Rank) head(c ml.Context, h, also ml.Tensor) ([]float32, error) {
 // gatherLogits makes every rank's rows of the head's output (a
 // tensor-parallel group with the head split by vocabulary) the whole
 // vocabulary's: each rank puts its rows in place among zeros and the
-// group sums them, which adds only zeros to each logit (the same bits).
+// group sums them, which adds only zeros to each logit (the same bits;
+// exactly, in f32, whatever the group's wire).
 func (r *Rank) gatherLogits(part []float32) []float32 {
 	s, vocab := r.cfg.TP, r.cfg.Vocab
 	n := len(part) / s.VocabRows
@@ -484,7 +485,7 @@ func (r *Rank) gatherLogits(part []float32) []float32 {
 	for i := range n {
 		copy(full[i*vocab+s.VocabFirst:], part[i*s.VocabRows:(i+1)*s.VocabRows])
 	}
-	r.group.reduce(full)
+	r.group.reduce(full, true)
 	return full
 }
 
