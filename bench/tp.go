@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/collective"
@@ -67,11 +68,22 @@ type TPReport struct {
 	DecodeX    float64         `json:"decodeSpeedup"`
 	// DecodeRounds is each round's decode speed-up (the group's over the
 	// single runner's, measured one after the other).
-	DecodeRounds []float64     `json:"decodeSpeedupByRound"`
-	BatchedX     float64       `json:"batchedSpeedup"`
-	Concurrent   int           `json:"concurrent"`
-	PrefillX     float64       `json:"prefillSpeedup"`
-	AllReduce    ReduceFigures `json:"allReduce"`
+	DecodeRounds []float64 `json:"decodeSpeedupByRound"`
+	BatchedX     float64   `json:"batchedSpeedup"`
+	Concurrent   int       `json:"concurrent"`
+	PrefillX     float64   `json:"prefillSpeedup"`
+	// Together is the single runner's side again, but with a runner like
+	// it on every other core of Cores prefilling and decoding at the same
+	// time, in each round after the group's; each figure is the slowest
+	// runner's (pinned runs only). The ceilings are Ranks times those
+	// over the single runner's alone: the speed-up a group could reach on
+	// these cores were its communication free, for the cores slow each
+	// other when all compute (by round for decode).
+	Together       TPSide        `json:"together"`
+	PrefillCeiling float64       `json:"prefillCeiling,omitempty"`
+	DecodeCeiling  float64       `json:"decodeCeiling,omitempty"`
+	CeilingRounds  []float64     `json:"decodeCeilingByRound,omitempty"`
+	AllReduce      ReduceFigures `json:"allReduce"`
 	// Choice is the --choice part (nil when not run).
 	Choice *ChoiceReport `json:"choice,omitempty"`
 }
@@ -153,9 +165,37 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 		return nil, fmt.Errorf("tensor-parallel runners: %w", err)
 	}
 	defer group.close()
-	fmt.Fprintf(log, "%d rounds, each on one runner then on the group…\n", o.Repeat+1)
-	if rep.Single, rep.Tensor, err = tpSides(ctx, o, single, group); err != nil {
+	// Pinned, a runner of the whole model on each other core: the single
+	// runner's twins, which compute beside it for the ceiling.
+	singles := []*tpRunners{single}
+	for r := 1; o.Cores != nil && r < o.Ranks; r++ {
+		twin, err := startTPRunnersAt(ctx, o, []string{o.Model}, r)
+		if err != nil {
+			return nil, fmt.Errorf("one runner on core %d: %w", o.Cores[r], err)
+		}
+		defer twin.close()
+		singles = append(singles, twin)
+	}
+	what := "one runner then on the group"
+	if len(singles) > 1 {
+		what += fmt.Sprintf(", then on %d runners at once, one a core", len(singles))
+	}
+	fmt.Fprintf(log, "%d rounds, each on %s…\n", o.Repeat+1, what)
+	if rep.Single, rep.Tensor, rep.Together, err = tpSides(ctx, o, singles, group); err != nil {
 		return nil, err
+	}
+	if len(singles) > 1 {
+		n := float64(o.Ranks)
+		rep.CeilingRounds = ratios(rep.Together.DecodeTokPerSec, rep.Single.DecodeTokPerSec)
+		for i := range rep.CeilingRounds {
+			rep.CeilingRounds[i] *= n
+		}
+		if rep.Single.Decode > 0 {
+			rep.DecodeCeiling = n * rep.Together.Decode / rep.Single.Decode
+		}
+		if rep.Single.Prefill > 0 {
+			rep.PrefillCeiling = n * rep.Together.Prefill / rep.Single.Prefill
+		}
 	}
 	rep.DecodeRounds = ratios(rep.Tensor.DecodeTokPerSec, rep.Single.DecodeTokPerSec)
 	if rep.Single.Decode > 0 {
@@ -259,6 +299,12 @@ func (g *tpRunners) close() {
 // startTPRunners starts one runner per path (a tensor-parallel group when
 // more than one) and waits until rank 0 serves.
 func startTPRunners(ctx context.Context, o TPOptions, paths []string) (*tpRunners, error) {
+	return startTPRunnersAt(ctx, o, paths, 0)
+}
+
+// startTPRunnersAt is startTPRunners with runner i pinned as rank
+// first+i.
+func startTPRunnersAt(ctx context.Context, o TPOptions, paths []string, first int) (*tpRunners, error) {
 	g := &tpRunners{}
 	rtok, gtok := token(), token()
 	addrs, err := loopbackAddrs(len(paths))
@@ -280,7 +326,7 @@ func startTPRunners(ctx context.Context, o TPOptions, paths []string) (*tpRunner
 			args = append(args, "--tp-rank", strconv.Itoa(r), "--tp-ranks", strconv.Itoa(len(paths)), "--tp-addrs", strings.Join(addrs, ","),
 				"--tp-wire", o.Wire.String())
 		}
-		cmd := tpCmd(ctx, o, r, args...)
+		cmd := tpCmd(ctx, o, first+r, args...)
 		cmd.Env = append(os.Environ(), runner.TokenEnv+"="+rtok, "ORRERY_TP_TOKEN="+gtok)
 		addr, stop, err := startRunner(cmd)
 		if err != nil {
@@ -305,13 +351,9 @@ func startTPRunners(ctx context.Context, o TPOptions, paths []string) (*tpRunner
 // round times round i's prefill, decode (untraced and traced) and batched
 // decode on g into side; round 0 warms up and is not kept.
 func (g *tpRunners) round(ctx context.Context, o TPOptions, i int, side *TPSide) error {
-	noop := func(runner.Piece) error { return nil }
+	noop := tpNoop
 	if o.PP > 0 {
-		prompt := make([]int32, o.PP)
-		for k := range prompt {
-			prompt[k] = int32((k*7919 + i*31 + 300) % max(g.vocab, 1))
-		}
-		d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: prompt, MaxTokens: 1, IgnoreEOS: true}}, noop)
+		d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: tpPrompt(o.PP, i, g.vocab), MaxTokens: 1, IgnoreEOS: true}}, noop)
 		if err != nil {
 			return err
 		}
@@ -353,21 +395,26 @@ func (g *tpRunners) round(ctx context.Context, o TPOptions, i int, side *TPSide)
 	return nil
 }
 
-// tpSides runs o.Repeat rounds (after a warmup) on the single runner and
-// on the group, one after the other in each round, so that the machine's
-// drift (a third on this VM from minute to minute) falls on both sides
+// tpSides runs o.Repeat rounds (after a warmup) on the single runner
+// (singles[0]), on the group, and with more singles (one a core) on all of
+// them at once, one after the other in each round, so that the machine's
+// drift (a third on this VM from minute to minute) falls on every side
 // alike; the runners not measured wait idle (blocked on their sockets).
-func tpSides(ctx context.Context, o TPOptions, single, group *tpRunners) (TPSide, TPSide, error) {
-	var one, tp TPSide
+func tpSides(ctx context.Context, o TPOptions, singles []*tpRunners, group *tpRunners) (one, tp, together TPSide, err error) {
 	for i := 0; i <= o.Repeat; i++ {
-		if err := single.round(ctx, o, i, &one); err != nil {
-			return one, tp, fmt.Errorf("one runner: %w", err)
+		if err := singles[0].round(ctx, o, i, &one); err != nil {
+			return one, tp, together, fmt.Errorf("one runner: %w", err)
 		}
 		if err := group.round(ctx, o, i, &tp); err != nil {
-			return one, tp, fmt.Errorf("tensor-parallel runners: %w", err)
+			return one, tp, together, fmt.Errorf("tensor-parallel runners: %w", err)
+		}
+		if len(singles) > 1 {
+			if err := tpTogether(ctx, o, i, singles, &together); err != nil {
+				return one, tp, together, fmt.Errorf("runners at once: %w", err)
+			}
 		}
 	}
-	for _, side := range []*TPSide{&one, &tp} {
+	for _, side := range []*TPSide{&one, &tp, &together} {
 		side.Prefill, side.Decode, side.DecodeTraced = Mean(side.PrefillTokPerSec), Mean(side.DecodeTokPerSec), Mean(side.DecodeTracedTokPerSec)
 		side.Batched = Mean(side.BatchedTokPerSec)
 		if side.tracedTokens > 0 {
@@ -375,7 +422,69 @@ func tpSides(ctx context.Context, o TPOptions, single, group *tpRunners) (TPSide
 			side.DecodeReduceMs = float64(side.reduceNs) / 1e6 / float64(side.tracedTokens)
 		}
 	}
-	return one, tp, nil
+	return one, tp, together, nil
+}
+
+// tpTogether has every runner of singles prefill o.PP tokens at once,
+// then decode o.TG at once (round i's prompts, as the single runner's),
+// and keeps the slowest runner's speeds (round 0 warms up).
+func tpTogether(ctx context.Context, o TPOptions, i int, singles []*tpRunners, side *TPSide) error {
+	type speeds struct{ prefill, decode float64 }
+	at := make([]speeds, len(singles))
+	errs := make([]error, len(singles))
+	var wg sync.WaitGroup
+	for k, g := range singles {
+		wg.Go(func() {
+			if o.PP > 0 {
+				d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: tpPrompt(o.PP, i, g.vocab), MaxTokens: 1, IgnoreEOS: true}}, tpNoop)
+				if err != nil {
+					errs[k] = err
+					return
+				}
+				at[k].prefill = d.PrefillTokPerSec()
+			}
+		})
+	}
+	wg.Wait()
+	for k, g := range singles {
+		wg.Go(func() {
+			if errs[k] != nil || o.TG == 0 {
+				return
+			}
+			d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}, tpNoop)
+			if err != nil {
+				errs[k] = err
+				return
+			}
+			at[k].decode = d.DecodeTokPerSec()
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil || i == 0 {
+		return err
+	}
+	slowest := at[0]
+	for _, s := range at[1:] {
+		slowest.prefill, slowest.decode = min(slowest.prefill, s.prefill), min(slowest.decode, s.decode)
+	}
+	if o.PP > 0 {
+		side.PrefillTokPerSec = append(side.PrefillTokPerSec, slowest.prefill)
+	}
+	if o.TG > 0 {
+		side.DecodeTokPerSec = append(side.DecodeTokPerSec, slowest.decode)
+	}
+	return nil
+}
+
+func tpNoop(runner.Piece) error { return nil }
+
+// tpPrompt is round i's prompt of n tokens.
+func tpPrompt(n, i, vocab int) []int32 {
+	prompt := make([]int32, n)
+	for k := range prompt {
+		prompt[k] = int32((k*7919 + i*31 + 300) % max(vocab, 1))
+	}
+	return prompt
 }
 
 // decodeSpans sums a traced request's decode spans: its forward passes

@@ -58,6 +58,9 @@ func printTPRunners(w io.Writer, r *TPReport) {
 	if r.Concurrent > 1 {
 		fmt.Fprintf(w, "%-26s %12.1f %12.1f %8.2fx\n", fmt.Sprintf("%d at once, tok/s in all", r.Concurrent), r.Single.Batched, r.Tensor.Batched, r.BatchedX)
 	}
+	if r.DecodeCeiling > 0 {
+		printCeiling(w, r)
+	}
 	fmt.Fprintf(w, "\nall-reduce of %d f32 between %d runners' processes (loopback TCP): p50 %.1f µs, p99 %.1f µs over %d\n",
 		r.AllReduce.Values, r.Ranks, r.AllReduce.P50Us, r.AllReduce.P99Us, r.AllReduce.Iters)
 	fmt.Fprintf(w, "weights: model %s;", HumanBytes(r.ModelBytes))
@@ -74,4 +77,25 @@ func printTPRunners(w io.Writer, r *TPReport) {
 		fmt.Fprintf(w, " rank %d %s (%d/%d heads, ff %d/%d)", i, HumanBytes(b), s.Heads, s.FullHeads, s.FFDim, s.FullFF)
 	}
 	fmt.Fprintln(w)
+}
+
+// printCeiling prints what the cores allow: one runner of the whole model
+// on each core at once, against one alone.
+func printCeiling(w io.Writer, r *TPReport) {
+	fmt.Fprintf(w, "\n%d runners of the whole model at once, one a core (the slowest): prefill %.1f tok/s, decode %.1f tok/s\n",
+		r.Ranks, r.Together.Prefill, r.Together.Decode)
+	fmt.Fprintf(w, "%-26s", "the cores' ceiling")
+	if r.PrefillCeiling > 0 {
+		fmt.Fprintf(w, " prefill %.2fx,", r.PrefillCeiling)
+	}
+	fmt.Fprintf(w, " decode %.2fx (by round", r.DecodeCeiling)
+	for _, x := range r.CeilingRounds {
+		fmt.Fprintf(w, " %.2fx", x)
+	}
+	fmt.Fprintf(w, "): %d × that over one runner alone, the speed-up with free communication\n", r.Ranks)
+	fmt.Fprintf(w, "%-26s", "the group reaches")
+	if r.PrefillCeiling > 0 {
+		fmt.Fprintf(w, " prefill %.0f %%,", 100*r.PrefillX/r.PrefillCeiling)
+	}
+	fmt.Fprintf(w, " decode %.0f %% of it\n", 100*r.DecodeX/r.DecodeCeiling)
 }

@@ -30,7 +30,13 @@ is printed. It writes the model's slices into --dir first (once).
 
 With --cores (the default on a machine with enough cores), each runner and
 the single one run on one thread, pinned to its own core with taskset: on
-one machine this stands in for --tp machines, and says so.
+one machine this stands in for --tp machines, and says so. Each round then
+also runs a runner of the whole model on every one of those cores at once
+(the single runner and its twins) and prints the cores' ceiling: --tp
+times the slowest one's speed over the single runner's alone, the speed-up
+a group could reach were its communication free, since cores of one
+machine slow each other when all compute (machines do not); and how much
+of it the group reached.
 
 With --choice DELAYS, it then starts two agents (each pinned to its own
 core, its runners on one thread) that reach each other only through delay

@@ -1,0 +1,35 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+// The ceiling's lines: what the runners at once reached, the ceilings
+// (Ranks × at once / alone), and the group's share of them.
+func TestPrintTPCeiling(t *testing.T) {
+	r := &TPReport{Model: "m.gguf", Ranks: 2, Wire: "f32", Cores: []int{0, 1}, Config: "llama",
+		Single:   TPSide{Prefill: 50, Decode: 10},
+		Tensor:   TPSide{Prefill: 80, Decode: 12},
+		Together: TPSide{Prefill: 40, Decode: 8},
+		PrefillX: 1.6, DecodeX: 1.2, PrefillCeiling: 1.6, DecodeCeiling: 1.6, CeilingRounds: []float64{1.5, 1.7}}
+	var b strings.Builder
+	PrintTP(&b, r)
+	out := b.String()
+	for _, want := range []string{
+		"2 runners of the whole model at once, one a core (the slowest): prefill 40.0 tok/s, decode 8.0 tok/s",
+		"prefill 1.60x, decode 1.60x (by round 1.50x 1.70x)",
+		"the group reaches          prefill 100 %, decode 75 % of it",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	// Unpinned (no ceiling measured): no ceiling lines.
+	r.DecodeCeiling, r.Cores = 0, nil
+	b.Reset()
+	PrintTP(&b, r)
+	if strings.Contains(b.String(), "ceiling") {
+		t.Errorf("a ceiling printed without one measured:\n%s", b.String())
+	}
+}
