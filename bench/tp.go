@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/mem"
+
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
@@ -79,10 +81,12 @@ type TPReport struct {
 	// over the single runner's alone: the speed-up a group could reach on
 	// these cores were its communication free, for the cores slow each
 	// other when all compute (by round for decode).
-	Together       TPSide        `json:"together"`
-	PrefillCeiling float64       `json:"prefillCeiling,omitempty"`
-	DecodeCeiling  float64       `json:"decodeCeiling,omitempty"`
-	CeilingRounds  []float64     `json:"decodeCeilingByRound,omitempty"`
+	Together       TPSide    `json:"together"`
+	PrefillCeiling float64   `json:"prefillCeiling,omitempty"`
+	DecodeCeiling  float64   `json:"decodeCeiling,omitempty"`
+	CeilingRounds  []float64 `json:"decodeCeilingByRound,omitempty"`
+	// CeilingSkipped says why the ceiling was not measured, pinned.
+	CeilingSkipped string        `json:"ceilingSkipped,omitempty"`
 	AllReduce      ReduceFigures `json:"allReduce"`
 	// Choice is the --choice part (nil when not run).
 	Choice *ChoiceReport `json:"choice,omitempty"`
@@ -168,7 +172,20 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 	// Pinned, a runner of the whole model on each other core: the single
 	// runner's twins, which compute beside it for the ceiling.
 	singles := []*tpRunners{single}
-	for r := 1; o.Cores != nil && r < o.Ranks; r++ {
+	twins := 0
+	if o.Cores != nil {
+		twins = o.Ranks - 1
+		// The twins hold the whole model each: skipped where the memory
+		// available now could not hold them beside the others.
+		need := uint64(float64(twins) * float64(rep.ModelBytes) * 1.1)
+		if vm, err := mem.VirtualMemory(); err == nil && vm.Available < need {
+			rep.CeilingSkipped = fmt.Sprintf("the cores' ceiling needs %d more runners of the whole model (%s), and %s is available",
+				twins, HumanBytes(int64(need)), HumanBytes(int64(vm.Available)))
+			fmt.Fprintln(log, "skipped: "+rep.CeilingSkipped)
+			twins = 0
+		}
+	}
+	for r := 1; r <= twins; r++ {
 		twin, err := startTPRunnersAt(ctx, o, []string{o.Model}, r)
 		if err != nil {
 			return nil, fmt.Errorf("one runner on core %d: %w", o.Cores[r], err)

@@ -61,6 +61,9 @@ func printTPRunners(w io.Writer, r *TPReport) {
 	if r.DecodeCeiling > 0 {
 		printCeiling(w, r)
 	}
+	if r.CeilingSkipped != "" {
+		fmt.Fprintf(w, "\nnot measured: %s\n", r.CeilingSkipped)
+	}
 	fmt.Fprintf(w, "\nall-reduce of %d f32 between %d runners' processes (loopback TCP): p50 %.1f µs, p99 %.1f µs over %d\n",
 		r.AllReduce.Values, r.Ranks, r.AllReduce.P50Us, r.AllReduce.P99Us, r.AllReduce.Iters)
 	fmt.Fprintf(w, "weights: model %s;", HumanBytes(r.ModelBytes))

@@ -32,4 +32,11 @@ func TestPrintTPCeiling(t *testing.T) {
 	if strings.Contains(b.String(), "ceiling") {
 		t.Errorf("a ceiling printed without one measured:\n%s", b.String())
 	}
+	// Skipped for memory: says why.
+	r.CeilingSkipped = "the cores' ceiling needs 1 more runners of the whole model (2 GiB), and 1 GiB is available"
+	b.Reset()
+	PrintTP(&b, r)
+	if !strings.Contains(b.String(), "not measured: "+r.CeilingSkipped) {
+		t.Errorf("no reason for the ceiling skipped:\n%s", b.String())
+	}
 }
