@@ -17,16 +17,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/shirou/gopsutil/v4/mem"
 
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
-	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // TPOptions configures TP: one request's prefill and decode on one runner
@@ -169,29 +165,12 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 		return nil, fmt.Errorf("tensor-parallel runners: %w", err)
 	}
 	defer group.close()
-	// Pinned, a runner of the whole model on each other core: the single
-	// runner's twins, which compute beside it for the ceiling.
-	singles := []*tpRunners{single}
-	twins := 0
-	if o.Cores != nil {
-		twins = o.Ranks - 1
-		// The twins hold the whole model each: skipped where the memory
-		// available now could not hold them beside the others.
-		need := uint64(float64(twins) * float64(rep.ModelBytes) * 1.1)
-		if vm, err := mem.VirtualMemory(); err == nil && vm.Available < need {
-			rep.CeilingSkipped = fmt.Sprintf("the cores' ceiling needs %d more runners of the whole model (%s), and %s is available",
-				twins, HumanBytes(int64(need)), HumanBytes(int64(vm.Available)))
-			fmt.Fprintln(log, "skipped: "+rep.CeilingSkipped)
-			twins = 0
-		}
+	singles, err := startTwins(ctx, o, rep, single, log)
+	if err != nil {
+		return nil, err
 	}
-	for r := 1; r <= twins; r++ {
-		twin, err := startTPRunnersAt(ctx, o, []string{o.Model}, r)
-		if err != nil {
-			return nil, fmt.Errorf("one runner on core %d: %w", o.Cores[r], err)
-		}
-		defer twin.close()
-		singles = append(singles, twin)
+	for _, t := range singles[1:] {
+		defer t.close()
 	}
 	what := "one runner then on the group"
 	if len(singles) > 1 {
@@ -202,28 +181,7 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 		return nil, err
 	}
 	if len(singles) > 1 {
-		n := float64(o.Ranks)
-		rep.CeilingRounds = ratios(rep.Together.DecodeTokPerSec, rep.Single.DecodeTokPerSec)
-		for i := range rep.CeilingRounds {
-			rep.CeilingRounds[i] *= n
-		}
-		if rep.Single.Decode > 0 {
-			rep.DecodeCeiling = n * rep.Together.Decode / rep.Single.Decode
-		}
-		if rep.Single.Prefill > 0 {
-			rep.PrefillCeiling = n * rep.Together.Prefill / rep.Single.Prefill
-		}
-	}
-	rep.DecodeRounds = ratios(rep.Tensor.DecodeTokPerSec, rep.Single.DecodeTokPerSec)
-	if rep.Single.Decode > 0 {
-		rep.DecodeX = rep.Tensor.Decode / rep.Single.Decode
-	}
-	if rep.Single.Batched > 0 {
-		rep.BatchedX = rep.Tensor.Batched / rep.Single.Batched
-	}
-	rep.Concurrent = o.Concurrent
-	if rep.Single.Prefill > 0 {
-		rep.PrefillX = rep.Tensor.Prefill / rep.Single.Prefill
+		rep.ceilings()
 	}
 	return rep, nil
 }
@@ -363,182 +321,6 @@ func startTPRunnersAt(ctx context.Context, o TPOptions, paths []string, first in
 		g.vocab = h.Model.Vocab
 	}
 	return g, nil
-}
-
-// round times round i's prefill, decode (untraced and traced) and batched
-// decode on g into side; round 0 warms up and is not kept.
-func (g *tpRunners) round(ctx context.Context, o TPOptions, i int, side *TPSide) error {
-	noop := tpNoop
-	if o.PP > 0 {
-		d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: tpPrompt(o.PP, i, g.vocab), MaxTokens: 1, IgnoreEOS: true}}, noop)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			side.PrefillTokPerSec = append(side.PrefillTokPerSec, d.PrefillTokPerSec())
-		}
-	}
-	for _, traced := range []bool{false, true} {
-		if o.TG == 0 {
-			break
-		}
-		req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}
-		if traced {
-			req.TraceID = fmt.Sprintf("tp-bench-%d", i)
-		}
-		d, err := g.client.Complete(ctx, req, noop)
-		if err != nil {
-			return err
-		}
-		switch {
-		case i == 0:
-		case traced:
-			side.DecodeTracedTokPerSec = append(side.DecodeTracedTokPerSec, d.DecodeTokPerSec())
-			c, r := decodeSpans(d.Spans)
-			side.computeNs, side.reduceNs, side.tracedTokens = side.computeNs+c, side.reduceNs+r, side.tracedTokens+o.TG
-		default:
-			side.DecodeTokPerSec = append(side.DecodeTokPerSec, d.DecodeTokPerSec())
-		}
-	}
-	if o.Concurrent > 1 && o.TG > 0 {
-		v, err := tpBatched(ctx, g.client, o, i)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			side.BatchedTokPerSec = append(side.BatchedTokPerSec, v)
-		}
-	}
-	return nil
-}
-
-// tpSides runs o.Repeat rounds (after a warmup) on the single runner
-// (singles[0]), on the group, and with more singles (one a core) on all of
-// them at once, one after the other in each round, so that the machine's
-// drift (a third on this VM from minute to minute) falls on every side
-// alike; the runners not measured wait idle (blocked on their sockets).
-func tpSides(ctx context.Context, o TPOptions, singles []*tpRunners, group *tpRunners) (one, tp, together TPSide, err error) {
-	for i := 0; i <= o.Repeat; i++ {
-		if err := singles[0].round(ctx, o, i, &one); err != nil {
-			return one, tp, together, fmt.Errorf("one runner: %w", err)
-		}
-		if err := group.round(ctx, o, i, &tp); err != nil {
-			return one, tp, together, fmt.Errorf("tensor-parallel runners: %w", err)
-		}
-		if len(singles) > 1 {
-			if err := tpTogether(ctx, o, i, singles, &together); err != nil {
-				return one, tp, together, fmt.Errorf("runners at once: %w", err)
-			}
-		}
-	}
-	for _, side := range []*TPSide{&one, &tp, &together} {
-		side.Prefill, side.Decode, side.DecodeTraced = Mean(side.PrefillTokPerSec), Mean(side.DecodeTokPerSec), Mean(side.DecodeTracedTokPerSec)
-		side.Batched = Mean(side.BatchedTokPerSec)
-		if side.tracedTokens > 0 {
-			side.DecodeComputeMs = float64(side.computeNs) / 1e6 / float64(side.tracedTokens)
-			side.DecodeReduceMs = float64(side.reduceNs) / 1e6 / float64(side.tracedTokens)
-		}
-	}
-	return one, tp, together, nil
-}
-
-// tpTogether has every runner of singles prefill o.PP tokens at once,
-// then decode o.TG at once (round i's prompts, as the single runner's),
-// and keeps the slowest runner's speeds (round 0 warms up).
-func tpTogether(ctx context.Context, o TPOptions, i int, singles []*tpRunners, side *TPSide) error {
-	type speeds struct{ prefill, decode float64 }
-	at := make([]speeds, len(singles))
-	errs := make([]error, len(singles))
-	var wg sync.WaitGroup
-	for k, g := range singles {
-		wg.Go(func() {
-			if o.PP > 0 {
-				d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: tpPrompt(o.PP, i, g.vocab), MaxTokens: 1, IgnoreEOS: true}}, tpNoop)
-				if err != nil {
-					errs[k] = err
-					return
-				}
-				at[k].prefill = d.PrefillTokPerSec()
-			}
-		})
-	}
-	wg.Wait()
-	for k, g := range singles {
-		wg.Go(func() {
-			if errs[k] != nil || o.TG == 0 {
-				return
-			}
-			d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}, tpNoop)
-			if err != nil {
-				errs[k] = err
-				return
-			}
-			at[k].decode = d.DecodeTokPerSec()
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil || i == 0 {
-		return err
-	}
-	slowest := at[0]
-	for _, s := range at[1:] {
-		slowest.prefill, slowest.decode = min(slowest.prefill, s.prefill), min(slowest.decode, s.decode)
-	}
-	if o.PP > 0 {
-		side.PrefillTokPerSec = append(side.PrefillTokPerSec, slowest.prefill)
-	}
-	if o.TG > 0 {
-		side.DecodeTokPerSec = append(side.DecodeTokPerSec, slowest.decode)
-	}
-	return nil
-}
-
-func tpNoop(runner.Piece) error { return nil }
-
-// tpPrompt is round i's prompt of n tokens.
-func tpPrompt(n, i, vocab int) []int32 {
-	prompt := make([]int32, n)
-	for k := range prompt {
-		prompt[k] = int32((k*7919 + i*31 + 300) % max(vocab, 1))
-	}
-	return prompt
-}
-
-// decodeSpans sums a traced request's decode spans: its forward passes
-// ("compute") and the all-reduces inside them.
-func decodeSpans(spans []trace.Span) (compute, reduce int64) {
-	for _, sp := range spans {
-		if !strings.HasPrefix(sp.Cat, "decode") {
-			continue
-		}
-		switch sp.Name {
-		case "compute":
-			compute += sp.DurNs
-		case "all-reduce":
-			reduce += sp.DurNs
-		}
-	}
-	return compute, reduce
-}
-
-// tpBatched decodes o.TG tokens for o.Concurrent requests at once and
-// returns their aggregate tok/s (all tokens over the wall time).
-func tpBatched(ctx context.Context, c *runner.Client, o TPOptions, run int) (float64, error) {
-	errs := make(chan error, o.Concurrent)
-	start := time.Now()
-	for k := range o.Concurrent {
-		go func() {
-			req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(2 + k + run*o.Concurrent)}, MaxTokens: o.TG, IgnoreEOS: true}}
-			_, err := c.Complete(ctx, req, func(runner.Piece) error { return nil })
-			errs <- err
-		}()
-	}
-	for range o.Concurrent {
-		if err := <-errs; err != nil {
-			return 0, err
-		}
-	}
-	return float64(o.Concurrent*o.TG) / time.Since(start).Seconds(), nil
 }
 
 // startRunner starts a runner process and reads the address it announces;

@@ -40,3 +40,21 @@ func TestPrintTPCeiling(t *testing.T) {
 		t.Errorf("no reason for the ceiling skipped:\n%s", b.String())
 	}
 }
+
+// The ceilings: Ranks × the runners at once over one alone, by round and
+// of the means.
+func TestTPCeilings(t *testing.T) {
+	r := &TPReport{Ranks: 2,
+		Single:   TPSide{DecodeTokPerSec: []float64{10, 20}, Decode: 15, Prefill: 50},
+		Together: TPSide{DecodeTokPerSec: []float64{8, 12}, Decode: 10, Prefill: 45}}
+	r.ceilings()
+	if len(r.CeilingRounds) != 2 || r.CeilingRounds[0] != 1.6 || r.CeilingRounds[1] != 1.2 {
+		t.Errorf("by round %v, want [1.6 1.2]", r.CeilingRounds)
+	}
+	if want := 2 * 10 / 15.0; r.DecodeCeiling != want {
+		t.Errorf("decode ceiling %v, want %v", r.DecodeCeiling, want)
+	}
+	if r.PrefillCeiling != 1.8 {
+		t.Errorf("prefill ceiling %v, want 1.8", r.PrefillCeiling)
+	}
+}
