@@ -180,6 +180,17 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 	if rep.Single, rep.Tensor, rep.Together, err = tpSides(ctx, o, singles, group); err != nil {
 		return nil, err
 	}
+	rep.DecodeRounds = ratios(rep.Tensor.DecodeTokPerSec, rep.Single.DecodeTokPerSec)
+	if rep.Single.Decode > 0 {
+		rep.DecodeX = rep.Tensor.Decode / rep.Single.Decode
+	}
+	if rep.Single.Batched > 0 {
+		rep.BatchedX = rep.Tensor.Batched / rep.Single.Batched
+	}
+	rep.Concurrent = o.Concurrent
+	if rep.Single.Prefill > 0 {
+		rep.PrefillX = rep.Tensor.Prefill / rep.Single.Prefill
+	}
 	if len(singles) > 1 {
 		rep.ceilings()
 	}
