@@ -16,7 +16,7 @@ type tpGroup struct{}
 func newTPGroup(backend.Collective) *tpGroup { return nil }
 func (*tpGroup) close()                      {}
 func (*tpGroup) take() error                 { return nil }
-func (*tpGroup) reduce([]float32)            {}
+func (*tpGroup) reduce([]float32, bool)      {}
 
 func (r *Rank) allReduce(ml.Context, ml.Tensor) ml.Tensor {
 	panic("tensor parallelism needs cgo")
