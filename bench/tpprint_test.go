@@ -33,7 +33,7 @@ func TestPrintTPCeiling(t *testing.T) {
 		t.Errorf("a ceiling printed without one measured:\n%s", b.String())
 	}
 	// Skipped for memory: says why.
-	r.CeilingSkipped = "the cores' ceiling needs 1 more runners of the whole model (2 GiB), and 1 GiB is available"
+	r.CeilingSkipped = "the cores' ceiling needs a runner of the whole model on each of 1 more cores (2 GiB in all), and 1 GiB is available"
 	b.Reset()
 	PrintTP(&b, r)
 	if !strings.Contains(b.String(), "not measured: "+r.CeilingSkipped) {

@@ -31,7 +31,7 @@ func startTwins(ctx context.Context, o TPOptions, rep *TPReport, single *tpRunne
 	twins := o.Ranks - 1
 	need := uint64(float64(twins) * float64(rep.ModelBytes) * 1.1)
 	if vm, err := mem.VirtualMemory(); err == nil && vm.Available < need {
-		rep.CeilingSkipped = fmt.Sprintf("the cores' ceiling needs %d more runners of the whole model (%s), and %s is available",
+		rep.CeilingSkipped = fmt.Sprintf("the cores' ceiling needs a runner of the whole model on each of %d more cores (%s in all), and %s is available",
 			twins, HumanBytes(int64(need)), HumanBytes(int64(vm.Available)))
 		fmt.Fprintln(log, "skipped: "+rep.CeilingSkipped)
 		return singles, nil

@@ -87,8 +87,8 @@ func (g *tpGroup) take() error {
 	return err
 }
 
-// reduce sums buf across the group; exact, through the wire's full width
-// whatever the group's wire (backend.ExactCollective).
+// reduce sums buf across the group; with exact, over f32 whatever the
+// group's wire (backend.ExactCollective).
 func (g *tpGroup) reduce(buf []float32, exact bool) {
 	g.mu.Lock()
 	failed := g.err != nil
