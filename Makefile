@@ -169,7 +169,9 @@ merge-load:
 # tp-bench times one runner against TP_RANKS tensor-parallel runners, each
 # pinned to its own core (on this machine: a stand-in for TP_RANKS
 # machines), on TP_MODEL (the 1b preset, generated once into
-# $(TP_CACHE)), and the all-reduce of one decode row between them; then
+# $(TP_CACHE)), beside the ceiling those cores allow (a runner of the
+# whole model on each at once), and the all-reduce of one decode row
+# between them; then
 # "parallelism": "auto" on two agents through delay proxies of TP_CHOICE
 # each way, both plans measured beside the cost model's predictions; then
 # the same runners on TP_MOE_MODEL (the 1b qwen3moe preset), its experts
