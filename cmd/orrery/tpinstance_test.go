@@ -354,5 +354,28 @@ func loopbackCluster(t *testing.T, bin string, dirs []string, extra func(i int) 
 	for i, p := range ps {
 		p.mustGet(t, "/node_id", &ids[i])
 	}
+	// Members agree before every identity is in every node's state, and a
+	// placement naming a node checks the state (CI once placed too soon:
+	// "node … is not a member of this cluster").
+	pollAll(t, ps, time.Duration(n)*5*time.Second, "every node's identity in every state", func() (bool, string) {
+		for _, p := range ps {
+			var st struct {
+				NodeIdentities map[string]json.RawMessage `json:"nodeIdentities"`
+			}
+			code, b, err := p.get("/state")
+			if err != nil || code != 200 {
+				return false, fmt.Sprintf("GET /state: %d %v", code, err)
+			}
+			if err := json.Unmarshal(b, &st); err != nil {
+				return false, err.Error()
+			}
+			for _, id := range ids {
+				if _, ok := st.NodeIdentities[id]; !ok {
+					return false, fmt.Sprintf("%s's state lacks %s", p.addr, id)
+				}
+			}
+		}
+		return true, ""
+	})
 	return ps, ids
 }
