@@ -52,15 +52,14 @@ type Mesh struct {
 
 	seq  uint32   // all-reduces so far
 	recv [][]byte // per rank: the last values received
-	// Per rank: the values sent, and those received decoded. Over f32
-	// they are views of the sum's buffer and of recv; over a 16-bit wire
-	// they are enc16's and dec16's storage, which is never a view (a sum
-	// over f32, AllReduceExact, must not leave a view where the next
-	// 16-bit sum would write).
+	// Per rank: enc the values sent, until the round sends them: over f32
+	// a view of the sum's buffer, over a 16-bit wire enc16's storage.
+	// enc16 and dec (the values received, decoded from a 16-bit wire) are
+	// storage that is never a view: a sum over f32 (AllReduceExact) must
+	// not leave a view where the next 16-bit sum would write.
 	enc   [][]byte
-	dec   [][]float32
 	enc16 [][]byte
-	dec16 [][]float32
+	dec   [][]float32
 	out   []float32 // the sum, before it replaces the caller's buffer
 
 	mu   sync.Mutex
@@ -125,7 +124,7 @@ func New(rank, n int, conns []net.Conn) (*Mesh, error) {
 		return nil, errors.New("mesh: a big-endian machine; the wire is little endian")
 	}
 	m := &Mesh{rank: rank, n: n, links: make([]*link, n), recv: make([][]byte, n), dec: make([][]float32, n), enc: make([][]byte, n),
-		dec16: make([][]float32, n), enc16: make([][]byte, n),
+		enc16:         make([][]byte, n),
 		ReduceTimeout: DefaultReduceTimeout}
 	for r, c := range conns {
 		if r == rank {
@@ -298,14 +297,12 @@ func (m *Mesh) encode(r int, v []float32, w Wire) []byte {
 }
 
 // decode returns what rank r sent (m.recv[r]) as values: under WireF32 a
-// view, else decoded into r's 16-bit storage.
+// view, else decoded into r's storage.
 func (m *Mesh) decode(r int, w Wire) []float32 {
 	if w == WireF32 {
-		m.dec[r] = bytesFloats(m.recv[r])
-	} else {
-		m.dec16[r] = w.decode(m.dec16[r], m.recv[r])
-		m.dec[r] = m.dec16[r]
+		return bytesFloats(m.recv[r])
 	}
+	m.dec[r] = w.decode(m.dec[r], m.recv[r])
 	return m.dec[r]
 }
 
