@@ -68,22 +68,10 @@ func TestAllReduce16BitWire(t *testing.T) {
 						in[r][i] = float32(math.Sin(float64(1+i*7+r*13))) * float32(1+r)
 					}
 				}
-				out := make([][]float32, c.n)
-				errs := make([]error, c.n)
-				var wg sync.WaitGroup
-				for r, m := range ms {
+				for _, m := range ms {
 					m.Wire = w
-					wg.Go(func() {
-						out[r] = slices.Clone(in[r])
-						errs[r] = m.AllReduce(out[r])
-					})
 				}
-				wg.Wait()
-				for r, err := range errs {
-					if err != nil {
-						t.Fatalf("rank %d: %v", r, err)
-					}
-				}
+				out := sumAll(t, ms, in, (*Mesh).AllReduce)
 				scatter := c.size*2 >= DefaultScatterMin
 				want := make([]float32, c.size)
 				for r := range c.n {
@@ -153,28 +141,8 @@ func TestAllReduceExactOn16BitWire(t *testing.T) {
 					}
 				}
 			}
-			run := func(exact bool) [][]float32 {
-				out := make([][]float32, c.n)
-				errs := make([]error, c.n)
-				var wg sync.WaitGroup
-				for r, m := range ms {
-					m.Wire = WireBF16
-					wg.Go(func() {
-						out[r] = slices.Clone(in[r])
-						if exact {
-							errs[r] = m.AllReduceExact(out[r])
-						} else {
-							errs[r] = m.AllReduce(out[r])
-						}
-					})
-				}
-				wg.Wait()
-				for r, err := range errs {
-					if err != nil {
-						t.Fatalf("rank %d: %v", r, err)
-					}
-				}
-				return out
+			for _, m := range ms {
+				m.Wire = WireBF16
 			}
 			want := make([]float32, c.size)
 			for r := range in {
@@ -182,13 +150,13 @@ func TestAllReduceExactOn16BitWire(t *testing.T) {
 					want[i] += x
 				}
 			}
-			exact := run(true)
+			exact := sumAll(t, ms, in, (*Mesh).AllReduceExact)
 			for r, got := range exact {
 				if !slices.Equal(got, want) {
 					t.Fatalf("AllReduceExact, rank %d: not the exact sum", r)
 				}
 			}
-			if got := run(false)[0]; slices.Equal(got, want) {
+			if got := sumAll(t, ms, in, (*Mesh).AllReduce)[0]; slices.Equal(got, want) {
 				t.Error("AllReduce over bf16 after AllReduceExact: the exact sum, want it rounded")
 			}
 			// The 16-bit sum wrote nothing into the exact sum's buffers
@@ -200,6 +168,28 @@ func TestAllReduceExactOn16BitWire(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sumAll has every rank of ms sum a copy of its in[r] at once with sum,
+// and returns the copies.
+func sumAll(t *testing.T, ms []*Mesh, in [][]float32, sum func(*Mesh, []float32) error) [][]float32 {
+	t.Helper()
+	out := make([][]float32, len(ms))
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for r, m := range ms {
+		wg.Go(func() {
+			out[r] = slices.Clone(in[r])
+			errs[r] = sum(m, out[r])
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return out
 }
 
 // SentTo counts what a rank wrote to each link: an all-reduce's frame,
