@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 // BenchmarkStepRows is one step of n rows at positions 64–191 (a decode
@@ -17,13 +15,7 @@ import (
 // $ORRERY_BENCH_MODEL (e.g. models/kjv/kjv-target-f16.gguf), or the small
 // preset; threads $ORRERY_BENCH_THREADS (default 1).
 func BenchmarkStepRows(b *testing.B) {
-	path := os.Getenv("ORRERY_BENCH_MODEL")
-	if path == "" {
-		path = filepath.Join(b.TempDir(), "small.gguf")
-		if err := model.Generate(path, model.Presets["small"]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	path := benchModel(b)
 	threads := 1
 	if s := os.Getenv("ORRERY_BENCH_THREADS"); s != "" {
 		if _, err := fmt.Sscan(s, &threads); err != nil {
@@ -36,14 +28,7 @@ func BenchmarkStepRows(b *testing.B) {
 	}
 	defer r.Close()
 	ctx := context.Background()
-	prompt := make([]int32, 64)
-	pos := make([]int32, 64)
-	for i := range prompt {
-		prompt[i], pos[i] = int32(3+i*37%3000), int32(i)
-	}
-	if _, err := r.Forward(ctx, backend.Batch{Tokens: prompt, Positions: pos}); err != nil {
-		b.Fatal(err)
-	}
+	prefill64(b, r)
 	for _, n := range []int{1, 2, 3, 5, 9} {
 		b.Run(fmt.Sprintf("rows=%d", n), func(b *testing.B) {
 			toks := make([]int32, n)

@@ -23,13 +23,7 @@ func (noSum) AllReduce([]float32) error { return nil }
 // the speed-up a group could reach with free communication. The model is
 // $ORRERY_BENCH_MODEL (e.g. the 1b preset), or the small preset.
 func BenchmarkSliceDecode(b *testing.B) {
-	path := os.Getenv("ORRERY_BENCH_MODEL")
-	if path == "" {
-		path = filepath.Join(b.TempDir(), "small.gguf")
-		if err := model.Generate(path, model.Presets["small"]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	path := benchModel(b)
 	plan, err := model.PlanTPFile(path, 2)
 	if err != nil {
 		b.Fatal(err)
@@ -53,14 +47,7 @@ func BenchmarkSliceDecode(b *testing.B) {
 			}
 			defer r.Close()
 			ctx := context.Background()
-			prompt := make([]int32, 64)
-			pos := make([]int32, 64)
-			for i := range prompt {
-				prompt[i], pos[i] = int32(300+i), int32(i)
-			}
-			if _, err := r.Forward(ctx, backend.Batch{Tokens: prompt, Positions: pos}); err != nil {
-				b.Fatal(err)
-			}
+			prefill64(b, r)
 			b.ResetTimer()
 			for i := range b.N {
 				p := int32(64 + i%64)
@@ -76,6 +63,31 @@ func BenchmarkSliceDecode(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// benchModel is $ORRERY_BENCH_MODEL, or the small preset written for b.
+func benchModel(b *testing.B) string {
+	if path := os.Getenv("ORRERY_BENCH_MODEL"); path != "" {
+		return path
+	}
+	path := filepath.Join(b.TempDir(), "small.gguf")
+	if err := model.Generate(path, model.Presets["small"]); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// prefill64 fills sequence 0's positions 0–63 of r, where the
+// benchmarks' steps start.
+func prefill64(b *testing.B, r *Rank) {
+	prompt := make([]int32, 64)
+	pos := make([]int32, 64)
+	for i := range prompt {
+		prompt[i], pos[i] = int32(300+i), int32(i)
+	}
+	if _, err := r.Forward(context.Background(), backend.Batch{Tokens: prompt, Positions: pos}); err != nil {
+		b.Fatal(err)
 	}
 }
 
