@@ -70,7 +70,7 @@ func (rep *TPReport) ceilings() {
 func (g *tpRunners) round(ctx context.Context, o TPOptions, i int, side *TPSide) error {
 	noop := tpNoop
 	if o.PP > 0 {
-		d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: tpPrompt(o.PP, i, g.vocab), MaxTokens: 1, IgnoreEOS: true}}, noop)
+		d, err := g.client.Complete(ctx, tpPrefillReq(o, i, g.vocab), noop)
 		if err != nil {
 			return err
 		}
@@ -82,7 +82,7 @@ func (g *tpRunners) round(ctx context.Context, o TPOptions, i int, side *TPSide)
 		if o.TG == 0 {
 			break
 		}
-		req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}
+		req := tpDecodeReq(o, i)
 		if traced {
 			req.TraceID = fmt.Sprintf("tp-bench-%d", i)
 		}
@@ -153,7 +153,7 @@ func tpTogether(ctx context.Context, o TPOptions, i int, singles []*tpRunners, s
 	for k, g := range singles {
 		wg.Go(func() {
 			if o.PP > 0 {
-				d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: tpPrompt(o.PP, i, g.vocab), MaxTokens: 1, IgnoreEOS: true}}, tpNoop)
+				d, err := g.client.Complete(ctx, tpPrefillReq(o, i, g.vocab), tpNoop)
 				if err != nil {
 					errs[k] = err
 					return
@@ -168,7 +168,7 @@ func tpTogether(ctx context.Context, o TPOptions, i int, singles []*tpRunners, s
 			if errs[k] != nil || o.TG == 0 {
 				return
 			}
-			d, err := g.client.Complete(ctx, runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}, tpNoop)
+			d, err := g.client.Complete(ctx, tpDecodeReq(o, i), tpNoop)
 			if err != nil {
 				errs[k] = err
 				return
@@ -195,13 +195,18 @@ func tpTogether(ctx context.Context, o TPOptions, i int, singles []*tpRunners, s
 
 func tpNoop(runner.Piece) error { return nil }
 
-// tpPrompt is round i's prompt of n tokens.
-func tpPrompt(n, i, vocab int) []int32 {
-	prompt := make([]int32, n)
+// tpPrefillReq is round i's prefill: o.PP tokens, one generated.
+func tpPrefillReq(o TPOptions, i, vocab int) runner.CompletionRequest {
+	prompt := make([]int32, o.PP)
 	for k := range prompt {
 		prompt[k] = int32((k*7919 + i*31 + 300) % max(vocab, 1))
 	}
-	return prompt
+	return runner.CompletionRequest{Request: runner.Request{PromptTokens: prompt, MaxTokens: 1, IgnoreEOS: true}}
+}
+
+// tpDecodeReq is round i's decode: o.TG tokens after the first.
+func tpDecodeReq(o TPOptions, i int) runner.CompletionRequest {
+	return runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}
 }
 
 // decodeSpans sums a traced request's decode spans: its forward passes
