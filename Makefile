@@ -140,7 +140,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./engine/trace/
 
 # load is TestServeLoad for LOAD_TIME (make test runs it for 20 s): 64
-# clients on one agent in rounds of 10 s, a third hanging up mid-request;
+# clients on one agent in rounds of up to 10 s, a third hanging up mid-request;
 # it checks that no request stuck and no goroutine, slot or memory leaked.
 LOAD_TIME ?= 2m
 load: build
