@@ -110,6 +110,9 @@ func (r *Replica) Restore(lastIdx int64, raw json.RawMessage) error {
 	if s.NodeIdentities == nil || s.NodeMemory == nil || s.NodeSystem == nil || s.NodeDisk == nil || s.NodeNetwork == nil {
 		return errors.New("snapshot lacks a state section")
 	}
+	if err := s.CheckIDs(); err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
 	if s.Downloads == nil {
 		s.Downloads = map[string]state.Download{} // a snapshot from an agent before pulls
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
@@ -388,11 +390,71 @@ func TestIndexedUnmarshalErrors(t *testing.T) {
 		{`{"idx":1,"type":"NodeMemoryMeasured","event":{"nodeId":"../x"}}`, "not [A-Za-z0-9_-]"},
 		{`{"idx":1,"type":"NodeMemoryMeasured","event":{"nodeId":"a","memory":{"ramTotal":{"inBytes":-5}}}}`, "decode NodeMemoryMeasured"},
 		{`[1,2]`, "indexed event"},
+		// Ids besides the node's: an instance id names a runner's log.
+		{`{"idx":1,"type":"InstanceCreated","event":{"nodeId":"a","instance":{"instanceId":"x/../../../etc/y","nodeId":"a","ranks":[{"nodeId":"a"}]}}}`, "instance id"},
+		{`{"idx":1,"type":"InstanceCreated","event":{"nodeId":"a","instance":{"instanceId":"i","nodeId":"a","ranks":[{"nodeId":"a"},{"nodeId":"b c"}]}}}`, "instance i, rank 1"},
+		{`{"idx":1,"type":"InstanceCreated","event":{"nodeId":"a","instance":{"instanceId":"i","ranks":[{"nodeId":"a"}]}}}`, "owner"},
+		{`{"idx":1,"type":"InstanceDeleted","event":{"nodeId":"a","instanceId":".."}}`, "instance id"},
+		{`{"idx":1,"type":"InstanceFailed","event":{"nodeId":"a","instanceId":""}}`, "empty instance id"},
+		{`{"idx":1,"type":"InstanceUsed","event":{"nodeId":"a","instanceId":"a/b"}}`, "instance id"},
+		{`{"idx":1,"type":"RunnerStatusChanged","event":{"nodeId":"a","runner":{"runnerId":"r","instanceId":"i","nodeId":"/"}}}`, "node id"},
+		{`{"idx":1,"type":"NodeStateAsserted","event":{"nodeId":"a","instances":[{"instanceId":"i/","nodeId":"a"}],"runners":[]}}`, "instance id"},
+		{`{"idx":1,"type":"NodeStateAsserted","event":{"nodeId":"a","instances":[],"runners":[{"runnerId":"r","instanceId":"..","nodeId":"a"}]}}`, "runner \"r\""},
 	} {
 		var ie Indexed
 		err := json.Unmarshal([]byte(tc.in), &ie)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// Validate refuses what DecodeEvent would: a local event with a bad id
+// never enters the log, to be refused by every other node.
+func TestValidateChecksEveryID(t *testing.T) {
+	ok := Instance{InstanceID: "inst-1", NodeID: "a", Ranks: []ShardRange{{NodeID: "a"}, {Rank: 1, NodeID: "b"}}}
+	if err := Validate(InstanceCreated{NodeID: "a", Instance: ok}); err != nil {
+		t.Fatalf("a valid instance: %v", err)
+	}
+	bad := ok
+	bad.Ranks = []ShardRange{{NodeID: "a"}, {Rank: 1, NodeID: "../b"}}
+	for _, ev := range []Event{
+		InstanceCreated{NodeID: "a", Instance: Instance{InstanceID: "../x", NodeID: "a"}},
+		InstanceCreated{NodeID: "a", Instance: bad},
+		InstanceDeleted{NodeID: "a", InstanceID: "x y"},
+		RunnerStatusChanged{NodeID: "a", Runner: Runner{RunnerID: "r", InstanceID: "i", NodeID: ""}},
+		NodeStateAsserted{NodeID: "a", Instances: []Instance{ok, bad}},
+	} {
+		if err := Validate(ev); err == nil || !errors.Is(err, ident.ErrInvalid) {
+			t.Errorf("Validate(%+v) = %v, want an invalid id", ev, err)
+		}
+	}
+}
+
+// A snapshot from the wire is checked as its events would have been.
+func TestStateCheckIDs(t *testing.T) {
+	s := Apply(New(), InstanceCreated{NodeID: "a", Instance: Instance{InstanceID: "i", NodeID: "a", Ranks: []ShardRange{{NodeID: "a"}}}})
+	s = Apply(s, RunnerStatusChanged{NodeID: "a", Runner: Runner{RunnerID: "i-0", InstanceID: "i", NodeID: "a"}})
+	s = Apply(s, NodeMemoryMeasured{NodeID: "a"})
+	if err := s.CheckIDs(); err != nil {
+		t.Fatalf("a valid state: %v", err)
+	}
+	for name, mod := range map[string]func(s *State){
+		"node key":     func(s *State) { s.NodeMemory = with(s.NodeMemory, "a/..", NodeMemory{}) },
+		"instance key": func(s *State) { s.Instances = with(s.Instances, "j", s.Instances["i"]) },
+		"instance id":  func(s *State) { s.Instances = map[string]Instance{"..": {InstanceID: "..", NodeID: "a"}} },
+		"rank node": func(s *State) {
+			s.Instances = map[string]Instance{"i": {InstanceID: "i", NodeID: "a", Ranks: []ShardRange{{NodeID: "."}}}}
+		},
+		"runner instance": func(s *State) {
+			s.Runners = with(s.Runners, "x", Runner{RunnerID: "x", InstanceID: "/tmp", NodeID: "a"})
+		},
+		"runner node (nil)": func(s *State) { s.Runners = with(s.Runners, "x", Runner{RunnerID: "x", InstanceID: "i"}) },
+	} {
+		c := s
+		mod(&c)
+		if err := c.CheckIDs(); err == nil {
+			t.Errorf("%s: CheckIDs accepted %+v", name, c)
 		}
 	}
 }

@@ -186,7 +186,8 @@ var ErrUnknownEventType = errors.New("unknown event type")
 const MaxNodeIDLen = ident.MaxLen
 
 // DecodeEvent decodes an event payload of the named type and checks that it
-// names a valid node.
+// names a valid node, and that the instances, ranks and runners it names
+// have valid ids.
 func DecodeEvent(typ string, payload []byte) (Event, error) {
 	dec, ok := decoders[typ]
 	if !ok {
@@ -197,6 +198,9 @@ func DecodeEvent(typ string, payload []byte) (Event, error) {
 		return nil, fmt.Errorf("decode %s: %w", typ, err)
 	}
 	if err := ident.ValidNodeID(ev.Node()); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", typ, err)
+	}
+	if err := checkIDs(ev); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", typ, err)
 	}
 	return ev, nil

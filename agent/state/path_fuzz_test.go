@@ -43,12 +43,20 @@ func FuzzParsePath(f *testing.F) {
 }
 
 // FuzzIndexedEvent checks that the event decoder refuses bad frames with an
-// error (never a panic) and that whatever it accepts survives a round trip.
+// error (never a panic), that whatever it accepts applies to a state
+// without a panic and leaves no invalid id in it, and that it survives a
+// round trip.
 func FuzzIndexedEvent(f *testing.F) {
 	f.Add([]byte(`{"idx":3,"type":"NodeMemoryMeasured","event":{"nodeId":"a","memory":{"ramTotal":{"inBytes":5}}}}`))
 	f.Add([]byte(`{"idx":0,"type":"NodeIdentityMeasured","event":{"nodeId":"x","identity":{"perfCores":4}}}`))
 	f.Add([]byte(`{"idx":1,"type":"Nope","event":{}}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"idx":2,"type":"InstanceCreated","event":{"nodeId":"a","instance":{"instanceId":"i","nodeId":"a","ranks":[{"nodeId":"b","rank":0}]}}}`))
+	f.Add([]byte(`{"idx":2,"type":"InstanceUsed","event":{"nodeId":"b","instanceId":"i","active":2,"keepAliveMs":-1}}`))
+	f.Add([]byte(`{"idx":2,"type":"NodeStateAsserted","event":{"nodeId":"a","instances":[{"instanceId":"j","nodeId":"a","ranks":[{"nodeId":"a"}]}],"runners":[{"runnerId":"j-0","instanceId":"j","nodeId":"a"}]}}`))
+	f.Add([]byte(`{"idx":2,"type":"NodeGone","event":{"nodeId":"b"}}`))
+	base := Apply(New(), InstanceCreated{NodeID: "a", Instance: Instance{InstanceID: "i", NodeID: "a", Ranks: []ShardRange{{NodeID: "b"}}}})
+	base = Apply(base, RunnerStatusChanged{NodeID: "b", Runner: Runner{RunnerID: "i-0", InstanceID: "i", NodeID: "b"}})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var ie Indexed
 		if err := ie.UnmarshalJSON(b); err != nil {
@@ -56,6 +64,9 @@ func FuzzIndexedEvent(f *testing.F) {
 		}
 		if ie.Idx < 0 || ident.ValidNodeID(ie.Event.Node()) != nil {
 			t.Fatalf("accepted bad event %+v", ie)
+		}
+		if err := Apply(base, ie.Event).CheckIDs(); err != nil {
+			t.Fatalf("applying %+v left a bad id in the state: %v", ie.Event, err)
 		}
 		out, err := ie.MarshalJSON()
 		if err != nil {

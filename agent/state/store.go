@@ -90,11 +90,14 @@ func Hash(s State) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Validate checks an event before it enters the log: a valid node id, and
-// a payload JSON can carry (no NaN or ±Inf), since every reader of the log
-// must be able to encode it.
+// Validate checks an event before it enters the log: valid ids (its
+// node's, and those DecodeEvent checks), and a payload JSON can carry (no
+// NaN or ±Inf), since every reader of the log must be able to encode it.
 func Validate(ev Event) error {
 	if err := ident.ValidNodeID(ev.Node()); err != nil {
+		return fmt.Errorf("%s: %w", ev.Type(), err)
+	}
+	if err := checkIDs(ev); err != nil {
 		return fmt.Errorf("%s: %w", ev.Type(), err)
 	}
 	if _, err := json.Marshal(ev); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/ident"
 )
 
 // Defaults and limits.
@@ -200,6 +201,13 @@ func (s *Supervisor) Reconcile(st state.State) {
 		// A deleted instance a stale snapshot shows a moment longer
 		// starts nothing.
 		if _, gone := s.deleted[id]; gone || s.stopped[id] || in.Status == state.InstanceStatusFailed {
+			continue
+		}
+		// The state checks every id that reaches it; the runner's log is
+		// named after this one all the same, so it is checked here too
+		// (at Debug: reconciling runs on every change of the state).
+		if err := ident.ValidInstanceID(id); err != nil {
+			s.log.Debug("instance not started", "err", err)
 			continue
 		}
 		for _, rk := range in.Ranks {
