@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -330,8 +331,15 @@ func (s *Server) traceOpen(w http.ResponseWriter, r *http.Request) {
 		traceError(w, err)
 		return
 	}
-	// The Host check has made sure r.Host is this loopback API.
-	page := "http://" + r.Host + "/perfetto/" + id
+	// The page is on the address the request came to, never on its Host:
+	// with a token the API takes any Host, and a caller could otherwise
+	// have this machine's browser open a page of its choosing.
+	self, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "open: the request's local address is unknown")
+		return
+	}
+	page := "http://" + self.String() + "/perfetto/" + id
 	if s.OpenURL == nil {
 		writeJSON(w, http.StatusNotImplemented, TraceOpened{Error: "this agent cannot open a browser; open the url yourself", URL: page})
 		return

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -129,6 +130,29 @@ func TestTraceOpenInBrowser(t *testing.T) {
 	defer f.mu.Unlock()
 	if len(f.opened) != 2 {
 		t.Errorf("opener called for %v, want only new and old", f.opened)
+	}
+}
+
+// With a token the API takes any Host; the page opened is still on the
+// address the request came to, not on a host the caller names.
+func TestTraceOpenIgnoresHost(t *testing.T) {
+	f := newTraceFixture(t)
+	s := newAPI(nil)
+	s.Traces, s.AllowAnyHost = f.store, true
+	var opened []string
+	s.OpenURL = func(_ context.Context, u string) error { opened = append(opened, u); return nil }
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/traces/new/open", nil)
+	req.Header.Set("Content-Type", "application/json")
+	req.Host = "evil.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if want := []string{srv.URL + "/perfetto/new"}; resp.StatusCode != http.StatusOK || !slices.Equal(opened, want) {
+		t.Errorf("open with Host evil.example = %d, opened %v, want %v", resp.StatusCode, opened, want)
 	}
 }
 
