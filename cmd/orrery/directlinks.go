@@ -79,29 +79,83 @@ func (d *directLinks) dial(ctx context.Context, agentAPI, token string, r int, l
 	return collective.MarkDirect(c)
 }
 
-// tlsAccepting yields the connections that complete the group's TLS
-// handshake; it drops the others (strangers on the peer network).
-type tlsAccepting struct {
-	net.Listener
-	cfg *tls.Config
-}
-
-func (l tlsAccepting) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		tc := tls.Server(c, l.cfg)
+// tlsAccepted is a check for checking: the connection that completes the
+// group's TLS handshake (strangers on the peer network do not).
+func tlsAccepted(cfg *tls.Config) func(net.Conn) (net.Conn, error) {
+	return func(c net.Conn) (net.Conn, error) {
+		tc := tls.Server(c, cfg)
 		tc.SetDeadline(time.Now().Add(directTimeout))
 		if err := tc.Handshake(); err != nil {
-			tc.Close()
-			continue
+			return nil, err
 		}
 		tc.SetDeadline(time.Time{})
 		return collective.MarkDirect(tc), nil
 	}
 }
+
+// checked accepts from a listener and checks each connection in a
+// goroutine of its own, so that one that sends nothing does not hold up
+// the others; Accept yields those that passed (check's connection), and
+// the others are closed.
+type checked struct {
+	ln      net.Listener
+	conns   chan net.Conn
+	err     error         // why the listener stopped, once stopped is closed
+	stopped chan struct{} // the listener's Accept failed
+	done    chan struct{} // Close was called
+	once    sync.Once
+}
+
+func checking(ln net.Listener, check func(net.Conn) (net.Conn, error)) net.Listener {
+	l := &checked{ln: ln, conns: make(chan net.Conn), stopped: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				l.err = err
+				close(l.stopped)
+				return
+			}
+			go func() {
+				cc, err := check(c)
+				if err != nil {
+					c.Close()
+					return
+				}
+				select {
+				case l.conns <- cc:
+				case <-l.stopped:
+					cc.Close()
+				case <-l.done:
+					cc.Close()
+				}
+			}()
+		}
+	}()
+	return l
+}
+
+func (l *checked) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.stopped:
+		return nil, l.err
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *checked) Close() error {
+	err := net.ErrClosed
+	l.once.Do(func() {
+		close(l.done)
+		err = l.ln.Close()
+	})
+	return err
+}
+
+func (l *checked) Addr() net.Addr { return l.ln.Addr() }
 
 // merged accepts from several listeners at once; Close closes them all.
 type merged struct {

@@ -253,9 +253,9 @@ func tpViaAgent(rank, ranks int, agentAPI, instance, token string, direct *direc
 		}
 		return runner.DialRankLinkTo(ctx, agentAPI, token, r)
 	}
-	var accept net.Listener = agentAuthListener{ln, token}
+	accept := checking(ln, agentAuth(token))
 	if direct != nil && direct.ln != nil {
-		accept = mergeListeners(accept, tlsAccepting{direct.ln, direct.server})
+		accept = mergeListeners(accept, checking(direct.ln, tlsAccepted(direct.server)))
 	}
 	return func(ctx context.Context) (*collective.Mesh, error) {
 		m, err := collective.ConnectWith(ctx, rank, ranks, dial, accept, instance)
@@ -266,22 +266,12 @@ func tpViaAgent(rank, ranks int, agentAPI, instance, token string, direct *direc
 	}, ln, nil
 }
 
-// agentAuthListener yields the connections on which the agent presented
-// this runner's token; it drops the others.
-type agentAuthListener struct {
-	net.Listener
-	token string
-}
-
-func (l agentAuthListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
+// agentAuth is a check for checking: the connection on which the agent
+// presented this runner's token.
+func agentAuth(token string) func(net.Conn) (net.Conn, error) {
+	return func(c net.Conn) (net.Conn, error) {
+		if err := runner.ReadAuth(c, token); err != nil {
 			return nil, err
-		}
-		if err := runner.ReadAuth(c, l.token); err != nil {
-			c.Close()
-			continue
 		}
 		return c, nil
 	}

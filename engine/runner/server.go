@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -372,25 +371,21 @@ func (s *Server) connect(ctx context.Context) (in, out *Link, err error) {
 				errc <- fmt.Errorf("accept rank link: %w", err)
 				return
 			}
-			l := NewLink(c)
-			// The agent's hello carries our token; then the previous
-			// rank's own hello follows.
-			err = l.handshake(linkHello{Instance: s.cfg.Instance, From: r, To: prev}, func(h linkHello) error {
-				if subtle.ConstantTimeCompare([]byte(h.Token), []byte(s.cfg.Token)) != 1 {
-					return errors.New("rank link: wrong token")
+			// Each connection is checked on its own: one that sends
+			// nothing must not hold the port for the agent's.
+			go func() {
+				l, err := s.acceptRankLink(c, prev)
+				if err != nil {
+					s.log.Warn("refused a rank link", "err", err)
+					c.Close()
+					return
 				}
-				return nil
-			})
-			if err == nil {
-				err = expectHello(l, s.cfg.Instance, prev, r)
-			}
-			if err != nil {
-				s.log.Warn("refused a rank link", "err", err)
-				l.Close()
-				continue
-			}
-			inc <- l
-			return
+				select {
+				case inc <- l:
+				default: // a link came up first
+					l.Close()
+				}
+			}()
 		}
 	}()
 	for {
@@ -427,6 +422,26 @@ func (s *Server) connect(ctx context.Context) (in, out *Link, err error) {
 	}
 	s.log.Info("rank links up", "from", prev, "to", next)
 	return in, out, nil
+}
+
+// acceptRankLink checks a connection on the rank port: first the agent's
+// hello with our token (ReadAuth: at most 4 KiB read, and nothing sent,
+// before the token is checked), then ours to the previous rank, and its.
+func (s *Server) acceptRankLink(c net.Conn, prev int) (*Link, error) {
+	if err := ReadAuth(c, s.cfg.Token); err != nil {
+		return nil, err
+	}
+	l := NewLink(c)
+	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	err := l.sendJSON(frameHello, linkHello{Instance: s.cfg.Instance, From: s.cfg.Rank, To: prev})
+	c.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	if err := expectHello(l, s.cfg.Instance, prev, s.cfg.Rank); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // expectHello reads the previous rank's hello on an accepted link.
