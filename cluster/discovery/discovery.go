@@ -95,6 +95,9 @@ func New(cfg Config) (*Discovery, error) {
 		if err := os.MkdirAll(cfg.LoopbackDir, 0o700); err != nil {
 			return nil, fmt.Errorf("discovery: loopback dir: %w", err)
 		}
+		if err := ownDir(cfg.LoopbackDir); err != nil {
+			return nil, fmt.Errorf("discovery: loopback dir: %w", err)
+		}
 	}
 	logger := cfg.Logger
 	if logger == nil {
