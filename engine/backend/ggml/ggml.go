@@ -211,7 +211,7 @@ func (r *Rank) Reset() error {
 // Shift drops seq's positions [keep, keep+discard) and moves the later
 // ones down by discard, re-rotating their keys: llama.cpp's context shift.
 func (r *Rank) Shift(seq, keep, discard int) error {
-	if seq < 0 || seq >= r.opts.Parallel || keep < 0 || discard < 1 {
+	if seq < 0 || seq >= r.opts.Parallel || keep < 0 || discard < 1 || keep > math.MaxInt32-discard {
 		return fmt.Errorf("shift of sequence %d (of %d): keep %d, discard %d", seq, r.opts.Parallel, keep, discard)
 	}
 	defer r.threads.bind()() // the shift computes
@@ -229,8 +229,8 @@ func (r *Rank) Shift(seq, keep, discard int) error {
 // may no longer hold the window that position needs: then it forgets the
 // whole sequence and says so (ErrCannotKeep).
 func (r *Rank) Remove(seq, from int) error {
-	if seq < 0 || seq >= r.opts.Parallel {
-		return fmt.Errorf("sequence %d of %d", seq, r.opts.Parallel)
+	if seq < 0 || seq >= r.opts.Parallel || from < 0 || from > math.MaxInt32 {
+		return fmt.Errorf("remove of sequence %d (of %d) from position %d", seq, r.opts.Parallel, from)
 	}
 	defer r.threads.bind()()
 	if from > 0 && !r.cache.CanResume(seq, int32(from)) {

@@ -224,6 +224,17 @@ func TestSequencesBatched(t *testing.T) {
 	if err := r.Remove(3, 0); err == nil {
 		t.Error("Remove of sequence 3 of 3 passed")
 	}
+	// Positions from a peer's frame: none below 0 or past int32, the
+	// cache's type, whose wrap would edit other positions.
+	if err := r.Remove(1, -1); err == nil {
+		t.Error("Remove from position -1 passed")
+	}
+	if err := r.Remove(1, math.MaxInt32+1); err == nil {
+		t.Error("Remove from position 2^31 passed")
+	}
+	if err := r.Shift(1, math.MaxInt32-1, 2); err == nil {
+		t.Error("Shift past position 2^31 passed")
+	}
 }
 
 func positionsFrom(i, j int) []int32 {
