@@ -80,14 +80,20 @@ type WindowArrowEnd struct {
 // MaxWindowPx bounds a window's width.
 const MaxWindowPx = 16384
 
+// maxWindowUs bounds a window's ends on either side of the trace's start
+// (11.6 days): their nanoseconds must fit an int64 beside the start's.
+const maxWindowUs = 1e12
+
 // Window returns [from, to] (µs since the trace's start) at px columns.
-// from ≥ to asks for the whole trace; px is clamped to [1, MaxWindowPx].
+// from ≥ to asks for the whole trace; from and to are clamped to ±11.6
+// days, px to [1, MaxWindowPx].
 func (x *Index) Window(from, to float64, px int) Window {
 	px = min(max(px, 1), MaxWindowPx)
 	dur := float64(x.t1-x.t0) / 1e3
 	if !(from < to) || math.IsInf(from, 0) || math.IsInf(to, 0) {
 		from, to = 0, dur
 	}
+	from, to = min(max(from, -maxWindowUs), maxWindowUs), min(max(to, -maxWindowUs), maxWindowUs)
 	if to <= from { // an empty trace, or a single instant
 		to = from + 1
 	}

@@ -153,3 +153,22 @@ func BenchmarkWindow1M(b *testing.B) {
 		}
 	})
 }
+
+// From and to come from a URL's query: any finite values give a window
+// (nanoseconds past the trace's start would overflow an int64 beyond
+// 9.2e12 s), holding the spans they reach.
+func TestWindowFarOut(t *testing.T) {
+	x := trace.NewIndex(smallTrace())
+	for _, tc := range []struct {
+		from, to float64
+		drawn    int
+	}{{1e300, 2e300, 0}, {-1e300, 1e300, 4}, {-1e300, -1e299, 0}, {-1e300, 50, 2}, {50, 1e300, 4}, {1e17, 1e18, 0}} {
+		w := x.Window(tc.from, tc.to, 100)
+		if w.Drawn != tc.drawn || !(w.From < w.To) {
+			t.Errorf("[%g, %g]: %d spans in [%g, %g], want %d", tc.from, tc.to, w.Drawn, w.From, w.To, tc.drawn)
+		}
+		if _, err := json.Marshal(w); err != nil {
+			t.Errorf("[%g, %g]: %v", tc.from, tc.to, err)
+		}
+	}
+}
