@@ -187,6 +187,10 @@ type slotSampler struct {
 // newSlotSampler is a request's sampler, constrained by its grammar with
 // tok's vocabulary.
 func newSlotSampler(opts sample.Options, spec *grammar.Spec, tok *model.Tokenizer, nlp int) (slotSampler, error) {
+	// Checked again here: a pipeline's last rank takes them from a frame.
+	if err := opts.Validate(); err != nil {
+		return slotSampler{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
 	smp := sample.New(opts)
 	if spec != nil {
 		if tok == nil {
