@@ -18,6 +18,11 @@ import (
 // compared at the same index while events keep flowing.
 const hashRing = 1024
 
+// maxIdx bounds a snapshot's index: no cluster reaches it (a million
+// events a second for 146,000 years), and the indices after it must not
+// wrap.
+const maxIdx = 1 << 62
+
 // Replica adapts the state store to the cluster node: it decodes the opaque
 // events the node carries and keeps the hash history. The node serialises
 // calls into it.
@@ -106,6 +111,9 @@ func (r *Replica) Restore(lastIdx int64, raw json.RawMessage) error {
 	}
 	if s.LastEventAppliedIdx != lastIdx {
 		return fmt.Errorf("snapshot says idx %d, frame says %d", s.LastEventAppliedIdx, lastIdx)
+	}
+	if lastIdx < -1 || lastIdx > maxIdx {
+		return fmt.Errorf("snapshot at idx %d, want -1..%d", lastIdx, int64(maxIdx))
 	}
 	if s.NodeIdentities == nil || s.NodeMemory == nil || s.NodeSystem == nil || s.NodeDisk == nil || s.NodeNetwork == nil {
 		return errors.New("snapshot lacks a state section")

@@ -69,7 +69,7 @@ func (l *Log) Next() int64 {
 func (l *Log) Append(ie Indexed) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ie.Idx != l.next {
+	if ie.Idx != l.next || ie.Idx < 0 {
 		return fmt.Errorf("%w: append %d, want %d", ErrOutOfOrder, ie.Idx, l.next)
 	}
 	l.buf[ie.Idx%int64(len(l.buf))] = ie
