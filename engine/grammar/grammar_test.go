@@ -309,3 +309,38 @@ func TestIntRangeExact(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCompileSpec compiles whole specs (several alternatives with their
+// prefixes and suffixes, repeated with a separator: what a request's tools
+// become) and runs text through them: no panic, and a text accepted whole
+// starts with one alternative's prefix.
+func FuzzCompileSpec(f *testing.F) {
+	f.Add([]byte(`{"alts":[{"prefix":"<tool_call>\n{\"name\":\"f\",\"arguments\":","schema":{"type":"object"},"suffix":"}\n</tool_call>"}]}`),
+		[]byte("<tool_call>\n{\"name\":\"f\",\"arguments\":{}}\n</tool_call>"))
+	f.Add([]byte(`{"alts":[{"prefix":"[A]","noValue":true},{"prefix":"[B]","schema":{"enum":[1,2]}}],"repeat":true,"sep":","}`), []byte("[B]2,[A]"))
+	f.Add([]byte(`{"alts":[{"schema":{"type":"string","maxLength":3}}]}`), []byte(`"ab"`))
+	f.Add([]byte(`{"alts":[]}`), []byte(``))
+	v, _ := byteVocab()
+	f.Fuzz(func(t *testing.T, spec, text []byte) {
+		var s Spec
+		if json.Unmarshal(spec, &s) != nil {
+			return
+		}
+		g, err := Compile(s)
+		if err != nil {
+			return
+		}
+		m := NewMatcher(g, v)
+		logits := make([]float32, v.Len())
+		_ = m.Mask(logits)
+		if m.AcceptText(string(text)) != nil || !m.Accepting() {
+			return
+		}
+		for _, a := range s.Alts {
+			if strings.HasPrefix(string(text), a.Prefix) {
+				return
+			}
+		}
+		t.Fatalf("spec %s accepted %q, which starts with no alternative's prefix", spec, text)
+	})
+}
