@@ -249,8 +249,14 @@ func Explicit(l Layout, nodes []Node, counts []int) ([]Rank, error) {
 	var ranks []Rank
 	var short []string
 	first := 0
+	if len(counts) != len(nodes) {
+		return nil, fmt.Errorf("%d layer counts for %d nodes", len(counts), len(nodes))
+	}
 	for i, nd := range nodes {
 		last := first + counts[i]
+		if counts[i] < 1 || last > l.Layers {
+			return nil, fmt.Errorf("rank %d: %d layers from layer %d of a %d-layer model", i, counts[i], first, l.Layers)
+		}
 		r := Rank{Rank: i, NodeID: nd.ID, FirstLayer: first, LastLayer: last, Need: l.Need(first, last), Available: nd.Available}
 		if r.Need > r.Available {
 			short = append(short, fmt.Sprintf("rank %d on %s needs %.2f GiB for layers [%d, %d), has %.2f GiB available",
@@ -279,6 +285,9 @@ func Ranges(l Layout, nodes []Node, ranges [][2]int) ([]Rank, error) {
 	for i, r := range ranges {
 		if r[0] != next || r[1] <= r[0] {
 			return nil, fmt.Errorf("rank %d: layers [%d, %d) do not continue from layer %d", i, r[0], r[1], next)
+		}
+		if r[1] > l.Layers {
+			return nil, fmt.Errorf("rank %d: layers [%d, %d) of a %d-layer model", i, r[0], r[1], l.Layers)
 		}
 		counts[i], next = r[1]-r[0], r[1]
 	}

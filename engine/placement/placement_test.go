@@ -84,7 +84,7 @@ func TestRanges(t *testing.T) {
 	if r, err := Ranges(l, nodes, [][2]int{{0, 1}, {1, 4}}); err != nil || r[1].FirstLayer != 1 {
 		t.Fatalf("%+v %v", r, err)
 	}
-	for _, bad := range [][][2]int{{{0, 2}, {3, 4}}, {{0, 2}, {2, 3}}, {{1, 2}, {2, 4}}, {{0, 4}}} {
+	for _, bad := range [][][2]int{{{0, 2}, {3, 4}}, {{0, 2}, {2, 3}}, {{1, 2}, {2, 4}}, {{0, 4}}, {{0, 2}, {2, 10}}, {{0, 1 << 62}, {1 << 62, 4}}} {
 		if _, err := Ranges(l, nodes, bad); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
