@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -93,6 +94,11 @@ func TestPlaceRefusals(t *testing.T) {
 	}
 	if _, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Node: "stranger"}); err == nil || !strings.Contains(err.Error(), "not a member") {
 		t.Errorf("a node outside the cluster: %v", err)
+	}
+	// Ranks past the model's 4 blocks are a bad request, not a panic.
+	if _, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Ranks: []state.ShardRange{{NodeID: "n1", LastLayer: 10}}}); !errors.Is(err, runner.ErrBadRequest) ||
+		!strings.Contains(err.Error(), "4-layer model") {
+		t.Errorf("layers [0, 10) of 4: %v", err)
 	}
 	if _, err := m.PickNode("nope"); !errors.Is(err, api.ErrModelNotFound) {
 		t.Errorf("PickNode of an unknown model: %v", err)
