@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -88,4 +89,23 @@ func TestRankPortChecksTheTokenFirst(t *testing.T) {
 			t.Errorf("%s: the runner sent %d bytes (%v), want none and the connection closed", name, n, err)
 		}
 	}
+}
+
+// ReadAuth is the first read on a rank port, before anyone is known:
+// whatever the bytes, it passes only the runner's own token.
+func FuzzReadAuth(f *testing.F) {
+	ok, _ := json.Marshal(linkHello{Token: "tok"})
+	f.Add(frame(frameHello, ok))
+	f.Add([]byte{frameHello, 0xff, 0xff, 0xff, 0x7f})
+	f.Add(frame(frameHello, []byte(`{"token":"tok","instance":"x"}`)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if ReadAuth(memConn{r: bytes.NewReader(data)}, "tok") != nil {
+			return
+		}
+		var h linkHello
+		n := int(binary.LittleEndian.Uint32(data[1:]))
+		if data[0] != frameHello || json.Unmarshal(data[5:5+n], &h) != nil || h.Token != "tok" {
+			t.Fatalf("ReadAuth passed %q", data)
+		}
+	})
 }
