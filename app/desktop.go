@@ -213,9 +213,10 @@ func startAgent(ctx context.Context, o Options, exe, version string, log *slog.L
 		}
 		return "", nil, err
 	}
-	if tok, made, path := a.APIToken(); made {
-		// Shown this once, as orrery agent does; it stays in path (0600).
-		log.Warn("the API answers other machines only with this token", "api", a.Addr().String(), "kept", path, "token", tok)
+	if _, made, path := a.APIToken(); made {
+		// The log is a file others may read: it names where the token is
+		// kept (0600), not the token.
+		log.Warn("the API answers other machines only with the token kept in this file", "api", a.Addr().String(), "kept", path)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -254,7 +255,7 @@ func newLogger(o Options) (*slog.Logger, func(), error) {
 	var w io.Writer = os.Stderr
 	closeFn := func() {}
 	if o.LogFile != "" {
-		f, err := os.OpenFile(o.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(o.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return nil, nil, fmt.Errorf("log file: %w", err)
 		}
