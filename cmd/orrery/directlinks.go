@@ -96,7 +96,10 @@ func tlsAccepted(cfg *tls.Config) func(net.Conn) (net.Conn, error) {
 // checked accepts from a listener and checks each connection in a
 // goroutine of its own, so that one that sends nothing does not hold up
 // the others; Accept yields those that passed (check's connection), and
-// the others are closed.
+// the others are closed. At most maxChecking are checked at once (more are
+// closed as they come), and one that passed waits at most parkWait for
+// Accept: its dialler waits 10 s for an answer, then dials again, and a
+// stale connection must not be taken for the new one.
 type checked struct {
 	ln      net.Listener
 	conns   chan net.Conn
@@ -106,8 +109,14 @@ type checked struct {
 	once    sync.Once
 }
 
+const (
+	maxChecking = 16
+	parkWait    = 5 * time.Second
+)
+
 func checking(ln net.Listener, check func(net.Conn) (net.Conn, error)) net.Listener {
 	l := &checked{ln: ln, conns: make(chan net.Conn), stopped: make(chan struct{}), done: make(chan struct{})}
+	slots := make(chan struct{}, maxChecking)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -116,14 +125,25 @@ func checking(ln net.Listener, check func(net.Conn) (net.Conn, error)) net.Liste
 				close(l.stopped)
 				return
 			}
+			select {
+			case slots <- struct{}{}:
+			default:
+				c.Close()
+				continue
+			}
 			go func() {
+				defer func() { <-slots }()
 				cc, err := check(c)
 				if err != nil {
 					c.Close()
 					return
 				}
+				park := time.NewTimer(parkWait)
+				defer park.Stop()
 				select {
 				case l.conns <- cc:
+				case <-park.C:
+					cc.Close()
 				case <-l.stopped:
 					cc.Close()
 				case <-l.done:

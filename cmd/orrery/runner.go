@@ -259,9 +259,7 @@ func tpViaAgent(rank, ranks int, agentAPI, instance, token string, direct *direc
 	}
 	return func(ctx context.Context) (*collective.Mesh, error) {
 		m, err := collective.ConnectWith(ctx, rank, ranks, dial, accept, instance)
-		if direct != nil && direct.ln != nil {
-			accept.Close() // the group is formed (or failed): no more links come
-		}
+		accept.Close() // the group is formed (or failed): no more links come
 		return m, err
 	}, ln, nil
 }

@@ -362,32 +362,8 @@ func (s *Server) connect(ctx context.Context) (in, out *Link, err error) {
 	}
 	n, r := s.cfg.Ranks, s.cfg.Rank
 	prev, next := (r+n-1)%n, (r+1)%n
-	inc := make(chan *Link, 1)
-	errc := make(chan error, 2)
-	go func() {
-		for {
-			c, err := s.cfg.RankListener.Accept()
-			if err != nil {
-				errc <- fmt.Errorf("accept rank link: %w", err)
-				return
-			}
-			// Each connection is checked on its own: one that sends
-			// nothing must not hold the port for the agent's.
-			go func() {
-				l, err := s.acceptRankLink(c, prev)
-				if err != nil {
-					s.log.Warn("refused a rank link", "err", err)
-					c.Close()
-					return
-				}
-				select {
-				case inc <- l:
-				default: // a link came up first
-					l.Close()
-				}
-			}()
-		}
-	}()
+	inc, errc, stop := s.acceptPrev(prev)
+	defer stop()
 	for {
 		c, derr := s.cfg.DialNext(ctx)
 		if derr == nil {
@@ -422,6 +398,70 @@ func (s *Server) connect(ctx context.Context) (in, out *Link, err error) {
 	}
 	s.log.Info("rank links up", "from", prev, "to", next)
 	return in, out, nil
+}
+
+// maxChecking bounds the connections a rank port checks at once; more
+// are closed as they come.
+const maxChecking = 16
+
+// acceptPrev accepts the previous rank's link on the rank port. Each
+// connection is checked in a goroutine of its own: one that sends nothing
+// must not hold the port for the agent's. The first link that passes
+// comes on the channel; stop ends the accepting (at the next connection)
+// and closes a link nobody took.
+func (s *Server) acceptPrev(prev int) (<-chan *Link, <-chan error, func()) {
+	links, errc := make(chan *Link, 1), make(chan error, 1)
+	var mu sync.Mutex
+	var won, stopped bool
+	over := func() bool { mu.Lock(); defer mu.Unlock(); return won || stopped }
+	checking := make(chan struct{}, maxChecking)
+	go func() {
+		for {
+			c, err := s.cfg.RankListener.Accept()
+			if err != nil {
+				errc <- fmt.Errorf("accept rank link: %w", err)
+				return
+			}
+			if over() {
+				c.Close()
+				return
+			}
+			select {
+			case checking <- struct{}{}:
+			default:
+				c.Close()
+				continue
+			}
+			go func() {
+				defer func() { <-checking }()
+				l, err := s.acceptRankLink(c, prev)
+				if err != nil {
+					s.log.Warn("refused a rank link", "err", err)
+					c.Close()
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if won || stopped {
+					l.Close()
+					return
+				}
+				won = true
+				links <- l
+			}()
+		}
+	}()
+	stop := func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		select {
+		case l := <-links:
+			l.Close()
+		default:
+		}
+	}
+	return links, errc, stop
 }
 
 // acceptRankLink checks a connection on the rank port: first the agent's
