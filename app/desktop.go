@@ -259,6 +259,12 @@ func newLogger(o Options) (*slog.Logger, func(), error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("log file: %w", err)
 		}
+		// One made 0644 by an older version is closed to others too (it
+		// may hold an API token that version logged).
+		if err := f.Chmod(0o600); err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("log file: %w", err)
+		}
 		w, closeFn = f, func() { f.Close() }
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: o.LogLevel})), closeFn, nil

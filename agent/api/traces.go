@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 
@@ -339,7 +340,7 @@ func (s *Server) traceOpen(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "open: the request's local address is unknown")
 		return
 	}
-	page := "http://" + self.String() + "/perfetto/" + id
+	page := (&url.URL{Scheme: "http", Host: self.String(), Path: "/perfetto/" + id}).String()
 	if s.OpenURL == nil {
 		writeJSON(w, http.StatusNotImplemented, TraceOpened{Error: "this agent cannot open a browser; open the url yourself", URL: page})
 		return

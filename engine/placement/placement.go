@@ -253,10 +253,10 @@ func Explicit(l Layout, nodes []Node, counts []int) ([]Rank, error) {
 		return nil, fmt.Errorf("%d layer counts for %d nodes", len(counts), len(nodes))
 	}
 	for i, nd := range nodes {
-		last := first + counts[i]
-		if counts[i] < 1 || last > l.Layers {
+		if counts[i] < 1 || counts[i] > l.Layers-first {
 			return nil, fmt.Errorf("rank %d: %d layers from layer %d of a %d-layer model", i, counts[i], first, l.Layers)
 		}
+		last := first + counts[i]
 		r := Rank{Rank: i, NodeID: nd.ID, FirstLayer: first, LastLayer: last, Need: l.Need(first, last), Available: nd.Available}
 		if r.Need > r.Available {
 			short = append(short, fmt.Sprintf("rank %d on %s needs %.2f GiB for layers [%d, %d), has %.2f GiB available",

@@ -156,7 +156,7 @@ func BenchmarkWindow1M(b *testing.B) {
 
 // From and to come from a URL's query: any finite values give a window
 // (nanoseconds past the trace's start would overflow an int64 beyond
-// 9.2e12 s), holding the spans they reach.
+// 9.2e12 µs), holding the spans they reach.
 func TestWindowFarOut(t *testing.T) {
 	x := trace.NewIndex(smallTrace())
 	for _, tc := range []struct {
