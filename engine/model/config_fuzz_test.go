@@ -11,22 +11,7 @@ import (
 // values in the keys a family reads: it must not panic, and whatever it
 // accepts must be a shape a forward pass can run.
 func FuzzFromGGUF(f *testing.F) {
-	files := map[string]*gguf.File{}
-	dir := f.TempDir()
-	for _, fam := range Families {
-		o, err := ApplyFamily(Presets["tiny"], fam)
-		if err != nil {
-			f.Fatal(err)
-		}
-		o.Layers = 2
-		path := filepath.Join(dir, fam+".gguf")
-		if err := Generate(path, o); err != nil {
-			f.Fatal(err)
-		}
-		if files[fam], err = gguf.ReadFile(path); err != nil {
-			f.Fatal(err)
-		}
-	}
+	files := familyFiles(f)
 	f.Add(uint8(4), uint32(8), uint32(2), uint32(64), uint32(32), "linear", float32(1), uint32(32))
 	f.Add(uint8(3), uint32(0), uint32(0), uint32(0), uint32(7), "yarn", float32(4), uint32(16))
 	f.Add(uint8(0), uint32(1), uint32(1), uint32(1), uint32(0), "none", float32(-1), uint32(0))
@@ -52,4 +37,25 @@ func FuzzFromGGUF(f *testing.F) {
 			t.Fatalf("%s accepted an impossible shape: %+v", fam, c)
 		}
 	})
+}
+
+// familyFiles is every family's generated tiny model (2 blocks), read back.
+func familyFiles(f *testing.F) map[string]*gguf.File {
+	files := map[string]*gguf.File{}
+	dir := f.TempDir()
+	for _, fam := range Families {
+		o, err := ApplyFamily(Presets["tiny"], fam)
+		if err != nil {
+			f.Fatal(err)
+		}
+		o.Layers = 2
+		path := filepath.Join(dir, fam+".gguf")
+		if err := Generate(path, o); err != nil {
+			f.Fatal(err)
+		}
+		if files[fam], err = gguf.ReadFile(path); err != nil {
+			f.Fatal(err)
+		}
+	}
+	return files
 }

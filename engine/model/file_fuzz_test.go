@@ -1,7 +1,6 @@
 package model
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -16,22 +15,7 @@ import (
 // or adds one: FromGGUF and NewTokenizer must refuse it or take it without
 // a panic, and a tokenizer they take encodes, decodes and renders a chat.
 func FuzzModelMetadata(f *testing.F) {
-	files := map[string]*gguf.File{}
-	dir := f.TempDir()
-	for _, fam := range Families {
-		o, err := ApplyFamily(Presets["tiny"], fam)
-		if err != nil {
-			f.Fatal(err)
-		}
-		o.Layers = 2
-		path := filepath.Join(dir, fam+".gguf")
-		if err := Generate(path, o); err != nil {
-			f.Fatal(err)
-		}
-		if files[fam], err = gguf.ReadFile(path); err != nil {
-			f.Fatal(err)
-		}
-	}
+	files := familyFiles(f)
 	f.Add(uint8(0), uint16(3), uint8(0), uint32(7), "x", 1.5)
 	f.Add(uint8(1), uint16(20), uint8(5), uint32(3), "<s>", 0.0)
 	f.Add(uint8(2), uint16(9), uint8(4), uint32(0), "", 0.0)
