@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // References from users and file lists from servers: whatever they hold,
@@ -87,6 +89,23 @@ func FuzzPartState(f *testing.F) {
 			if h < 0 || h > n || off < 0 || off+n > 100 || ranged && off != tg.Ranges[i][0] {
 				t.Fatalf("chunk %d at %d+%d has %d", i, off, n, h)
 			}
+		}
+	})
+}
+
+// A hub's Retry-After: whatever it says, the wait is 0..maxBackoff, and a
+// number of seconds is that many (up to maxBackoff).
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"", "5", "-1", "9223372037", "99999999999999999999", "Wed, 21 Oct 2015 07:28:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", "1e3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d := retryAfter(v)
+		if d < 0 || d > maxBackoff {
+			t.Fatalf("Retry-After %q: wait %v, want 0..%v", v, d, maxBackoff)
+		}
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 && d != min(time.Duration(min(n, 1<<20))*time.Second, maxBackoff) {
+			t.Fatalf("Retry-After %q: wait %v", v, d)
 		}
 	})
 }

@@ -67,16 +67,17 @@ func (f *Fetcher) retry(ctx context.Context, st *Stats, do func() error) error {
 	return fmt.Errorf("after %d attempts: %w", f.MaxAttempts, err)
 }
 
-// retryAfter reads Retry-After: seconds or an HTTP date (0: absent).
+// retryAfter reads Retry-After: seconds or an HTTP date (0: absent), at
+// most maxBackoff (a hub's huge number of seconds must not wrap).
 func retryAfter(v string) time.Duration {
 	if v == "" {
 		return 0
 	}
 	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
+		return time.Duration(min(s, int(maxBackoff/time.Second))) * time.Second
 	}
 	if at, err := http.ParseTime(v); err == nil {
-		return max(time.Until(at), 0)
+		return min(max(time.Until(at), 0), maxBackoff)
 	}
 	return 0
 }
