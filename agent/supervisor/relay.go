@@ -106,7 +106,15 @@ func (r *Relay) Accept(peer, id string, c net.Conn) {
 		c.Close()
 		return
 	}
-	if in, ok := r.cfg.State().Instances[inst]; !ok || rank >= len(in.Ranks) || !linksTo(in, rank, kind, peer) {
+	in, ok := r.cfg.State().Instances[inst]
+	if !ok {
+		// A node just started learns the instance from the master a
+		// moment after the other ranks' runners start dialling: they retry.
+		r.s.log.Debug("refused a rank link: instance not in this node's state yet", "from", peer, "id", id)
+		c.Close()
+		return
+	}
+	if rank >= len(in.Ranks) || !linksTo(in, rank, kind, peer) {
 		r.s.log.Warn("refused a rank link", "from", peer, "id", id)
 		c.Close()
 		return
