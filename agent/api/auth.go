@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -34,12 +35,71 @@ const (
 )
 
 // failDelay slows each request that presents a wrong token, so that
-// guessing a weak --api-token takes long.
-const failDelay = 250 * time.Millisecond
+// guessing a weak --api-token takes long; the wrong ones wait their turn
+// (failing), so guesses sent in parallel take as long as one after another.
+// While maxFailWaiting wait, every request from beyond loopback that
+// presents a token is answered 429 before its token is looked at: a flood
+// of guesses then learns nothing, and holds no more than that many
+// requests.
+const (
+	failDelay      = 250 * time.Millisecond
+	maxFailWaiting = 32
+)
+
+// failing serialises the delays of wrong tokens.
+type failing struct {
+	max     int
+	mu      sync.Mutex // held for each delay in turn
+	n       sync.Mutex // guards waiting
+	waiting int
+}
+
+// enter takes a place for a request whose token is about to be checked
+// (false when all max are taken); leave gives it back.
+func (f *failing) enter() bool {
+	f.n.Lock()
+	defer f.n.Unlock()
+	if f.waiting >= f.max {
+		return false
+	}
+	f.waiting++
+	return true
+}
+
+func (f *failing) leave() {
+	f.n.Lock()
+	defer f.n.Unlock()
+	f.waiting--
+}
+
+// wait is a wrong token's delay, in turn; the caller holds a place.
+func (f *failing) wait() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	time.Sleep(failDelay)
+}
+
+// check reports whether got is token, after failDelay in turn if it is
+// not; false, false when all places are taken (the caller answers 429).
+func (f *failing) check(got, token string) (ok, checked bool) {
+	if !f.enter() {
+		return false, false
+	}
+	defer f.leave()
+	if validToken(got, token) {
+		return true, true
+	}
+	f.wait()
+	return false, true
+}
 
 // RequireToken guards h: requests from beyond loopback need token (see
 // above). LoginPath serves the login form and sets the cookie.
 func RequireToken(token string, h http.Handler) http.Handler {
+	return requireToken(token, h, &failing{max: maxFailWaiting})
+}
+
+func requireToken(token string, h http.Handler, fail *failing) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if local(r) {
 			h.ServeHTTP(w, r)
@@ -47,7 +107,7 @@ func RequireToken(token string, h http.Handler) http.Handler {
 		}
 		switch r.URL.Path {
 		case LoginPath:
-			login(w, r, token)
+			login(w, r, token, fail)
 			return
 		case LogoutPath:
 			http.SetCookie(w, &http.Cookie{Name: TokenCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
@@ -55,12 +115,17 @@ func RequireToken(token string, h http.Handler) http.Handler {
 			return
 		}
 		got, how := presented(r)
-		if got != "" && validToken(got, token) {
-			h.ServeHTTP(w, r)
-			return
-		}
 		if got != "" {
-			time.Sleep(failDelay)
+			ok, checked := fail.check(got, token)
+			switch {
+			case !checked:
+				w.Header().Set("Retry-After", "10")
+				writeError(w, http.StatusTooManyRequests, "too many wrong tokens: try again later")
+				return
+			case ok:
+				h.ServeHTTP(w, r)
+				return
+			}
 		}
 		unauthorized(w, r, how)
 	})
@@ -130,7 +195,7 @@ func unauthorized(w http.ResponseWriter, r *http.Request, how string) {
 
 // login serves the login form (GET) and checks it (POST: a form field or
 // JSON "token"); a right token sets the cookie and goes to the UI.
-func login(w http.ResponseWriter, r *http.Request, token string) {
+func login(w http.ResponseWriter, r *http.Request, token string, fail *failing) {
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 		loginPage(w, http.StatusOK, "")
@@ -166,8 +231,17 @@ func login(w http.ResponseWriter, r *http.Request, token string) {
 		return
 	}
 	got = strings.TrimSpace(got)
-	if !validToken(got, token) {
-		time.Sleep(failDelay)
+	ok, checked := fail.check(got, token)
+	if !checked {
+		w.Header().Set("Retry-After", "10")
+		if isJSON {
+			writeError(w, http.StatusTooManyRequests, "login: too many wrong tokens: try again later")
+			return
+		}
+		loginPage(w, http.StatusTooManyRequests, "Too many wrong tokens were sent: try again in a moment.")
+		return
+	}
+	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="orrery"`)
 		if isJSON {
 			writeError(w, http.StatusUnauthorized, "login: not this agent's token")

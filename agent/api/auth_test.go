@@ -6,7 +6,9 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 const testToken = "tok-0123456789abcdef"
@@ -115,4 +117,76 @@ func TestLogin(t *testing.T) {
 	if w := serveReq(h, reqFrom(http.MethodPut, LoginPath, lan, "192.0.2.1", nil)); w.Code != 405 {
 		t.Errorf("PUT login: %d", w.Code)
 	}
+}
+
+// Wrong tokens sent in parallel wait their turn: four take at least four
+// delays, as they would one after another (a lower bound, which a slow
+// machine only makes easier to meet).
+func TestWrongTokensInParallelWaitTheirTurn(t *testing.T) {
+	h := guarded()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := reqFrom(http.MethodGet, "/state", "192.0.2.7:40000", "192.0.2.1:52416", nil)
+			r.Header.Set("Authorization", "Bearer guess-"+strings.Repeat("x", i+16))
+			if w := serveReq(h, r); w.Code != 401 {
+				t.Errorf("guess %d: %d", i, w.Code)
+			}
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d < 4*failDelay {
+		t.Errorf("4 wrong tokens in parallel took %v, under 4 × %v", d, failDelay)
+	}
+}
+
+// While the most wrong tokens wait their turn, a request with any token,
+// even the right one, is answered 429 at once: a flood of guesses learns
+// nothing and holds no more requests. A loopback request still passes.
+func TestWrongTokensFlood(t *testing.T) {
+	fail := &failing{max: 2}
+	h := requireToken(testToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "in") }), fail)
+	const lan = "192.0.2.7:40000"
+	bearer := func(tok string) *http.Request {
+		r := reqFrom(http.MethodGet, "/state", lan, "192.0.2.1:52416", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		return r
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() { defer wg.Done(); serveReq(h, bearer("wrong-wrong-wrong-wrong")) }()
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for !fail.full() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !fail.full() {
+		t.Fatal("two wrong tokens in flight did not fill a queue of 2")
+	}
+	if w := serveReq(h, bearer(testToken)); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Errorf("the right token during a flood: %d %s, want 429 with Retry-After", w.Code, w.Body)
+	}
+	login := reqFrom(http.MethodPost, LoginPath, lan, "192.0.2.1", strings.NewReader(`{"token":"`+testToken+`"}`))
+	login.Header.Set("Content-Type", "application/json")
+	if w := serveReq(h, login); w.Code != http.StatusTooManyRequests || len(w.Result().Cookies()) != 0 {
+		t.Errorf("login during a flood: %d %v", w.Code, w.Result().Cookies())
+	}
+	if w := serveReq(h, reqFrom(http.MethodGet, "/state", "127.0.0.1:40000", "127.0.0.1:52416", nil)); w.Code != 200 {
+		t.Errorf("a loopback request during a flood: %d", w.Code)
+	}
+	wg.Wait()
+	if w := serveReq(h, bearer(testToken)); w.Code != 200 {
+		t.Errorf("the right token after the flood: %d %s", w.Code, w.Body)
+	}
+}
+
+// full reports whether all max places are taken.
+func (f *failing) full() bool {
+	f.n.Lock()
+	defer f.n.Unlock()
+	return f.waiting >= f.max
 }
