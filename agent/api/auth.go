@@ -37,39 +37,50 @@ const (
 // failDelay slows each request that presents a wrong token, so that
 // guessing a weak --api-token takes long; the wrong ones wait their turn
 // (failing), so guesses sent in parallel take as long as one after another.
-// While maxFailWaiting wait, every request from beyond loopback that
+// A request whose token is being checked holds a place: maxFailWaiting in
+// all, maxFailPerHost per remote address. With none free, a request that
 // presents a token is answered 429 before its token is looked at: a flood
-// of guesses then learns nothing, and holds no more than that many
-// requests.
+// of guesses learns nothing and holds no more than that many requests, and
+// one host alone cannot lock the others out.
 const (
 	failDelay      = 250 * time.Millisecond
 	maxFailWaiting = 32
+	maxFailPerHost = 8
 )
 
-// failing serialises the delays of wrong tokens.
+// failing serialises the delays of wrong tokens and counts the places.
 type failing struct {
-	max     int
-	mu      sync.Mutex // held for each delay in turn
-	n       sync.Mutex // guards waiting
-	waiting int
+	max, perHost int
+	mu           sync.Mutex // held for each delay in turn
+	n            sync.Mutex // guards waiting and byHost
+	waiting      int
+	byHost       map[string]int
 }
 
-// enter takes a place for a request whose token is about to be checked
-// (false when all max are taken); leave gives it back.
-func (f *failing) enter() bool {
+func newFailing(max, perHost int) *failing {
+	return &failing{max: max, perHost: perHost, byHost: map[string]int{}}
+}
+
+// enter takes a place for a request from host whose token is about to be
+// checked (false when none is free); leave gives it back.
+func (f *failing) enter(host string) bool {
 	f.n.Lock()
 	defer f.n.Unlock()
-	if f.waiting >= f.max {
+	if f.waiting >= f.max || f.byHost[host] >= f.perHost {
 		return false
 	}
 	f.waiting++
+	f.byHost[host]++
 	return true
 }
 
-func (f *failing) leave() {
+func (f *failing) leave(host string) {
 	f.n.Lock()
 	defer f.n.Unlock()
 	f.waiting--
+	if f.byHost[host]--; f.byHost[host] <= 0 {
+		delete(f.byHost, host)
+	}
 }
 
 // wait is a wrong token's delay, in turn; the caller holds a place.
@@ -79,13 +90,18 @@ func (f *failing) wait() {
 	time.Sleep(failDelay)
 }
 
-// check reports whether got is token, after failDelay in turn if it is
-// not; false, false when all places are taken (the caller answers 429).
-func (f *failing) check(got, token string) (ok, checked bool) {
-	if !f.enter() {
+// check reports whether r's token got is token, after failDelay in turn
+// if it is not; false, false when no place is free (the caller answers
+// 429).
+func (f *failing) check(r *http.Request, got, token string) (ok, checked bool) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if !f.enter(host) {
 		return false, false
 	}
-	defer f.leave()
+	defer f.leave(host)
 	if validToken(got, token) {
 		return true, true
 	}
@@ -93,10 +109,26 @@ func (f *failing) check(got, token string) (ok, checked bool) {
 	return false, true
 }
 
+// tooManyWrong answers a request that found no place free: in its
+// protocol's error shape, or the login form for a page load.
+func tooManyWrong(w http.ResponseWriter, r *http.Request) {
+	const msg = "too many wrong API tokens are being checked: try again in a moment"
+	w.Header().Set("Retry-After", "10")
+	if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		loginPage(w, http.StatusTooManyRequests, "Too many wrong tokens were sent: try again in a moment.")
+		return
+	}
+	if p := inferenceProtocol(r.URL.Path); p != nil {
+		p(w, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", msg)
+		return
+	}
+	writeError(w, http.StatusTooManyRequests, msg)
+}
+
 // RequireToken guards h: requests from beyond loopback need token (see
 // above). LoginPath serves the login form and sets the cookie.
 func RequireToken(token string, h http.Handler) http.Handler {
-	return requireToken(token, h, &failing{max: maxFailWaiting})
+	return requireToken(token, h, newFailing(maxFailWaiting, maxFailPerHost))
 }
 
 func requireToken(token string, h http.Handler, fail *failing) http.Handler {
@@ -116,11 +148,10 @@ func requireToken(token string, h http.Handler, fail *failing) http.Handler {
 		}
 		got, how := presented(r)
 		if got != "" {
-			ok, checked := fail.check(got, token)
+			ok, checked := fail.check(r, got, token)
 			switch {
 			case !checked:
-				w.Header().Set("Retry-After", "10")
-				writeError(w, http.StatusTooManyRequests, "too many wrong tokens: try again later")
+				tooManyWrong(w, r)
 				return
 			case ok:
 				h.ServeHTTP(w, r)
@@ -231,11 +262,11 @@ func login(w http.ResponseWriter, r *http.Request, token string, fail *failing) 
 		return
 	}
 	got = strings.TrimSpace(got)
-	ok, checked := fail.check(got, token)
+	ok, checked := fail.check(r, got, token)
 	if !checked {
 		w.Header().Set("Retry-After", "10")
 		if isJSON {
-			writeError(w, http.StatusTooManyRequests, "login: too many wrong tokens: try again later")
+			writeError(w, http.StatusTooManyRequests, "login: too many wrong API tokens are being checked: try again in a moment")
 			return
 		}
 		loginPage(w, http.StatusTooManyRequests, "Too many wrong tokens were sent: try again in a moment.")

@@ -143,50 +143,51 @@ func TestWrongTokensInParallelWaitTheirTurn(t *testing.T) {
 	}
 }
 
-// While the most wrong tokens wait their turn, a request with any token,
-// even the right one, is answered 429 at once: a flood of guesses learns
-// nothing and holds no more requests. A loopback request still passes.
+// With no place free, a request with any token, even the right one, is
+// answered 429 at once, in its protocol's shape: a flood of guesses learns
+// nothing and holds no more requests. A loopback request still passes, and
+// one host cannot take every place.
 func TestWrongTokensFlood(t *testing.T) {
-	fail := &failing{max: 2}
+	fail := newFailing(3, 2)
 	h := requireToken(testToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "in") }), fail)
-	const lan = "192.0.2.7:40000"
-	bearer := func(tok string) *http.Request {
-		r := reqFrom(http.MethodGet, "/state", lan, "192.0.2.1:52416", nil)
+	const flooder, other = "192.0.2.7", "192.0.2.8"
+	bearer := func(from, path, tok string) *http.Request {
+		r := reqFrom(http.MethodPost, path, from+":40000", "192.0.2.1:52416", strings.NewReader("{}"))
 		r.Header.Set("Authorization", "Bearer "+tok)
 		return r
 	}
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() { defer wg.Done(); serveReq(h, bearer("wrong-wrong-wrong-wrong")) }()
+	// The places of requests being checked, taken without timing.
+	if !fail.enter(flooder) || !fail.enter(flooder) || fail.enter(flooder) {
+		t.Fatal("a host took other than its 2 places")
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for !fail.full() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	if w := serveReq(h, bearer(flooder, "/state", testToken)); w.Code != http.StatusTooManyRequests {
+		t.Errorf("the flooder's own right token with its places taken: %d %s, want 429", w.Code, w.Body)
 	}
-	if !fail.full() {
-		t.Fatal("two wrong tokens in flight did not fill a queue of 2")
+	if w := serveReq(h, bearer(other, "/state", testToken)); w.Code != 200 {
+		t.Errorf("another host's right token beside the flood: %d %s", w.Code, w.Body)
 	}
-	if w := serveReq(h, bearer(testToken)); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
-		t.Errorf("the right token during a flood: %d %s, want 429 with Retry-After", w.Code, w.Body)
+	if !fail.enter(other) {
+		t.Fatal("the third place was not free")
 	}
-	login := reqFrom(http.MethodPost, LoginPath, lan, "192.0.2.1", strings.NewReader(`{"token":"`+testToken+`"}`))
+	w := serveReq(h, bearer(other, "/v1/chat/completions", testToken))
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), `"rate_limit_exceeded"`) {
+		t.Errorf("the right token with every place taken: %d %v %s, want 429 in OpenAI's shape with Retry-After", w.Code, w.Header(), w.Body)
+	}
+	login := reqFrom(http.MethodPost, LoginPath, other+":40000", "192.0.2.1", strings.NewReader(`{"token":"`+testToken+`"}`))
 	login.Header.Set("Content-Type", "application/json")
 	if w := serveReq(h, login); w.Code != http.StatusTooManyRequests || len(w.Result().Cookies()) != 0 {
-		t.Errorf("login during a flood: %d %v", w.Code, w.Result().Cookies())
+		t.Errorf("login with every place taken: %d %v", w.Code, w.Result().Cookies())
 	}
 	if w := serveReq(h, reqFrom(http.MethodGet, "/state", "127.0.0.1:40000", "127.0.0.1:52416", nil)); w.Code != 200 {
-		t.Errorf("a loopback request during a flood: %d", w.Code)
+		t.Errorf("a loopback request with every place taken: %d", w.Code)
 	}
-	wg.Wait()
-	if w := serveReq(h, bearer(testToken)); w.Code != 200 {
-		t.Errorf("the right token after the flood: %d %s", w.Code, w.Body)
+	fail.leave(flooder)
+	fail.leave(flooder)
+	fail.leave(other)
+	if w := serveReq(h, bearer(flooder, "/state", testToken)); w.Code != 200 {
+		t.Errorf("the right token once the places are free: %d %s", w.Code, w.Body)
 	}
-}
-
-// full reports whether all max places are taken.
-func (f *failing) full() bool {
-	f.n.Lock()
-	defer f.n.Unlock()
-	return f.waiting >= f.max
+	if fail.waiting != 0 || len(fail.byHost) != 0 {
+		t.Errorf("places left taken: %d, by host %v", fail.waiting, fail.byHost)
+	}
 }
