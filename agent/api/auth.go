@@ -109,20 +109,26 @@ func (f *failing) check(r *http.Request, got, token string) (ok, checked bool) {
 	return false, true
 }
 
-// tooManyWrong answers a request that found no place free: in its
-// protocol's error shape, or the login form for a page load.
+// tooManyWrong answers a request that found no place free.
 func tooManyWrong(w http.ResponseWriter, r *http.Request) {
-	const msg = "too many wrong API tokens are being checked: try again in a moment"
 	w.Header().Set("Retry-After", "10")
+	refuse(w, r, http.StatusTooManyRequests, "Too many wrong tokens were sent: try again in a moment.",
+		"rate_limit_error", "rate_limit_exceeded", "too many wrong API tokens are being checked: try again in a moment")
+}
+
+// refuse answers a request the token check turned away with status: the
+// login form (saying page) to a browser's page load, the protocol's own
+// error shape (typ, code) on the inference routes, JSON elsewhere.
+func refuse(w http.ResponseWriter, r *http.Request, status int, page, typ, code, msg string) {
 	if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
-		loginPage(w, http.StatusTooManyRequests, "Too many wrong tokens were sent: try again in a moment.")
+		loginPage(w, status, page)
 		return
 	}
 	if p := inferenceProtocol(r.URL.Path); p != nil {
-		p(w, http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", msg)
+		p(w, status, typ, code, msg)
 		return
 	}
-	writeError(w, http.StatusTooManyRequests, msg)
+	writeError(w, status, msg)
 }
 
 // RequireToken guards h: requests from beyond loopback need token (see
@@ -213,15 +219,7 @@ func unauthorized(w http.ResponseWriter, r *http.Request, how string) {
 		msg = "the token in " + how + " is not this agent's; " + msg
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="orrery"`)
-	if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
-		loginPage(w, http.StatusUnauthorized, "")
-		return
-	}
-	if p := inferenceProtocol(r.URL.Path); p != nil {
-		p(w, http.StatusUnauthorized, "authentication_error", "invalid_api_key", msg)
-		return
-	}
-	writeError(w, http.StatusUnauthorized, msg)
+	refuse(w, r, http.StatusUnauthorized, "", "authentication_error", "invalid_api_key", msg)
 }
 
 // login serves the login form (GET) and checks it (POST: a form field or
