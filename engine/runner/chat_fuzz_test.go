@@ -2,10 +2,8 @@ package runner
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
@@ -18,25 +16,12 @@ import (
 // the runner, and with it every request on the instance.
 func FuzzChatTemplates(f *testing.F) {
 	var toks []*model.Tokenizer
-	dir := f.TempDir()
 	for _, fam := range model.Families {
 		o, err := model.ApplyFamily(model.Presets["tiny"], fam)
 		if err != nil {
 			f.Fatal(err)
 		}
-		path := filepath.Join(dir, fam+".gguf")
-		if err := model.Generate(path, o); err != nil {
-			f.Fatal(err)
-		}
-		g, err := gguf.ReadFile(path)
-		if err != nil {
-			f.Fatal(err)
-		}
-		tok, err := model.NewTokenizer(g)
-		if err != nil {
-			f.Fatal(err)
-		}
-		toks = append(toks, tok)
+		toks = append(toks, genTokenizer(f, o))
 	}
 	tools := `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]`
 	msgs := `[{"role":"system","content":"be brief"},{"role":"user","content":"weather in Paris?"},` +

@@ -20,18 +20,23 @@ import (
 // tinyTokenizer is the tokenizer of a generated tiny model.
 func tinyTokenizer(t *testing.T) *model.Tokenizer {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "tiny.gguf")
-	o := model.Presets["tiny"]
+	return genTokenizer(t, model.Presets["tiny"])
+}
+
+// genTokenizer is the tokenizer of a model generated with o.
+func genTokenizer(tb testing.TB, o model.GenOptions) *model.Tokenizer {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "m.gguf")
 	if err := model.Generate(path, o); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	f, err := gguf.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	tok, err := model.NewTokenizer(f)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return tok
 }
