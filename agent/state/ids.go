@@ -2,6 +2,8 @@ package state
 
 import (
 	"fmt"
+	"iter"
+	"maps"
 
 	"github.com/orrery-cluster/orrery/internal/ident"
 )
@@ -66,9 +68,9 @@ func checkRunner(r Runner) error {
 // snapshot) as DecodeEvent checks an event: every node it keys by, every
 // instance and every runner.
 func (s State) CheckIDs() error {
-	for _, keys := range [][]string{keysOf(s.NodeIdentities), keysOf(s.NodeMemory), keysOf(s.NodeSystem),
-		keysOf(s.NodeDisk), keysOf(s.NodeNetwork), keysOf(s.NodeLinkTelemetry), keysOf(s.NodeModels)} {
-		for _, id := range keys {
+	for _, keys := range []iter.Seq[string]{maps.Keys(s.NodeIdentities), maps.Keys(s.NodeMemory), maps.Keys(s.NodeSystem),
+		maps.Keys(s.NodeDisk), maps.Keys(s.NodeNetwork), maps.Keys(s.NodeLinkTelemetry), maps.Keys(s.NodeModels)} {
+		for id := range keys {
 			if err := ident.ValidNodeID(id); err != nil {
 				return err
 			}
@@ -88,12 +90,4 @@ func (s State) CheckIDs() error {
 		}
 	}
 	return nil
-}
-
-func keysOf[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
