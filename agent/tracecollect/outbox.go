@@ -54,7 +54,7 @@ func (b *outbox) push(c *wire.TraceChunk) error {
 		os.Remove(f.Name()) // gone with the process, whatever happens
 		b.file = f
 		b.w = bufio.NewWriterSize(f, 256<<10)
-		b.r = bufio.NewReaderSize(io.NewSectionReader(f, 0, 1<<62), 256<<10)
+		b.r = bufio.NewReaderSize(&tailReader{f: f}, 256<<10)
 	}
 	typ, p, err := wire.Encode(c)
 	if err == nil {
@@ -110,6 +110,25 @@ func (b *outbox) pop() (*wire.TraceChunk, error) {
 	}
 	b.fileN--
 	return c, nil
+}
+
+// tailReader reads a file that grows behind it, from off on. It reports
+// io.EOF only when nothing at all is left: a bufio.Reader keeps an error
+// that came with data and returns it at its next read, even once more has
+// been written (a reader that caught up with the spill file's writer then
+// failed the next chunk with EOF).
+type tailReader struct {
+	f   *os.File
+	off int64
+}
+
+func (t *tailReader) Read(p []byte) (int, error) {
+	n, err := t.f.ReadAt(p, t.off)
+	t.off += int64(n)
+	if n > 0 && err == io.EOF {
+		err = nil
+	}
+	return n, err
 }
 
 // len is how many chunks wait.
