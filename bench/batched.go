@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Batched serving on one node: B requests at once through the runner's
@@ -173,13 +174,13 @@ func batchOnce(ctx context.Context, sc *runner.Scheduler, b, pp, tg, vocab, run 
 		for i := range prompt {
 			prompt[i] = int32((i*7919 + k*104729 + run*31 + 300) % vocab)
 		}
-		req := &runner.Request{PromptTokens: prompt, MaxTokens: tg + 1, IgnoreEOS: true, NoPromptCache: true}
+		req := &runnerapi.Request{PromptTokens: prompt, MaxTokens: tg + 1, IgnoreEOS: true, NoPromptCache: true}
 		job := sc.Submit(ctx, req, prompt, "", nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			first := true
-			_, errs[k] = job.Wait(func(runner.Piece) error {
+			_, errs[k] = job.Wait(func(runnerapi.Piece) error {
 				now := time.Now()
 				mu.Lock()
 				defer mu.Unlock()
@@ -213,7 +214,7 @@ func turns(ctx context.Context, sc *runner.Scheduler, o BatchedOptions, vocab in
 		p1[i] = int32((i*6151 + 977) % vocab)
 	}
 	var answer []int32
-	res1, err := sc.Submit(ctx, &runner.Request{PromptTokens: p1, MaxTokens: o.TG, IgnoreEOS: true}, p1, "", nil).Wait(func(p runner.Piece) error {
+	res1, err := sc.Submit(ctx, &runnerapi.Request{PromptTokens: p1, MaxTokens: o.TG, IgnoreEOS: true}, p1, "", nil).Wait(func(p runnerapi.Piece) error {
 		if p.Token >= 0 {
 			answer = append(answer, p.Token)
 		}
@@ -226,7 +227,7 @@ func turns(ctx context.Context, sc *runner.Scheduler, o BatchedOptions, vocab in
 	for i := len(p2) - o.TurnAdd; i < len(p2); i++ {
 		p2[i] = int32((i*4409 + 13) % vocab)
 	}
-	res2, err := sc.Submit(ctx, &runner.Request{PromptTokens: p2, MaxTokens: 1}, p2, "", nil).Wait(func(runner.Piece) error { return nil })
+	res2, err := sc.Submit(ctx, &runnerapi.Request{PromptTokens: p2, MaxTokens: 1}, p2, "", nil).Wait(func(runnerapi.Piece) error { return nil })
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/cluster/auth"
-	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/delayproxy"
 )
 
@@ -70,13 +70,13 @@ type ChoiceRun struct {
 // ChoicePlan is one plan's prediction and measurement.
 type ChoicePlan struct {
 	Plan                  string                `json:"plan"`
-	Predicted             *placement.Prediction `json:"predicted"`
+	Predicted             *runnerapi.Prediction `json:"predicted"`
 	DecodeTokPerSec       float64               `json:"decodeTokPerSec"`
 	PrefillTokPerSec      float64               `json:"prefillTokPerSec"`
 	PredictedOverMeasured float64               `json:"predictedOverMeasured"`
 	// Recalibrated is the plan's prediction after both plans ran, from
 	// the all-reduce the group measured (nil: no preview).
-	Recalibrated *placement.Prediction `json:"recalibrated,omitempty"`
+	Recalibrated *runnerapi.Prediction `json:"recalibrated,omitempty"`
 }
 
 // Choice runs the benchmark; progress goes to log.

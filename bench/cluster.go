@@ -13,7 +13,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
 
@@ -54,7 +54,7 @@ type Run struct {
 	// Predicted the cost model's prediction for it (nil when no node
 	// had measured its speed).
 	Plan      string                `json:"plan,omitempty"`
-	Predicted *placement.Prediction `json:"predicted,omitempty"`
+	Predicted *runnerapi.Prediction `json:"predicted,omitempty"`
 }
 
 // MetricsSummary is one metric of one node over the whole benchmark.
@@ -160,7 +160,7 @@ func (b *benchmark) placement(ctx context.Context, set []string, par string, sha
 		return fmt.Errorf("place %s on %s: %w", o.Model, label, err)
 	}
 	var plan string
-	var pred *placement.Prediction
+	var pred *runnerapi.Prediction
 	if st, err := b.c.State(ctx); err == nil {
 		if in, ok := st.Instances[inst]; ok && in.Prediction != nil {
 			pred, plan = in.Prediction, in.Prediction.Plan

@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -175,13 +176,13 @@ func (t *engineTests) row(test string, traced bool, tokens int) *EngineRow {
 
 // once runs the pp and tg tests once; run 0 is not recorded.
 func (t *engineTests) once(ctx context.Context, o EngineOptions, i int, traced bool) error {
-	noop := func(runner.Piece) error { return nil }
+	noop := func(runnerapi.Piece) error { return nil }
 	if o.PP > 0 {
 		prompt := make([]int32, o.PP)
 		for k := range prompt {
 			prompt[k] = int32((k*7919 + i*31 + 300) % t.vocab)
 		}
-		res, err := t.g.Generate(ctx, &runner.Request{MaxTokens: 1, IgnoreEOS: true}, prompt, recorder(traced), noop)
+		res, err := t.g.Generate(ctx, &runnerapi.Request{MaxTokens: 1, IgnoreEOS: true}, prompt, recorder(traced), noop)
 		if err != nil {
 			return err
 		}
@@ -192,7 +193,7 @@ func (t *engineTests) once(ctx context.Context, o EngineOptions, i int, traced b
 		}
 	}
 	if o.TG > 0 {
-		res, err := t.g.Generate(ctx, &runner.Request{MaxTokens: o.TG + 1, IgnoreEOS: true}, []int32{1}, recorder(traced), noop)
+		res, err := t.g.Generate(ctx, &runnerapi.Request{MaxTokens: o.TG + 1, IgnoreEOS: true}, []int32{1}, recorder(traced), noop)
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // TPOptions configures TP: one request's prefill and decode on one runner
@@ -271,7 +271,7 @@ func loopbackAddrs(n int) ([]string, error) {
 // tpRunners is one side of the benchmark: one runner, or a
 // tensor-parallel group served through rank 0.
 type tpRunners struct {
-	client *runner.Client
+	client *runnerapi.Client
 	vocab  int
 	stops  []func()
 }
@@ -313,7 +313,7 @@ func startTPRunnersAt(ctx context.Context, o TPOptions, paths []string, first in
 				"--tp-wire", o.Wire.String())
 		}
 		cmd := tpCmd(ctx, o, first+r, args...)
-		cmd.Env = append(os.Environ(), runner.TokenEnv+"="+rtok, "ORRERY_TP_TOKEN="+gtok)
+		cmd.Env = append(os.Environ(), runnerapi.TokenEnv+"="+rtok, "ORRERY_TP_TOKEN="+gtok)
 		addr, stop, err := startRunner(cmd)
 		if err != nil {
 			g.close()
@@ -321,15 +321,15 @@ func startTPRunnersAt(ctx context.Context, o TPOptions, paths []string, first in
 		}
 		g.stops = append(g.stops, stop)
 		if r == 0 {
-			g.client = &runner.Client{Addr: addr, Token: rtok}
+			g.client = &runnerapi.Client{Addr: addr, Token: rtok}
 		}
 	}
 	if err := waitReady(ctx, g.client); err != nil {
 		g.close()
 		return nil, err
 	}
-	if h, err := g.client.Health(ctx); err == nil && h.Model != nil {
-		g.vocab = h.Model.Vocab
+	if h, err := g.client.Health(ctx); err == nil && h.Vocab > 0 {
+		g.vocab = h.Vocab
 	}
 	return g, nil
 }
@@ -363,7 +363,7 @@ func startRunner(cmd *exec.Cmd) (string, func(), error) {
 	}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
-		if addr, ok := strings.CutPrefix(sc.Text(), runner.ListenPrefix); ok {
+		if addr, ok := strings.CutPrefix(sc.Text(), runnerapi.ListenPrefix); ok {
 			go io.Copy(io.Discard, out)
 			return addr, stop, nil
 		}
@@ -385,15 +385,15 @@ func (t *tailWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func waitReady(ctx context.Context, c *runner.Client) error {
+func waitReady(ctx context.Context, c *runnerapi.Client) error {
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		h, err := c.Health(ctx)
 		if err == nil {
 			switch h.Status {
-			case runner.StatusReady:
+			case runnerapi.StatusReady:
 				return nil
-			case runner.StatusFailed:
+			case runnerapi.StatusFailed:
 				return fmt.Errorf("runner failed: %s", h.Error)
 			}
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/shirou/gopsutil/v4/mem"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -193,20 +193,20 @@ func tpTogether(ctx context.Context, o TPOptions, i int, singles []*tpRunners, s
 	return nil
 }
 
-func tpNoop(runner.Piece) error { return nil }
+func tpNoop(runnerapi.Piece) error { return nil }
 
 // tpPrefillReq is round i's prefill: o.PP tokens, one generated.
-func tpPrefillReq(o TPOptions, i, vocab int) runner.CompletionRequest {
+func tpPrefillReq(o TPOptions, i, vocab int) runnerapi.CompletionRequest {
 	prompt := make([]int32, o.PP)
 	for k := range prompt {
 		prompt[k] = int32((k*7919 + i*31 + 300) % max(vocab, 1))
 	}
-	return runner.CompletionRequest{Request: runner.Request{PromptTokens: prompt, MaxTokens: 1, IgnoreEOS: true}}
+	return runnerapi.CompletionRequest{Request: runnerapi.Request{PromptTokens: prompt, MaxTokens: 1, IgnoreEOS: true}}
 }
 
 // tpDecodeReq is round i's decode: o.TG tokens after the first.
-func tpDecodeReq(o TPOptions, i int) runner.CompletionRequest {
-	return runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}
+func tpDecodeReq(o TPOptions, i int) runnerapi.CompletionRequest {
+	return runnerapi.CompletionRequest{Request: runnerapi.Request{PromptTokens: []int32{int32(1 + i)}, MaxTokens: o.TG + 1, IgnoreEOS: true}}
 }
 
 // decodeSpans sums a traced request's decode spans: its forward passes
@@ -228,13 +228,13 @@ func decodeSpans(spans []trace.Span) (compute, reduce int64) {
 
 // tpBatched decodes o.TG tokens for o.Concurrent requests at once and
 // returns their aggregate tok/s (all tokens over the wall time).
-func tpBatched(ctx context.Context, c *runner.Client, o TPOptions, run int) (float64, error) {
+func tpBatched(ctx context.Context, c *runnerapi.Client, o TPOptions, run int) (float64, error) {
 	errs := make(chan error, o.Concurrent)
 	start := time.Now()
 	for k := range o.Concurrent {
 		go func() {
-			req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{int32(2 + k + run*o.Concurrent)}, MaxTokens: o.TG, IgnoreEOS: true}}
-			_, err := c.Complete(ctx, req, func(runner.Piece) error { return nil })
+			req := runnerapi.CompletionRequest{Request: runnerapi.Request{PromptTokens: []int32{int32(2 + k + run*o.Concurrent)}, MaxTokens: o.TG, IgnoreEOS: true}}
+			_, err := c.Complete(ctx, req, func(runnerapi.Piece) error { return nil })
 			errs <- err
 		}()
 	}

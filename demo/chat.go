@@ -17,7 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
@@ -148,7 +148,7 @@ func chat(ctx context.Context, nodes []*node, m served, stdout, stderr io.Writer
 	if m.draftID != "" {
 		// The instance's default: every chat speculates, the demo's and
 		// yours (drafting where it pays: engine/runner/speccost.go).
-		pr.Speculative = &runner.Speculation{Draft: m.draftID, Max: 4}
+		pr.Speculative = &runnerapi.Speculation{Draft: m.draftID, Max: 4}
 	}
 	placed, err := host.api.Place(pctx, pr)
 	cancel()

@@ -7,8 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Anthropic's Messages API (POST /v1/messages), so that @anthropic-ai/sdk
@@ -121,8 +120,8 @@ func (a *anthropicRequest) writeError(w http.ResponseWriter, status int, typ, _,
 // toRunner maps the messages: a user turn's tool_result blocks become
 // tool messages (then its text a user message), an assistant turn's
 // tool_use blocks its calls and thinking blocks its reasoning.
-func (a *anthropicRequest) toRunner() (runner.Request, error) {
-	var req runner.Request
+func (a *anthropicRequest) toRunner() (runnerapi.Request, error) {
+	var req runnerapi.Request
 	switch {
 	case a.Model == "":
 		return req, errors.New("model: field required")
@@ -137,7 +136,7 @@ func (a *anthropicRequest) toRunner() (runner.Request, error) {
 		return req, fmt.Errorf("system: %v", err)
 	}
 	if system != "" {
-		req.Messages = append(req.Messages, model.Message{Role: "system", Content: system})
+		req.Messages = append(req.Messages, runnerapi.Message{Role: "system", Content: system})
 	}
 	for i, m := range a.Messages {
 		ms, err := anthropicTurn(m.Role, m.Content)
@@ -157,7 +156,7 @@ func (a *anthropicRequest) toRunner() (runner.Request, error) {
 	return req, req.Validate()
 }
 
-func anthropicTurn(role string, content json.RawMessage) ([]model.Message, error) {
+func anthropicTurn(role string, content json.RawMessage) ([]runnerapi.Message, error) {
 	if role != "user" && role != "assistant" {
 		return nil, fmt.Errorf("role: %q: want user or assistant", role)
 	}
@@ -165,8 +164,8 @@ func anthropicTurn(role string, content json.RawMessage) ([]model.Message, error
 	if err != nil {
 		return nil, err
 	}
-	var out []model.Message
-	turn := model.Message{Role: role}
+	var out []runnerapi.Message
+	turn := runnerapi.Message{Role: role}
 	for j, b := range bs {
 		switch {
 		case b.Type == "text":
@@ -179,8 +178,8 @@ func anthropicTurn(role string, content json.RawMessage) ([]model.Message, error
 			if !toolName.MatchString(b.Name) || json.Unmarshal(b.Input, &obj) != nil {
 				return nil, fmt.Errorf("content.%d: a tool_use block needs a name and an input object", j)
 			}
-			turn.ToolCalls = append(turn.ToolCalls, model.ToolCall{ID: b.ID, Type: "function",
-				Function: model.ToolCallFunction{Name: b.Name, Arguments: b.Input}})
+			turn.ToolCalls = append(turn.ToolCalls, runnerapi.ToolCall{ID: b.ID, Type: "function",
+				Function: runnerapi.ToolCallFunction{Name: b.Name, Arguments: b.Input}})
 		case b.Type == "tool_result" && role == "user":
 			text, err := textOf(b.Content)
 			if err != nil {
@@ -189,7 +188,7 @@ func anthropicTurn(role string, content json.RawMessage) ([]model.Message, error
 			if b.IsError {
 				text = "Error: " + text
 			}
-			out = append(out, model.Message{Role: "tool", ToolCallID: b.ToolUseID, Content: text})
+			out = append(out, runnerapi.Message{Role: "tool", ToolCallID: b.ToolUseID, Content: text})
 		case b.Type == "image" || b.Type == "document":
 			return nil, fmt.Errorf("content.%d: %s blocks are not supported: this is a text-only engine", j, b.Type)
 		default:
@@ -204,7 +203,7 @@ func anthropicTurn(role string, content json.RawMessage) ([]model.Message, error
 
 // applyTools maps Anthropic's tools and tool_choice (auto, any, tool,
 // none) onto OpenAI's, which the runner takes.
-func (a *anthropicRequest) applyTools(req *runner.Request) error {
+func (a *anthropicRequest) applyTools(req *runnerapi.Request) error {
 	if len(a.Tools) == 0 {
 		if a.ToolChoice != nil && a.ToolChoice.Type != "none" && a.ToolChoice.Type != "auto" {
 			return errors.New("tool_choice: no tools to choose from")

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/orrery-cluster/orrery/engine/chatfmt"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request, forwarded bool) {
@@ -40,7 +39,7 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request, forwa
 		blocks = append(blocks, b)
 	}
 	called := false
-	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, c.req, func(p runner.Piece) error {
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, c.req, func(p runnerapi.Piece) error {
 		if p.Reasoning != "" {
 			add("thinking", "thinking", p.Reasoning)
 		}
@@ -72,7 +71,7 @@ func anthropicMessage(c *completionRun, content []map[string]any) map[string]any
 		"stop_reason": nil, "stop_sequence": nil}
 }
 
-func anthropicToolUse(completionID string, call chatfmt.Call) map[string]any {
+func anthropicToolUse(completionID string, call runnerapi.Call) map[string]any {
 	return map[string]any{"type": "tool_use", "id": fmt.Sprintf("toolu_%s_%d", completionID, call.Index), "name": call.Name,
 		"input": json.RawMessage(call.Arguments)}
 }
@@ -80,7 +79,7 @@ func anthropicToolUse(completionID string, call chatfmt.Call) map[string]any {
 // anthropicStop is the stop_reason: tool_use, max_tokens or end_turn (a
 // stop sequence is reported as end_turn: the runner does not tell them
 // apart).
-func anthropicStop(d *runner.Done, called bool) string {
+func anthropicStop(d *runnerapi.Done, called bool) string {
 	switch {
 	case called && d.FinishReason == "stop":
 		return "tool_use"
@@ -90,7 +89,7 @@ func anthropicStop(d *runner.Done, called bool) string {
 	return "end_turn"
 }
 
-func anthropicUsage(d *runner.Done) map[string]any {
+func anthropicUsage(d *runnerapi.Done) map[string]any {
 	return map[string]any{"input_tokens": d.PromptTokens, "output_tokens": d.CompletionTokens,
 		"cache_read_input_tokens": d.CachedTokens, "cache_creation_input_tokens": 0}
 }
@@ -157,7 +156,7 @@ func (s *Server) anthropicStream(ctx context.Context, w http.ResponseWriter, c *
 		return ev.send("message_start", map[string]any{"message": msg})
 	}
 	called := false
-	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, c.req, func(p runner.Piece) error {
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, c.req, func(p runnerapi.Piece) error {
 		if err := start(); err != nil {
 			return err
 		}

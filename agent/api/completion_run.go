@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // What the two OpenAI completion endpoints (chat and legacy) share: reading
@@ -21,7 +21,7 @@ import (
 type completionBody interface {
 	modelID() string
 	keepAlive() *KeepAlive
-	toRunner() (runner.Request, error)
+	toRunner() (runnerapi.Request, error)
 	writeError(w http.ResponseWriter, status int, typ, code, msg string)
 }
 
@@ -34,7 +34,7 @@ func writeRunError(w http.ResponseWriter, body completionBody, err error) {
 // completionRun is a completion request read, routed to this node and
 // ready to run.
 type completionRun struct {
-	req        runner.Request
+	req        runnerapi.Request
 	model      string
 	instanceID string
 	traceID    string // "" when the request asked for no trace
@@ -104,7 +104,7 @@ func (s *Server) startCompletion(w http.ResponseWriter, r *http.Request, forward
 }
 
 // ext is the orrery object of a finished run.
-func (s *Server) ext(c *completionRun, d *runner.Done) orreryExt {
+func (s *Server) ext(c *completionRun, d *runnerapi.Done) orreryExt {
 	return s.runExt(c.traceID, c.instanceID, c.start, d)
 }
 

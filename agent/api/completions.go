@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // POST /v1/completions: OpenAI's legacy completions, on the same path as
@@ -40,7 +40,7 @@ type completionRequest struct {
 	// whole prompt, reusing no cached prefix: for benchmarks.
 	CachePrompt *bool `json:"cache_prompt"`
 	// Speculative asks for speculative decoding (as chat's).
-	Speculative *runner.Speculation `json:"speculative"`
+	Speculative *runnerapi.Speculation `json:"speculative"`
 }
 
 func (c *completionRequest) modelID() string { return c.Model }
@@ -52,8 +52,8 @@ func (c *completionRequest) writeError(w http.ResponseWriter, status int, typ, c
 }
 
 // toRunner turns the request into the runner's terms.
-func (c *completionRequest) toRunner() (runner.Request, error) {
-	var req runner.Request
+func (c *completionRequest) toRunner() (runnerapi.Request, error) {
+	var req runnerapi.Request
 	if c.Model == "" {
 		return req, errors.New("model is required")
 	}
@@ -78,8 +78,8 @@ func (c *completionRequest) toRunner() (runner.Request, error) {
 		return req, err
 	}
 	if c.Logprobs != nil {
-		if *c.Logprobs < 0 || *c.Logprobs > runner.MaxTopLogprobs {
-			return req, fmt.Errorf("logprobs %d: want 0..%d", *c.Logprobs, runner.MaxTopLogprobs)
+		if *c.Logprobs < 0 || *c.Logprobs > runnerapi.MaxTopLogprobs {
+			return req, fmt.Errorf("logprobs %d: want 0..%d", *c.Logprobs, runnerapi.MaxTopLogprobs)
 		}
 		if c.Echo {
 			return req, errors.New("echo with logprobs is not supported: the prompt tokens' logprobs are not computed (use one or the other)")
@@ -98,7 +98,7 @@ func (c *completionRequest) toRunner() (runner.Request, error) {
 
 // prompt reads OpenAI's prompt: a string, an array of token ids, or a
 // one-element array of either (several prompts are refused).
-func (c *completionRequest) prompt(req *runner.Request) error {
+func (c *completionRequest) prompt(req *runnerapi.Request) error {
 	const want = "prompt: want a string or an array of token ids"
 	raw := c.Prompt
 	if len(raw) == 0 || string(raw) == "null" {
@@ -145,7 +145,7 @@ type legacyLogprobs struct {
 
 // add appends a token's logprobs; offset is where its text starts in the
 // choice's text.
-func (l *legacyLogprobs) add(lp *runner.Logprobs, offset int) {
+func (l *legacyLogprobs) add(lp *runnerapi.Logprobs, offset int) {
 	l.Tokens = append(l.Tokens, lp.Text)
 	l.TokenLogprobs = append(l.TokenLogprobs, lp.Logprob)
 	top := make(map[string]float32, len(lp.Top))
@@ -193,7 +193,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 		if req.Logprobs {
 			lps = newLegacyLogprobs()
 		}
-		done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
+		done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runnerapi.Piece) error {
 			text.WriteString(p.Text)
 			if lps != nil && p.Logprobs != nil {
 				lps.add(p.Logprobs, offset)
@@ -215,7 +215,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request, forwarded b
 		st.fail(cancelled(ctx, c.id, err))
 		return
 	}
-	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runnerapi.Piece) error {
 		if err := st.begin(); err != nil {
 			return err
 		}

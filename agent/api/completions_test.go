@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // byteVocab is a unit-test double for a model's vocabulary: token i < 256
@@ -150,7 +150,7 @@ type legacyAnswer struct {
 }
 
 func TestCompletions(t *testing.T) {
-	inf := &fakeInference{node: testNode, pieces: []string{"he", "", "llo"}, failAfter: -1, gotReq: make(chan runner.Request, 1)}
+	inf := &fakeInference{node: testNode, pieces: []string{"he", "", "llo"}, failAfter: -1, gotReq: make(chan runnerapi.Request, 1)}
 	srv := chatServer(t, inf)
 
 	// A string prompt, logprobs with 2 alternatives.
@@ -276,7 +276,7 @@ func TestCompletionsErrors(t *testing.T) {
 
 // Chat completions take OpenAI's logprobs and top_logprobs.
 func TestChatLogprobs(t *testing.T) {
-	inf := &fakeInference{node: testNode, pieces: []string{"he", "", "llo"}, failAfter: -1, gotReq: make(chan runner.Request, 1)}
+	inf := &fakeInference{node: testNode, pieces: []string{"he", "", "llo"}, failAfter: -1, gotReq: make(chan runnerapi.Request, 1)}
 	srv := chatServer(t, inf)
 	resp := postChat(t, srv.URL, "application/json", hello+`,"logprobs":true,"top_logprobs":2}`)
 	var a struct {

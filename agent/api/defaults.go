@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A model's own generation settings (an Ollama model's params layer, as
@@ -41,7 +41,7 @@ func given(raw []byte) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // withDefaults is req with the settings body left unset taken from its
 // model's defaults; defaults that would make it invalid are not used.
-func (s *Server) withDefaults(body completionBody, req runner.Request) runner.Request {
+func (s *Server) withDefaults(body completionBody, req runnerapi.Request) runnerapi.Request {
 	b, ok := body.(defaultable)
 	d := s.modelDefaults(body.modelID())
 	if !ok || d == nil {
@@ -58,7 +58,7 @@ func (s *Server) withDefaults(body completionBody, req runner.Request) runner.Re
 		out.Sample.TopK = *d.TopK
 	}
 	if !set.stop && len(d.Stop) > 0 {
-		out.Stop = d.Stop[:min(len(d.Stop), runner.MaxStop)]
+		out.Stop = d.Stop[:min(len(d.Stop), runnerapi.MaxStop)]
 	}
 	if !set.maxTokens && d.NumPredict != nil && *d.NumPredict > 0 {
 		out.MaxTokens = *d.NumPredict

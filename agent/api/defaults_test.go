@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A model's defaults (its Ollama params) fill what a request leaves
@@ -21,7 +21,7 @@ func TestModelDefaults(t *testing.T) {
 		{ID: "bad", Defaults: &state.ModelDefaults{Temperature: f(99)}},
 	}}})
 	s := newAPI(st)
-	inf := &fakeInference{node: testNode, pieces: []string{"ok"}, failAfter: -1, gotReq: make(chan runner.Request, 1)}
+	inf := &fakeInference{node: testNode, pieces: []string{"ok"}, failAfter: -1, gotReq: make(chan runnerapi.Request, 1)}
 	s.Inference = inf
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)

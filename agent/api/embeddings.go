@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // The embedding routes: OpenAI's POST /v1/embeddings and Ollama's POST
@@ -25,11 +25,11 @@ import (
 // request), parse checks that and gives the runner's request (req).
 type embedBody struct {
 	into   any
-	parse  func() (runner.EmbedRequest, error)
+	parse  func() (runnerapi.EmbedRequest, error)
 	model  func() string
 	ka     func() *KeepAlive
 	errOut func(w http.ResponseWriter, status int, typ, code, msg string)
-	req    runner.EmbedRequest
+	req    runnerapi.EmbedRequest
 }
 
 // openAIEmbedRequest is OpenAI's embeddings request.
@@ -55,7 +55,7 @@ type ollamaEmbedRequest struct {
 
 // embedInputs reads an input: a string, an array of strings, an array of
 // token ids, or an array of such arrays (tokens allows the last two).
-func embedInputs(raw json.RawMessage, tokens bool) ([]runner.EmbedInput, error) {
+func embedInputs(raw json.RawMessage, tokens bool) ([]runnerapi.EmbedInput, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		return nil, errors.New("input is missing")
@@ -71,8 +71,8 @@ func embedInputs(raw json.RawMessage, tokens bool) ([]runner.EmbedInput, error) 
 	if len(items) == 0 {
 		return nil, errors.New("input is an empty array")
 	}
-	if len(items) > runner.MaxEmbedInputs {
-		return nil, fmt.Errorf("input has %d items, at most %d", len(items), runner.MaxEmbedInputs)
+	if len(items) > runnerapi.MaxEmbedInputs {
+		return nil, fmt.Errorf("input has %d items, at most %d", len(items), runnerapi.MaxEmbedInputs)
 	}
 	var texts []string
 	if json.Unmarshal(raw, &texts) == nil {
@@ -84,13 +84,13 @@ func embedInputs(raw json.RawMessage, tokens bool) ([]runner.EmbedInput, error) 
 	var ids []int64
 	if json.Unmarshal(raw, &ids) == nil {
 		in, err := tokenInput(ids, 0)
-		return []runner.EmbedInput{in}, err
+		return []runnerapi.EmbedInput{in}, err
 	}
 	var lists [][]int64
 	if err := json.Unmarshal(raw, &lists); err != nil {
 		return nil, errors.New("input: want a string, an array of strings, an array of token ids or an array of such arrays")
 	}
-	out := make([]runner.EmbedInput, len(lists))
+	out := make([]runnerapi.EmbedInput, len(lists))
 	for i, l := range lists {
 		in, err := tokenInput(l, i)
 		if err != nil {
@@ -101,45 +101,45 @@ func embedInputs(raw json.RawMessage, tokens bool) ([]runner.EmbedInput, error) 
 	return out, nil
 }
 
-func textInputs(texts []string) ([]runner.EmbedInput, error) {
-	out := make([]runner.EmbedInput, len(texts))
+func textInputs(texts []string) ([]runnerapi.EmbedInput, error) {
+	out := make([]runnerapi.EmbedInput, len(texts))
 	for i, s := range texts {
 		if s == "" {
 			return nil, fmt.Errorf("input %d is an empty string", i)
 		}
-		out[i] = runner.EmbedInput{Text: s}
+		out[i] = runnerapi.EmbedInput{Text: s}
 	}
 	return out, nil
 }
 
-func tokenInput(ids []int64, i int) (runner.EmbedInput, error) {
+func tokenInput(ids []int64, i int) (runnerapi.EmbedInput, error) {
 	if len(ids) == 0 {
-		return runner.EmbedInput{}, fmt.Errorf("input %d is an empty array of token ids", i)
+		return runnerapi.EmbedInput{}, fmt.Errorf("input %d is an empty array of token ids", i)
 	}
 	out := make([]int32, len(ids))
 	for j, id := range ids {
 		if id < 0 || id > math.MaxInt32 {
-			return runner.EmbedInput{}, fmt.Errorf("input %d: token %d is %d: not a token id", i, j, id)
+			return runnerapi.EmbedInput{}, fmt.Errorf("input %d: token %d is %d: not a token id", i, j, id)
 		}
 		out[j] = int32(id)
 	}
-	return runner.EmbedInput{Tokens: out}, nil
+	return runnerapi.EmbedInput{Tokens: out}, nil
 }
 
-func (b *openAIEmbedRequest) toRunner() (runner.EmbedRequest, error) {
+func (b *openAIEmbedRequest) toRunner() (runnerapi.EmbedRequest, error) {
 	if b.Model == "" {
-		return runner.EmbedRequest{}, errors.New("model is required")
+		return runnerapi.EmbedRequest{}, errors.New("model is required")
 	}
 	switch b.EncodingFormat {
 	case "", "float", "base64":
 	default:
-		return runner.EmbedRequest{}, fmt.Errorf("encoding_format %q: want float or base64", b.EncodingFormat)
+		return runnerapi.EmbedRequest{}, fmt.Errorf("encoding_format %q: want float or base64", b.EncodingFormat)
 	}
 	in, err := embedInputs(b.Input, true)
 	if err != nil {
-		return runner.EmbedRequest{}, err
+		return runnerapi.EmbedRequest{}, err
 	}
-	req := runner.EmbedRequest{Inputs: in}
+	req := runnerapi.EmbedRequest{Inputs: in}
 	if b.Dimensions != nil {
 		if *b.Dimensions < 1 {
 			return req, fmt.Errorf("dimensions %d: want ≥ 1", *b.Dimensions)
@@ -149,11 +149,11 @@ func (b *openAIEmbedRequest) toRunner() (runner.EmbedRequest, error) {
 	return req, nil
 }
 
-func (b *ollamaEmbedRequest) toRunner() (runner.EmbedRequest, error) {
+func (b *ollamaEmbedRequest) toRunner() (runnerapi.EmbedRequest, error) {
 	if b.Model == "" {
-		return runner.EmbedRequest{}, errors.New("model is required")
+		return runnerapi.EmbedRequest{}, errors.New("model is required")
 	}
-	var in []runner.EmbedInput
+	var in []runnerapi.EmbedInput
 	var err error
 	if b.Prompt != nil { // /api/embeddings
 		in, err = textInputs([]string{*b.Prompt})
@@ -161,12 +161,12 @@ func (b *ollamaEmbedRequest) toRunner() (runner.EmbedRequest, error) {
 		in, err = embedInputs(b.Input, false)
 	}
 	if err != nil {
-		return runner.EmbedRequest{}, err
+		return runnerapi.EmbedRequest{}, err
 	}
 	if b.Dimensions < 0 {
-		return runner.EmbedRequest{}, fmt.Errorf("dimensions %d: want ≥ 1", b.Dimensions)
+		return runnerapi.EmbedRequest{}, fmt.Errorf("dimensions %d: want ≥ 1", b.Dimensions)
 	}
-	return runner.EmbedRequest{Inputs: in, Truncate: b.Truncate == nil || *b.Truncate, Dimensions: b.Dimensions}, nil
+	return runnerapi.EmbedRequest{Inputs: in, Truncate: b.Truncate == nil || *b.Truncate, Dimensions: b.Dimensions}, nil
 }
 
 func (e *embedBody) UnmarshalJSON(b []byte) error { return json.Unmarshal(b, e.into) }
@@ -176,10 +176,10 @@ func (e *embedBody) writeError(w http.ResponseWriter, status int, typ, code, msg
 	e.errOut(w, status, typ, code, msg)
 }
 
-func (e *embedBody) toRunner() (runner.Request, error) {
+func (e *embedBody) toRunner() (runnerapi.Request, error) {
 	var err error
 	e.req, err = e.parse()
-	return runner.Request{}, err
+	return runnerapi.Request{}, err
 }
 
 // modelPooling is how a model the cluster lists pools, and its arch;
@@ -223,9 +223,9 @@ func (s *Server) notEmbedding(model string) error {
 
 // runEmbed routes and runs an embedding request; ok false when it was
 // answered (an error, or forwarded to another node).
-func (s *Server) runEmbed(w http.ResponseWriter, r *http.Request, forwarded bool, path string, body *embedBody) (*runner.EmbedResponse, *completionRun, bool) {
+func (s *Server) runEmbed(w http.ResponseWriter, r *http.Request, forwarded bool, path string, body *embedBody) (*runnerapi.EmbedResponse, *completionRun, bool) {
 	parse := body.parse
-	body.parse = func() (runner.EmbedRequest, error) {
+	body.parse = func() (runnerapi.EmbedRequest, error) {
 		req, err := parse()
 		if err == nil {
 			err = s.notEmbedding(body.modelID())
@@ -288,9 +288,9 @@ func (s *Server) ollamaEmbed(w http.ResponseWriter, r *http.Request, forwarded b
 	body := &embedBody{into: &req, parse: req.toRunner, model: func() string { return req.Model }, ka: func() *KeepAlive { return req.KeepAlive },
 		errOut: func(w http.ResponseWriter, status int, _, _, msg string) { ollamaError(w, status, msg) }}
 	if legacy {
-		body.parse = func() (runner.EmbedRequest, error) {
+		body.parse = func() (runnerapi.EmbedRequest, error) {
 			if req.Prompt == nil {
-				return runner.EmbedRequest{}, errors.New("prompt is required")
+				return runnerapi.EmbedRequest{}, errors.New("prompt is required")
 			}
 			return req.toRunner()
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 func embedServer(t *testing.T, inf *fakeInference) *httptest.Server {
@@ -31,17 +31,17 @@ func embedServer(t *testing.T, inf *fakeInference) *httptest.Server {
 // OpenAI's shapes: a string, strings, token ids and arrays of them; float
 // and base64 encodings; the request reaches the runner as read.
 func TestOpenAIEmbeddings(t *testing.T) {
-	inf := &fakeInference{node: testNode, gotEmbed: make(chan runner.EmbedRequest, 1)}
+	inf := &fakeInference{node: testNode, gotEmbed: make(chan runnerapi.EmbedRequest, 1)}
 	srv := embedServer(t, inf)
 	for _, tc := range []struct {
 		body string
-		want []runner.EmbedInput
+		want []runnerapi.EmbedInput
 		dims int
 	}{
-		{`{"model":"emb","input":"hello"}`, []runner.EmbedInput{{Text: "hello"}}, 0},
-		{`{"model":"emb","input":["a","b c"],"dimensions":2}`, []runner.EmbedInput{{Text: "a"}, {Text: "b c"}}, 2},
-		{`{"model":"emb","input":[5,6,7]}`, []runner.EmbedInput{{Tokens: []int32{5, 6, 7}}}, 0},
-		{`{"model":"emb","input":[[1],[2,3]],"encoding_format":"float"}`, []runner.EmbedInput{{Tokens: []int32{1}}, {Tokens: []int32{2, 3}}}, 0},
+		{`{"model":"emb","input":"hello"}`, []runnerapi.EmbedInput{{Text: "hello"}}, 0},
+		{`{"model":"emb","input":["a","b c"],"dimensions":2}`, []runnerapi.EmbedInput{{Text: "a"}, {Text: "b c"}}, 2},
+		{`{"model":"emb","input":[5,6,7]}`, []runnerapi.EmbedInput{{Tokens: []int32{5, 6, 7}}}, 0},
+		{`{"model":"emb","input":[[1],[2,3]],"encoding_format":"float"}`, []runnerapi.EmbedInput{{Tokens: []int32{1}}, {Tokens: []int32{2, 3}}}, 0},
 	} {
 		resp, v := post(t, srv.URL, "/v1/embeddings", tc.body)
 		if resp.StatusCode != 200 {
@@ -85,7 +85,7 @@ func TestOpenAIEmbeddings(t *testing.T) {
 // Ollama's /api/embed (input, truncate on by default) and the older
 // /api/embeddings (prompt, one vector).
 func TestOllamaEmbed(t *testing.T) {
-	inf := &fakeInference{node: testNode, gotEmbed: make(chan runner.EmbedRequest, 1)}
+	inf := &fakeInference{node: testNode, gotEmbed: make(chan runnerapi.EmbedRequest, 1)}
 	srv := embedServer(t, inf)
 	resp, v := post(t, srv.URL, "/api/embed", `{"model":"emb","input":["a","b"]}`)
 	got := <-inf.gotEmbed
@@ -109,7 +109,7 @@ func TestOllamaEmbed(t *testing.T) {
 // Every bad input gets a 400 in the protocol's own error shape, before
 // the runner sees it; a chat model is refused before it loads.
 func TestEmbeddingsRefused(t *testing.T) {
-	inf := &fakeInference{node: testNode, gotEmbed: make(chan runner.EmbedRequest, 1)}
+	inf := &fakeInference{node: testNode, gotEmbed: make(chan runnerapi.EmbedRequest, 1)}
 	srv := embedServer(t, inf)
 	many := make([]string, 10000)
 	for i := range many {
@@ -158,7 +158,7 @@ func TestEmbeddingsRefused(t *testing.T) {
 	}
 	// The runner's own refusals (a token past the vocabulary, known only
 	// there) come back as 400s too.
-	inf.err = &runner.RequestError{Status: 400, ErrorBody: runner.ErrorBody{Error: "input 0: token 0 is 99999: want 0..4095", Kind: "bad_request"}}
+	inf.err = &runnerapi.RequestError{Status: 400, ErrorBody: runnerapi.ErrorBody{Error: "input 0: token 0 is 99999: want 0..4095", Kind: "bad_request"}}
 	resp, v := post(t, srv.URL, "/v1/embeddings", `{"model":"emb","input":[99999]}`)
 	<-inf.gotEmbed
 	if resp.StatusCode != 400 {
@@ -189,11 +189,11 @@ func FuzzEmbedRequest(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		check := func(proto string, req runner.EmbedRequest, err error) {
+		check := func(proto string, req runnerapi.EmbedRequest, err error) {
 			if err != nil {
 				return
 			}
-			if len(req.Inputs) == 0 || len(req.Inputs) > runner.MaxEmbedInputs || req.Dimensions < 0 {
+			if len(req.Inputs) == 0 || len(req.Inputs) > runnerapi.MaxEmbedInputs || req.Dimensions < 0 {
 				t.Fatalf("%s %q: %d inputs, dimensions %d", proto, body, len(req.Inputs), req.Dimensions)
 			}
 			for i, in := range req.Inputs {

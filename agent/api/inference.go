@@ -7,7 +7,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/placement"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Inference is the node's model serving: placement on this node, local
@@ -41,10 +41,10 @@ type Inference interface {
 	Delete(ctx context.Context, instanceID string) error
 	// Complete runs a completion on an instance on this node; its spans
 	// become trace traceID ("" runs it untraced).
-	Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error)
+	Complete(ctx context.Context, instanceID, traceID string, req runnerapi.Request, onPiece func(runnerapi.Piece) error) (*runnerapi.Done, error)
 	// Embed runs an embedding request on an instance on this node
 	// (traceID as Complete's).
-	Embed(ctx context.Context, instanceID, traceID string, req runner.EmbedRequest) (*runner.EmbedResponse, error)
+	Embed(ctx context.Context, instanceID, traceID string, req runnerapi.EmbedRequest) (*runnerapi.EmbedResponse, error)
 	// Peer is an HTTP client whose requests to http://<node id>/… reach
 	// that node's peer API over an authenticated stream link.
 	Peer() *http.Client
@@ -83,9 +83,9 @@ var (
 // OpenAI error type and code.
 func inferenceStatus(err error) (status int, typ, code string) {
 	switch {
-	case errors.Is(err, runner.ErrPromptTooLong):
+	case errors.Is(err, runnerapi.ErrPromptTooLong):
 		return http.StatusBadRequest, "invalid_request_error", "context_length_exceeded"
-	case errors.Is(err, runner.ErrBadRequest):
+	case errors.Is(err, runnerapi.ErrBadRequest):
 		return http.StatusBadRequest, "invalid_request_error", "invalid_value"
 	case errors.Is(err, ErrModelNotRunning), errors.Is(err, ErrModelNotFound):
 		return http.StatusNotFound, "invalid_request_error", "model_not_found"
@@ -102,7 +102,7 @@ func inferenceStatus(err error) (status int, typ, code string) {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "server_error", "timeout"
 	}
-	var re *runner.RequestError
+	var re *runnerapi.RequestError
 	if errors.As(err, &re) {
 		switch re.Kind {
 		case "prompt_too_long":
@@ -125,6 +125,6 @@ type PreviewsResponse struct {
 	// (pipelines over the first k nodes, tensor-parallel groups over the
 	// first T), and Auto the one "parallelism": "auto" would place ("":
 	// none can be predicted yet, so auto places a pipeline).
-	Plans []placement.Prediction `json:"plans"`
+	Plans []runnerapi.Prediction `json:"plans"`
 	Auto  string                 `json:"auto"`
 }

@@ -6,10 +6,10 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/ident"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
 )
 
 // PlaceRequest is the body of POST /instance: a model and, optionally,
@@ -46,7 +46,7 @@ type PlaceRequest struct {
 	// that name none speculate with ({"draft": "ngram" or DraftModel,
 	// "max": K, "min": N, "p_min": P}; a request's {"draft": "none"} turns
 	// it off).
-	Speculative *runner.Speculation `json:"speculative,omitempty"`
+	Speculative *runnerapi.Speculation `json:"speculative,omitempty"`
 }
 
 // PlaceResponse answers POST /instance.

@@ -7,8 +7,7 @@ import (
 	"net/http"
 
 	"github.com/orrery-cluster/orrery/engine/grammar"
-	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 )
 
@@ -54,7 +53,7 @@ func (c *ollamaCommon) writeError(w http.ResponseWriter, status int, _, _, msg s
 
 // apply puts the options, format and think into req, with Ollama's
 // defaults (temperature 0.8, top_k 40, top_p 0.9).
-func (c *ollamaCommon) apply(req *runner.Request) error {
+func (c *ollamaCommon) apply(req *runnerapi.Request) error {
 	if c.Model == "" {
 		return errors.New("model is required")
 	}
@@ -138,8 +137,8 @@ type ollamaChatRequest struct {
 	Tools    json.RawMessage `json:"tools"`
 }
 
-func (c *ollamaChatRequest) toRunner() (runner.Request, error) {
-	var req runner.Request
+func (c *ollamaChatRequest) toRunner() (runnerapi.Request, error) {
+	var req runnerapi.Request
 	if len(c.Messages) == 0 || len(c.Messages) > maxMessages {
 		return req, fmt.Errorf("messages: want 1..%d, got %d", maxMessages, len(c.Messages))
 	}
@@ -152,7 +151,7 @@ func (c *ollamaChatRequest) toRunner() (runner.Request, error) {
 		if len(m.Images) > 0 {
 			return req, fmt.Errorf("messages[%d].images: this model takes text only", i)
 		}
-		msg := model.Message{Role: m.Role, Content: m.Content, Reasoning: m.Thinking, Name: m.ToolName}
+		msg := runnerapi.Message{Role: m.Role, Content: m.Content, Reasoning: m.Thinking, Name: m.ToolName}
 		for j, tc := range m.ToolCalls {
 			args := tc.Function.Arguments
 			var obj map[string]json.RawMessage
@@ -164,8 +163,8 @@ func (c *ollamaChatRequest) toRunner() (runner.Request, error) {
 			if m.Role != "assistant" || !toolName.MatchString(tc.Function.Name) {
 				return req, fmt.Errorf("messages[%d].tool_calls[%d]: want an assistant's call of a named function", i, j)
 			}
-			msg.ToolCalls = append(msg.ToolCalls, model.ToolCall{Type: "function",
-				Function: model.ToolCallFunction{Name: tc.Function.Name, Arguments: args}})
+			msg.ToolCalls = append(msg.ToolCalls, runnerapi.ToolCall{Type: "function",
+				Function: runnerapi.ToolCallFunction{Name: tc.Function.Name, Arguments: args}})
 		}
 		req.Messages = append(req.Messages, msg)
 	}
@@ -190,8 +189,8 @@ type ollamaGenerateRequest struct {
 
 // toRunner renders the prompt with the chat template (a user message, and
 // the system one), or sends it as is with raw.
-func (c *ollamaGenerateRequest) toRunner() (runner.Request, error) {
-	var req runner.Request
+func (c *ollamaGenerateRequest) toRunner() (runnerapi.Request, error) {
+	var req runnerapi.Request
 	switch {
 	case len(c.Images) > 0:
 		return req, errors.New("images: this model takes text only")
@@ -203,9 +202,9 @@ func (c *ollamaGenerateRequest) toRunner() (runner.Request, error) {
 		req.Prompt = c.Prompt
 	default:
 		if c.System != "" {
-			req.Messages = append(req.Messages, model.Message{Role: "system", Content: c.System})
+			req.Messages = append(req.Messages, runnerapi.Message{Role: "system", Content: c.System})
 		}
-		req.Messages = append(req.Messages, model.Message{Role: "user", Content: c.Prompt})
+		req.Messages = append(req.Messages, runnerapi.Message{Role: "user", Content: c.Prompt})
 	}
 	return req, c.apply(&req)
 }

@@ -10,8 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/chatfmt"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request, forwarded bool) {
@@ -126,7 +125,7 @@ func (o *ollamaLines) fail(err error) {
 }
 
 // ollamaCalls are parsed calls in Ollama's shape: arguments as objects.
-func ollamaCalls(calls []chatfmt.Call) []any {
+func ollamaCalls(calls []runnerapi.Call) []any {
 	out := make([]any, len(calls))
 	for i, c := range calls {
 		out[i] = map[string]any{"function": map[string]any{"index": c.Index, "name": c.Name, "arguments": json.RawMessage(c.Arguments)}}
@@ -167,7 +166,7 @@ func (s *Server) ollamaRun(ctx context.Context, w http.ResponseWriter, c *comple
 		}
 		return m
 	}
-	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, c.req, func(p runner.Piece) error {
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, c.req, func(p runnerapi.Piece) error {
 		if !stream {
 			text.WriteString(p.Text)
 			thinking.WriteString(p.Reasoning)

@@ -18,8 +18,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 )
 
@@ -61,7 +60,7 @@ type chatRequest struct {
 	CachePrompt *bool `json:"cache_prompt"`
 	// Speculative asks for speculative decoding: {"draft": "ngram",
 	// "max": K}.
-	Speculative *runner.Speculation `json:"speculative"`
+	Speculative *runnerapi.Speculation `json:"speculative"`
 	// Logprobs and TopLogprobs (0..runner.MaxTopLogprobs) ask for each
 	// generated token's logprob and the most likely alternatives.
 	Logprobs    bool `json:"logprobs"`
@@ -128,8 +127,8 @@ func (c *chatRequest) writeError(w http.ResponseWriter, status int, typ, code, m
 	openAIError(w, status, typ, code, msg)
 }
 
-func (c *chatRequest) toRunner() (runner.Request, error) {
-	var req runner.Request
+func (c *chatRequest) toRunner() (runnerapi.Request, error) {
+	var req runnerapi.Request
 	if c.Model == "" {
 		return req, errors.New("model is required")
 	}
@@ -153,7 +152,7 @@ func (c *chatRequest) toRunner() (runner.Request, error) {
 		if role == "developer" {
 			role = "system"
 		}
-		msg := model.Message{Role: role, Content: t}
+		msg := runnerapi.Message{Role: role, Content: t}
 		if err := m.toolFields(&msg); err != nil {
 			return req, fmt.Errorf("messages[%d].%v", i, err)
 		}
@@ -251,7 +250,7 @@ type chatTopLogprob struct {
 	Bytes   []int   `json:"bytes"`
 }
 
-func chatLogprobOf(lp *runner.Logprobs) chatLogprob {
+func chatLogprobOf(lp *runnerapi.Logprobs) chatLogprob {
 	c := chatLogprob{Token: lp.Text, Logprob: lp.Logprob, Bytes: bytesOf(lp.Text), TopLogprobs: []chatTopLogprob{}}
 	for _, t := range lp.Top {
 		c.TopLogprobs = append(c.TopLogprobs, chatTopLogprob{Token: t.Text, Logprob: t.Logprob, Bytes: bytesOf(t.Text)})
@@ -343,7 +342,7 @@ func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // runExt is the "orrery" object of a completion that started at start
 // and just ended with d; it records the request's metrics.
-func (s *Server) runExt(traceID, instanceID string, start time.Time, d *runner.Done) orreryExt {
+func (s *Server) runExt(traceID, instanceID string, start time.Time, d *runnerapi.Done) orreryExt {
 	end := time.Now()
 	e := orreryExt{TraceID: traceID, Node: s.NodeID, InstanceID: instanceID,
 		PrefillTokPerS: round3(d.PrefillTokPerSec()), DecodeTokPerS: round3(d.DecodeTokPerSec()),
@@ -359,7 +358,7 @@ func (s *Server) runExt(traceID, instanceID string, start time.Time, d *runner.D
 	return e
 }
 
-func usageOf(d *runner.Done) usage {
+func usageOf(d *runnerapi.Done) usage {
 	return usage{PromptTokens: d.PromptTokens, CompletionTokens: d.CompletionTokens, TotalTokens: d.PromptTokens + d.CompletionTokens,
 		PromptTokensDetails: promptDetails{CachedTokens: d.CachedTokens}}
 }
@@ -390,7 +389,7 @@ func (s *Server) chatOnce(ctx context.Context, w http.ResponseWriter, c *complet
 	var text, reasoning strings.Builder
 	var lps []chatLogprob
 	var calls []any
-	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runnerapi.Piece) error {
 		text.WriteString(p.Text)
 		reasoning.WriteString(p.Reasoning)
 		for _, call := range p.Calls {
@@ -443,7 +442,7 @@ func (s *Server) chatStream(ctx context.Context, w http.ResponseWriter, c *compl
 		return
 	}
 	called := false
-	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runner.Piece) error {
+	done, err := s.Inference.Complete(ctx, c.instanceID, c.traceID, req, func(p runnerapi.Piece) error {
 		if err := st.begin(); err != nil {
 			return err
 		}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // fakeInference is a unit-test double: it routes every model to node and
@@ -30,7 +30,7 @@ type fakeInference struct {
 	err       error // the failure
 	peer      *http.Client
 	gotTrace  chan string
-	gotReq    chan runner.Request // when set, gets each completion's request
+	gotReq    chan runnerapi.Request // when set, gets each completion's request
 	// loading: Progress reports the instance loading this many times
 	// (layer 1 of 4, then 2…), then loadErr or ready.
 	loading int
@@ -45,22 +45,22 @@ type fakeInference struct {
 	// existed: Place answers with a live instance, as for the same nodes.
 	existed bool
 	// gotEmbed, when set, gets each embedding request.
-	gotEmbed chan runner.EmbedRequest
+	gotEmbed chan runnerapi.EmbedRequest
 }
 
 // Embed answers each input with a unit vector of 4 whose first value is
 // the input's index: [i, 1, 0, 0] normalised.
-func (f *fakeInference) Embed(ctx context.Context, instanceID, traceID string, req runner.EmbedRequest) (*runner.EmbedResponse, error) {
+func (f *fakeInference) Embed(ctx context.Context, instanceID, traceID string, req runnerapi.EmbedRequest) (*runnerapi.EmbedResponse, error) {
 	if f.gotEmbed != nil {
 		f.gotEmbed <- req
 	}
 	if f.err != nil {
 		return nil, f.err
 	}
-	res := &runner.EmbedResponse{}
+	res := &runnerapi.EmbedResponse{}
 	for i, in := range req.Inputs {
 		n := float32(math.Sqrt(float64(i*i + 1)))
-		res.Embeddings = append(res.Embeddings, runner.Vector{float32(i) / n, 1 / n, 0, 0})
+		res.Embeddings = append(res.Embeddings, runnerapi.Vector{float32(i) / n, 1 / n, 0, 0})
 		res.PromptTokens += len(in.Text) + len(in.Tokens)
 	}
 	return res, nil
@@ -110,7 +110,7 @@ func (f *fakeInference) Vocab(model string) (Vocab, error) {
 	}
 	return byteVocab{}, nil
 }
-func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error) {
+func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string, req runnerapi.Request, onPiece func(runnerapi.Piece) error) (*runnerapi.Done, error) {
 	if f.gotTrace != nil {
 		f.gotTrace <- traceID
 	}
@@ -118,7 +118,7 @@ func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string
 		f.gotReq <- req
 	}
 	if req.Echo {
-		if err := onPiece(runner.Piece{Index: -1, Token: -1, Text: req.Prompt, Echo: true}); err != nil {
+		if err := onPiece(runnerapi.Piece{Index: -1, Token: -1, Text: req.Prompt, Echo: true}); err != nil {
 			return nil, err
 		}
 	}
@@ -126,15 +126,15 @@ func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string
 		if i == f.failAfter {
 			return nil, f.err
 		}
-		piece := runner.Piece{Index: i, Token: int32(i), Text: p}
+		piece := runnerapi.Piece{Index: i, Token: int32(i), Text: p}
 		if req.Logprobs {
 			// The token's text is its piece; the top alternatives are
 			// the piece and "alt".
-			piece.Logprobs = &runner.Logprobs{TokenLogprob: runner.TokenLogprob{Token: int32(i), Logprob: -0.5, Text: p}}
+			piece.Logprobs = &runnerapi.Logprobs{TokenLogprob: runnerapi.TokenLogprob{Token: int32(i), Logprob: -0.5, Text: p}}
 			for k := range req.TopLogprobs {
-				t := runner.TokenLogprob{Token: int32(i), Logprob: -0.5, Text: p}
+				t := runnerapi.TokenLogprob{Token: int32(i), Logprob: -0.5, Text: p}
 				if k > 0 {
-					t = runner.TokenLogprob{Token: 99, Logprob: -2, Text: fmt.Sprintf("alt%d", k)}
+					t = runnerapi.TokenLogprob{Token: 99, Logprob: -2, Text: fmt.Sprintf("alt%d", k)}
 				}
 				piece.Logprobs.Top = append(piece.Logprobs.Top, t)
 			}
@@ -150,7 +150,7 @@ func (f *fakeInference) Complete(ctx context.Context, instanceID, traceID string
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &runner.Done{Result: runner.Result{FinishReason: "length", PromptTokens: 7, CachedTokens: 2, CompletionTokens: len(f.pieces),
+	return &runnerapi.Done{Result: runnerapi.Result{FinishReason: "length", PromptTokens: 7, CachedTokens: 2, CompletionTokens: len(f.pieces),
 		PrefillNs: 1e6, DecodeNs: 2e6, FirstTokenNs: 1e6}}, nil
 }
 
@@ -383,7 +383,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestChatErrors(t *testing.T) {
-	tooLong := &runner.RequestError{Status: 400, ErrorBody: runner.ErrorBody{Error: "the prompt is 900 tokens and the context holds 512", Kind: "prompt_too_long"}}
+	tooLong := &runnerapi.RequestError{Status: 400, ErrorBody: runnerapi.ErrorBody{Error: "the prompt is 900 tokens and the context holds 512", Kind: "prompt_too_long"}}
 	// Refused before any token: a real status in OpenAI's shape, even
 	// when streaming.
 	srv := chatServer(t, &fakeInference{node: testNode, pieces: []string{"a"}, failAfter: 0, err: tooLong})

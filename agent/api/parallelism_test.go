@@ -15,7 +15,7 @@ func TestParallelism(t *testing.T) {
 		out  string
 	}{
 		{`"pipeline"`, Parallelism{}, `{}`},
-		{`"tensor"`, Parallelism{Pipeline: 1, Tensor: -1}, `"tensor"`},
+		{`"tensor"`, Parallelism{EveryNode: true}, `"tensor"`},
 		{`"auto"`, Parallelism{Auto: true}, `"auto"`},
 		{`{"pipeline":1,"tensor":2}`, Parallelism{Pipeline: 1, Tensor: 2}, `{"pipeline":1,"tensor":2}`},
 	} {
@@ -62,4 +62,30 @@ func FuzzParallelism(f *testing.F) {
 			t.Fatalf("%q → %+v → %s → %+v, %v", b, p, out, q, err)
 		}
 	})
+}
+
+// A tensor-parallel request resolves to a shape once the nodes are
+// known: "tensor" is one group of all of them.
+func TestParallelismShape(t *testing.T) {
+	for _, c := range []struct {
+		p     Parallelism
+		nodes int
+		want  string // the shape, or the error's text
+	}{
+		{Parallelism{EveryNode: true}, 3, "tensor 3"},
+		{Parallelism{Pipeline: 1, Tensor: 2}, 5, "tensor 2"},
+		{Parallelism{Pipeline: 2, Tensor: 2}, 4, "pipeline 2 × tensor 2"},
+		{Parallelism{Pipeline: 2}, 6, "pipeline 2 × tensor 3"},
+		{Parallelism{EveryNode: true}, 1, "needs 2 nodes or more; this cluster offers 1"},
+		{Parallelism{Pipeline: 1, Tensor: 17}, 17, "tensor-parallel groups of 17, want 1..16"},
+	} {
+		s, err := c.p.Shape(c.nodes)
+		got := s.String()
+		if err != nil {
+			got = err.Error()
+		}
+		if !strings.Contains(got, c.want) {
+			t.Errorf("%+v over %d nodes: %q, want %q", c.p, c.nodes, got, c.want)
+		}
+	}
 }

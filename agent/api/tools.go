@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/orrery-cluster/orrery/engine/chatfmt"
-	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // maxTools bounds a request's tools.
@@ -31,7 +29,7 @@ type chatToolCall struct {
 // toolFields moves a message's tool fields into m, checking them: calls
 // only on assistant messages, each naming a function with a JSON object
 // for arguments.
-func (cm chatMessage) toolFields(m *model.Message) error {
+func (cm chatMessage) toolFields(m *runnerapi.Message) error {
 	if len(cm.ToolCalls) > 0 && cm.Role != "assistant" {
 		return errors.New("tool_calls: only assistant messages make calls")
 	}
@@ -47,8 +45,8 @@ func (cm chatMessage) toolFields(m *model.Message) error {
 		if json.Unmarshal(args, &obj) != nil {
 			return fmt.Errorf("tool_calls[%d].function.arguments: want a string holding a JSON object", j)
 		}
-		m.ToolCalls = append(m.ToolCalls, model.ToolCall{ID: tc.ID, Type: "function",
-			Function: model.ToolCallFunction{Name: tc.Function.Name, Arguments: args}})
+		m.ToolCalls = append(m.ToolCalls, runnerapi.ToolCall{ID: tc.ID, Type: "function",
+			Function: runnerapi.ToolCallFunction{Name: tc.Function.Name, Arguments: args}})
 	}
 	m.ToolCallID, m.Name = cm.ToolCallID, cm.Name
 	return nil
@@ -58,7 +56,7 @@ func (cm chatMessage) toolFields(m *model.Message) error {
 // call (tool_choice "required" or a named function) is enforced by a
 // grammar, so each tool's parameters must be a schema the grammar can
 // enforce: one it cannot is an error naming the tool and the JSON pointer.
-func (c *chatRequest) applyTools(req *runner.Request) error {
+func (c *chatRequest) applyTools(req *runnerapi.Request) error {
 	choice, err := toolChoiceOf(c.ToolChoice)
 	if err != nil {
 		return err
@@ -164,14 +162,14 @@ func (c *chatRequest) chatKwargs() map[string]any {
 
 // openAICall is a parsed call in OpenAI's shape; id is made from the
 // completion's id, so that it is unique and stable across a stream.
-func openAICall(completionID string, c chatfmt.Call) map[string]any {
+func openAICall(completionID string, c runnerapi.Call) map[string]any {
 	return map[string]any{"id": fmt.Sprintf("call_%s_%d", completionID, c.Index), "type": "function",
 		"function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
 }
 
 // toolCallDeltas are a parsed call as OpenAI streams one: a chunk naming
 // it with empty arguments, then one with the arguments.
-func toolCallDeltas(completionID string, c chatfmt.Call) []map[string]any {
+func toolCallDeltas(completionID string, c runnerapi.Call) []map[string]any {
 	head := openAICall(completionID, c)
 	head["index"] = c.Index
 	head["function"] = map[string]any{"name": c.Name, "arguments": ""}
@@ -181,7 +179,7 @@ func toolCallDeltas(completionID string, c chatfmt.Call) []map[string]any {
 
 // finishReason is the runner's, or "tool_calls" where an answer that
 // stopped made calls (as OpenAI reports it).
-func finishReason(d *runner.Done, called bool) string {
+func finishReason(d *runnerapi.Done, called bool) string {
 	if called && d.FinishReason == "stop" {
 		return "tool_calls"
 	}

@@ -10,9 +10,8 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/placement"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // The cost model's operating point: decode after a prompt of
@@ -28,7 +27,7 @@ const assumedLinkMbps = 1000
 // pays) and capacity; a pair not measured yet takes the slowest measured
 // link's figures.
 func (m *Manager) costInputs(st state.State) placement.Inputs {
-	speeds := map[string]backend.Speed{}
+	speeds := map[string]runnerapi.Speed{}
 	for id, ni := range st.NodeIdentities {
 		if ni.Speed != nil {
 			speeds[id] = *ni.Speed
@@ -86,7 +85,7 @@ func (r *reduceSeen) learn(st state.State) {
 	defer r.mu.Unlock()
 	for _, run := range st.Runners {
 		in, ok := st.Instances[run.InstanceID]
-		if run.Rank != 0 || run.ReduceMicros <= 0 || !ok || in.Tensor < 2 {
+		if run.Rank != 0 || run.ReduceMicros <= 0 || !ok || !in.Shape().TensorParallel() {
 			continue
 		}
 		nodes := make([]string, len(in.Ranks))
@@ -109,7 +108,7 @@ func (r *reduceSeen) get(nodes []string) (float64, bool) {
 
 // predictions lists every candidate plan of the model over nodes (all:
 // only those over every node, which were named).
-func (m *Manager) predictions(ml modelLayout, nodes []placement.Node, all bool) []placement.Prediction {
+func (m *Manager) predictions(ml modelLayout, nodes []placement.Node, all bool) []runnerapi.Prediction {
 	if ml.file == nil {
 		return nil
 	}
@@ -118,17 +117,14 @@ func (m *Manager) predictions(ml modelLayout, nodes []placement.Node, all bool) 
 
 // predict is the prediction of the plan placed (nil when none can be
 // made: no node has measured its speed).
-func (m *Manager) predict(ml modelLayout, ranks []placement.Rank, tensor int) *placement.Prediction {
+func (m *Manager) predict(ml modelLayout, ranks []placement.Rank, sh runnerapi.Shape) *runnerapi.Prediction {
 	if ml.file == nil || len(ranks) == 0 {
 		return nil
 	}
-	p := placement.Plan{Pipeline: len(ranks), Tensor: 1, Ranks: ranks}
-	if tensor > 1 {
-		p.Pipeline, p.Tensor = len(ranks)/tensor, tensor
-	}
+	p := placement.Plan{Shape: sh, Ranks: ranks}
 	pr, err := placement.CostOf(ml.file, ml.cfg).Predict(p, m.costInputs(m.cfg.Store.State()))
 	if err != nil {
-		m.log.Info("no prediction for the plan placed", "plan", p.Name(), "err", err)
+		m.log.Info("no prediction for the plan placed", "plan", sh.String(), "err", err)
 		return nil
 	}
 	pr.Fits = true
@@ -142,7 +138,7 @@ func (m *Manager) predict(ml modelLayout, ranks []placement.Rank, tensor int) *p
 // as by default: a pipeline, or the default's error with its numbers.
 func (m *Manager) placeAuto(ctx context.Context, req api.PlaceRequest, ml modelLayout, existed *bool) (state.Instance, error) {
 	if len(req.Ranks) > 0 || req.Node != "" {
-		return state.Instance{}, fmt.Errorf(`%w: "parallelism": "auto" chooses the ranks: name nodes (or none), not ranks or one node`, runner.ErrBadRequest)
+		return state.Instance{}, fmt.Errorf(`%w: "parallelism": "auto" chooses the ranks: name nodes (or none), not ranks or one node`, runnerapi.ErrBadRequest)
 	}
 	nodes, err := m.candidates(req.Model, req.Nodes)
 	if err != nil {
@@ -160,9 +156,9 @@ func (m *Manager) placeAuto(ctx context.Context, req api.PlaceRequest, ml modelL
 	}
 	m.log.Info("parallelism auto", "model", req.Model, "plan", best.Plan, "nodes", best.Nodes,
 		"decodeTokPerSec", fmt.Sprintf("%.1f", best.DecodeTokPerSec), "candidates", len(preds))
-	if best.Tensor > 1 {
+	if best.TensorParallel() {
 		tp := req
-		tp.Parallelism, tp.Nodes = &api.Parallelism{Pipeline: best.Pipeline, Tensor: best.Tensor}, best.Nodes
+		tp.Parallelism, tp.Nodes = api.ParallelismOf(best.Shape), best.Nodes
 		return m.placeTensor(ctx, tp, ml, existed)
 	}
 	pipeline.Nodes = best.Nodes

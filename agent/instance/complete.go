@@ -10,15 +10,15 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // Complete runs a completion on this node's rank 0 and, when traced,
 // ships its spans to the master and announces the task with every rank
 // (the other ranks' nodes ship theirs).
-func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req runner.Request, onPiece func(runner.Piece) error) (*runner.Done, error) {
-	done, err := m.cfg.Runners.Complete(ctx, instanceID, runner.CompletionRequest{Request: req, TraceID: traceID}, onPiece)
+func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req runnerapi.Request, onPiece func(runnerapi.Piece) error) (*runnerapi.Done, error) {
+	done, err := m.cfg.Runners.Complete(ctx, instanceID, runnerapi.CompletionRequest{Request: req, TraceID: traceID}, onPiece)
 	if traceID != "" {
 		var spans []trace.Span
 		var counters []trace.CounterSample
@@ -44,7 +44,7 @@ func (m *Manager) Complete(ctx context.Context, instanceID, traceID string, req 
 // Embed runs an embedding request on this node's rank 0; when traced, its
 // rank 0 spans become a one-rank trace of kind "embed" (the other ranks
 // record none for embeddings).
-func (m *Manager) Embed(ctx context.Context, instanceID, traceID string, req runner.EmbedRequest) (*runner.EmbedResponse, error) {
+func (m *Manager) Embed(ctx context.Context, instanceID, traceID string, req runnerapi.EmbedRequest) (*runnerapi.EmbedResponse, error) {
 	req.TraceID = traceID
 	res, err := m.cfg.Runners.Embed(ctx, instanceID, req)
 	if traceID != "" && res != nil {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/engine/placement"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // draftNeed refuses a draft model (id; "" for none) that node, where the
@@ -23,7 +23,7 @@ func (m *Manager) draftNeed(ctx context.Context, id, node string) (uint64, error
 			continue
 		}
 		if mi.Error != "" {
-			return 0, fmt.Errorf("%w: draft model %q cannot run on node %s: %s", runner.ErrBadRequest, id, node, mi.Error)
+			return 0, fmt.Errorf("%w: draft model %q cannot run on node %s: %s", runnerapi.ErrBadRequest, id, node, mi.Error)
 		}
 		if _, ok := m.cfg.Models.Find(id); ok {
 			if dl, err := m.layout(ctx, id); err == nil {
@@ -36,7 +36,7 @@ func (m *Manager) draftNeed(ctx context.Context, id, node string) (uint64, error
 		}
 		return 0, nil
 	}
-	return 0, fmt.Errorf("%w: draft model %q is not on node %s, where rank 0 runs and would load it", runner.ErrBadRequest, id, node)
+	return 0, fmt.Errorf("%w: draft model %q is not on node %s, where rank 0 runs and would load it", runnerapi.ErrBadRequest, id, node)
 }
 
 // addDraft counts the draft's need in rank 0's, and refuses a placement

@@ -9,7 +9,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/placement"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A draft model's memory is rank 0's: counted in its need, and a rank 0
@@ -34,7 +34,7 @@ func TestAddDraft(t *testing.T) {
 func TestReplaceKeepsDraft(t *testing.T) {
 	m, seq := oneNode(t)
 	ctx := context.Background()
-	sp := &runner.Speculation{Draft: "tiny", Max: 3}
+	sp := &runnerapi.Speculation{Draft: "tiny", Max: 3}
 	in, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", DraftModel: "tiny", Speculative: sp})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +47,7 @@ func TestReplaceKeepsDraft(t *testing.T) {
 		t.Fatalf("Route after the failure: %s, %v; want a new instance", id, err)
 	}
 	got := m.cfg.Store.State().Instances[id]
-	if got.DraftModel != "tiny" || !runner.SameSpeculation(got.Speculative, sp) {
+	if got.DraftModel != "tiny" || !runnerapi.SameSpeculation(got.Speculative, sp) {
 		t.Errorf("the replacement: draft %q, speculation %+v; want %q and %+v", got.DraftModel, got.Speculative, "tiny", sp)
 	}
 	if _, ok := m.cfg.Store.State().Instances[in.InstanceID]; ok {

@@ -15,7 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -96,7 +96,7 @@ func TestPlaceRefusals(t *testing.T) {
 		t.Errorf("a node outside the cluster: %v", err)
 	}
 	// Ranks past the model's 4 blocks are a bad request, not a panic.
-	if _, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Ranks: []state.ShardRange{{NodeID: "n1", LastLayer: 10}}}); !errors.Is(err, runner.ErrBadRequest) ||
+	if _, _, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", Ranks: []state.ShardRange{{NodeID: "n1", LastLayer: 10}}}); !errors.Is(err, runnerapi.ErrBadRequest) ||
 		!strings.Contains(err.Error(), "4-layer model") {
 		t.Errorf("layers [0, 10) of 4: %v", err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/placement"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // modelLayout is what placing a model needs to know of it.
@@ -196,7 +196,7 @@ func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
 	}
 	plans := m.predictions(ml, nodes, false)
 	if plans == nil {
-		plans = []placement.Prediction{}
+		plans = []runnerapi.Prediction{}
 	}
 	auto := ""
 	if best, ok := placement.Fastest(plans); ok {
@@ -219,7 +219,7 @@ func (m *Manager) Place(ctx context.Context, req api.PlaceRequest) (in state.Ins
 func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool) (state.Instance, error) {
 	if sp := req.Speculative; sp != nil {
 		if err := sp.CheckDefault(req.DraftModel); err != nil {
-			return state.Instance{}, fmt.Errorf("%w: %v", runner.ErrBadRequest, err)
+			return state.Instance{}, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 		}
 	}
 	ml, err := m.layout(ctx, req.Model)
@@ -233,8 +233,8 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 	if req.Parallelism.TensorParallel() {
 		return m.placeTensor(ctx, req, ml, existed)
 	}
-	if p := req.Parallelism; p != nil && p.Tensor == 1 && p.Pipeline == 1 && len(req.Nodes) > 1 {
-		return state.Instance{}, fmt.Errorf(`%w: {"pipeline": 1, "tensor": 1} on %d nodes`, runner.ErrBadRequest, len(req.Nodes))
+	if p := req.Parallelism; p != nil && p.Tensor == 1 && p.Pipeline == 1 && len(req.Nodes) > 1 { // one node's shape
+		return state.Instance{}, fmt.Errorf(`%w: {"pipeline": 1, "tensor": 1} on %d nodes`, runnerapi.ErrBadRequest, len(req.Nodes))
 	}
 	var ranks []placement.Rank
 	switch {
@@ -274,16 +274,12 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 			return state.Instance{}, placeErr(err)
 		}
 	}
-	return m.create(ctx, req, ml, ranks, 0, existed)
+	return m.create(ctx, req, ml, ranks, runnerapi.Shape{Pipeline: len(ranks), Tensor: 1}, existed)
 }
 
-// create publishes an instance of ranks (one tensor-parallel group of
-// tensor ranks when tensor > 1), or answers with a live one on the same
-// nodes and split.
-func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayout, ranks []placement.Rank, tensor int, existed *bool) (state.Instance, error) {
-	if tensor < 2 {
-		tensor = 0
-	}
+// create publishes an instance of ranks in shape sh, or answers with a
+// live one on the same nodes and split.
+func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayout, ranks []placement.Rank, sh runnerapi.Shape, existed *bool) (state.Instance, error) {
 	// Checked and created (to the state) under one lock, so that two
 	// placements at once cannot both pass the check.
 	m.createMu.Lock()
@@ -291,7 +287,7 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	live := m.liveInstances(req.Model)
 	if !req.Duplicate {
 		for _, in := range live {
-			if !sameNodes(in.Ranks, ranks) || in.Tensor != tensor || in.DraftModel != req.DraftModel || !runner.SameSpeculation(in.Speculative, req.Speculative) {
+			if !sameNodes(in.Ranks, ranks) || in.Shape() != sh || in.DraftModel != req.DraftModel || !runnerapi.SameSpeculation(in.Speculative, req.Speculative) {
 				continue
 			}
 			in, ok, err := m.reuse(ctx, in, req)
@@ -315,7 +311,8 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
 		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1),
-		Source: ml.source, Tensor: tensor, Prediction: m.predict(ml, ranks, tensor), DraftModel: req.DraftModel, Speculative: req.Speculative}
+		Source: ml.source, Prediction: m.predict(ml, ranks, sh), DraftModel: req.DraftModel, Speculative: req.Speculative}
+	in.SetShape(sh)
 	if k := req.KeepAlive; k != nil && !k.Pinned() {
 		// Unloaded if its first request does not come (or comes and ends).
 		exp := in.CreatedAt.Add(k.D + firstUseGrace)
@@ -369,7 +366,7 @@ func placeErr(err error) error {
 		// Both say "model does not fit": once is enough.
 		return fmt.Errorf("%w: %s", api.ErrNoMemory, strings.TrimPrefix(err.Error(), placement.ErrNoFit.Error()+": "))
 	}
-	return fmt.Errorf("%w: %v", runner.ErrBadRequest, err)
+	return fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 }
 
 // liveInstances are the model's instances that are not Failed: those in

@@ -59,8 +59,8 @@ func (m *Manager) Route(ctx context.Context, modelID string, keepAlive *api.Keep
 		// groups, its draft model beside rank 0 and its default
 		// speculation. (Elsewhere, the draft's node may not be rank 0's.)
 		req.Nodes, req.DraftModel, req.Speculative = nodes, old.DraftModel, old.Speculative
-		if old.Tensor > 1 {
-			req.Parallelism = &api.Parallelism{Pipeline: len(old.Ranks) / old.Tensor, Tensor: old.Tensor}
+		if sh := old.Shape(); sh.TensorParallel() {
+			req.Parallelism = api.ParallelismOf(sh)
 		}
 	}
 	m.log.Info("replacing failed instance", "instance", old.InstanceID, "model", modelID, "error", old.Error)

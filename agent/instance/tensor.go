@@ -8,7 +8,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/placement"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // placeTensor places the model as one tensor-parallel group, or as a
@@ -21,7 +21,7 @@ import (
 func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml modelLayout, existed *bool) (state.Instance, error) {
 	p := req.Parallelism
 	bad := func(format string, a ...any) (state.Instance, error) {
-		return state.Instance{}, fmt.Errorf("%w: "+format, append([]any{runner.ErrBadRequest}, a...)...)
+		return state.Instance{}, fmt.Errorf("%w: "+format, append([]any{runnerapi.ErrBadRequest}, a...)...)
 	}
 	if len(req.Ranks) > 0 || req.Node != "" {
 		return bad("a tensor-parallel group takes nodes (or none), not ranks or one node")
@@ -30,42 +30,30 @@ func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml mode
 	if err != nil {
 		return state.Instance{}, err
 	}
-	stages := max(p.Pipeline, 1)
-	t := len(nodes) / stages
-	if p.Tensor > 1 {
-		t = p.Tensor
-	}
+	sh, err := p.Shape(len(nodes))
 	switch {
-	case len(req.Nodes) == 0 && stages*t > len(nodes):
-		return bad("%s on a cluster of %d nodes", planName(stages, t), len(nodes))
-	case len(req.Nodes) == 0:
-		nodes = nodes[:stages*t]
-	case stages*t != len(nodes):
-		return bad("%s on %d nodes named", planName(stages, t), len(nodes))
+	case len(req.Nodes) == 0 && err == nil && sh.Ranks() > len(nodes):
+		return bad("%s (%d ranks) on a cluster of %d nodes", sh, sh.Ranks(), len(nodes))
+	case len(req.Nodes) == 0 && err == nil:
+		nodes = nodes[:sh.Ranks()]
+	case err == nil && sh.Ranks() != len(nodes):
+		return bad("%s (%d ranks) on %d nodes named", sh, sh.Ranks(), len(nodes))
 	}
-	if t < 2 {
-		return bad("a tensor-parallel group needs 2 nodes or more; this cluster offers %d", len(nodes)/stages)
+	if err != nil {
+		return bad("%v", err)
 	}
-	plan, err := model.PlanTP(ml.file, ml.cfg, t)
+	plan, err := model.PlanTP(ml.file, ml.cfg, sh.Tensor)
 	if err != nil {
 		return bad("%v", err)
 	}
 	var ranks []placement.Rank
-	if stages > 1 {
-		ranks, err = placement.Hybrid(ml.layout, plan, nodes, stages)
+	if sh.Pipeline > 1 {
+		ranks, err = placement.Hybrid(ml.layout, plan, nodes, sh.Pipeline)
 	} else {
 		ranks, err = placement.Tensor(ml.layout, plan, nodes)
 	}
 	if err != nil {
 		return state.Instance{}, placeErr(err)
 	}
-	return m.create(ctx, req, ml, ranks, t, existed)
-}
-
-// planName says a plan of stages pipeline stages of tensor ranks each.
-func planName(stages, tensor int) string {
-	if stages > 1 {
-		return fmt.Sprintf("pipeline %d × tensor %d (%d ranks)", stages, tensor, stages*tensor)
-	}
-	return fmt.Sprintf("a tensor-parallel group of %d", tensor)
+	return m.create(ctx, req, ml, ranks, sh, existed)
 }

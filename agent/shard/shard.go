@@ -113,9 +113,9 @@ type piece struct {
 func pieceOf(in state.Instance, rank int) piece {
 	rg := in.Ranks[rank]
 	pc := piece{first: rg.FirstLayer, last: rg.LastLayer}
-	if in.Tensor > 1 {
-		_, pc.tpRank = in.StageOf(rank)
-		pc.tpRanks = in.Tensor
+	if sh := in.Shape(); sh.TensorParallel() {
+		_, pc.tpRank = sh.Stage(rank)
+		pc.tpRanks = sh.Tensor
 	}
 	return pc
 }

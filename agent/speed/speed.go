@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
@@ -26,30 +26,30 @@ const Timeout = 2 * time.Minute
 
 // Measure runs `exe speed --json` on threads threads, its probe files in
 // dir, and returns the speed and the JSON it printed.
-func Measure(ctx context.Context, exe, dir string, threads int) (backend.Speed, []byte, error) {
+func Measure(ctx context.Context, exe, dir string, threads int) (runnerapi.Speed, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, exe, "speed", "--json", "--threads", strconv.Itoa(threads), "--dir", dir)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return backend.Speed{}, nil, fmt.Errorf("%w: %s", err, lastLine(errb.Bytes()))
+		return runnerapi.Speed{}, nil, fmt.Errorf("%w: %s", err, lastLine(errb.Bytes()))
 	}
 	sp, err := parse(out.Bytes())
 	return sp, out.Bytes(), err
 }
 
 // ReadFile reads a file of `orrery speed --json`.
-func ReadFile(path string) (backend.Speed, error) {
+func ReadFile(path string) (runnerapi.Speed, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return backend.Speed{}, err
+		return runnerapi.Speed{}, err
 	}
 	return parse(b)
 }
 
-func parse(b []byte) (backend.Speed, error) {
-	var sp backend.Speed
+func parse(b []byte) (runnerapi.Speed, error) {
+	var sp runnerapi.Speed
 	if err := json.Unmarshal(b, &sp); err != nil {
 		return sp, fmt.Errorf("orrery speed printed %q: %w", lastLine(b), err)
 	}
@@ -68,25 +68,25 @@ type Cache struct {
 
 type cached struct {
 	Cache
-	Speed backend.Speed `json:"speed"`
+	Speed runnerapi.Speed `json:"speed"`
 }
 
 // Load is the speed kept at c.Path when it was measured as c says.
-func (c Cache) Load() (backend.Speed, bool) {
+func (c Cache) Load() (runnerapi.Speed, bool) {
 	b, err := os.ReadFile(c.Path)
 	if err != nil {
-		return backend.Speed{}, false
+		return runnerapi.Speed{}, false
 	}
 	var k cached
 	k.Path = c.Path
 	if json.Unmarshal(b, &k) != nil || k.Cache != c || k.Speed.Check() != nil {
-		return backend.Speed{}, false
+		return runnerapi.Speed{}, false
 	}
 	return k.Speed, true
 }
 
 // Store keeps sp at c.Path (atomically).
-func (c Cache) Store(sp backend.Speed) error {
+func (c Cache) Store(sp runnerapi.Speed) error {
 	b, err := json.MarshalIndent(cached{c, sp}, "", "  ")
 	if err != nil {
 		return err
@@ -130,7 +130,7 @@ var ErrOff = errors.New("speed off")
 const idlePoll = 5 * time.Second
 
 // Get is the node's speed as c says.
-func Get(ctx context.Context, c Config) (backend.Speed, error) {
+func Get(ctx context.Context, c Config) (runnerapi.Speed, error) {
 	log := c.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -141,7 +141,7 @@ func Get(ctx context.Context, c Config) (backend.Speed, error) {
 	}
 	switch c.Source {
 	case "", "off":
-		return backend.Speed{}, ErrOff
+		return runnerapi.Speed{}, ErrOff
 	case "auto":
 	default:
 		return ReadFile(c.Source)
@@ -153,7 +153,7 @@ func Get(ctx context.Context, c Config) (backend.Speed, error) {
 	for busy() {
 		select {
 		case <-ctx.Done():
-			return backend.Speed{}, ctx.Err()
+			return runnerapi.Speed{}, ctx.Err()
 		case <-time.After(idlePoll):
 		}
 	}

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
-func sample() backend.Speed {
-	return backend.Speed{Threads: 2, MemBytesPerSec: 1e10, StreamRatio: 0.8,
-		Types: map[string]backend.TypeSpeed{"Q8_0": {DecodeBytesPerSec: 2e10, PrefillFlopsPerSec: 1e11, BitsPerWeight: 8.5}}}
+func sample() runnerapi.Speed {
+	return runnerapi.Speed{Threads: 2, MemBytesPerSec: 1e10, StreamRatio: 0.8,
+		Types: map[string]runnerapi.TypeSpeed{"Q8_0": {DecodeBytesPerSec: 2e10, PrefillFlopsPerSec: 1e11, BitsPerWeight: 8.5}}}
 }
 
 // The cache gives back what was stored only when it was measured the

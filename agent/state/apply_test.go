@@ -458,3 +458,22 @@ func TestStateCheckIDs(t *testing.T) {
 		}
 	}
 }
+
+// An instance whose tensor-parallel groups do not tile its ranks is
+// refused: every node's supervisor indexes the ranks by the shape.
+func TestValidateChecksTheShape(t *testing.T) {
+	four := []ShardRange{{NodeID: "a"}, {Rank: 1, NodeID: "b"}, {Rank: 2, NodeID: "c"}, {Rank: 3, NodeID: "d"}}
+	for _, c := range []struct {
+		tensor int
+		ranks  []ShardRange
+		ok     bool
+	}{
+		{0, four, true}, {1, four, true}, {2, four, true}, {4, four, true},
+		{3, four, false}, {-1, four, false}, {8, four, false}, {32, append(four, four...), false},
+	} {
+		in := Instance{InstanceID: "inst-1", NodeID: "a", Ranks: c.ranks, Tensor: c.tensor}
+		if err := Validate(InstanceCreated{NodeID: "a", Instance: in}); (err == nil) != c.ok {
+			t.Errorf("%d ranks, tensor %d: %v, want ok %v", len(c.ranks), c.tensor, err, c.ok)
+		}
+	}
+}

@@ -51,6 +51,11 @@ func checkInstance(in Instance) error {
 			return fmt.Errorf("instance %s, rank %d: %w", in.InstanceID, i, err)
 		}
 	}
+	// Every node's supervisor indexes the ranks by the shape: its groups
+	// must tile them.
+	if sh := in.Shape(); len(in.Ranks) > 0 && (in.Tensor < 0 || sh.Ranks() != len(in.Ranks) || sh.Validate() != nil) {
+		return fmt.Errorf("instance %s: %d ranks in tensor-parallel groups of %d", in.InstanceID, len(in.Ranks), in.Tensor)
+	}
 	return nil
 }
 

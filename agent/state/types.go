@@ -4,9 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/placement"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Memory is a byte count in exo's shape: {"inBytes": n}.
@@ -49,7 +47,7 @@ type NodeIdentity struct {
 	StartedAt    time.Time `json:"startedAt"`
 	// Speed is the node's measured compute (orrery speed), once known:
 	// what placement's cost model predicts from.
-	Speed *backend.Speed `json:"speed,omitempty"`
+	Speed *runnerapi.Speed `json:"speed,omitempty"`
 }
 
 // NodeMemory is one memory sample, in exo's nodeMemory shape.
@@ -291,22 +289,20 @@ type Instance struct {
 	// Parallel is how many requests every rank serves at once (its KV
 	// cache's sequences); 0 reads as 1.
 	Parallel int `json:"parallel,omitempty"`
-	// Tensor > 1 makes the ranks tensor-parallel groups of Tensor: rank
-	// r is slice r mod Tensor (heads and MLP columns) of pipeline stage
-	// r / Tensor, whose ranks all hold the stage's blocks. One stage: one
-	// group, rank 0 serves. More: a pipeline whose stages are groups,
-	// each group's first rank holding the stage's rank links. 0 or 1: the
-	// ranks are a pipeline.
+	// Tensor is how the event log writes the instance's Shape (read it
+	// with Shape, set it with SetShape): the size of each stage's
+	// tensor-parallel group, 0 for a pipeline; the stages are the ranks
+	// over it.
 	Tensor int `json:"tensor,omitempty"`
 	// DraftModel is a model on rank 0's node that drafts for speculative
 	// decoding (its id; "": none), loaded beside rank 0.
 	DraftModel string `json:"draftModel,omitempty"`
 	// Speculative is the speculation of the requests that name none (nil:
 	// none), by the draft model or by prompt lookup.
-	Speculative *runner.Speculation `json:"speculative,omitempty"`
+	Speculative *runnerapi.Speculation `json:"speculative,omitempty"`
 	// Prediction is the cost model's prediction for the plan it was placed
 	// on (nil when no node's speed was known).
-	Prediction *placement.Prediction `json:"prediction,omitempty"`
+	Prediction *runnerapi.Prediction `json:"prediction,omitempty"`
 	// Keep-alive, like Ollama's: Pinned instances stay until deleted;
 	// the others are unloaded KeepAliveMs after their last request ends,
 	// at ExpiresAt (nil while a request runs). Active counts the requests
@@ -317,15 +313,19 @@ type Instance struct {
 	Active      int        `json:"active,omitempty"`
 }
 
-// TP is the instance's tensor-parallel degree: 1 for a pipeline.
-func (in Instance) TP() int { return max(in.Tensor, 1) }
+// Shape is how the instance's ranks split the model: its pipeline stages
+// and their tensor-parallel groups.
+func (in Instance) Shape() runnerapi.Shape { return runnerapi.ShapeOf(len(in.Ranks), in.Tensor) }
 
-// Stages is the number of the instance's pipeline stages.
-func (in Instance) Stages() int { return len(in.Ranks) / in.TP() }
-
-// StageOf returns rank's pipeline stage and its rank within the stage's
-// tensor-parallel group.
-func (in Instance) StageOf(rank int) (stage, tp int) { return rank / in.TP(), rank % in.TP() }
+// SetShape records s, as the event log has always written it: the group
+// size, or nothing for a pipeline. The ranks are set apart (Validate
+// checks that there are s.Ranks() of them).
+func (in *Instance) SetShape(s runnerapi.Shape) {
+	in.Tensor = 0
+	if s.TensorParallel() {
+		in.Tensor = s.Tensor
+	}
+}
 
 // Instance statuses.
 const (

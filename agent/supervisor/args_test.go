@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // TestArgsDraft: rank 0's draft model reaches its runner's command line,
@@ -70,7 +70,7 @@ func TestListenIn(t *testing.T) {
 // TestArgsSpeculative: an instance's default speculation reaches rank 0's
 // runner as JSON, and no other rank's.
 func TestArgsSpeculative(t *testing.T) {
-	inst := state.Instance{InstanceID: "i1", Speculative: &runner.Speculation{Draft: "ngram", Max: 6},
+	inst := state.Instance{InstanceID: "i1", Speculative: &runnerapi.Speculation{Draft: "ngram", Max: 6},
 		Ranks: []state.ShardRange{{NodeID: "n1", FirstLayer: 0, LastLayer: 4}, {Rank: 1, NodeID: "n1", FirstLayer: 4, LastLayer: 8}}}
 	for rank, want := range []bool{true, false} {
 		p := &proc{s: &Supervisor{cfg: Config{NodeID: "n1", AgentAPI: "127.0.0.1:1"}}, inst: inst, rank: rank}

@@ -8,7 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Direct rank links. A tensor-parallel group sums twice per block, and
@@ -37,7 +37,7 @@ func (g *directGrant) close() {
 // a rank of a tensor-parallel instance; nil when direct links are off.
 func (p *proc) grantDirect(cmd *exec.Cmd) (*directGrant, error) {
 	cfg := p.s.cfg
-	if p.inst.Tensor < 2 || cfg.DirectHost == "" || cfg.LinkSecret == nil {
+	if !p.inst.Shape().TensorParallel() || cfg.DirectHost == "" || cfg.LinkSecret == nil {
 		return nil, nil
 	}
 	ln, err := listenIn(cfg.DirectHost, cfg.DirectPorts)
@@ -51,8 +51,8 @@ func (p *proc) grantDirect(cmd *exec.Cmd) (*directGrant, error) {
 	}
 	// ExtraFiles[i] is the child's descriptor 3+i.
 	cmd.ExtraFiles = append(cmd.ExtraFiles, f)
-	cmd.Env = append(cmd.Env, runner.DirectFDEnv+"="+strconv.Itoa(2+len(cmd.ExtraFiles)),
-		runner.LinkSecretEnv+"="+hex.EncodeToString(cfg.LinkSecret(p.inst.InstanceID)))
+	cmd.Env = append(cmd.Env, runnerapi.DirectFDEnv+"="+strconv.Itoa(2+len(cmd.ExtraFiles)),
+		runnerapi.LinkSecretEnv+"="+hex.EncodeToString(cfg.LinkSecret(p.inst.InstanceID)))
 	return &directGrant{port: ln.Addr().(*net.TCPAddr).Port, ln: ln, f: f}, nil
 }
 

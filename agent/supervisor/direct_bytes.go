@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A tensor-parallel group's direct links run between its runners, past
@@ -46,16 +46,17 @@ func (s *Supervisor) addDirect(peer string, sent, recv uint64) {
 // meshTraffic polls the runner's group links once and adds what its
 // direct ones carried since seen (by group rank, updated) to their peer
 // nodes' totals.
-func (p *proc) meshTraffic(client *runner.Client, seen map[int][2]uint64) {
+func (p *proc) meshTraffic(client *runnerapi.Client, seen map[int][2]uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	h, err := client.Health(ctx)
 	cancel()
 	if err != nil {
 		return
 	}
-	stage, _ := p.inst.StageOf(p.rank)
+	sh := p.inst.Shape()
+	stage, _ := sh.Stage(p.rank)
 	for _, l := range h.Mesh {
-		r := stage*p.inst.TP() + l.Rank // the instance's rank
+		r := sh.Rank(stage, l.Rank) // the instance's rank
 		if !l.Direct || r < 0 || r >= len(p.inst.Ranks) {
 			continue
 		}

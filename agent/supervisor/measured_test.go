@@ -3,7 +3,7 @@ package supervisor
 import (
 	"testing"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -11,7 +11,7 @@ import (
 // all-reduces (prefill's are not decode's); too short a decode gives
 // nothing.
 func TestMeasuredOf(t *testing.T) {
-	done := &runner.Done{Result: runner.Result{CompletionTokens: 11, DecodeNs: 100e6}, Spans: []trace.Span{
+	done := &runnerapi.Done{Result: runnerapi.Result{CompletionTokens: 11, DecodeNs: 100e6}, Spans: []trace.Span{
 		{Name: "all-reduce", Cat: "decode/comms", DurNs: 200e3},
 		{Name: "all-reduce", Cat: "decode/comms", DurNs: 400e3},
 		{Name: "all-reduce", Cat: "prefill/comms", DurNs: 9e6},

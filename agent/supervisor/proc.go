@@ -21,11 +21,11 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
-func (p *proc) waitReady(ctx context.Context, timeout time.Duration) (*runner.Client, error) {
+func (p *proc) waitReady(ctx context.Context, timeout time.Duration) (*runnerapi.Client, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
@@ -64,7 +64,7 @@ func (p *proc) begin() {
 // end ends a request; done (nil if none) gives the runner's measured
 // decode speed and a tensor-parallel leader's mean all-reduce, kept in
 // its status (published with the next change).
-func (p *proc) end(done *runner.Done) {
+func (p *proc) end(done *runnerapi.Done) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.inflight--
@@ -80,7 +80,7 @@ func (p *proc) end(done *runner.Done) {
 // measuredOf is a finished request's decode tok/s (0 when it decoded
 // fewer than 8 tokens: too few to say) and the mean of its decode
 // all-reduces in µs (0 when there were none).
-func measuredOf(done *runner.Done) (decode, reduceMicros float64) {
+func measuredOf(done *runnerapi.Done) (decode, reduceMicros float64) {
 	if done == nil || done.CompletionTokens < 8 {
 		return 0, 0
 	}
@@ -204,7 +204,7 @@ func (p *proc) runOnce(log *slog.Logger) error {
 	p.mu.Unlock()
 	log.Info("runner ready", "pid", c.pid, "addr", client.Addr)
 	var mesh <-chan time.Time // a group's links: polled for their traffic
-	if p.inst.TP() > 1 {
+	if p.inst.Shape().TensorParallel() {
 		t := time.NewTicker(meshEvery)
 		defer t.Stop()
 		mesh = t.C
@@ -323,24 +323,19 @@ func (c *child) closeLog() {
 func (p *proc) args(path, draft string) []string {
 	cfg := p.s.cfg
 	rg := p.inst.Ranks[p.rank]
+	sh := p.inst.Shape()
 	args := []string{"runner", "--model", path, "--node", cfg.NodeID, "--node-name", cfg.NodeName,
 		"--first-layer", strconv.Itoa(rg.FirstLayer), "--last-layer", strconv.Itoa(rg.LastLayer), "--instance", p.inst.InstanceID}
-	if p.inst.Tensor > 1 {
-		// Tensor-parallel groups, one per pipeline stage (one stage: no
-		// pipeline); their links go through the agents, like a pipeline's.
-		stage, tp := p.inst.StageOf(p.rank)
-		args = append(args, "--rank", strconv.Itoa(stage), "--ranks", strconv.Itoa(p.inst.Stages()),
-			"--tp-rank", strconv.Itoa(tp), "--tp-ranks", strconv.Itoa(p.inst.Tensor))
-	} else {
-		args = append(args, "--rank", strconv.Itoa(p.rank), "--ranks", strconv.Itoa(len(p.inst.Ranks)))
-	}
-	if len(p.inst.Ranks) > 1 {
+	// Its stage, and of a tensor-parallel group its slice; the links
+	// go through the agents.
+	args = append(args, sh.RunnerArgs(p.rank)...)
+	if sh.Ranks() > 1 {
 		args = append(args, "--agent-api", cfg.AgentAPI)
 	}
 	switch {
 	case cfg.Threads > 0:
 		args = append(args, "--threads", strconv.Itoa(cfg.Threads))
-	case p.inst.Tensor > 1 && runtime.NumCPU() > 1:
+	case sh.TensorParallel() && runtime.NumCPU() > 1:
 		// A tensor-parallel rank sums inside its graph while ggml's other
 		// threads spin at the barrier, and the agent must relay the sum's
 		// bytes meanwhile: leave it a core (with every core computing, an
@@ -374,7 +369,7 @@ func (p *proc) args(path, draft string) []string {
 func (p *proc) start(path, draft string) (*child, error) {
 	cfg := p.s.cfg
 	cmd := exec.Command(cfg.Exe, p.args(path, draft)...)
-	cmd.Env = append(os.Environ(), runner.TokenEnv+"="+p.token)
+	cmd.Env = append(os.Environ(), runnerapi.TokenEnv+"="+p.token)
 	setParentDeath(cmd)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -412,7 +407,7 @@ func (p *proc) start(path, draft string) (*child, error) {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if addr, ok := strings.CutPrefix(sc.Text(), runner.ListenPrefix); ok {
+			if addr, ok := strings.CutPrefix(sc.Text(), runnerapi.ListenPrefix); ok {
 				select {
 				case c.lines <- addr:
 				default:
@@ -427,7 +422,7 @@ func (p *proc) start(path, draft string) (*child, error) {
 
 // awaitReady waits for the runner's address, then polls its health until
 // it is Ready, publishing its loading progress.
-func (p *proc) awaitReady(c *child, path string) (*runner.Client, error) {
+func (p *proc) awaitReady(c *child, path string) (*runnerapi.Client, error) {
 	var addr string
 	select {
 	case addr = <-c.lines:
@@ -440,7 +435,7 @@ func (p *proc) awaitReady(c *child, path string) (*runner.Client, error) {
 		<-c.exited
 		return nil, fmt.Errorf("runner (pid %d) printed no address within %v", c.pid, listenTimeout)
 	}
-	client := &runner.Client{Addr: addr, Token: p.token}
+	client := &runnerapi.Client{Addr: addr, Token: p.token}
 	tick := time.NewTicker(healthEvery)
 	defer tick.Stop()
 	for {
@@ -462,16 +457,16 @@ func (p *proc) awaitReady(c *child, path string) (*runner.Client, error) {
 		p.mu.Unlock()
 		status := state.RunnerLoading
 		switch h.Status {
-		case runner.StatusFailed:
+		case runnerapi.StatusFailed:
 			p.kill(c)
 			return nil, fmt.Errorf("load %s: %s", path, h.Error)
-		case runner.StatusConnecting:
+		case runnerapi.StatusConnecting:
 			status = state.RunnerConnecting
 		}
 		p.set(func(r *state.Runner) {
 			r.Status, r.LayersLoaded, r.TotalLayers, r.Transfer = status, h.LayersLoaded, h.TotalLayers, nil
 		})
-		if h.Status == runner.StatusReady {
+		if h.Status == runnerapi.StatusReady {
 			return client, nil
 		}
 	}

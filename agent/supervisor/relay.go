@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/internal/ident"
 )
@@ -135,17 +135,17 @@ func (r *Relay) Accept(peer, id string, c net.Conn) {
 // the ones below); in a pipeline, the previous stage's first rank, to
 // the stage's first.
 func linksTo(in state.Instance, rank int, kind LinkKind, peer string) bool {
-	stage, tp := in.StageOf(rank)
+	sh := in.Shape()
 	if kind == MeshLink {
-		for r := rank + 1; r < (stage+1)*in.TP() && r < len(in.Ranks); r++ {
-			if in.Ranks[r].NodeID == peer {
+		for _, r := range sh.Peers(rank) {
+			if sh.MeshDials(r, rank) && r < len(in.Ranks) && in.Ranks[r].NodeID == peer {
 				return true
 			}
 		}
 		return false
 	}
-	n := in.Stages()
-	return tp == 0 && n > 1 && in.Ranks[((stage+n-1)%n)*in.TP()].NodeID == peer
+	prev, ok := sh.Prev(rank)
+	return ok && in.Ranks[prev].NodeID == peer
 }
 
 // splice copies both ways until either side ends, then closes both.
@@ -158,13 +158,13 @@ func splice(a, b net.Conn) {
 
 // RelayRoutes are the method and path of every route Handler serves.
 func RelayRoutes() [][2]string {
-	return [][2]string{{http.MethodGet, runner.RankLinkPath}, {http.MethodGet, runner.RankAddrPath}, {http.MethodPost, runner.RankTracePath}}
+	return [][2]string{{http.MethodGet, runnerapi.RankLinkPath}, {http.MethodGet, runnerapi.RankAddrPath}, {http.MethodPost, runnerapi.RankTracePath}}
 }
 
 // Handler serves the runners of this node: their rank links and spans.
 func (r *Relay) Handler() http.Handler {
 	mux := http.NewServeMux()
-	handlers := map[string]http.HandlerFunc{runner.RankLinkPath: r.rankLink, runner.RankAddrPath: r.rankAddr, runner.RankTracePath: r.rankTrace}
+	handlers := map[string]http.HandlerFunc{runnerapi.RankLinkPath: r.rankLink, runnerapi.RankAddrPath: r.rankAddr, runnerapi.RankTracePath: r.rankTrace}
 	for _, rt := range RelayRoutes() {
 		mux.HandleFunc(rt[0]+" "+rt[1], handlers[rt[1]])
 	}
@@ -173,7 +173,7 @@ func (r *Relay) Handler() http.Handler {
 
 // runnerAuth checks a runner's bearer token.
 func (r *Relay) runnerAuth(req *http.Request) (state.Instance, int, bool) {
-	tok, ok := strings.CutPrefix(req.Header.Get(runner.AuthHeader), runner.BearerPrefix)
+	tok, ok := strings.CutPrefix(req.Header.Get(runnerapi.AuthHeader), runnerapi.BearerPrefix)
 	if !ok {
 		return state.Instance{}, 0, false
 	}
@@ -188,11 +188,11 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "unknown runner token", http.StatusUnauthorized)
 		return
 	}
-	if req.Header.Get("Upgrade") != runner.RankLinkUpgrade {
-		http.Error(w, "want Upgrade: "+runner.RankLinkUpgrade, http.StatusBadRequest)
+	if req.Header.Get("Upgrade") != runnerapi.RankLinkUpgrade {
+		http.Error(w, "want Upgrade: "+runnerapi.RankLinkUpgrade, http.StatusBadRequest)
 		return
 	}
-	next, kind, err := linkTarget(in, rank, req.URL.Query().Get(runner.RankLinkToParam))
+	next, kind, err := linkTarget(in, rank, req.URL.Query().Get(runnerapi.RankLinkToParam))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -217,7 +217,7 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	w.Header().Set("Connection", "Upgrade")
-	w.Header().Set("Upgrade", runner.RankLinkUpgrade)
+	w.Header().Set("Upgrade", runnerapi.RankLinkUpgrade)
 	w.WriteHeader(http.StatusSwitchingProtocols)
 	up, brw, err := hj.Hijack()
 	if err != nil {
@@ -236,19 +236,20 @@ func (r *Relay) rankLink(w http.ResponseWriter, req *http.Request) {
 // goes to: with to (a rank of its tensor-parallel group, below its own),
 // that rank's mesh port; else the next pipeline stage's first rank.
 func linkTarget(in state.Instance, rank int, to string) (int, LinkKind, error) {
-	stage, tp := in.StageOf(rank)
+	sh := in.Shape()
+	stage, slice := sh.Stage(rank)
 	if to != "" {
 		t, err := strconv.Atoi(to)
-		if err != nil || in.TP() < 2 || t < 0 || t >= tp {
-			return 0, 0, fmt.Errorf("rank link from rank %d to %q: want a lower rank of its tensor-parallel group (of %d)", rank, to, in.TP())
+		if err != nil || t < 0 || !sh.MeshDials(rank, sh.Rank(stage, t)) {
+			return 0, 0, fmt.Errorf("rank link from rank %d to %q: want a lower rank of its tensor-parallel group (of %d)", rank, to, sh.Group())
 		}
-		return stage*in.TP() + t, MeshLink, nil
+		return sh.Rank(stage, t), MeshLink, nil
 	}
-	n := in.Stages()
-	if tp != 0 || n < 2 {
-		return 0, 0, fmt.Errorf("rank link from rank %d: it links to no pipeline stage (stage %d of %d, group rank %d)", rank, stage, n, tp)
+	next, ok := sh.Next(rank)
+	if !ok {
+		return 0, 0, fmt.Errorf("rank link from rank %d: it links to no pipeline stage (stage %d of %d, group rank %d)", rank, stage, sh.Pipeline, slice)
 	}
-	return ((stage + 1) % n) * in.TP(), PipeLink, nil
+	return next, PipeLink, nil
 }
 
 // rankAddr answers a tensor-parallel runner with the direct address of a
@@ -260,7 +261,7 @@ func (r *Relay) rankAddr(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "unknown runner token", http.StatusUnauthorized)
 		return
 	}
-	addr, code, err := directAddr(r.cfg.State(), in, rank, req.URL.Query().Get(runner.RankLinkToParam), r.cfg.PeerHost)
+	addr, code, err := directAddr(r.cfg.State(), in, rank, req.URL.Query().Get(runnerapi.RankLinkToParam), r.cfg.PeerHost)
 	if err != nil {
 		http.Error(w, err.Error(), code)
 		return
@@ -274,7 +275,7 @@ func (r *Relay) rankAddr(w http.ResponseWriter, req *http.Request) {
 func directAddr(st state.State, in state.Instance, rank int, to string, peerHost func(string) (string, bool)) (string, int, error) {
 	next, kind, err := linkTarget(in, rank, to)
 	if err == nil && kind != MeshLink {
-		err = fmt.Errorf("rank addr from rank %d: want ?%s= a lower rank of its group", rank, runner.RankLinkToParam)
+		err = fmt.Errorf("rank addr from rank %d: want ?%s= a lower rank of its group", rank, runnerapi.RankLinkToParam)
 	}
 	if err != nil {
 		return "", http.StatusBadRequest, err
@@ -297,7 +298,7 @@ func (r *Relay) rankTrace(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "unknown runner token", http.StatusUnauthorized)
 		return
 	}
-	var b runner.RankTrace
+	var b runnerapi.RankTrace
 	if err := json.NewDecoder(io.LimitReader(req.Body, maxRankTraceBytes)).Decode(&b); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

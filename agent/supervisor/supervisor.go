@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/internal/ident"
 )
@@ -173,10 +173,10 @@ type proc struct {
 
 	mu       sync.Mutex // guards the fields below
 	status   state.Runner
-	client   *runner.Client // set while the runner is Ready
-	rankAddr string         // where the runner accepts its inbound rank link
-	meshAddr string         // where a tensor-parallel runner accepts its group's links
-	changed  chan struct{}  // closed and replaced on every change
+	client   *runnerapi.Client // set while the runner is Ready
+	rankAddr string            // where the runner accepts its inbound rank link
+	meshAddr string            // where a tensor-parallel runner accepts its group's links
+	changed  chan struct{}     // closed and replaced on every change
 	inflight int
 	stopping bool
 }
@@ -379,7 +379,7 @@ func (s *Supervisor) DialRank(ctx context.Context, instanceID string, rank int, 
 	if err != nil {
 		return nil, err
 	}
-	if err := runner.SendAuth(c, p.token); err != nil {
+	if err := runnerapi.SendAuth(c, p.token); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -389,20 +389,20 @@ func (s *Supervisor) DialRank(ctx context.Context, instanceID string, rank int, 
 // Complete runs a completion on rank 0 of an instance on this node,
 // waiting (at most ReadyTimeout) for the pipeline to be Ready. The runner
 // serves several at once (its slots) and queues the rest in arrival order.
-func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner.CompletionRequest, onPiece func(runner.Piece) error) (*runner.Done, error) {
+func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runnerapi.CompletionRequest, onPiece func(runnerapi.Piece) error) (*runnerapi.Done, error) {
 	p, c, err := s.rank0(ctx, instanceID)
 	if err != nil {
 		return nil, err
 	}
 	p.begin()
-	var done *runner.Done
+	var done *runnerapi.Done
 	defer func() { p.end(done) }()
 	done, err = c.Complete(ctx, req, onPiece)
-	if errors.Is(err, runner.ErrStreamBroken) {
+	if errors.Is(err, runnerapi.ErrStreamBroken) {
 		return done, fmt.Errorf("%w: runner %s (instance %s) broke off mid-completion: %v", ErrRunnerFailed, p.id, instanceID, err)
 	}
 	if err != nil {
-		var re *runner.RequestError
+		var re *runnerapi.RequestError
 		if !errors.As(err, &re) {
 			err = fmt.Errorf("%w: %v", ErrRunnerFailed, err)
 		}
@@ -412,7 +412,7 @@ func (s *Supervisor) Complete(ctx context.Context, instanceID string, req runner
 
 // rank0 is the runner of an instance's rank 0 on this node, once Ready
 // (waiting at most ReadyTimeout), and its client.
-func (s *Supervisor) rank0(ctx context.Context, instanceID string) (*proc, *runner.Client, error) {
+func (s *Supervisor) rank0(ctx context.Context, instanceID string) (*proc, *runnerapi.Client, error) {
 	rid := RunnerID(instanceID, 0)
 	p := s.proc(rid)
 	for deadline := time.Now().Add(appearWait); p == nil && time.Now().Before(deadline); p = s.proc(rid) {
@@ -434,7 +434,7 @@ func (s *Supervisor) rank0(ctx context.Context, instanceID string) (*proc, *runn
 
 // Embed runs an embedding request on rank 0 of an instance on this node,
 // as Complete runs a completion.
-func (s *Supervisor) Embed(ctx context.Context, instanceID string, req runner.EmbedRequest) (*runner.EmbedResponse, error) {
+func (s *Supervisor) Embed(ctx context.Context, instanceID string, req runnerapi.EmbedRequest) (*runnerapi.EmbedResponse, error) {
 	p, c, err := s.rank0(ctx, instanceID)
 	if err != nil {
 		return nil, err
@@ -443,7 +443,7 @@ func (s *Supervisor) Embed(ctx context.Context, instanceID string, req runner.Em
 	defer p.end(nil)
 	res, err := c.Embed(ctx, req)
 	if err != nil {
-		var re *runner.RequestError
+		var re *runnerapi.RequestError
 		if !errors.As(err, &re) {
 			err = fmt.Errorf("%w: runner %s (instance %s): %v", ErrRunnerFailed, p.id, instanceID, err)
 		}

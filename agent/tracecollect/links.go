@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -25,7 +25,7 @@ func linkTracks(self string, counters []trace.CounterSample, spans []trace.Span,
 	var out []trace.CounterSample
 	byPeer := map[string][]trace.CounterSample{}
 	for _, c := range counters {
-		n, ok := runner.ParseLinkCounter(c.Name)
+		n, ok := runnerapi.ParseLinkCounter(c.Name)
 		if !ok {
 			out = append(out, c)
 			continue

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -16,10 +16,10 @@ import (
 func TestLinkTracks(t *testing.T) {
 	ms := int64(time.Millisecond)
 	cs := []trace.CounterSample{
-		{Name: runner.LinkCounter(2), Unit: "bytes", TsNs: 200 * ms, Value: 3000},
-		{Name: runner.LinkCounter(2), Unit: "bytes", TsNs: 0, Value: 1000},
-		{Name: runner.LinkCounter(2), Unit: "bytes", TsNs: 100 * ms, Value: 1000},
-		{Name: runner.LinkCounter(7), Unit: "bytes", TsNs: 0, Value: 5}, // no such rank: dropped
+		{Name: runnerapi.LinkCounter(2), Unit: "bytes", TsNs: 200 * ms, Value: 3000},
+		{Name: runnerapi.LinkCounter(2), Unit: "bytes", TsNs: 0, Value: 1000},
+		{Name: runnerapi.LinkCounter(2), Unit: "bytes", TsNs: 100 * ms, Value: 1000},
+		{Name: runnerapi.LinkCounter(7), Unit: "bytes", TsNs: 0, Value: 5}, // no such rank: dropped
 		{Name: "other", Unit: "x", TsNs: 5, Value: 1},
 	}
 	spans := []trace.Span{

@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // measuredSpeed runs `orrery speed` once (one thread, as the runners
@@ -24,7 +23,7 @@ func measuredSpeed(t *testing.T, bin string) string {
 	if err != nil {
 		t.Fatalf("orrery speed: %v", err)
 	}
-	var sp backend.Speed
+	var sp runnerapi.Speed
 	if err := json.Unmarshal(out, &sp); err != nil {
 		t.Fatalf("orrery speed --json: %v: %s", err, out)
 	}
@@ -52,7 +51,7 @@ func TestAutoPicksFromLinks(t *testing.T) {
 	a.mustGet(t, "/node_id", &ida)
 	b.mustGet(t, "/node_id", &idb)
 	type linkState struct {
-		NodeIdentities    map[string]struct{ Speed *backend.Speed }
+		NodeIdentities    map[string]struct{ Speed *runnerapi.Speed }
 		NodeLinkTelemetry map[string]struct {
 			Links []struct {
 				Peer     string
@@ -92,13 +91,13 @@ func TestAutoPicksFromLinks(t *testing.T) {
 		return true, ""
 	})
 	var pv struct {
-		Plans []placement.Prediction
+		Plans []runnerapi.Prediction
 		Auto  string
 	}
 	a.mustGet(t, "/instance/previews?model=delay-test", &pv)
 	var after linkState
 	a.mustGet(t, "/state", &after)
-	plans := map[string]placement.Prediction{}
+	plans := map[string]runnerapi.Prediction{}
 	for _, p := range pv.Plans {
 		plans[p.Plan] = p
 		t.Logf("predicted %-10s on %v: decode %.1f tok/s (%.2f ms, of which %.2f ms messages), prefill of %d tokens %.0f tok/s %v",
@@ -143,7 +142,7 @@ func TestAutoPicksFromLinks(t *testing.T) {
 		Instance struct {
 			instanceState
 			Tensor     int
-			Prediction *placement.Prediction
+			Prediction *runnerapi.Prediction
 		}
 	}
 	if err := json.Unmarshal(body, &placed); err != nil {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/collective"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A tensor-parallel runner's direct links (see agent/supervisor's
@@ -30,28 +30,28 @@ const directTimeout = 3 * time.Second
 
 // directFromEnv reads the agent's grant: nil when it gave no link secret.
 func directFromEnv(getenv func(string) string) (*directLinks, error) {
-	sec := getenv(runner.LinkSecretEnv)
+	sec := getenv(runnerapi.LinkSecretEnv)
 	if sec == "" {
 		return nil, nil
 	}
 	secret, err := hex.DecodeString(sec)
 	if err != nil {
-		return nil, fmt.Errorf("$%s: %w", runner.LinkSecretEnv, err)
+		return nil, fmt.Errorf("$%s: %w", runnerapi.LinkSecretEnv, err)
 	}
 	d := &directLinks{}
 	if d.server, d.client, err = collective.LinkTLS(secret); err != nil {
 		return nil, err
 	}
-	if fd := getenv(runner.DirectFDEnv); fd != "" {
+	if fd := getenv(runnerapi.DirectFDEnv); fd != "" {
 		n, err := strconv.Atoi(fd)
 		if err != nil || n < 3 {
-			return nil, fmt.Errorf("$%s=%q: want an inherited descriptor (3 or more)", runner.DirectFDEnv, fd)
+			return nil, fmt.Errorf("$%s=%q: want an inherited descriptor (3 or more)", runnerapi.DirectFDEnv, fd)
 		}
 		f := os.NewFile(uintptr(n), "direct-link-listener")
 		d.ln, err = net.FileListener(f)
 		f.Close() // FileListener holds its own copy
 		if err != nil {
-			return nil, fmt.Errorf("$%s: %w", runner.DirectFDEnv, err)
+			return nil, fmt.Errorf("$%s: %w", runnerapi.DirectFDEnv, err)
 		}
 	}
 	return d, nil
@@ -63,7 +63,7 @@ func (d *directLinks) dial(ctx context.Context, agentAPI, token string, r int, l
 	if d == nil {
 		return nil
 	}
-	addr, err := runner.RankAddr(ctx, agentAPI, token, r)
+	addr, err := runnerapi.RankAddr(ctx, agentAPI, token, r)
 	if err != nil || addr == "" {
 		log.Debug("no direct link address", "to", r, "err", err)
 		return nil

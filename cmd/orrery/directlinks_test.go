@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A tensor-parallel rank's port, over real loopback sockets: connections
@@ -27,7 +27,7 @@ func TestCheckingListener(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 		if token != "" {
-			if err := runner.SendAuth(c, token); err != nil {
+			if err := runnerapi.SendAuth(c, token); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // loadRank loads a model's blocks on ggml (cgo). Building with the tag
@@ -21,6 +22,6 @@ func loadRank(ctx context.Context, path string, opts backend.Options, progress f
 func engineBuildWarning() string { return ggml.BuildWarning() }
 
 // measureCompute runs the compute micro-benchmark (ggml.MeasureSpeed).
-func measureCompute(ctx context.Context, dir string, threads int) (backend.Speed, error) {
+func measureCompute(ctx context.Context, dir string, threads int) (runnerapi.Speed, error) {
 	return ggml.MeasureSpeed(ctx, dir, threads)
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 	"golang.org/x/term"
 )
@@ -55,7 +55,7 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 	}
 	apiURL := fs.String("api", client.DefaultBaseURL, "base URL of the agent's API")
 	draft := fs.String("draft-model", "", "a draft model (the same vocabulary) to speculate with: MODEL is placed with it")
-	draftMax := fs.Int("draft-max", 0, fmt.Sprintf("with --draft-model, the most tokens drafted a step (0: %d)", runner.DefaultDraft))
+	draftMax := fs.Int("draft-max", 0, fmt.Sprintf("with --draft-model, the most tokens drafted a step (0: %d)", runnerapi.DefaultDraft))
 	draftMin := fs.Int("draft-min", 0, "with --draft-model, the fewest tokens drafted a step (0: as few as the measured costs call for)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -75,7 +75,7 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 	}
 	s := &chatSession{c: apiClient(base, 0), model: pos[0], out: stdout, errOut: stderr}
 	if *draft != "" {
-		s.spec = &runner.Speculation{Draft: *draft, Max: *draftMax, Min: *draftMin}
+		s.spec = &runnerapi.Speculation{Draft: *draft, Max: *draftMax, Min: *draftMin}
 		if err := s.spec.CheckDefault(*draft); err != nil {
 			fmt.Fprintf(stderr, "orrery run: --draft-max, --draft-min: %v\n", err)
 			return 2
@@ -135,7 +135,7 @@ type chatSession struct {
 	info        api.ModelEntry
 	// spec, with --draft-model, is the placement's default speculation
 	// by that draft model.
-	spec *runner.Speculation
+	spec *runnerapi.Speculation
 }
 
 // quick is s's agent with the quick calls' bound (runListTimeout).
@@ -211,7 +211,7 @@ func (s *chatSession) placeDrafted(ctx context.Context) error {
 		if in.ModelID != s.model || in.Status == state.InstanceStatusFailed {
 			continue
 		}
-		if in.DraftModel != s.spec.Draft || !runner.SameSpeculation(in.Speculative, s.spec) {
+		if in.DraftModel != s.spec.Draft || !runnerapi.SameSpeculation(in.Speculative, s.spec) {
 			return fmt.Errorf("%s already runs as instance %s, not speculating with draft model %s at max %d: delete it (DELETE /instance/%s) or run without --draft-model",
 				s.model, in.InstanceID, s.spec.Draft, s.spec.Max, in.InstanceID)
 		}

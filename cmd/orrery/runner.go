@@ -19,8 +19,8 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -28,9 +28,9 @@ const runnerUsage = `Usage: orrery runner --model PATH [flags]
 
 The model runner: a child process the agent starts for each rank of each
 instance (not meant to be run by hand). It listens on 127.0.0.1 on a free
-port, prints "` + runner.ListenPrefix + `ADDR", loads the model (or its shard)
+port, prints "` + runnerapi.ListenPrefix + `ADDR", loads the model (or its shard)
 and serves completions to the agent, which must send the token from
-$` + runner.TokenEnv + `. With --ranks > 1 it also sets up its rank links through
+$` + runnerapi.TokenEnv + `. With --ranks > 1 it also sets up its rank links through
 the agent at --agent-api, and exits when a link breaks. It exits when its
 stdin closes (the agent is gone) or on SIGTERM.
 
@@ -66,7 +66,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+tpTokenEnv+"); empty: the agent at --agent-api arranges the links (direct, where it granted a listener and a link secret; else through it, as a pipeline's)")
 	tpWire := fs.String("tp-wire", "f32", "how the group's all-reduces send their values: f32 (the sum to the bit), or f16 or bf16 (half the bytes, each rank's part rounded; every rank of the group must agree; see docs/inference.md for what it costs)")
 	draftModel := fs.String("draft-model", "", "rank 0: a draft model (GGUF with the same vocabulary) for speculative decoding")
-	draftThreads := fs.Int("draft-threads", 0, fmt.Sprintf("CPU threads for the draft model (0: one for a draft of at most %d MiB of weights, whose ops are too short to share; else --threads)", runner.SmallDraftBytes>>20))
+	draftThreads := fs.Int("draft-threads", 0, fmt.Sprintf("CPU threads for the draft model (0: one for a draft of at most %d MiB of weights, whose ops are too short to share; else --threads)", runnerapi.SmallDraftBytes>>20))
 	speculative := fs.String("speculative", "", `rank 0: the speculation of requests that name none, as JSON: {"draft": "ngram" or the --draft-id, "max": K, "min": N, "p_min": P} (a request's {"draft": "none"} turns it off)`)
 	draftID := fs.String("draft-id", "", "the name requests give the draft model in \"speculative\": {\"draft\": ID} (default: its file name without .gguf)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
@@ -77,9 +77,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		fmt.Fprintln(stderr, "orrery runner: --model is required")
 		return 2
 	}
-	token := getenv(runner.TokenEnv)
+	token := getenv(runnerapi.TokenEnv)
 	if token == "" {
-		fmt.Fprintf(stderr, "orrery runner: $%s is not set (the agent sets it)\n", runner.TokenEnv)
+		fmt.Fprintf(stderr, "orrery runner: $%s is not set (the agent sets it)\n", runnerapi.TokenEnv)
 		return 2
 	}
 	log, ok := runnerLogger(*level, stderr)
@@ -87,9 +87,10 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		return 2
 	}
 	defSpec, err := parseSpeculation(*speculative, draftIDOf(*draftID, *draftModel))
+	shape, instRank, serr := runnerapi.ParseRunnerArgs(*rank, *ranks, *tpRank, *tpRanks)
 	switch {
-	case *ranks < 1 || *rank < 0 || *rank >= *ranks:
-		fmt.Fprintf(stderr, "orrery runner: --rank %d of --ranks %d\n", *rank, *ranks)
+	case serr != nil:
+		fmt.Fprintf(stderr, "orrery runner: %v\n", serr)
 		return 2
 	case err != nil:
 		fmt.Fprintf(stderr, "orrery runner: --speculative: %v\n", err)
@@ -99,9 +100,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		log.Warn(w)
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
-		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Rank: *rank, Ranks: *ranks, ContextShift: *contextShift,
+		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Shape: shape, Rank: instRank, ContextShift: *contextShift,
 		DraftModelPath: *draftModel, DraftID: draftIDOf(*draftID, *draftModel), DraftThreads: *draftThreads, DefaultSpeculation: defSpec}
-	if *tpRanks > 1 {
+	if shape.TensorParallel() {
 		ln, err := tpSetup(&cfg, *tpRank, *tpRanks, *tpAddrs, *tpWire, *agentAPI, getenv)
 		if err != nil {
 			fmt.Fprintf(stderr, "orrery runner: %v\n", err)
@@ -109,7 +110,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		}
 		defer ln.Close()
 	}
-	if *ranks > 1 {
+	if shape.Pipeline > 1 {
 		if *agentAPI == "" || *instance == "" {
 			fmt.Fprintln(stderr, "orrery runner: --agent-api and --instance are required with --ranks > 1")
 			return 2
@@ -121,9 +122,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		}
 		defer ln.Close()
 		cfg.RankListener = ln
-		cfg.DialNext = func(ctx context.Context) (net.Conn, error) { return runner.DialRankLink(ctx, *agentAPI, token) }
+		cfg.DialNext = func(ctx context.Context) (net.Conn, error) { return runnerapi.DialRankLink(ctx, *agentAPI, token) }
 	}
-	if (*ranks > 1 || *tpRanks > 1) && *agentAPI != "" {
+	if shape.Ranks() > 1 && *agentAPI != "" {
 		cfg.OnStageTrace = postTrace(*agentAPI, token, log)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -139,11 +140,11 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 // spans of a traced request to its agent.
 func postTrace(agentAPI, token string, log *slog.Logger) func(string, []trace.Span, []trace.CounterSample, error) {
 	return func(id string, spans []trace.Span, counters []trace.CounterSample, err error) {
-		t := runner.RankTrace{TraceID: id, Spans: spans, Counters: counters}
+		t := runnerapi.RankTrace{TraceID: id, Spans: spans, Counters: counters}
 		if err != nil {
 			t.Error = err.Error()
 		}
-		if err := runner.PostRankTrace(context.Background(), agentAPI, token, t); err != nil {
+		if err := runnerapi.PostRankTrace(context.Background(), agentAPI, token, t); err != nil {
 			log.Warn("hand spans to the agent", "trace", id, "err", err)
 		}
 	}
@@ -169,7 +170,7 @@ func tpSetup(cfg *runner.Config, rank, ranks int, addrs, wire, agentAPI string, 
 	if err != nil {
 		return nil, err
 	}
-	cfg.TPRank, cfg.TPRanks, cfg.TPConnect = rank, ranks, connect
+	cfg.TPConnect = connect
 	if err := withWire(cfg, wire); err != nil {
 		ln.Close()
 		return nil, err
@@ -204,9 +205,7 @@ const tpTokenEnv = "ORRERY_TP_TOKEN"
 // machine.
 func tpFlags(rank, ranks int, addrList, token string) (func(context.Context) (*collective.Mesh, error), net.Listener, error) {
 	addrs := strings.Split(addrList, ",")
-	switch {
-	case ranks > model.MaxTPRanks || rank < 0 || rank >= ranks:
-		return nil, nil, fmt.Errorf("--tp-rank %d of --tp-ranks %d (at most %d)", rank, ranks, model.MaxTPRanks)
+	switch { // rank of ranks: checked by runnerapi.ParseRunnerArgs
 	case len(addrs) != ranks:
 		return nil, nil, fmt.Errorf("--tp-addrs has %d addresses for %d ranks", len(addrs), ranks)
 	case token == "":
@@ -237,10 +236,7 @@ func tpFlags(rank, ranks int, addrList, token string) (func(context.Context) (*c
 // are already authenticated (the link secret, or the agents' runner
 // tokens and cluster key).
 func tpViaAgent(rank, ranks int, agentAPI, instance, token string, direct *directLinks, log *slog.Logger) (func(context.Context) (*collective.Mesh, error), net.Listener, error) {
-	switch {
-	case ranks > model.MaxTPRanks || rank < 0 || rank >= ranks:
-		return nil, nil, fmt.Errorf("--tp-rank %d of --tp-ranks %d (at most %d)", rank, ranks, model.MaxTPRanks)
-	case agentAPI == "" || instance == "":
+	if agentAPI == "" || instance == "" {
 		return nil, nil, errors.New("--agent-api and --instance are required with --tp-ranks > 1 and no --tp-addrs")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -251,7 +247,7 @@ func tpViaAgent(rank, ranks int, agentAPI, instance, token string, direct *direc
 		if c := direct.dial(ctx, agentAPI, token, r, log); c != nil {
 			return c, nil
 		}
-		return runner.DialRankLinkTo(ctx, agentAPI, token, r)
+		return runnerapi.DialRankLinkTo(ctx, agentAPI, token, r)
 	}
 	accept := checking(ln, agentAuth(token))
 	if direct != nil && direct.ln != nil {
@@ -268,7 +264,7 @@ func tpViaAgent(rank, ranks int, agentAPI, instance, token string, direct *direc
 // presented this runner's token.
 func agentAuth(token string) func(net.Conn) (net.Conn, error) {
 	return func(c net.Conn) (net.Conn, error) {
-		if err := runner.ReadAuth(c, token); err != nil {
+		if err := runnerapi.ReadAuth(c, token); err != nil {
 			return nil, err
 		}
 		return c, nil
@@ -286,11 +282,11 @@ func draftIDOf(id, path string) string {
 
 // parseSpeculation reads --speculative ("": none), checked against what
 // the runner drafts with (draftID: its draft model's, "" none).
-func parseSpeculation(v, draftID string) (*runner.Speculation, error) {
+func parseSpeculation(v, draftID string) (*runnerapi.Speculation, error) {
 	if v == "" {
 		return nil, nil
 	}
-	var sp runner.Speculation
+	var sp runnerapi.Speculation
 	dec := json.NewDecoder(strings.NewReader(v))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&sp); err != nil {

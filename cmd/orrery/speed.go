@@ -11,8 +11,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/hop"
 )
 
@@ -70,7 +70,7 @@ func runSpeed(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // measureSpeed is the whole benchmark: compute, then the loopback
 // collective.
-func measureSpeed(ctx context.Context, dir string, threads int) (backend.Speed, error) {
+func measureSpeed(ctx context.Context, dir string, threads int) (runnerapi.Speed, error) {
 	start := time.Now()
 	sp, err := measureCompute(ctx, dir, threads)
 	if err != nil {
@@ -97,7 +97,7 @@ func measureSpeed(ctx context.Context, dir string, threads int) (backend.Speed, 
 	return sp, nil
 }
 
-func printSpeed(w io.Writer, sp backend.Speed) {
+func printSpeed(w io.Writer, sp runnerapi.Speed) {
 	fmt.Fprintf(w, "%d threads, measured in %.1f s\n", sp.Threads, sp.Seconds)
 	fmt.Fprintf(w, "memory: %.1f GB/s (one-row product over a 256 MiB F32 matrix)\n", sp.MemBytesPerSec/1e9)
 	fmt.Fprintf(w, "%-6s %6s %14s %16s\n", "type", "bits", "decode GB/s", "prefill GFLOP/s")

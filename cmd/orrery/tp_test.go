@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/internal/testutil"
 )
@@ -23,7 +23,7 @@ import (
 // tpRunner is one runner process of TestTensorParallelRunners.
 type tpRunner struct {
 	cmd    *exec.Cmd
-	client *runner.Client
+	client *runnerapi.Client
 	stderr *testutil.SyncBuffer
 	exited chan struct{}
 }
@@ -32,7 +32,7 @@ func startTPRunner(t *testing.T, bin, path string, extra ...string) *tpRunner {
 	t.Helper()
 	args := append([]string{"runner", "--model", path, "--threads", "1", "--kv-type", "f32", "--parallel", "2", "--ctx", "256"}, extra...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), runner.TokenEnv+"=rt", tpTokenEnv+"=group-secret")
+	cmd.Env = append(os.Environ(), runnerapi.TokenEnv+"=rt", tpTokenEnv+"=group-secret")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -58,9 +58,9 @@ func startTPRunner(t *testing.T, bin, path string, extra ...string) *tpRunner {
 	})
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
-		if addr, ok := strings.CutPrefix(sc.Text(), runner.ListenPrefix); ok {
+		if addr, ok := strings.CutPrefix(sc.Text(), runnerapi.ListenPrefix); ok {
 			go sc.Scan() // drain
-			r.client = &runner.Client{Addr: addr, Token: "rt"}
+			r.client = &runnerapi.Client{Addr: addr, Token: "rt"}
 			return r
 		}
 	}
@@ -72,25 +72,25 @@ func (r *tpRunner) ready(t *testing.T) {
 	t.Helper()
 	testutil.WaitFor(t, "runner ready", func() bool {
 		h, err := r.client.Health(context.Background())
-		if err == nil && h.Status == runner.StatusFailed {
+		if err == nil && h.Status == runnerapi.StatusFailed {
 			t.Fatalf("runner failed: %s", h.Error)
 		}
-		return err == nil && h.Status == runner.StatusReady
+		return err == nil && h.Status == runnerapi.StatusReady
 	})
 }
 
 // greedy runs two greedy completions at once (continuous batching) and
 // returns their tokens.
-func greedy(t *testing.T, c *runner.Client) [2][]int32 {
+func greedy(t *testing.T, c *runnerapi.Client) [2][]int32 {
 	t.Helper()
 	var out [2][]int32
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range 2 {
 		wg.Go(func() {
-			req := runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{1, int32(40 + 7*i), 300, 17, int32(99 + i)},
+			req := runnerapi.CompletionRequest{Request: runnerapi.Request{PromptTokens: []int32{1, int32(40 + 7*i), 300, 17, int32(99 + i)},
 				MaxTokens: 24, IgnoreEOS: true, Sample: sample.Options{Temperature: 0}}}
-			_, errs[i] = c.Complete(context.Background(), req, func(p runner.Piece) error {
+			_, errs[i] = c.Complete(context.Background(), req, func(p runnerapi.Piece) error {
 				if p.Token >= 0 {
 					out[i] = append(out[i], p.Token)
 				}
@@ -154,8 +154,8 @@ func TestTensorParallelRunners(t *testing.T) {
 
 	// A traced request records each all-reduce as a span with its bytes:
 	// 2 per block (4 blocks) per forward pass, each of one row per token.
-	req := runner.CompletionRequest{TraceID: "tp-trace", Request: runner.Request{PromptTokens: []int32{1, 2, 3, 4, 5}, MaxTokens: 4, IgnoreEOS: true}}
-	done, err := group[0].client.Complete(context.Background(), req, func(runner.Piece) error { return nil })
+	req := runnerapi.CompletionRequest{TraceID: "tp-trace", Request: runnerapi.Request{PromptTokens: []int32{1, 2, 3, 4, 5}, MaxTokens: 4, IgnoreEOS: true}}
+	done, err := group[0].client.Complete(context.Background(), req, func(runnerapi.Piece) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestTensorParallelRunners(t *testing.T) {
 	// at least the all-reduces' bytes.
 	var link []float64
 	for _, c := range done.Counters {
-		if c.Name == runner.LinkCounter(1) {
+		if c.Name == runnerapi.LinkCounter(1) {
 			link = append(link, c.Value)
 		}
 	}
@@ -200,8 +200,8 @@ func TestTensorParallelRunners(t *testing.T) {
 	// Rank 0 notices at its next step, and fails the request.
 	failed := make(chan error, 1)
 	go func() {
-		_, err := group[0].client.Complete(context.Background(), runner.CompletionRequest{Request: runner.Request{PromptTokens: []int32{1, 2, 3},
-			MaxTokens: 8, IgnoreEOS: true}}, func(runner.Piece) error { return nil })
+		_, err := group[0].client.Complete(context.Background(), runnerapi.CompletionRequest{Request: runnerapi.Request{PromptTokens: []int32{1, 2, 3},
+			MaxTokens: 8, IgnoreEOS: true}}, func(runnerapi.Piece) error { return nil })
 		failed <- err
 	}()
 	select {

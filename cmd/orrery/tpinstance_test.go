@@ -43,7 +43,7 @@ func TestTensorParallelInstance(t *testing.T) {
 
 	for _, c := range []struct{ body, says string }{
 		{`"parallelism":"auto","node":"` + ids[0] + `"`, "not ranks or one node"},
-		{`"parallelism":{"tensor":3}`, "3 on a cluster of 2"},
+		{`"parallelism":{"tensor":3}`, "tensor 3 (3 ranks) on a cluster of 2 nodes"},
 		{`"parallelism":{"pipeline":2,"tensor":2}`, "pipeline 2 × tensor 2 (4 ranks) on a cluster of 2 nodes"},
 		{`"parallelism":"tensor","node":"` + ids[0] + `"`, "not ranks or one node"},
 	} {

@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/orrery-cluster/orrery/engine/grammar"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Format is how a family writes tool calls.
@@ -136,18 +137,11 @@ func OptionsFor(f Format, thinks, tools bool, prompt string) Options {
 // channels are always parsed: their markup is never content).
 func (o Options) Active() bool { return o.Tools || o.Think || o.Format == Harmony }
 
-// Call is one parsed tool call. Arguments is a JSON object's text.
-type Call struct {
-	Index     int    `json:"index"`
-	Name      string `json:"name"`
-	Arguments string `json:"arguments"`
-}
-
 // Delta is what a piece of output turned out to be.
 type Delta struct {
 	Content   string
 	Reasoning string
-	Calls     []Call
+	Calls     []runnerapi.Call
 }
 
 func (d *Delta) add(o Delta) {
@@ -158,14 +152,14 @@ func (d *Delta) add(o Delta) {
 
 // parseCall reads a call object: {"name", "arguments"} (or Llama's
 // "parameters"), the arguments an object or a string holding one.
-func parseCall(body string, index int) (Call, bool) {
+func parseCall(body string, index int) (runnerapi.Call, bool) {
 	var c struct {
 		Name       string          `json:"name"`
 		Arguments  json.RawMessage `json:"arguments"`
 		Parameters json.RawMessage `json:"parameters"`
 	}
 	if err := json.Unmarshal([]byte(strings.TrimSpace(body)), &c); err != nil || c.Name == "" {
-		return Call{}, false
+		return runnerapi.Call{}, false
 	}
 	args := c.Arguments
 	if len(args) == 0 {
@@ -180,11 +174,11 @@ func parseCall(body string, index int) (Call, bool) {
 	}
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(args, &obj) != nil {
-		return Call{}, false
+		return runnerapi.Call{}, false
 	}
 	compact, err := json.Marshal(json.RawMessage(args))
 	if err != nil {
-		return Call{}, false
+		return runnerapi.Call{}, false
 	}
-	return Call{Index: index, Name: c.Name, Arguments: string(compact)}, true
+	return runnerapi.Call{Index: index, Name: c.Name, Arguments: string(compact)}, true
 }

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // run feeds s to a parser in the given pieces and sums what comes out.
@@ -54,13 +56,13 @@ func TestParser(t *testing.T) {
 		want Delta
 	}{
 		{"hermes call after text", hermes, "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>",
-			Delta{Content: "Let me check.\n", Calls: []Call{{0, "get_weather", `{"city":"Oslo","days":2}`}}}},
+			Delta{Content: "Let me check.\n", Calls: []runnerapi.Call{{Index: 0, Name: "get_weather", Arguments: `{"city":"Oslo","days":2}`}}}},
 		{"hermes two calls", hermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": \"{\\\"x\\\": [1]}\"}\n</tool_call>",
-			Delta{Calls: []Call{{0, "a", `{}`}, {1, "b", `{"x":[1]}`}}}},
+			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "a", Arguments: `{}`}, {Index: 1, Name: "b", Arguments: `{"x":[1]}`}}}},
 		{"hermes malformed stays text", hermes, "a <tool_call>{\"name\": oops}</tool_call> b",
 			Delta{Content: "a <tool_call>{\"name\": oops}</tool_call> b"}},
 		{"hermes unclosed but whole", hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"<\"}}",
-			Delta{Calls: []Call{{0, "f", `{"q":"\u003c"}`}}}},
+			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "f", Arguments: `{"q":"\u003c"}`}}}},
 		{"hermes unclosed and cut", hermes, "<tool_call>\n{\"name\": \"f\", \"argu",
 			Delta{Content: "<tool_call>\n{\"name\": \"f\", \"argu"}},
 		{"hermes marker lookalike", hermes, "x <tool y <tool_cal z", Delta{Content: "x <tool y <tool_cal z"}},
@@ -70,31 +72,31 @@ func TestParser(t *testing.T) {
 		{"think opened by the prompt", Options{Think: true, InThink: true}, "hmm</think>Yes", Delta{Reasoning: "hmm", Content: "Yes"}},
 		{"think never closed", think, "<think>still going", Delta{Reasoning: "still going"}},
 		{"think then call", Options{Format: Hermes, Tools: true, Think: true}, "<think>call f</think>\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
-			Delta{Reasoning: "call f", Calls: []Call{{0, "f", `{}`}}}},
+			Delta{Reasoning: "call f", Calls: []runnerapi.Call{{Index: 0, Name: "f", Arguments: `{}`}}}},
 		{"llama3 call", llama, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
-			Delta{Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}}}},
+			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}},
 		{"llama3 two calls", llama, "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"k\": 1}}",
-			Delta{Calls: []Call{{0, "a", `{}`}, {1, "b", `{"k":1}`}}}},
+			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "a", Arguments: `{}`}, {Index: 1, Name: "b", Arguments: `{"k":1}`}}}},
 		{"llama3 text", llama, "Hello {there}", Delta{Content: "Hello {there}"}},
 		{"llama3 json that is no call", llama, "{\"answer\": 42}", Delta{Content: "{\"answer\": 42}"}},
 		{"mistral array", mistral, "Sure.[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"arguments\": {}}]",
-			Delta{Content: "Sure.", Calls: []Call{{0, "a", `{"x":1}`}, {1, "b", `{}`}}}},
+			Delta{Content: "Sure.", Calls: []runnerapi.Call{{Index: 0, Name: "a", Arguments: `{"x":1}`}, {Index: 1, Name: "b", Arguments: `{}`}}}},
 		{"mistral args", mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]now[CALL_ID]c1[ARGS]{}",
-			Delta{Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}, {1, "now", `{}`}}}},
+			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "get_weather", Arguments: `{"city":"Oslo"}`}, {Index: 1, Name: "now", Arguments: `{}`}}}},
 		{"mistral empty list", mistral, "[TOOL_CALLS][]0", Delta{Content: "[TOOL_CALLS][]0"}},
 		{"mistral broken", mistral, "[TOOL_CALLS][{\"name\": 3}]", Delta{Content: "[TOOL_CALLS][{\"name\": 3}]"}},
 		{"deepseek v3", deepseek, "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>now\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-			Delta{Content: "Checking.", Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}, {1, "now", `{}`}}}},
+			Delta{Content: "Checking.", Calls: []runnerapi.Call{{Index: 0, Name: "get_weather", Arguments: `{"city":"Oslo"}`}, {Index: 1, Name: "now", Arguments: `{}`}}}},
 		{"deepseek v3.1", deepseek, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-			Delta{Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}}}},
+			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}},
 		{"deepseek cut", deepseek, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{",
 			Delta{Content: "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"}},
 		{"harmony answer", harmony, "<|channel|>analysis<|message|>Think 2+2.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>",
 			Delta{Reasoning: "Think 2+2.", Content: "4"}},
 		{"harmony call", harmony, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>",
-			Delta{Reasoning: "Need weather.", Calls: []Call{{0, "get_weather", `{"city":"Oslo"}`}}}},
+			Delta{Reasoning: "Need weather.", Calls: []runnerapi.Call{{Index: 0, Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}},
 		{"harmony recipient first", harmony, "<|start|>assistant to=functions.now<|channel|>commentary json<|message|>{}<|call|>",
-			Delta{Calls: []Call{{0, "now", `{}`}}}},
+			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "now", Arguments: `{}`}}}},
 		{"harmony no tools", Options{Format: Harmony}, "<|channel|>commentary to=functions.x<|message|>{}<|call|>", Delta{Content: "{}"}},
 		{"harmony bare text", harmony, "just words", Delta{Content: "just words"}},
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"unicode"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // The formats whose markers are control tokens: Mistral's, DeepSeek's
@@ -102,7 +104,7 @@ func (p *Parser) mistral(final bool) (Delta, bool) {
 	}
 	p.calls++
 	p.buf, p.mode = t[i+len(mistralArgs)+end:], inText
-	return Delta{Calls: []Call{c}}, true
+	return Delta{Calls: []runnerapi.Call{c}}, true
 }
 
 // deepseek reads the calls between <｜tool▁calls▁begin｜> and its end.
@@ -126,7 +128,7 @@ func (p *Parser) deepseek(final bool) (Delta, bool) {
 		}
 		p.calls++
 		p.buf = t[i+len(dsCallEnd):]
-		return Delta{Calls: []Call{c}}, true
+		return Delta{Calls: []runnerapi.Call{c}}, true
 	case final && t == "" && p.calls > p.since:
 		p.mode = inText // the calls ended with the output
 		return Delta{}, false
@@ -138,10 +140,10 @@ func (p *Parser) deepseek(final bool) (Delta, bool) {
 
 // deepseekCall reads "function<｜tool▁sep｜>name\n```json\n{…}\n```" (V3,
 // R1) or "name<｜tool▁sep｜>{…}" (V3.1).
-func deepseekCall(body string, index int) (Call, bool) {
+func deepseekCall(body string, index int) (runnerapi.Call, bool) {
 	kind, rest, ok := strings.Cut(body, dsSep)
 	if !ok {
-		return Call{}, false
+		return runnerapi.Call{}, false
 	}
 	name, args := strings.TrimSpace(kind), rest
 	if name == "function" {

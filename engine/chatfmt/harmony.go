@@ -3,6 +3,8 @@ package chatfmt
 import (
 	"regexp"
 	"strings"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Harmony (gpt-oss) writes messages: a header (<|start|>assistant, then
@@ -100,7 +102,7 @@ func (p *Parser) harmonyBody(body string) Delta {
 		b := `{"name": ` + quote(p.h.name) + `, "arguments": ` + body + `}`
 		if c, ok := parseCall(b, p.calls); ok {
 			p.calls++
-			return Delta{Calls: []Call{c}}
+			return Delta{Calls: []runnerapi.Call{c}}
 		}
 	}
 	return p.content(body)

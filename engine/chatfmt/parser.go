@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"unicode"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 const (
@@ -213,7 +215,7 @@ func (p *Parser) call(final bool) (Delta, bool) {
 	if c, ok := parseCall(body, p.calls); ok {
 		p.calls++
 		p.trim = true // the newline between calls is not content
-		return Delta{Calls: []Call{c}}, true
+		return Delta{Calls: []runnerapi.Call{c}}, true
 	}
 	raw := callOpen + body
 	if closed {
@@ -237,7 +239,7 @@ func (p *Parser) json(final bool) (Delta, bool) {
 		if c, ok := parseCall(string(raw), p.calls); ok {
 			p.calls++
 			p.buf, p.mode = p.buf[dec.InputOffset():], inText
-			return Delta{Calls: []Call{c}}, true
+			return Delta{Calls: []runnerapi.Call{c}}, true
 		}
 	}
 	// Not a call: the answer is content after all.

@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -182,7 +183,7 @@ func orreryEmbed(t testing.TB, path string, texts []string, parallel int) [][]fl
 	return out
 }
 
-func newEmbedServer(t testing.TB, path string, parallel, batch int) *runner.Client {
+func newEmbedServer(t testing.TB, path string, parallel, batch int) *runnerapi.Client {
 	t.Helper()
 	load := func(ctx context.Context, path string, opts backend.Options, progress func(float32)) (backend.Rank, error) {
 		return ggml.Load(ctx, path, opts, progress)
@@ -195,14 +196,14 @@ func newEmbedServer(t testing.TB, path string, parallel, batch int) *runner.Clie
 	t.Cleanup(s.Close)
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "t"}
+	return &runnerapi.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "t"}
 }
 
-func orreryEmbedRes(t testing.TB, c *runner.Client, texts []string) *runner.EmbedResponse {
+func orreryEmbedRes(t testing.TB, c *runnerapi.Client, texts []string) *runnerapi.EmbedResponse {
 	t.Helper()
-	req := runner.EmbedRequest{}
+	req := runnerapi.EmbedRequest{}
 	for _, s := range texts {
-		req.Inputs = append(req.Inputs, runner.EmbedInput{Text: s})
+		req.Inputs = append(req.Inputs, runnerapi.EmbedInput{Text: s})
 	}
 	res, err := c.Embed(context.Background(), req)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A model file's metadata is what the agent reads of every file it scans
@@ -82,6 +83,6 @@ func FuzzModelMetadata(f *testing.F) {
 			return
 		}
 		tok.Decode(ids)
-		tok.Chat([]Message{{Role: "user", Content: s}}, ChatOptions{Kwargs: map[string]any{"enable_thinking": n%2 == 0}})
+		tok.Chat([]runnerapi.Message{{Role: "user", Content: s}}, ChatOptions{Kwargs: map[string]any{"enable_thinking": n%2 == 0}})
 	})
 }

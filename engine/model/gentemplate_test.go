@@ -7,6 +7,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
 	"github.com/orrery-cluster/orrery/engine/chattmpl"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // plainChatML is the template generated models had before tools: what the
@@ -24,7 +25,7 @@ func TestGeneratedTemplate(t *testing.T) {
 	if f, th := tok.ChatFormat(); f != chatfmt.Hermes || th {
 		t.Errorf("format %q, thinks %v", f, th)
 	}
-	conv := []Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}, {Role: "assistant", Content: "hello"}, {Role: "user", Content: "café?"}}
+	conv := []runnerapi.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}, {Role: "assistant", Content: "hello"}, {Role: "user", Content: "café?"}}
 	got, err := tok.Chat(conv, ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -40,8 +41,8 @@ func TestGeneratedTemplate(t *testing.T) {
 
 	tools := json.RawMessage(`[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`)
 	withCall := append(conv[:2:2],
-		Message{Role: "assistant", ToolCalls: []ToolCall{{ID: "call_0", Type: "function", Function: ToolCallFunction{Name: "get_weather", Arguments: json.RawMessage(`{"city":"Oslo"}`)}}}},
-		Message{Role: "tool", ToolCallID: "call_0", Content: `{"temp": 3}`})
+		runnerapi.Message{Role: "assistant", ToolCalls: []runnerapi.ToolCall{{ID: "call_0", Type: "function", Function: runnerapi.ToolCallFunction{Name: "get_weather", Arguments: json.RawMessage(`{"city":"Oslo"}`)}}}},
+		runnerapi.Message{Role: "tool", ToolCallID: "call_0", Content: `{"temp": 3}`})
 	got, err = tok.Chat(withCall, ChatOptions{Tools: tools})
 	if err != nil {
 		t.Fatal(err)

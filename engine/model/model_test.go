@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 func genTiny(t *testing.T, o GenOptions) (string, *gguf.File) {
@@ -112,7 +113,7 @@ func TestTokenizerAndTemplate(t *testing.T) {
 	if len(ids) > 7 { // 11 bytes
 		t.Errorf("hello world took %d tokens: %v (pieces not used)", len(ids), ids)
 	}
-	prompt, err := tok.Chat([]Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}, ChatOptions{})
+	prompt, err := tok.Chat([]runnerapi.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}, ChatOptions{})
 	want := "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 	if err != nil || prompt != want {
 		t.Errorf("chat = %q, %v", prompt, err)

@@ -10,37 +10,9 @@ import (
 	"github.com/orrery-cluster/orrery/engine/chattmpl"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/grammar"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/vocab"
 )
-
-// Message is one chat message, in the shape chat templates read
-// (OpenAI's, with tool calls' arguments as objects).
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-	// ToolCalls are an assistant's calls; ToolCallID and Name say which
-	// call a "tool" message answers.
-	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string     `json:"tool_call_id,omitempty"`
-	Name       string     `json:"name,omitempty"`
-	// Reasoning is an assistant turn's reasoning, for templates that
-	// print it (reasoning_content).
-	Reasoning string `json:"reasoning_content,omitempty"`
-}
-
-// ToolCall is one call in an assistant message.
-type ToolCall struct {
-	ID       string           `json:"id,omitempty"`
-	Type     string           `json:"type"`
-	Function ToolCallFunction `json:"function"`
-}
-
-// ToolCallFunction names the tool and its arguments: a JSON object, as
-// templates print it with tojson.
-type ToolCallFunction struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
 
 // ChatOptions are the template's other inputs: the tools (OpenAI's tools
 // array) and keyword arguments such as enable_thinking.
@@ -137,7 +109,7 @@ func (t *Tokenizer) ChatFormat() (chatfmt.Format, bool) { return t.format, t.thi
 // Chat renders messages with the model's chat template, ending with the
 // assistant's turn opened. A model without a template gets the messages
 // joined by newlines.
-func (t *Tokenizer) Chat(msgs []Message, o ChatOptions) (string, error) {
+func (t *Tokenizer) Chat(msgs []runnerapi.Message, o ChatOptions) (string, error) {
 	if t.template == nil {
 		var b strings.Builder
 		for _, m := range msgs {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -21,7 +22,7 @@ func TestGeneratedVocabMatchesLlamaCpp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt, err := tok.Chat([]Message{{Role: "system", Content: "You are a cluster."}, {Role: "user", Content: "hello Äpfel  world\n\n42 !!"}}, ChatOptions{})
+	prompt, err := tok.Chat([]runnerapi.Message{{Role: "system", Content: "You are a cluster."}, {Role: "user", Content: "hello Äpfel  world\n\n42 !!"}}, ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Tensor parallelism: each rank of a group of T holds a slice of every
@@ -59,8 +60,8 @@ const (
 	KeyTPFullSharedFF = "orrery.tp.full_shared_ff"
 )
 
-// MaxTPRanks bounds a tensor-parallel group.
-const MaxTPRanks = 16
+// MaxTPRanks bounds a tensor-parallel group (runnerapi.Shape's bound).
+const MaxTPRanks = runnerapi.MaxTensor
 
 // TPSlice is what rank Rank of a Ranks-way tensor-parallel group holds of
 // each block: query heads [Head, Head+Heads), kv heads [KVHead,

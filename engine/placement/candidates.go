@@ -1,6 +1,9 @@
 package placement
 
-import "github.com/orrery-cluster/orrery/engine/model"
+import (
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
+)
 
 // maxGroupings bounds how many ways of grouping the nodes a hybrid
 // candidate tries (8 nodes in pairs: 105).
@@ -14,16 +17,16 @@ const maxGroupings = 128
 // not two ends of Ethernet). With all, only the plans over every node
 // (the nodes were named). A plan that does not fit, does not split or
 // cannot be predicted is listed with its Error.
-func Candidates(l Layout, c ModelCost, nodes []Node, all bool, in Inputs) []Prediction {
-	var out []Prediction
-	failed := func(p Plan, err error) Prediction {
-		pr := Prediction{Plan: p.Name(), Pipeline: p.Pipeline, Tensor: p.Tensor, Error: err.Error(), PrefillTokens: in.Prompt}
-		for _, n := range nodes[:max(p.Pipeline*max(p.Tensor, 1), 0)] {
+func Candidates(l Layout, c ModelCost, nodes []Node, all bool, in Inputs) []runnerapi.Prediction {
+	var out []runnerapi.Prediction
+	failed := func(p Plan, err error) runnerapi.Prediction {
+		pr := runnerapi.Prediction{Plan: p.Shape.String(), Shape: p.Shape, Error: err.Error(), PrefillTokens: in.Prompt}
+		for _, n := range nodes[:min(max(p.Shape.Ranks(), 0), len(nodes))] {
 			pr.Nodes = append(pr.Nodes, n.ID)
 		}
 		return pr
 	}
-	predict := func(p Plan, err error) Prediction {
+	predict := func(p Plan, err error) runnerapi.Prediction {
 		if err != nil {
 			return failed(p, err)
 		}
@@ -41,10 +44,10 @@ func Candidates(l Layout, c ModelCost, nodes []Node, all bool, in Inputs) []Pred
 	}
 	for k := from; k <= len(nodes) && k <= l.Layers; k++ {
 		ranks, err := Split(l, nodes[:k])
-		out = append(out, predict(Plan{Pipeline: k, Tensor: 1, Ranks: ranks}, err))
+		out = append(out, predict(Plan{Shape: runnerapi.Shape{Pipeline: k, Tensor: 1}, Ranks: ranks}, err))
 	}
 	for t := max(2, from); t <= len(nodes); t++ {
-		p := Plan{Pipeline: 1, Tensor: t}
+		p := Plan{Shape: runnerapi.Shape{Pipeline: 1, Tensor: t}}
 		sl, err := model.PlanTP(c.f, c.cfg, t)
 		if err == nil {
 			p.Ranks, err = Tensor(l, sl, nodes[:t])
@@ -57,12 +60,12 @@ func Candidates(l Layout, c ModelCost, nodes []Node, all bool, in Inputs) []Pred
 			if all && p*t != len(nodes) {
 				continue
 			}
-			plan := Plan{Pipeline: p, Tensor: t}
+			plan := Plan{Shape: runnerapi.Shape{Pipeline: p, Tensor: t}}
 			if err != nil {
 				out = append(out, failed(plan, err))
 				continue
 			}
-			var best Prediction
+			var best runnerapi.Prediction
 			for i, order := range groupings(p*t, t, maxGroupings) {
 				ns := make([]Node, len(order))
 				for j, k := range order {

@@ -7,10 +7,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // The cost model: what "parallelism": "auto" predicts each candidate plan
@@ -150,7 +150,7 @@ type Link struct {
 // Inputs are the measurements a prediction uses.
 type Inputs struct {
 	// Speed of each node by id.
-	Speed map[string]backend.Speed
+	Speed map[string]runnerapi.Speed
 	// Link from a node to another; false when unmeasured.
 	Link func(from, to string) (Link, bool)
 	// Position is where decode is predicted (tokens already in the
@@ -168,58 +168,17 @@ type Inputs struct {
 	Direct bool
 }
 
-// Plan is a candidate: a pipeline of Pipeline stages, each a group of
-// Tensor ranks (Tensor 1: plain pipeline ranks), on Nodes in rank order
-// (stage-major).
+// Plan is a candidate: its shape's ranks, in rank order (stage-major).
 type Plan struct {
-	Pipeline int    `json:"pipeline"`
-	Tensor   int    `json:"tensor"`
-	Ranks    []Rank `json:"ranks"`
-}
-
-// Name is how a plan reads in previews and logs.
-func (p Plan) Name() string {
-	switch {
-	case p.Tensor > 1 && p.Pipeline > 1:
-		return fmt.Sprintf("pipeline %d × tensor %d", p.Pipeline, p.Tensor)
-	case p.Tensor > 1:
-		return fmt.Sprintf("tensor %d", p.Tensor)
-	case p.Pipeline == 1:
-		return "one node"
-	}
-	return fmt.Sprintf("pipeline %d", p.Pipeline)
-}
-
-// Prediction is a plan's predicted speed.
-type Prediction struct {
-	Plan     string   `json:"plan"`
-	Pipeline int      `json:"pipeline"`
-	Tensor   int      `json:"tensor"`
-	Nodes    []string `json:"nodes"`
-	// DecodeMs is one token's decode step at Position; CommMs the part
-	// of it spent on messages.
-	DecodeMs        float64 `json:"decodeMsPerToken"`
-	CommMs          float64 `json:"commMsPerToken"`
-	DecodeTokPerSec float64 `json:"decodeTokPerSec"`
-	// PrefillMs is a prompt of PrefillTokens tokens.
-	PrefillMs        float64 `json:"prefillMs"`
-	PrefillTokens    int     `json:"prefillTokens"`
-	PrefillTokPerSec float64 `json:"prefillTokPerSec"`
-	// Fits says whether every rank fits its node's memory (Error: why
-	// not, or why it could not be predicted).
-	Fits  bool   `json:"fits"`
-	Error string `json:"error,omitempty"`
-	// Assumed lists what stood in for a missing measurement; Measured the
-	// figures taken from an earlier run instead of the formula.
-	Assumed  []string `json:"assumed,omitempty"`
-	Measured []string `json:"measured,omitempty"`
+	Shape runnerapi.Shape `json:"shape"`
+	Ranks []Rank          `json:"ranks"`
 }
 
 // groupTime is one pipeline stage's compute (a group of t ranks, or one
 // rank): its slowest rank's blocks (every block is split alike, so the
 // slowest is the same in each), then on the last stage the head (whole on
 // rank 0, or split by vocabulary), which the next token waits for.
-func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[string]backend.Speed, in Inputs) (dec, pre float64, err error) {
+func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[string]runnerapi.Speed, in Inputs) (dec, pre float64, err error) {
 	t := len(group)
 	first, last := group[0].FirstLayer, group[0].LastLayer
 	share := func(num, den int) float64 { return float64(num) / float64(den) }
@@ -298,8 +257,8 @@ var ErrNoSpeed = errors.New("no node has measured its speed yet")
 // link measured one way only its reverse's figures, one never measured
 // in.Unmeasured's (each said in Assumed); with none of those, the
 // prediction fails.
-func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
-	pr := Prediction{Plan: p.Name(), Pipeline: p.Pipeline, Tensor: p.Tensor, PrefillTokens: in.Prompt}
+func (c ModelCost) Predict(p Plan, in Inputs) (runnerapi.Prediction, error) {
+	pr := runnerapi.Prediction{Plan: p.Shape.String(), Shape: p.Shape, PrefillTokens: in.Prompt}
 	for _, r := range p.Ranks {
 		pr.Nodes = append(pr.Nodes, r.NodeID)
 	}
@@ -307,10 +266,9 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 	if err != nil {
 		return pr, err
 	}
-	t := max(p.Tensor, 1)
 	var shares []model.TPSlice
-	if t > 1 {
-		if shares, err = model.PlanTP(c.f, c.cfg, t); err != nil {
+	if p.Shape.TensorParallel() {
+		if shares, err = model.PlanTP(c.f, c.cfg, p.Shape.Tensor); err != nil {
 			return pr, err
 		}
 	}
@@ -335,15 +293,15 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 	}
 	row := float64(c.Dim * 4)
 	var decode, prefill, comm, commPre float64 // seconds
-	for s := range p.Pipeline {
-		group := p.Ranks[s*t : (s+1)*t]
+	for s := range p.Shape.Pipeline {
+		group := p.Ranks[p.Shape.Rank(s, 0):p.Shape.Rank(s+1, 0)]
 		dec, pre, err := c.groupTime(group, shares, speed, in)
 		if err != nil {
 			return pr, err
 		}
 		decode += dec
 		prefill += pre
-		if t > 1 {
+		if p.Shape.TensorParallel() {
 			gather := 0
 			if shares[0].VocabRows > 0 {
 				gather = c.cfg.Vocab
@@ -357,8 +315,8 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 		}
 		// The hop to the next stage (the last stage's token goes back to
 		// the first): through both ends' agents and the link.
-		if p.Pipeline > 1 {
-			from, to := group[0].NodeID, p.Ranks[((s+1)%p.Pipeline)*t].NodeID
+		if next, ok := p.Shape.Next(p.Shape.Rank(s, 0)); ok {
+			from, to := group[0].NodeID, p.Ranks[next].NodeID
 			l, err := link(from, to)
 			if err != nil {
 				return pr, err
@@ -387,7 +345,7 @@ func (c ModelCost) Predict(p Plan, in Inputs) (Prediction, error) {
 // with the head split by vocabulary (gather > 0), the logits of the last
 // position gathered (an all-reduce of gather f32). A figure measured on
 // the same nodes (in.Reduce) replaces the formula's latency and software.
-func (c ModelCost) groupComm(group []Rank, gather int, speed map[string]backend.Speed, in Inputs, link func(a, b string) (Link, error), pr *Prediction) (decode, prefill float64, err error) {
+func (c ModelCost) groupComm(group []Rank, gather int, speed map[string]runnerapi.Speed, in Inputs, link func(a, b string) (Link, error), pr *runnerapi.Prediction) (decode, prefill float64, err error) {
 	t := len(group)
 	row := float64(c.Dim * 4)
 	var worst Link
@@ -445,7 +403,7 @@ func (c ModelCost) groupComm(group []Rank, gather int, speed map[string]backend.
 
 // speeds maps each node of p to a speed, standing in a measured node's
 // for one without.
-func (c ModelCost) speeds(p Plan, in Inputs, pr *Prediction) (map[string]backend.Speed, error) {
+func (c ModelCost) speeds(p Plan, in Inputs, pr *runnerapi.Prediction) (map[string]runnerapi.Speed, error) {
 	var known []string
 	for id, s := range in.Speed {
 		if s.Check() == nil {
@@ -456,7 +414,7 @@ func (c ModelCost) speeds(p Plan, in Inputs, pr *Prediction) (map[string]backend
 		return nil, ErrNoSpeed
 	}
 	slices.Sort(known)
-	out := map[string]backend.Speed{}
+	out := map[string]runnerapi.Speed{}
 	for _, r := range p.Ranks {
 		if s, ok := in.Speed[r.NodeID]; ok && s.Check() == nil {
 			out[r.NodeID] = s
@@ -465,15 +423,15 @@ func (c ModelCost) speeds(p Plan, in Inputs, pr *Prediction) (map[string]backend
 		out[r.NodeID] = in.Speed[known[0]]
 		pr.Assumed = append(pr.Assumed, fmt.Sprintf("node %s: no speed measured yet; %s's", r.NodeID, known[0]))
 	}
-	if len(p.Ranks) != p.Pipeline*max(p.Tensor, 1) {
-		return nil, fmt.Errorf("plan %s with %d ranks", p.Name(), len(p.Ranks))
+	if err := p.Shape.Validate(); err != nil || len(p.Ranks) != p.Shape.Ranks() {
+		return nil, fmt.Errorf("plan %s with %d ranks (%v)", p.Shape, len(p.Ranks), err)
 	}
 	return out, nil
 }
 
 // headTime is the output head's share of a decode step and of a prefill
 // (whose head computes the last position only).
-func headTime(sp backend.Speed, w Weights, in Inputs) (decode, prefill float64, err error) {
+func headTime(sp runnerapi.Speed, w Weights, in Inputs) (decode, prefill float64, err error) {
 	for k, v := range w {
 		ts, ok := sp.Type(k, v.Bits)
 		if !ok {
@@ -490,7 +448,7 @@ func headTime(sp backend.Speed, w Weights, in Inputs) (decode, prefill float64, 
 // passTime is one rank's decode step (one token at Position) and prefill
 // (Prompt tokens in one pass) over w and layers blocks with heads query
 // heads of headDim and kvw cache values per position.
-func passTime(sp backend.Speed, w Weights, layers int, heads, headDim, kvw float64, in Inputs) (decode, prefill float64, err error) {
+func passTime(sp runnerapi.Speed, w Weights, layers int, heads, headDim, kvw float64, in Inputs) (decode, prefill float64, err error) {
 	types := make([]string, 0, len(w))
 	for k := range w {
 		types = append(types, k)
@@ -519,8 +477,8 @@ func passTime(sp backend.Speed, w Weights, layers int, heads, headDim, kvw float
 
 // Fastest is the plan with the shortest predicted decode step among
 // those that fit (fewer nodes on a tie); false when none does.
-func Fastest(ps []Prediction) (Prediction, bool) {
-	best, ok := Prediction{}, false
+func Fastest(ps []runnerapi.Prediction) (runnerapi.Prediction, bool) {
+	best, ok := runnerapi.Prediction{}, false
 	for _, p := range ps {
 		if !p.Fits || p.Error != "" {
 			continue

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // smallModel writes the small preset (8 blocks of dim 512, Q8_0) and
@@ -34,16 +34,16 @@ func smallModel(t *testing.T) (ModelCost, Layout) {
 
 // speed is a node whose kernels read rate bytes/s of any type and whose
 // software costs are round figures.
-func speed(rate float64) backend.Speed {
-	ts := backend.TypeSpeed{DecodeBytesPerSec: rate, PrefillFlopsPerSec: 50e9, BitsPerWeight: 8.5}
+func speed(rate float64) runnerapi.Speed {
+	ts := runnerapi.TypeSpeed{DecodeBytesPerSec: rate, PrefillFlopsPerSec: 50e9, BitsPerWeight: 8.5}
 	f16 := ts
 	f16.BitsPerWeight = 16
-	return backend.Speed{Threads: 1, MemBytesPerSec: 1e12, StreamRatio: 1, LayerMicros: 20, TokenMicros: 100,
-		ReduceMicros: 30, HopMicros: 10, Types: map[string]backend.TypeSpeed{"Q8_0": ts, "F32": {DecodeBytesPerSec: rate, PrefillFlopsPerSec: 50e9, BitsPerWeight: 32}, "F16": f16}}
+	return runnerapi.Speed{Threads: 1, MemBytesPerSec: 1e12, StreamRatio: 1, LayerMicros: 20, TokenMicros: 100,
+		ReduceMicros: 30, HopMicros: 10, Types: map[string]runnerapi.TypeSpeed{"Q8_0": ts, "F32": {DecodeBytesPerSec: rate, PrefillFlopsPerSec: 50e9, BitsPerWeight: 32}, "F16": f16}}
 }
 
 func inputs(rate, oneWay float64) Inputs {
-	return Inputs{Speed: map[string]backend.Speed{"a": speed(rate), "b": speed(rate)}, Prompt: 64,
+	return Inputs{Speed: map[string]runnerapi.Speed{"a": speed(rate), "b": speed(rate)}, Prompt: 64,
 		Link: func(from, to string) (Link, bool) { return Link{OneWayMicros: oneWay, BytesPerSec: 1.25e9}, true }}
 }
 
@@ -56,7 +56,7 @@ func TestPredictOneNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, err := c.Predict(Plan{Pipeline: 1, Tensor: 1, Ranks: ranks}, in)
+	pr, err := c.Predict(Plan{Shape: runnerapi.Shape{Pipeline: 1, Tensor: 1}, Ranks: ranks}, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestHybridFollowsLinks(t *testing.T) {
 		return Link{OneWayMicros: 2000, BytesPerSec: 1.25e9}, true
 	}
 	ps := Candidates(l, c, nodes, true, in)
-	var hybrid Prediction
+	var hybrid runnerapi.Prediction
 	for _, p := range ps {
 		if p.Plan == "pipeline 2 × tensor 2" {
 			hybrid = p
@@ -254,7 +254,7 @@ func TestHybridFollowsLinks(t *testing.T) {
 
 // Types a node did not measure take the nearest in bits per weight.
 func TestSpeedTypeNearest(t *testing.T) {
-	sp := backend.Speed{Types: map[string]backend.TypeSpeed{
+	sp := runnerapi.Speed{Types: map[string]runnerapi.TypeSpeed{
 		"Q8_0": {DecodeBytesPerSec: 1, BitsPerWeight: 8.5}, "Q4_K": {DecodeBytesPerSec: 2, BitsPerWeight: 4.5}}}
 	if ts, ok := sp.Type("Q3_K", 3.4375); !ok || ts.DecodeBytesPerSec != 2 {
 		t.Errorf("Q3_K: %+v", ts)
@@ -262,7 +262,7 @@ func TestSpeedTypeNearest(t *testing.T) {
 	if ts, ok := sp.Type("Q8_0", 0); !ok || ts.DecodeBytesPerSec != 1 {
 		t.Errorf("Q8_0: %+v", ts)
 	}
-	if _, ok := (&backend.Speed{}).Type("Q8_0", 8.5); ok {
+	if _, ok := (&runnerapi.Speed{}).Type("Q8_0", 8.5); ok {
 		t.Error("no types measured, yet found one")
 	}
 }
@@ -368,7 +368,7 @@ func TestExpertParallelCost(t *testing.T) {
 	}
 	// Its 256 expert columns split evenly: each rank computes half of
 	// every chosen expert.
-	pr, err := c.Predict(Plan{Pipeline: 1, Tensor: 2, Ranks: ranks}, in)
+	pr, err := c.Predict(Plan{Shape: runnerapi.Shape{Pipeline: 1, Tensor: 2}, Ranks: ranks}, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestExpertParallelCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	speeds := map[string]backend.Speed{"a": speed(rate), "b": speed(rate)}
+	speeds := map[string]runnerapi.Speed{"a": speed(rate), "b": speed(rate)}
 	dec, _, err := c.groupTime(ranks, whole, speeds, in)
 	if err != nil {
 		t.Fatal(err)

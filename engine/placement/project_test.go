@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // q4KM types a generated header as llama.cpp's Q4_K_M does: Q4_K, with
@@ -36,12 +36,12 @@ func q4KM(layers int) func(string, gguf.TensorType) gguf.TensorType {
 // 535 GB/s (65 % of Apple's 819 GB/s: a published MLX decode of Llama 3.1
 // 8B in 4 bits at 119 tok/s on an M3 Ultra), its per-block costs inside
 // that figure; software per all-reduce and hop as given.
-func macSpeed(reduce, hop float64) backend.Speed {
-	ts := func(bits float64) backend.TypeSpeed {
-		return backend.TypeSpeed{DecodeBytesPerSec: 535e9, PrefillFlopsPerSec: 10e12, BitsPerWeight: bits}
+func macSpeed(reduce, hop float64) runnerapi.Speed {
+	ts := func(bits float64) runnerapi.TypeSpeed {
+		return runnerapi.TypeSpeed{DecodeBytesPerSec: 535e9, PrefillFlopsPerSec: 10e12, BitsPerWeight: bits}
 	}
-	return backend.Speed{Threads: 1, MemBytesPerSec: 535e9, StreamRatio: 1, ReduceMicros: reduce, HopMicros: hop,
-		Types: map[string]backend.TypeSpeed{"Q4_K": ts(4.5), "Q6_K": ts(6.5625), "F32": ts(32), "F16": ts(16)}}
+	return runnerapi.Speed{Threads: 1, MemBytesPerSec: 535e9, StreamRatio: 1, ReduceMicros: reduce, HopMicros: hop,
+		Types: map[string]runnerapi.TypeSpeed{"Q4_K": ts(4.5), "Q6_K": ts(6.5625), "F32": ts(32), "F16": ts(16)}}
 }
 
 // TestMacProjection predicts 2 and 4 M3 Ultra (512 GB each) on Llama 3.3
@@ -83,7 +83,7 @@ func TestMacProjection(t *testing.T) {
 		t.Logf("%s: %.1f GB, %.1f GB read per token", m.name, float64(f.DataSize())/1e9, decodeBytes(c)/1e9)
 		for _, lk := range links {
 			var nodes []Node
-			speeds := map[string]backend.Speed{}
+			speeds := map[string]runnerapi.Speed{}
 			for i := range 4 {
 				id := fmt.Sprintf("mac%d", i)
 				nodes = append(nodes, Node{id, 480 << 30})
@@ -93,7 +93,7 @@ func TestMacProjection(t *testing.T) {
 				Link: func(a, b string) (Link, bool) {
 					return Link{OneWayMicros: lk.oneWay, BytesPerSec: lk.bytesPerSec}, true
 				}}
-			got := map[string]Prediction{}
+			got := map[string]runnerapi.Prediction{}
 			for _, p := range Candidates(l, c, nodes, false, in) {
 				got[p.Plan] = p
 				if p.Error != "" {

@@ -6,15 +6,17 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // chat renders a chat request's prompt with its tools, and decides how its
 // output is parsed and whether a tool call is forced (req.Grammar).
-func (g *Generator) chat(req *Request) (string, error) {
+func (g *Generator) chat(req *runnerapi.Request) (string, chatfmt.Options, error) {
+	var parse chatfmt.Options
 	o := model.ChatOptions{Kwargs: req.ChatKwargs}
 	tools, err := toolsOf(req.Tools)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 	}
 	if req.ToolChoice != "none" {
 		o.Tools = req.Tools
@@ -23,13 +25,13 @@ func (g *Generator) chat(req *Request) (string, error) {
 	}
 	text, err := g.Tok.Chat(req.Messages, o)
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 	}
 	f, thinks := g.Tok.ChatFormat()
-	req.parse = chatfmt.OptionsFor(f, thinks, len(tools) > 0, text)
+	parse = chatfmt.OptionsFor(f, thinks, len(tools) > 0, text)
 	switch req.ToolChoice {
 	case "", "auto", "none":
-		return text, nil
+		return text, parse, nil
 	case "required":
 	default:
 		var named []chatfmt.Tool
@@ -39,20 +41,20 @@ func (g *Generator) chat(req *Request) (string, error) {
 			}
 		}
 		if len(named) == 0 {
-			return "", fmt.Errorf("%w: tool_choice names %q, which is not among the tools", ErrBadRequest, req.ToolChoice)
+			return "", parse, fmt.Errorf("%w: tool_choice names %q, which is not among the tools", runnerapi.ErrBadRequest, req.ToolChoice)
 		}
 		tools = named
 	}
 	if req.Grammar != nil {
-		return "", fmt.Errorf("%w: a forced tool call and response_format cannot be combined", ErrBadRequest)
+		return "", parse, fmt.Errorf("%w: a forced tool call and response_format cannot be combined", runnerapi.ErrBadRequest)
 	}
 	if len(tools) == 0 {
-		return "", fmt.Errorf("%w: tool_choice %q without tools", ErrBadRequest, req.ToolChoice)
+		return "", parse, fmt.Errorf("%w: tool_choice %q without tools", runnerapi.ErrBadRequest, req.ToolChoice)
 	}
 	if req.Grammar, err = f.CallGrammar(tools, req.ParallelToolCalls); err != nil {
-		return "", fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 	}
-	return text, nil
+	return text, parse, nil
 }
 
 // toolsOf reads the name and parameters of each tool of OpenAI's tools
@@ -86,11 +88,11 @@ func toolsOf(raw json.RawMessage) ([]chatfmt.Tool, error) {
 type pieceParser struct {
 	p        *chatfmt.Parser
 	specials bool // the format reads control tokens' text
-	send     func(*Piece) error
+	send     func(*runnerapi.Piece) error
 	last     int
 }
 
-func newPieceParser(o chatfmt.Options, send func(*Piece) error) *pieceParser {
+func newPieceParser(o chatfmt.Options, send func(*runnerapi.Piece) error) *pieceParser {
 	pp := &pieceParser{send: send, specials: o.Format.Specials()}
 	if o.Active() {
 		pp.p = chatfmt.NewParser(o)
@@ -98,7 +100,7 @@ func newPieceParser(o chatfmt.Options, send func(*Piece) error) *pieceParser {
 	return pp
 }
 
-func (pp *pieceParser) emit(p Piece) error {
+func (pp *pieceParser) emit(p runnerapi.Piece) error {
 	if pp.p != nil && !p.Echo {
 		text := p.Text
 		if pp.specials {
@@ -117,6 +119,6 @@ func (pp *pieceParser) flush() {
 		return
 	}
 	if d := pp.p.Flush(); d.Content != "" || d.Reasoning != "" || len(d.Calls) > 0 {
-		pp.send(&Piece{Index: pp.last + 1, Token: -1, Text: d.Content, Reasoning: d.Reasoning, Calls: d.Calls})
+		pp.send(&runnerapi.Piece{Index: pp.last + 1, Token: -1, Text: d.Content, Reasoning: d.Reasoning, Calls: d.Calls})
 	}
 }

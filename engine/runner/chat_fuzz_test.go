@@ -6,6 +6,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A chat request's messages, tools, template keyword arguments and
@@ -33,12 +34,12 @@ func FuzzChatTemplates(f *testing.F) {
 	f.Add(uint8(7), []byte(`[]`), []byte(`[{"type":"function","function":{"name":"f","parameters":{"$ref":"#"}}}]`), []byte(`null`), "f", true)
 	f.Fuzz(func(t *testing.T, famIdx uint8, rawMsgs, rawTools, rawKwargs []byte, choice string, parallel bool) {
 		tok := toks[int(famIdx)%len(toks)]
-		req := Request{Tools: rawTools, ToolChoice: choice, ParallelToolCalls: parallel}
+		req := runnerapi.Request{Tools: rawTools, ToolChoice: choice, ParallelToolCalls: parallel}
 		if json.Unmarshal(rawMsgs, &req.Messages) != nil || json.Unmarshal(rawKwargs, &req.ChatKwargs) != nil || !json.Valid(rawTools) {
 			return // the API decodes these before they reach a runner
 		}
 		g := &Generator{Tok: tok}
-		if _, err := g.chat(&req); err != nil || req.Grammar == nil {
+		if _, _, err := g.chat(&req); err != nil || req.Grammar == nil {
 			return
 		}
 		gr, err := grammar.Compile(*req.Grammar)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // A control token's text reaches the piece as Special, never as Text,
@@ -36,11 +37,11 @@ func TestOutputSpecial(t *testing.T) {
 // after the piece's text, and the parsed parts go out; others never see
 // control tokens.
 func TestPieceParserSpecials(t *testing.T) {
-	pieces := []Piece{{Special: "<|channel|>"}, {Text: "analysis"}, {Special: "<|message|>"}, {Text: "hmm"}, {Special: "<|end|>"},
+	pieces := []runnerapi.Piece{{Special: "<|channel|>"}, {Text: "analysis"}, {Special: "<|message|>"}, {Text: "hmm"}, {Special: "<|end|>"},
 		{Special: "<|start|>"}, {Text: "assistant"}, {Special: "<|channel|>"}, {Text: "commentary to=functions.f json"},
 		{Special: "<|message|>"}, {Text: `{"a": 1}`}}
-	var got []Piece
-	pp := newPieceParser(chatfmt.Options{Format: chatfmt.Harmony, Tools: true}, func(p *Piece) error { got = append(got, *p); return nil })
+	var got []runnerapi.Piece
+	pp := newPieceParser(chatfmt.Options{Format: chatfmt.Harmony, Tools: true}, func(p *runnerapi.Piece) error { got = append(got, *p); return nil })
 	for i, p := range pieces {
 		p.Index = i
 		if err := pp.emit(p); err != nil {
@@ -49,13 +50,13 @@ func TestPieceParserSpecials(t *testing.T) {
 	}
 	pp.flush()
 	var reasoning, content string
-	var calls []chatfmt.Call
+	var calls []runnerapi.Call
 	for _, p := range got {
 		reasoning += p.Reasoning
 		content += p.Text
 		calls = append(calls, p.Calls...)
 	}
-	if reasoning != "hmm" || content != "" || !reflect.DeepEqual(calls, []chatfmt.Call{{Index: 0, Name: "f", Arguments: `{"a":1}`}}) {
+	if reasoning != "hmm" || content != "" || !reflect.DeepEqual(calls, []runnerapi.Call{{Index: 0, Name: "f", Arguments: `{"a":1}`}}) {
 		t.Errorf("harmony through pieces: reasoning %q, content %q, calls %+v", reasoning, content, calls)
 	}
 	if last := got[len(got)-1]; last.Index != len(pieces) || last.Token != -1 {
@@ -63,9 +64,9 @@ func TestPieceParserSpecials(t *testing.T) {
 	}
 
 	got = nil
-	pp = newPieceParser(chatfmt.Options{Format: chatfmt.Hermes, Tools: true}, func(p *Piece) error { got = append(got, *p); return nil })
-	pp.emit(Piece{Text: "a", Special: "<|im_start|>"})
-	pp.emit(Piece{Text: "b"})
+	pp = newPieceParser(chatfmt.Options{Format: chatfmt.Hermes, Tools: true}, func(p *runnerapi.Piece) error { got = append(got, *p); return nil })
+	pp.emit(runnerapi.Piece{Text: "a", Special: "<|im_start|>"})
+	pp.emit(runnerapi.Piece{Text: "b"})
 	pp.flush()
 	content = ""
 	for _, p := range got {

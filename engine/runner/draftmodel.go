@@ -9,6 +9,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -159,20 +160,13 @@ func (d *DraftModel) makeRoom(slot, need int) error {
 	return nil
 }
 
-// SmallDraftBytes is the most weights a draft model computes on one
-// thread by default. A small draft's ops last microseconds: a second
-// thread gains it nothing (the 3.3 MB KJV draft: 0.35–0.40 ms a token on
-// either, BenchmarkDecodeThreads), and on one thread it was ahead in
-// spec-bench's runs (2026-12-06).
-const SmallDraftBytes = 64 << 20
-
 // draftThreads is how many threads a draft model of weights bytes computes
 // on: set, if it is; else one for a small draft; else the target's.
 func draftThreads(set, target int, weights uint64) int {
 	switch {
 	case set > 0:
 		return set
-	case weights <= SmallDraftBytes:
+	case weights <= runnerapi.SmallDraftBytes:
 		return 1
 	}
 	return target

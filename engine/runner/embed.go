@@ -2,15 +2,13 @@ package runner
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -21,57 +19,20 @@ import (
 // pooling type says (mean, first or last position), then L2-normalises:
 // llama.cpp's llama-embedding. Nothing is generated.
 
-// MaxEmbedInputs bounds the inputs of one embedding request (OpenAI's
-// limit for an input array).
-const MaxEmbedInputs = 2048
-
-// EmbedRequest asks for one vector per input.
-type EmbedRequest struct {
-	Inputs []EmbedInput `json:"inputs"`
-	// Truncate cuts an input longer than the context to its first
-	// ContextLen tokens (Ollama's default) instead of refusing it.
-	Truncate bool `json:"truncate,omitempty"`
-	// Dimensions > 0 keeps each vector's first Dimensions values,
-	// normalised again (Matryoshka embeddings, as OpenAI's dimensions);
-	// at most the model's width.
-	Dimensions int `json:"dimensions,omitempty"`
-	// TraceID names rank 0's trace of the request ("" for none).
-	TraceID string `json:"traceId,omitempty"`
-}
-
-// EmbedInput is a text (tokenized as llama-embedding does: the model's BOS
-// and EOS added as it asks) or token ids used as they are.
-type EmbedInput struct {
-	Text   string  `json:"text,omitempty"`
-	Tokens []int32 `json:"tokens,omitempty"`
-}
-
-// EmbedResponse is the inputs' vectors, in order.
-type EmbedResponse struct {
-	Embeddings []Vector `json:"embeddings"`
-	// PromptTokens counts every input's tokens.
-	PromptTokens int `json:"promptTokens"`
-	// Ns is the time from the request to the last vector.
-	Ns int64 `json:"ns"`
-	// Spans and Counters are rank 0's trace when TraceID was set.
-	Spans    []trace.Span          `json:"spans,omitempty"`
-	Counters []trace.CounterSample `json:"counters,omitempty"`
-}
-
 // PrepareEmbed checks an embedding request against the model and
 // tokenizes its inputs.
-func (g *Generator) PrepareEmbed(cfg model.Config, req *EmbedRequest) ([][]int32, error) {
+func (g *Generator) PrepareEmbed(cfg model.Config, req *runnerapi.EmbedRequest) ([][]int32, error) {
 	if err := cfg.EmbeddingError(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return nil, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 	}
 	switch n := len(req.Inputs); {
 	case n == 0:
-		return nil, fmt.Errorf("%w: no inputs", ErrBadRequest)
-	case n > MaxEmbedInputs:
-		return nil, fmt.Errorf("%w: %d inputs, at most %d in one request", ErrBadRequest, n, MaxEmbedInputs)
+		return nil, fmt.Errorf("%w: no inputs", runnerapi.ErrBadRequest)
+	case n > runnerapi.MaxEmbedInputs:
+		return nil, fmt.Errorf("%w: %d inputs, at most %d in one request", runnerapi.ErrBadRequest, n, runnerapi.MaxEmbedInputs)
 	}
 	if req.Dimensions < 0 || req.Dimensions > cfg.Dim {
-		return nil, fmt.Errorf("%w: dimensions %d: this model's vectors have 1..%d", ErrBadRequest, req.Dimensions, cfg.Dim)
+		return nil, fmt.Errorf("%w: dimensions %d: this model's vectors have 1..%d", runnerapi.ErrBadRequest, req.Dimensions, cfg.Dim)
 	}
 	ctxLen := g.M.Options().ContextLen
 	out := make([][]int32, len(req.Inputs))
@@ -84,16 +45,16 @@ func (g *Generator) PrepareEmbed(cfg model.Config, req *EmbedRequest) ([][]int32
 		} else {
 			var err error
 			if ids, err = g.Tok.Encode(in.Text, true); err != nil {
-				return nil, fmt.Errorf("%w: input %d: tokenize: %v", ErrBadRequest, i, err)
+				return nil, fmt.Errorf("%w: input %d: tokenize: %v", runnerapi.ErrBadRequest, i, err)
 			}
 		}
 		switch {
 		case len(ids) == 0:
-			return nil, fmt.Errorf("%w: input %d has no tokens", ErrBadRequest, i)
+			return nil, fmt.Errorf("%w: input %d has no tokens", runnerapi.ErrBadRequest, i)
 		case len(ids) > ctxLen && req.Truncate:
 			ids = ids[:ctxLen]
 		case len(ids) > ctxLen:
-			return nil, fmt.Errorf("%w: input %d is %d tokens and the context holds %d", ErrPromptTooLong, i, len(ids), ctxLen)
+			return nil, fmt.Errorf("%w: input %d is %d tokens and the context holds %d", runnerapi.ErrPromptTooLong, i, len(ids), ctxLen)
 		}
 		out[i] = ids
 	}
@@ -103,19 +64,19 @@ func (g *Generator) PrepareEmbed(cfg model.Config, req *EmbedRequest) ([][]int32
 // Embed runs an embedding request's inputs (from PrepareEmbed) as jobs
 // on s, which batches them with each other and with chat, and waits for
 // every vector. rec (nil: untraced) records rank 0's spans.
-func (s *Scheduler) Embed(ctx context.Context, inputs [][]int32, rec *trace.Recorder) (EmbedResponse, error) {
+func (s *Scheduler) Embed(ctx context.Context, inputs [][]int32, rec *trace.Recorder) (runnerapi.EmbedResponse, error) {
 	start := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	jobs := make([]*Job, len(inputs))
-	res := EmbedResponse{Embeddings: make([]Vector, len(inputs))}
+	res := runnerapi.EmbedResponse{Embeddings: make([]runnerapi.Vector, len(inputs))}
 	for i, ids := range inputs {
-		jobs[i] = s.Submit(ctx, &Request{PromptTokens: ids, Embed: true}, ids, "", rec)
+		jobs[i] = s.Submit(ctx, &runnerapi.Request{PromptTokens: ids, Embed: true}, ids, "", rec)
 		res.PromptTokens += len(ids)
 	}
 	var first error
 	for i, j := range jobs {
-		r, err := j.Wait(func(Piece) error { return nil })
+		r, err := j.Wait(func(runnerapi.Piece) error { return nil })
 		if err != nil && first == nil {
 			first = fmt.Errorf("input %d: %w", i, err)
 			cancel() // the others' work is wasted now
@@ -124,61 +85,6 @@ func (s *Scheduler) Embed(ctx context.Context, inputs [][]int32, rec *trace.Reco
 	}
 	res.Ns = time.Since(start).Nanoseconds()
 	return res, first
-}
-
-// Vector is an embedding. In JSON it is the base64 of its little-endian
-// float32s (as OpenAI's encoding_format base64): exact, and a third of
-// the bytes of decimal text.
-type Vector []float32
-
-func (v Vector) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
-	}
-	return json.Marshal(b)
-}
-
-func (v *Vector) UnmarshalJSON(data []byte) error {
-	var b []byte
-	if err := json.Unmarshal(data, &b); err != nil {
-		return fmt.Errorf("embedding: %w", err)
-	}
-	if len(b)%4 != 0 {
-		return fmt.Errorf("embedding of %d bytes: not float32s", len(b))
-	}
-	*v = make(Vector, len(b)/4)
-	for i := range *v {
-		(*v)[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return nil
-}
-
-// Truncate keeps v's first d values, L2-normalised again.
-func (v Vector) Truncate(d int) Vector {
-	if d <= 0 || d >= len(v) {
-		return v
-	}
-	return l2Normalize(v[:d])
-}
-
-// l2Normalize is v over its Euclidean norm, as llama.cpp's
-// common_embd_normalize computes it (the norm in float64); zeros for a
-// zero vector.
-func l2Normalize(v []float32) []float32 {
-	var sum float64
-	for _, x := range v {
-		sum += float64(x * x)
-	}
-	norm := float32(0)
-	if sum = math.Sqrt(sum); sum > 0 {
-		norm = float32(1 / sum)
-	}
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = x * norm
-	}
-	return out
 }
 
 // pooler pools an embedding job's normed hidden states, row by row as its
@@ -239,7 +145,7 @@ func (p *pooler) vector() ([]float32, error) {
 	default:
 		return nil, fmt.Errorf("%s pooling saw no row to pick", p.kind)
 	}
-	return l2Normalize(v), nil
+	return runnerapi.L2Normalize(v), nil
 }
 
 // poolGroups hands each embedding group's rows of embeds (dim per row,
@@ -272,7 +178,7 @@ func poolGroups(st *Step, embeds []float32, dim int, smps []slotSampler) error {
 func beginSlot(embed bool, cfg model.Config, opts sample.Options, spec *grammar.Spec, tok *model.Tokenizer, nlp int) (slotSampler, error) {
 	if embed {
 		if err := cfg.EmbeddingError(); err != nil {
-			return slotSampler{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+			return slotSampler{}, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 		}
 		return slotSampler{pool: newPooler(cfg.Pooling, cfg.Dim), nlp: -1}, nil
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -24,7 +25,7 @@ type Engine interface {
 	// positions (its cached prompt prefix) on every rank, and its sampler
 	// seeded; traceID ("" for none) names the ranks' traces. It returns
 	// how many positions were kept (0 when the cache could not keep them).
-	Begin(ctx context.Context, slot int, req *Request, traceID string, keep int) (int, error)
+	Begin(ctx context.Context, slot int, req *runnerapi.Request, traceID string, keep int) (int, error)
 	// Submit runs a step: rank 0's blocks, then on (a pipeline) or the
 	// rest here (one rank). Spans go under each group's Parent.
 	Submit(ctx context.Context, st *Step) error
@@ -83,11 +84,11 @@ type Group struct {
 type Sampled struct {
 	Slot           int
 	Token          int32
-	Logprobs       *Logprobs
+	Logprobs       *runnerapi.Logprobs
 	Embedding      []float32
 	Tokens         []int32
 	Drafted        int
-	TokensLogprobs []*Logprobs
+	TokensLogprobs []*runnerapi.Logprobs
 }
 
 // sampling counts the groups that sample: the tokens the step yields.
@@ -189,7 +190,7 @@ type slotSampler struct {
 func newSlotSampler(opts sample.Options, spec *grammar.Spec, tok *model.Tokenizer, nlp int) (slotSampler, error) {
 	// Checked again here: a pipeline's last rank takes them from a frame.
 	if err := opts.Validate(); err != nil {
-		return slotSampler{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return slotSampler{}, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 	}
 	smp := sample.New(opts)
 	if spec != nil {
@@ -198,7 +199,7 @@ func newSlotSampler(opts sample.Options, spec *grammar.Spec, tok *model.Tokenize
 		}
 		g, err := grammar.Compile(*spec)
 		if err != nil {
-			return slotSampler{}, fmt.Errorf("%w: %v", ErrBadRequest, err)
+			return slotSampler{}, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
 		}
 		smp.Constrain(grammar.NewMatcher(g, tok.GrammarVocab()))
 	}
@@ -291,14 +292,14 @@ var _ Engine = (*Local)(nil)
 func (l *Local) Options() backend.Options { return l.F.Options() }
 func (l *Local) Depth() int               { return 1 }
 
-func (l *Local) Begin(ctx context.Context, slot int, req *Request, traceID string, keep int) (int, error) {
+func (l *Local) Begin(ctx context.Context, slot int, req *runnerapi.Request, traceID string, keep int) (int, error) {
 	if l.smps == nil {
 		l.smps = make([]slotSampler, max(l.F.Options().Parallel, 1))
 	}
 	if err := traceSlot(l.F, slot, traceID); err != nil {
 		return 0, err
 	}
-	ss, err := beginSlot(req.Embed, l.F.Config(), req.Sample, req.Grammar, l.Tok, req.logprobsN())
+	ss, err := beginSlot(req.Embed, l.F.Config(), req.Sample, req.Grammar, l.Tok, logprobsN(req))
 	if err != nil {
 		traceSlot(l.F, slot, "") // the scheduler ends no slot it could not begin
 		return 0, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/grammar"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 )
 
@@ -173,8 +174,8 @@ func readDrafts(gs []actGroup, b []byte) ([]byte, error) {
 			return nil, errors.New("act frame: drafts cut short")
 		}
 		n := int(b[0])
-		if n < 1 || n > MaxDraft || uint32(n+1) != g.N || len(b) < 1+4*n {
-			return nil, fmt.Errorf("act frame: group %d drafts %d tokens for %d rows in %d bytes (1..%d, one row more)", i, n, g.N, len(b), MaxDraft)
+		if n < 1 || n > runnerapi.MaxDraft || uint32(n+1) != g.N || len(b) < 1+4*n {
+			return nil, fmt.Errorf("act frame: group %d drafts %d tokens for %d rows in %d bytes (1..%d, one row more)", i, n, g.N, len(b), runnerapi.MaxDraft)
 		}
 		g.Drafts = make([]int32, n)
 		for j := range g.Drafts {
@@ -269,7 +270,7 @@ func (m *tokenMsg) marshal(b []byte) []byte {
 // appendLogprobs writes lp (nil: none) as the number of top logprobs
 // (byte; noLogprobs for none), the token's logprob (float32) and the top
 // (id int32, logprob float32) pairs.
-func appendLogprobs(b []byte, lp *Logprobs) []byte {
+func appendLogprobs(b []byte, lp *runnerapi.Logprobs) []byte {
 	if lp == nil {
 		return append(b, noLogprobs)
 	}
@@ -284,17 +285,17 @@ func appendLogprobs(b []byte, lp *Logprobs) []byte {
 
 // readLogprobs reads what appendLogprobs wrote (k: its first byte, read)
 // for token tok; nil for none.
-func readLogprobs(b []byte, k byte, tok int32) (*Logprobs, []byte, error) {
+func readLogprobs(b []byte, k byte, tok int32) (*runnerapi.Logprobs, []byte, error) {
 	if k == noLogprobs {
 		return nil, b, nil
 	}
-	if k > MaxTopLogprobs || len(b) < 4+8*int(k) {
-		return nil, nil, fmt.Errorf("%d top logprobs in %d bytes (at most %d)", k, len(b), MaxTopLogprobs)
+	if k > runnerapi.MaxTopLogprobs || len(b) < 4+8*int(k) {
+		return nil, nil, fmt.Errorf("%d top logprobs in %d bytes (at most %d)", k, len(b), runnerapi.MaxTopLogprobs)
 	}
-	lp := &Logprobs{TokenLogprob: TokenLogprob{Token: tok, Logprob: math.Float32frombits(binary.LittleEndian.Uint32(b))}}
+	lp := &runnerapi.Logprobs{TokenLogprob: runnerapi.TokenLogprob{Token: tok, Logprob: math.Float32frombits(binary.LittleEndian.Uint32(b))}}
 	for j := range int(k) {
 		p := b[4+8*j:]
-		lp.Top = append(lp.Top, TokenLogprob{Token: int32(binary.LittleEndian.Uint32(p)), Logprob: math.Float32frombits(binary.LittleEndian.Uint32(p[4:]))})
+		lp.Top = append(lp.Top, runnerapi.TokenLogprob{Token: int32(binary.LittleEndian.Uint32(p)), Logprob: math.Float32frombits(binary.LittleEndian.Uint32(p[4:]))})
 	}
 	return lp, b[4+8*int(k):], nil
 }
@@ -318,7 +319,7 @@ func (m *tokenMsg) unmarshal(b []byte) error {
 		k := b[6]
 		b = b[tokSample:]
 		if k == verified {
-			if len(b) < 2 || b[0] < 1 || b[0] > MaxDraft || b[1] < 1 || b[1] > b[0]+1 || len(b) < 2+4*int(b[1]) {
+			if len(b) < 2 || b[0] < 1 || b[0] > runnerapi.MaxDraft || b[1] < 1 || b[1] > b[0]+1 || len(b) < 2+4*int(b[1]) {
 				return fmt.Errorf("token frame: sample %d: verified tokens cut short or out of range", i)
 			}
 			s.Drafted, s.Tokens = int(b[0]), make([]int32, b[1])

@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -107,15 +108,15 @@ func ids(t *testing.T, tok *model.Tokenizer, s string) []int32 {
 	return x
 }
 
-func run(t *testing.T, g *Generator, req Request, rec *trace.Recorder) (string, []Piece, Result, error) {
+func run(t *testing.T, g *Generator, req runnerapi.Request, rec *trace.Recorder) (string, []runnerapi.Piece, runnerapi.Result, error) {
 	t.Helper()
 	prompt, err := g.Prepare(&req)
 	if err != nil {
-		return "", nil, Result{}, err
+		return "", nil, runnerapi.Result{}, err
 	}
 	var b strings.Builder
-	var pieces []Piece
-	res, err := g.Generate(context.Background(), &req, prompt, rec, func(p Piece) error {
+	var pieces []runnerapi.Piece
+	res, err := g.Generate(context.Background(), &req, prompt, rec, func(p runnerapi.Piece) error {
 		b.WriteString(p.Text)
 		pieces = append(pieces, p)
 		return nil
@@ -135,7 +136,7 @@ func TestGenerateStopsAndLimits(t *testing.T) {
 
 	// End-of-generation token: "stop", its text not emitted.
 	g, s := newGen(append(slices.Clone(words), eos))
-	text, pieces, res, err := run(t, g, Request{Prompt: "hello world"}, nil)
+	text, pieces, res, err := run(t, g, runnerapi.Request{Prompt: "hello world"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,20 +153,20 @@ func TestGenerateStopsAndLimits(t *testing.T) {
 
 	// Stop string: the text before it, never the stop string itself.
 	g, _ = newGen(append(slices.Clone(words), eos))
-	text, _, res, err = run(t, g, Request{Prompt: "hello world", Stop: []string{"is the"}}, nil)
+	text, _, res, err = run(t, g, runnerapi.Request{Prompt: "hello world", Stop: []string{"is the"}}, nil)
 	if err != nil || strings.TrimSpace(text) != "the cluster" || res.FinishReason != "stop" {
 		t.Fatalf("stop string: %q %+v %v", text, res, err)
 	}
 	// A stop string that never completes is released at the end.
 	g, _ = newGen(append(slices.Clone(words), eos))
-	text, _, _, err = run(t, g, Request{Prompt: "hello world", Stop: []string{"model!"}}, nil)
+	text, _, _, err = run(t, g, runnerapi.Request{Prompt: "hello world", Stop: []string{"model!"}}, nil)
 	if err != nil || strings.TrimSpace(text) != "the cluster is the model" {
 		t.Fatalf("partial stop string: %q %v", text, err)
 	}
 
 	// Max tokens: "length".
 	g, _ = newGen(append(slices.Clone(words), eos))
-	_, _, res, err = run(t, g, Request{Prompt: "hello world", MaxTokens: 2}, nil)
+	_, _, res, err = run(t, g, runnerapi.Request{Prompt: "hello world", MaxTokens: 2}, nil)
 	if err != nil || res.FinishReason != "length" || res.CompletionTokens != 2 {
 		t.Fatalf("max tokens: %+v %v", res, err)
 	}
@@ -174,30 +175,30 @@ func TestGenerateStopsAndLimits(t *testing.T) {
 	// it cannot hold is refused, naming the numbers.
 	g, s = newGen(nil)
 	s.ctxLen = len(prompt) + 3
-	_, _, res, err = run(t, g, Request{Prompt: "hello world"}, nil)
+	_, _, res, err = run(t, g, runnerapi.Request{Prompt: "hello world"}, nil)
 	if err != nil || res.FinishReason != "length" || res.CompletionTokens != 3 {
 		t.Fatalf("context bound: %+v %v", res, err)
 	}
-	_, _, _, err = run(t, g, Request{Prompt: "hello world", MaxTokens: 100}, nil)
-	if want := fmt.Sprintf("max_tokens 100 after a prompt of %d tokens needs %d positions and the context holds %d", len(prompt), len(prompt)+100, len(prompt)+3); !errors.Is(err, ErrPromptTooLong) || !strings.Contains(err.Error(), want) {
+	_, _, _, err = run(t, g, runnerapi.Request{Prompt: "hello world", MaxTokens: 100}, nil)
+	if want := fmt.Sprintf("max_tokens 100 after a prompt of %d tokens needs %d positions and the context holds %d", len(prompt), len(prompt)+100, len(prompt)+3); !errors.Is(err, runnerapi.ErrPromptTooLong) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("max_tokens past the context: %v, want %q", err, want)
 	}
-	if _, _, res, err = run(t, g, Request{Prompt: "hello world", MaxTokens: 3}, nil); err != nil || res.CompletionTokens != 3 {
+	if _, _, res, err = run(t, g, runnerapi.Request{Prompt: "hello world", MaxTokens: 3}, nil); err != nil || res.CompletionTokens != 3 {
 		t.Fatalf("max_tokens that just fits: %+v %v", res, err)
 	}
 
 	// A prompt that does not fit: ErrPromptTooLong, naming the numbers.
 	g, s = newGen(nil)
 	s.ctxLen = len(prompt)
-	_, _, _, err = run(t, g, Request{Prompt: "hello world"}, nil)
-	if !errors.Is(err, ErrPromptTooLong) || !strings.Contains(err.Error(), "context holds") {
+	_, _, _, err = run(t, g, runnerapi.Request{Prompt: "hello world"}, nil)
+	if !errors.Is(err, runnerapi.ErrPromptTooLong) || !strings.Contains(err.Error(), "context holds") {
 		t.Fatalf("long prompt: %v", err)
 	}
 
 	// Bad parameters.
-	for _, req := range []Request{{}, {Prompt: "x", MaxTokens: -1}, {Prompt: "x", Stop: []string{""}},
+	for _, req := range []runnerapi.Request{{}, {Prompt: "x", MaxTokens: -1}, {Prompt: "x", Stop: []string{""}},
 		{Prompt: "x", Stop: []string{"a", "b", "c", "d", "e"}}, {Prompt: "x", Sample: sample.Options{TopP: 2}}} {
-		if _, err := g.Prepare(&req); !errors.Is(err, ErrBadRequest) {
+		if _, err := g.Prepare(&req); !errors.Is(err, runnerapi.ErrBadRequest) {
 			t.Errorf("%+v: %v, want ErrBadRequest", req, err)
 		}
 	}
@@ -205,7 +206,7 @@ func TestGenerateStopsAndLimits(t *testing.T) {
 	// A failing forward pass is an error naming the step.
 	g, s = newGen(words)
 	s.failAt = len(prompt) + 2
-	if _, _, _, err = run(t, g, Request{Prompt: "hello world"}, nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("step at positions %d…%d", len(prompt)+2, len(prompt)+2)) {
+	if _, _, _, err = run(t, g, runnerapi.Request{Prompt: "hello world"}, nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("step at positions %d…%d", len(prompt)+2, len(prompt)+2)) {
 		t.Fatalf("failing forward: %v", err)
 	}
 }
@@ -218,7 +219,7 @@ func TestGenerateSpans(t *testing.T) {
 	words := ids(t, tok, "the model")
 	s := &script{vocab: tok.VocabSize(), ctxLen: 64, batch: 2, prompt: len(prompt), next: append(words, 4)}
 	rec := trace.NewRecorder(0, "node-a", trace.Options{})
-	_, _, res, err := run(t, &Generator{M: &Local{F: s}, Tok: tok}, Request{Prompt: "hello world"}, rec)
+	_, _, res, err := run(t, &Generator{M: &Local{F: s}, Tok: tok}, runnerapi.Request{Prompt: "hello world"}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/internal/ident"
 )
@@ -14,7 +15,7 @@ import (
 // embed serves POST /embed: an EmbedRequest answered with one JSON
 // EmbedResponse once every vector is pooled.
 func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
-	var req EmbedRequest
+	var req runnerapi.EmbedRequest
 	gen, sched, rank, ok := s.accept(w, r, "embedding", &req, &req.TraceID)
 	if !ok {
 		return
@@ -33,10 +34,10 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.log.Warn("embedding failed", "err", err)
 		code, kind := http.StatusInternalServerError, "runner"
-		if errors.Is(err, ErrBadRequest) {
+		if errors.Is(err, runnerapi.ErrBadRequest) {
 			code, kind = http.StatusBadRequest, "bad_request"
 		}
-		writeJSON(w, code, ErrorBody{Error: err.Error(), Kind: kind})
+		writeJSON(w, code, runnerapi.ErrorBody{Error: err.Error(), Kind: kind})
 		return
 	}
 	for i, v := range res.Embeddings {
@@ -49,10 +50,10 @@ func (s *Server) embed(w http.ResponseWriter, r *http.Request) {
 // 400, of kind prompt_too_long or bad_request.
 func refuse(w http.ResponseWriter, err error) {
 	kind := "bad_request"
-	if errors.Is(err, ErrPromptTooLong) {
+	if errors.Is(err, runnerapi.ErrPromptTooLong) {
 		kind = "prompt_too_long"
 	}
-	writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Kind: kind})
+	writeJSON(w, http.StatusBadRequest, runnerapi.ErrorBody{Error: err.Error(), Kind: kind})
 }
 
 // accept reads a request to rank 0 into body (what names it in errors;
@@ -63,17 +64,17 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, what string, bod
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(body); err != nil {
-		writeJSON(w, http.StatusBadRequest, ErrorBody{Error: what + " body: " + err.Error(), Kind: "bad_request"})
+		writeJSON(w, http.StatusBadRequest, runnerapi.ErrorBody{Error: what + " body: " + err.Error(), Kind: "bad_request"})
 		return nil, nil, nil, false
 	}
 	if *traceID != "" {
 		if err := ident.ValidTraceID(*traceID); err != nil {
-			writeJSON(w, http.StatusBadRequest, ErrorBody{Error: err.Error(), Kind: "bad_request"})
+			writeJSON(w, http.StatusBadRequest, runnerapi.ErrorBody{Error: err.Error(), Kind: "bad_request"})
 			return nil, nil, nil, false
 		}
 	}
-	if s.cfg.Rank > 0 {
-		writeJSON(w, http.StatusMisdirectedRequest, ErrorBody{Error: fmt.Sprintf("rank %d serves the pipeline; %ss go to rank 0", s.cfg.Rank, what), Kind: "not_ready"})
+	if s.cfg.Rank != 0 {
+		writeJSON(w, http.StatusMisdirectedRequest, runnerapi.ErrorBody{Error: fmt.Sprintf("rank %d of %s; %ss go to rank 0", s.cfg.Rank, s.cfg.Shape, what), Kind: "not_ready"})
 		return nil, nil, nil, false
 	}
 	s.mu.Lock()
@@ -84,7 +85,7 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, what string, bod
 		if h.Error != "" {
 			msg += ": " + h.Error
 		}
-		writeJSON(w, http.StatusServiceUnavailable, ErrorBody{Error: msg, Kind: "not_ready"})
+		writeJSON(w, http.StatusServiceUnavailable, runnerapi.ErrorBody{Error: msg, Kind: "not_ready"})
 		return nil, nil, nil, false
 	}
 	return gen, sched, rank, true

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -13,25 +14,25 @@ import (
 type Job struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
-	req     *Request
+	req     *runnerapi.Request
 	prompt  []int32
 	traceID string
 	rec     *trace.Recorder
 	queued  time.Time
 	start   time.Time
 	queueNs int64
-	res     Result // owned by the scheduler until done
+	res     runnerapi.Result // owned by the scheduler until done
 
 	mu     sync.Mutex // guards pieces, ended, final, err
-	pieces []Piece
+	pieces []runnerapi.Piece
 	ended  bool
-	final  Result
+	final  runnerapi.Result
 	err    error
 	notify chan struct{}
 	done   chan struct{}
 }
 
-func (j *Job) push(p Piece) {
+func (j *Job) push(p runnerapi.Piece) {
 	j.mu.Lock()
 	j.pieces = append(j.pieces, p)
 	j.mu.Unlock()
@@ -45,7 +46,7 @@ func (j *Job) wake() {
 	}
 }
 
-func (j *Job) finish(res Result, err error) {
+func (j *Job) finish(res runnerapi.Result, err error) {
 	j.mu.Lock()
 	if j.ended {
 		j.mu.Unlock()
@@ -60,7 +61,7 @@ func (j *Job) finish(res Result, err error) {
 
 // Wait calls emit with every piece as it comes, and returns the result
 // once the job ends. An error from emit cancels the job and is returned.
-func (j *Job) Wait(emit func(Piece) error) (Result, error) {
+func (j *Job) Wait(emit func(runnerapi.Piece) error) (runnerapi.Result, error) {
 	for {
 		j.mu.Lock()
 		ps, ended := j.pieces, j.ended

@@ -2,20 +2,18 @@ package runner
 
 import (
 	"bufio"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -25,13 +23,13 @@ import (
 // peer links between nodes) of frames: type (1 byte), payload length
 // (uint32, little endian), payload.
 const (
-	frameHello byte = 1 // JSON linkHello: the first frame each way
-	frameBegin byte = 2 // JSON beginMsg: a request starts
-	frameAct   byte = 3 // binary actMsg: a step's hidden states
-	frameToken byte = 4 // binary tokenMsg: the step's sampled tokens
-	frameEnd   byte = 5 // JSON endMsg: a slot's request is over
-	frameShift byte = 6 // JSON shiftMsg: a slot's context shift
-	frameBack  byte = 7 // JSON rollbackMsg: a slot's rejected drafts dropped
+	frameHello      = runnerapi.AuthFrame // JSON linkHello: the first frame each way (the agent's hello on a rank port too)
+	frameBegin byte = 2                   // JSON beginMsg: a request starts
+	frameAct   byte = 3                   // binary actMsg: a step's hidden states
+	frameToken byte = 4                   // binary tokenMsg: the step's sampled tokens
+	frameEnd   byte = 5                   // JSON endMsg: a slot's request is over
+	frameShift byte = 6                   // JSON shiftMsg: a slot's context shift
+	frameBack  byte = 7                   // JSON rollbackMsg: a slot's rejected drafts dropped
 )
 
 // MaxFrame bounds one frame: a 512-token batch of 8192-dim hidden states
@@ -47,9 +45,6 @@ type linkHello struct {
 	Instance string `json:"instance"`
 	From     int    `json:"from"`
 	To       int    `json:"to"`
-	// Token authenticates a connection to a runner's rank port (the
-	// agent presents the token of the runner it connects to).
-	Token string `json:"token,omitempty"`
 }
 
 // Link is one end of a rank link. Send and Recv may be used from two
@@ -155,70 +150,14 @@ func (l *Link) handshake(me linkHello, want func(linkHello) error) error {
 	return want(h)
 }
 
-// SendAuth is what the agent sends first on a connection to a runner's
-// rank port: a hello carrying that runner's token.
-func SendAuth(c net.Conn, token string) error {
-	l := NewLink(c)
-	return l.sendJSON(frameHello, linkHello{Token: token})
-}
-
-// maxAuthFrame bounds the agent's first frame on a runner's rank port.
-const maxAuthFrame = 4 << 10
-
-// ReadAuth reads what SendAuth wrote, byte for byte (nothing after it:
-// the link's own protocol follows), and checks the token.
-func ReadAuth(c net.Conn, token string) error {
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	defer c.SetReadDeadline(time.Time{})
-	var hdr [5]byte
-	if _, err := io.ReadFull(c, hdr[:]); err != nil {
-		return err
-	}
-	n := binary.LittleEndian.Uint32(hdr[1:])
-	if hdr[0] != frameHello || n > maxAuthFrame {
-		return fmt.Errorf("rank port: a frame of type %d and %d bytes, want the agent's hello", hdr[0], n)
-	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(c, b); err != nil {
-		return err
-	}
-	var h linkHello
-	if err := json.Unmarshal(b, &h); err != nil {
-		return fmt.Errorf("rank port: %w", err)
-	}
-	if subtle.ConstantTimeCompare([]byte(h.Token), []byte(token)) != 1 {
-		return errors.New("rank port: wrong token")
-	}
-	return nil
-}
-
-// LinkSampleEvery is how often a traced request's rank samples the bytes
-// its outbound link has sent (plus once when the request starts on the
-// rank and once when it ends there).
-const LinkSampleEvery = 100 * time.Millisecond
-
-// LinkCounter names the counter of the bytes rank to's inbound link has
-// received from this rank so far (frames, headers included): the agent
-// turns its samples into the link's MB/s track.
-func LinkCounter(to int) string { return linkCounterPrefix + strconv.Itoa(to) }
-
-const linkCounterPrefix = "link → rank "
-
-// ParseLinkCounter is the rank a LinkCounter name names.
-func ParseLinkCounter(name string) (int, bool) {
-	r, ok := strings.CutPrefix(name, linkCounterPrefix)
-	n, err := strconv.Atoi(r)
-	return n, ok && err == nil && n >= 0
-}
-
 // sampleLink records l's sent bytes as counter samples of rec: now, every
 // LinkSampleEvery, and when stop is called. A nil rec or l records none.
 func sampleLink(rec *trace.Recorder, l *Link, to int) (stop func()) {
 	if rec == nil || l == nil {
 		return func() {}
 	}
-	name := LinkCounter(to)
-	return trace.Periodic(LinkSampleEvery, func() { s, _ := l.Bytes(); rec.Counter(name, "bytes", float64(s)) })
+	name := runnerapi.LinkCounter(to)
+	return trace.Periodic(runnerapi.LinkSampleEvery, func() { s, _ := l.Bytes(); rec.Counter(name, "bytes", float64(s)) })
 }
 
 // sampleMesh records, like sampleLink, the bytes this rank has sent to
@@ -231,9 +170,9 @@ func sampleMesh(rec *trace.Recorder, m *collective.Mesh, first int) (stop func()
 	}
 	names := make([]string, m.Size())
 	for g := range names {
-		names[g] = LinkCounter(first + g)
+		names[g] = runnerapi.LinkCounter(first + g)
 	}
-	return trace.Periodic(LinkSampleEvery, func() {
+	return trace.Periodic(runnerapi.LinkSampleEvery, func() {
 		for g, name := range names {
 			if g != m.Rank() {
 				rec.Counter(name, "bytes", float64(m.SentTo(g)))
@@ -241,10 +180,6 @@ func sampleMesh(rec *trace.Recorder, m *collective.Mesh, first int) (stop func()
 		}
 	})
 }
-
-// stageRank is the instance's rank of pipeline stage s's first rank,
-// stages of group ranks each (0: one).
-func stageRank(s, group int) int { return s * max(group, 1) }
 
 // outbound is rank 0's link to rank 1 (nil with one rank, or before it
 // connected).

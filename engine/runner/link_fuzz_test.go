@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // memConn is a net.Conn reading from a fixed buffer (a unit-test double).
@@ -31,8 +33,8 @@ func FuzzLinkFrames(f *testing.F) {
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, act.marshal(nil)...), 2)
 	tok := tokenMsg{Seq: 4, Samples: []Sampled{{Slot: 0, Token: 42}}}
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
-	tok.Samples = append(tok.Samples, Sampled{Slot: 3, Token: 9, Logprobs: &Logprobs{TokenLogprob: TokenLogprob{Token: 9, Logprob: -1.5},
-		Top: []TokenLogprob{{Token: 9, Logprob: -1.5}, {Token: 7, Logprob: -2}}}})
+	tok.Samples = append(tok.Samples, Sampled{Slot: 3, Token: 9, Logprobs: &runnerapi.Logprobs{TokenLogprob: runnerapi.TokenLogprob{Token: 9, Logprob: -1.5},
+		Top: []runnerapi.TokenLogprob{{Token: 9, Logprob: -1.5}, {Token: 7, Logprob: -2}}}})
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
 	tok.Samples = append(tok.Samples, Sampled{Slot: 5, Token: -1, Embedding: []float32{0.6, -0.8}})
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
@@ -42,8 +44,8 @@ func FuzzLinkFrames(f *testing.F) {
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, spec.marshal(nil)...), 2)
 	ver := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Token: 4, Tokens: []int32{4, 9}, Drafted: 2}}}
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, ver.marshal(nil)...), 2)
-	ver.Samples[0].TokensLogprobs = []*Logprobs{{TokenLogprob: TokenLogprob{Token: 4, Logprob: -1}}, {TokenLogprob: TokenLogprob{Token: 9, Logprob: -2},
-		Top: []TokenLogprob{{Token: 9, Logprob: -2}}}}
+	ver.Samples[0].TokensLogprobs = []*runnerapi.Logprobs{{TokenLogprob: runnerapi.TokenLogprob{Token: 4, Logprob: -1}}, {TokenLogprob: runnerapi.TokenLogprob{Token: 9, Logprob: -2},
+		Top: []runnerapi.TokenLogprob{{Token: 9, Logprob: -2}}}}
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, ver.marshal(nil)...), 2)
 	h, _ := json.Marshal(linkHello{Instance: "i", From: 0, To: 1})
 	f.Add(append([]byte{frameHello, byte(len(h)), 0, 0, 0}, h...), 4)
@@ -74,7 +76,7 @@ func FuzzLinkFrames(f *testing.F) {
 						t.Fatalf("act round trip: %x → %x", p, again)
 					}
 					for _, g := range m.Groups {
-						if len(g.Drafts) > MaxDraft || g.Drafts != nil && int(g.N) != len(g.Drafts)+1 {
+						if len(g.Drafts) > runnerapi.MaxDraft || g.Drafts != nil && int(g.N) != len(g.Drafts)+1 {
 							t.Fatalf("group of %d rows with %d drafts", g.N, len(g.Drafts))
 						}
 					}
@@ -83,10 +85,10 @@ func FuzzLinkFrames(f *testing.F) {
 				var m tokenMsg
 				if m.unmarshal(p) == nil {
 					for _, s := range m.Samples {
-						if s.Logprobs != nil && len(s.Logprobs.Top) > MaxTopLogprobs {
+						if s.Logprobs != nil && len(s.Logprobs.Top) > runnerapi.MaxTopLogprobs {
 							t.Fatalf("%d top logprobs passed the limit", len(s.Logprobs.Top))
 						}
-						if s.Tokens != nil && (len(s.Tokens) > s.Drafted+1 || s.Drafted > MaxDraft || s.Tokens[0] != s.Token) {
+						if s.Tokens != nil && (len(s.Tokens) > s.Drafted+1 || s.Drafted > runnerapi.MaxDraft || s.Tokens[0] != s.Token) {
 							t.Fatalf("verified tokens %v of %d drafts, token %d", s.Tokens, s.Drafted, s.Token)
 						}
 						if len(s.Embedding) > maxEmbedDim || s.Embedding != nil && s.Logprobs != nil {

@@ -3,31 +3,13 @@ package runner
 import (
 	"math"
 	"slices"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
-
-// MaxTopLogprobs bounds the alternatives reported per token (OpenAI's
-// legacy completions allow 5, its chat completions 20).
-const MaxTopLogprobs = 20
-
-// TokenLogprob is one token and its log probability. Text is the token's
-// text, filled in on rank 0 (the link carries ids only).
-type TokenLogprob struct {
-	Token   int32   `json:"token"`
-	Logprob float32 `json:"logprob"`
-	Text    string  `json:"text"`
-}
-
-// Logprobs are a sampled token's log probability and the most likely
-// tokens at its position, most likely first: the log-softmax of the raw
-// logits, before temperature and filtering (as llama.cpp's n_probs).
-type Logprobs struct {
-	TokenLogprob
-	Top []TokenLogprob `json:"top,omitempty"`
-}
 
 // logprobsOf computes the log-softmax of logits for token id and the top
 // n tokens. NaN logits count as -Inf.
-func logprobsOf(logits []float32, id int32, n int) *Logprobs {
+func logprobsOf(logits []float32, id int32, n int) *runnerapi.Logprobs {
 	maxL := math.Inf(-1)
 	for _, l := range logits {
 		if !isBadLogit(l) && float64(l) > maxL {
@@ -47,8 +29,8 @@ func logprobsOf(logits []float32, id int32, n int) *Logprobs {
 		}
 		return float32(float64(logits[i]) - logZ)
 	}
-	out := &Logprobs{TokenLogprob: TokenLogprob{Token: id, Logprob: lp(id)}}
-	n = min(n, MaxTopLogprobs, len(logits))
+	out := &runnerapi.Logprobs{TokenLogprob: runnerapi.TokenLogprob{Token: id, Logprob: lp(id)}}
+	n = min(n, runnerapi.MaxTopLogprobs, len(logits))
 	if n <= 0 {
 		return out
 	}
@@ -78,7 +60,7 @@ func logprobsOf(logits []float32, id int32, n int) *Logprobs {
 		}
 	}
 	for _, t := range top {
-		out.Top = append(out.Top, TokenLogprob{Token: t, Logprob: lp(t)})
+		out.Top = append(out.Top, runnerapi.TokenLogprob{Token: t, Logprob: lp(t)})
 	}
 	return out
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 func TestLogprobsOf(t *testing.T) {
@@ -42,7 +44,7 @@ func TestGenerateTokensEchoLogprobs(t *testing.T) {
 	words := ids(t, tok, "the cluster")
 	s := &script{vocab: tok.VocabSize(), ctxLen: 64, batch: 4, prompt: len(prompt), next: words}
 	g := &Generator{M: &Local{F: s}, Tok: tok}
-	text, pieces, res, err := run(t, g, Request{PromptTokens: prompt, Echo: true, Logprobs: true, TopLogprobs: 2, MaxTokens: len(words)}, nil)
+	text, pieces, res, err := run(t, g, runnerapi.Request{PromptTokens: prompt, Echo: true, Logprobs: true, TopLogprobs: 2, MaxTokens: len(words)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,16 +67,16 @@ func TestGenerateTokensEchoLogprobs(t *testing.T) {
 		}
 	}
 	// Ids out of the vocabulary and too many top logprobs are refused.
-	if _, err := g.Prepare(&Request{PromptTokens: []int32{int32(tok.VocabSize())}}); err == nil {
+	if _, err := g.Prepare(&runnerapi.Request{PromptTokens: []int32{int32(tok.VocabSize())}}); err == nil {
 		t.Fatal("out-of-vocabulary prompt token accepted")
 	}
-	if _, err := g.Prepare(&Request{Prompt: "x", Logprobs: true, TopLogprobs: MaxTopLogprobs + 1}); err == nil {
+	if _, err := g.Prepare(&runnerapi.Request{Prompt: "x", Logprobs: true, TopLogprobs: runnerapi.MaxTopLogprobs + 1}); err == nil {
 		t.Fatal("top logprobs over the limit accepted")
 	}
 }
 
 func TestTokenFrameLogprobs(t *testing.T) {
-	lp := &Logprobs{TokenLogprob: TokenLogprob{Token: 5, Logprob: -0.25}, Top: []TokenLogprob{{Token: 5, Logprob: -0.25}, {Token: 9, Logprob: -3}}}
+	lp := &runnerapi.Logprobs{TokenLogprob: runnerapi.TokenLogprob{Token: 5, Logprob: -0.25}, Top: []runnerapi.TokenLogprob{{Token: 5, Logprob: -0.25}, {Token: 9, Logprob: -3}}}
 	m := tokenMsg{Seq: 3, Samples: []Sampled{{Slot: 2, Token: 5, Logprobs: lp}, {Slot: 0, Token: 7}}}
 	b := m.marshal(nil)
 	var got tokenMsg
@@ -92,8 +94,8 @@ func TestTokenFrameLogprobs(t *testing.T) {
 
 // A verified group's tokens cross with one logprobs each, or with none.
 func TestTokenFrameVerifiedLogprobs(t *testing.T) {
-	lps := []*Logprobs{{TokenLogprob: TokenLogprob{Token: 4, Logprob: -0.5}, Top: []TokenLogprob{{Token: 4, Logprob: -0.5}}},
-		{TokenLogprob: TokenLogprob{Token: 9, Logprob: -2}, Top: []TokenLogprob{{Token: 3, Logprob: -1}}}}
+	lps := []*runnerapi.Logprobs{{TokenLogprob: runnerapi.TokenLogprob{Token: 4, Logprob: -0.5}, Top: []runnerapi.TokenLogprob{{Token: 4, Logprob: -0.5}}},
+		{TokenLogprob: runnerapi.TokenLogprob{Token: 9, Logprob: -2}, Top: []runnerapi.TokenLogprob{{Token: 3, Logprob: -1}}}}
 	m := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Token: 4, Tokens: []int32{4, 9}, Drafted: 3, TokensLogprobs: lps}, {Slot: 2, Token: 6, Tokens: []int32{6}, Drafted: 1}}}
 	b := m.marshal(nil)
 	var got tokenMsg

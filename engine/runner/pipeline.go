@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -16,14 +17,12 @@ import (
 // link; the last rank's out link goes back to rank 0 and carries tokens.
 // Up to N sampling steps are in flight, each on a different rank.
 
-// Pipeline is rank 0's Engine over a pipeline of N > 1 ranks.
+// Pipeline is rank 0's Engine over a pipeline of Shape.Pipeline > 1
+// stages (whose leaders' instance ranks traces name).
 type Pipeline struct {
 	F       Forwarder // rank 0's blocks
-	Out, In *Link     // to rank 1, from rank N-1
-	N       int
-	// Group is the ranks of each stage (a tensor-parallel group's; 0: one):
-	// stage s's first is the instance's rank s×Group, which traces name.
-	Group int
+	Out, In *Link     // to stage 1, from the last stage
+	Shape   runnerapi.Shape
 
 	req     uint64
 	slotReq map[int]uint64 // each slot's request, for its end frame
@@ -40,9 +39,9 @@ type pendingStep struct {
 var _ Engine = (*Pipeline)(nil)
 
 func (p *Pipeline) Options() backend.Options { return p.F.Options() }
-func (p *Pipeline) Depth() int               { return p.N }
+func (p *Pipeline) Depth() int               { return p.Shape.Pipeline }
 
-func (p *Pipeline) Begin(ctx context.Context, slot int, req *Request, traceID string, keep int) (int, error) {
+func (p *Pipeline) Begin(ctx context.Context, slot int, req *runnerapi.Request, traceID string, keep int) (int, error) {
 	if p.dead != nil {
 		return 0, p.dead
 	}
@@ -59,7 +58,7 @@ func (p *Pipeline) Begin(ctx context.Context, slot int, req *Request, traceID st
 		return 0, err
 	}
 	return kept, p.fail(p.Out.sendJSON(frameBegin, beginMsg{Req: p.req, Slot: slot, Keep: kept, Sample: req.Sample, TraceID: traceID,
-		Logprobs: req.logprobsN() + 1, Grammar: req.Grammar, Embed: req.Embed}))
+		Logprobs: logprobsN(req) + 1, Grammar: req.Grammar, Embed: req.Embed}))
 }
 
 func (p *Pipeline) fail(err error) error {
@@ -94,7 +93,7 @@ func (p *Pipeline) Submit(ctx context.Context, st *Step) error {
 		}
 		m.Groups = append(m.Groups, ag)
 	}
-	to := stageRank(1, p.Group)
+	to := p.Shape.Rank(1, 0)
 	s := st.spans(fmt.Sprintf("send → rank %d", to), "send")
 	n, err := p.Out.send(frameAct, m.marshal)
 	seq := p.seq
@@ -125,7 +124,7 @@ func (p *Pipeline) Recv(ctx context.Context) (*Step, []Sampled, error) {
 	if err != nil {
 		return nil, nil, p.fail(err)
 	}
-	last := p.N - 1
+	last := p.Shape.Pipeline - 1
 	if typ != frameToken {
 		return nil, nil, p.fail(fmt.Errorf("%w: frame type %d from rank %d, want tokens", ErrLinkLost, typ, last))
 	}
@@ -142,8 +141,8 @@ func (p *Pipeline) Recv(ctx context.Context) (*Step, []Sampled, error) {
 			return nil, nil, p.fail(fmt.Errorf("%w: token frame of step %d: sample %d for slot %d, want %d", ErrLinkLost, t.Seq, k, t.Samples[k].Slot, g.Slot))
 		}
 		k++
-		recvSpan(g.Parent, fmt.Sprintf("recv ← rank %d", stageRank(last, p.Group)), first,
-			trace.Recv(stageRank(last, p.Group), int64(len(payload)+5), trace.FlowKey(last, 0, uint64(ps.seq))).WithToken(g.TokenIndex))
+		recvSpan(g.Parent, fmt.Sprintf("recv ← rank %d", p.Shape.Rank(last, 0)), first,
+			trace.Recv(p.Shape.Rank(last, 0), int64(len(payload)+5), trace.FlowKey(last, 0, uint64(ps.seq))).WithToken(g.TokenIndex))
 	}
 	return ps.st, t.Samples, nil
 }

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -10,6 +9,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // The rank port, over real loopback sockets: a connection that sends
@@ -37,7 +38,7 @@ func TestRankPortChecksTheTokenFirst(t *testing.T) {
 		l := NewLink(c)
 		l.handshake(linkHello{Instance: "inst", From: 0, To: 1}, func(linkHello) error { return nil })
 	}()
-	s := NewServer(Config{Token: "tok-1", Instance: "inst", Rank: 1, Ranks: 2, RankListener: ln,
+	s := NewServer(Config{Token: "tok-1", Instance: "inst", Rank: 1, Shape: runnerapi.Shape{Pipeline: 2, Tensor: 1}, RankListener: ln,
 		DialNext: func(ctx context.Context) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "tcp", next.Addr().String())
 		}})
@@ -57,12 +58,12 @@ func TestRankPortChecksTheTokenFirst(t *testing.T) {
 	binary.LittleEndian.PutUint32(hdr[1:], MaxFrame)
 	huge.Write(hdr[:])
 	wrong := dial()
-	if err := SendAuth(wrong, "tok-0"); err != nil {
+	if err := runnerapi.SendAuth(wrong, "tok-0"); err != nil {
 		t.Fatal(err)
 	}
 	// The agent's link: the token, then the previous rank's hello.
 	good := dial()
-	if err := SendAuth(good, "tok-1"); err != nil {
+	if err := runnerapi.SendAuth(good, "tok-1"); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(linkHello{Instance: "inst", From: 0, To: 1})
@@ -91,23 +92,4 @@ func TestRankPortChecksTheTokenFirst(t *testing.T) {
 			t.Errorf("%s: the runner sent %d bytes (%v), want none and the connection closed", name, n, err)
 		}
 	}
-}
-
-// ReadAuth is the first read on a rank port, before anyone is known:
-// whatever the bytes, it passes only the runner's own token.
-func FuzzReadAuth(f *testing.F) {
-	ok, _ := json.Marshal(linkHello{Token: "tok"})
-	f.Add(frame(frameHello, ok))
-	f.Add([]byte{frameHello, 0xff, 0xff, 0xff, 0x7f})
-	f.Add(frame(frameHello, []byte(`{"token":"tok","instance":"x"}`)))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if ReadAuth(memConn{r: bytes.NewReader(data)}, "tok") != nil {
-			return
-		}
-		var h linkHello
-		n := int(binary.LittleEndian.Uint32(data[1:]))
-		if data[0] != frameHello || json.Unmarshal(data[5:5+n], &h) != nil || h.Token != "tok" {
-			t.Fatalf("ReadAuth passed %q", data)
-		}
-	})
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // The pipeline's rank links: a rank accepts the previous rank's link on
@@ -18,9 +20,9 @@ import (
 // while that rank is not up yet.
 func (s *Server) connect(ctx context.Context) (in, out *Link, err error) {
 	if s.cfg.DialNext == nil || s.cfg.RankListener == nil {
-		return nil, nil, fmt.Errorf("rank %d of %d: no rank links configured", s.cfg.Rank, s.cfg.Ranks)
+		return nil, nil, fmt.Errorf("rank %d of %s: no rank links configured", s.cfg.Rank, s.cfg.Shape)
 	}
-	n, r := s.cfg.Ranks, s.cfg.Rank
+	n, r := s.cfg.Shape.Pipeline, s.stage()
 	prev, next := (r+n-1)%n, (r+1)%n
 	inc, errc, stop := s.acceptPrev(prev)
 	defer stop()
@@ -128,17 +130,17 @@ func (s *Server) acceptPrev(prev int) (<-chan *Link, <-chan error, func()) {
 // hello with our token (ReadAuth: at most 4 KiB read, and nothing sent,
 // before the token is checked), then ours to the previous rank, and its.
 func (s *Server) acceptRankLink(c net.Conn, prev int) (*Link, error) {
-	if err := ReadAuth(c, s.cfg.Token); err != nil {
+	if err := runnerapi.ReadAuth(c, s.cfg.Token); err != nil {
 		return nil, err
 	}
 	l := NewLink(c)
 	c.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	err := l.sendJSON(frameHello, linkHello{Instance: s.cfg.Instance, From: s.cfg.Rank, To: prev})
+	err := l.sendJSON(frameHello, linkHello{Instance: s.cfg.Instance, From: s.stage(), To: prev})
 	c.SetWriteDeadline(time.Time{})
 	if err != nil {
 		return nil, err
 	}
-	if err := expectHello(l, s.cfg.Instance, prev, s.cfg.Rank); err != nil {
+	if err := expectHello(l, s.cfg.Instance, prev, s.stage()); err != nil {
 		return nil, err
 	}
 	return l, nil

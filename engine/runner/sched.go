@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -101,7 +102,7 @@ func (s *Scheduler) init() {
 // Submit queues a request (prompt from Generator.Prepare) and returns its
 // job; rec (may be nil) records rank 0's spans. The job ends when ctx
 // does, or at once with Run's error when Run has ended.
-func (s *Scheduler) Submit(ctx context.Context, req *Request, prompt []int32, traceID string, rec *trace.Recorder) *Job {
+func (s *Scheduler) Submit(ctx context.Context, req *runnerapi.Request, prompt []int32, traceID string, rec *trace.Recorder) *Job {
 	s.init()
 	ctx, cancel := context.WithCancel(ctx)
 	j := &Job{ctx: ctx, cancel: cancel, req: req, prompt: prompt, traceID: traceID, rec: rec, queued: time.Now(),
@@ -113,7 +114,7 @@ func (s *Scheduler) Submit(ctx context.Context, req *Request, prompt []int32, tr
 	}
 	s.mu.Unlock()
 	if ended != nil {
-		j.finish(Result{PromptTokens: len(prompt)}, fmt.Errorf("scheduler stopped: %w", ended))
+		j.finish(runnerapi.Result{PromptTokens: len(prompt)}, fmt.Errorf("scheduler stopped: %w", ended))
 		return j
 	}
 	select {
@@ -201,7 +202,7 @@ func (s *Scheduler) dropCancelled() {
 	q := s.queue[:0]
 	for _, j := range s.queue {
 		if j.ctx.Err() != nil {
-			j.finish(Result{PromptTokens: len(j.prompt)}, cancelled(j.ctx))
+			j.finish(runnerapi.Result{PromptTokens: len(j.prompt)}, cancelled(j.ctx))
 			continue
 		}
 		q = append(q, j)
@@ -261,7 +262,7 @@ func (s *Scheduler) maxTokens(j *Job) int {
 	}
 	n := j.req.MaxTokens
 	if n == 0 {
-		n = DefaultMaxTokens
+		n = runnerapi.DefaultMaxTokens
 	}
 	if s.ContextShift {
 		return n
@@ -324,7 +325,7 @@ func commonPrefix(a, b []int32) int {
 func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error {
 	j.start = time.Now()
 	j.queueNs = j.start.Sub(j.queued).Nanoseconds()
-	j.res = Result{PromptTokens: len(j.prompt)}
+	j.res = runnerapi.Result{PromptTokens: len(j.prompt)}
 	if err := s.canSpeculate(j.req.Speculative); err != nil {
 		j.finish(j.res, err)
 		return nil
@@ -343,7 +344,7 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 		maxTok: s.maxTokens(j), out: newOutput(j.req.Stop), sinceMax: sl.sinceMax}
 	sl.out.ignoreEOS = j.req.IgnoreEOS
 	if j.req.Echo {
-		j.push(Piece{Index: -1, Token: -1, Text: echoText(s.Tok, j.req, j.prompt), Echo: true})
+		j.push(runnerapi.Piece{Index: -1, Token: -1, Text: echoText(s.Tok, j.req, j.prompt), Echo: true})
 	}
 	sl.phase, sl.open = j.rec.Start("prefill", "prefill"), true
 	return nil
@@ -351,7 +352,7 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 
 // echoText is the prompt's text as a user reads it: special tokens (a
 // leading BOS among them) left out, SentencePiece's space prefix removed.
-func echoText(tok *model.Tokenizer, req *Request, prompt []int32) string {
+func echoText(tok *model.Tokenizer, req *runnerapi.Request, prompt []int32) string {
 	if len(req.PromptTokens) == 0 && len(req.Messages) == 0 {
 		return req.Prompt
 	}
@@ -494,7 +495,7 @@ func (s *Scheduler) deliver(samples []Sampled) {
 
 // emit hands one sampled token to sl's request; it reports whether the
 // request ended (end-of-generation, a stop string, max tokens).
-func (s *Scheduler) emit(sl *slot, tok int32, lp *Logprobs) bool {
+func (s *Scheduler) emit(sl *slot, tok int32, lp *runnerapi.Logprobs) bool {
 	j := sl.job
 	piece, done := sl.out.add(s.Tok, tok)
 	piece.Index, piece.Token = sl.n, tok
@@ -533,7 +534,7 @@ func (s *Scheduler) end(sl *slot, err error) {
 			j.res.DecodeNs = time.Since(sl.decodeT).Nanoseconds()
 		}
 		if tail := sl.out.flush(); tail != "" {
-			j.push(Piece{Index: j.res.CompletionTokens, Token: -1, Text: tail})
+			j.push(runnerapi.Piece{Index: j.res.CompletionTokens, Token: -1, Text: tail})
 		}
 	}
 	s.E.End(sl.id, err)
@@ -570,7 +571,7 @@ func (s *Scheduler) stepFailed(st *Step, err error) error {
 // failAll ends every queued and running request with err.
 func (s *Scheduler) failAll(err error) {
 	for _, j := range s.queue {
-		j.finish(Result{PromptTokens: len(j.prompt)}, err)
+		j.finish(runnerapi.Result{PromptTokens: len(j.prompt)}, err)
 	}
 	s.queue = nil
 	for _, sl := range s.slots {

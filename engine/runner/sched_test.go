@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -28,7 +29,7 @@ func runSched(t *testing.T, g *Generator) *Scheduler {
 	return sc
 }
 
-func submit(t *testing.T, g *Generator, sc *Scheduler, ctx context.Context, req Request) *Job {
+func submit(t *testing.T, g *Generator, sc *Scheduler, ctx context.Context, req runnerapi.Request) *Job {
 	t.Helper()
 	prompt, err := g.Prepare(&req)
 	if err != nil {
@@ -37,10 +38,10 @@ func submit(t *testing.T, g *Generator, sc *Scheduler, ctx context.Context, req 
 	return sc.Submit(ctx, &req, prompt, "", nil)
 }
 
-func text(t *testing.T, j *Job) (string, Result, error) {
+func text(t *testing.T, j *Job) (string, runnerapi.Result, error) {
 	t.Helper()
 	var b strings.Builder
-	res, err := j.Wait(func(p Piece) error { b.WriteString(p.Text); return nil })
+	res, err := j.Wait(func(p runnerapi.Piece) error { b.WriteString(p.Text); return nil })
 	return b.String(), res, err
 }
 
@@ -56,7 +57,7 @@ func TestSchedulerBatches(t *testing.T) {
 	sc := runSched(t, g)
 	var jobs []*Job
 	for range 4 {
-		jobs = append(jobs, submit(t, g, sc, context.Background(), Request{Prompt: "hello world", MaxTokens: 40}))
+		jobs = append(jobs, submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello world", MaxTokens: 40}))
 	}
 	// The first forward pass waits until all four are queued.
 	time.Sleep(50 * time.Millisecond)
@@ -87,13 +88,13 @@ func TestSchedulerPrefixCache(t *testing.T) {
 	g := &Generator{M: &Local{F: s}, Tok: tok}
 	sc := runSched(t, g)
 	turn1 := "user: what is a cluster? assistant:"
-	_, res, err := text(t, submit(t, g, sc, context.Background(), Request{Prompt: turn1}))
+	_, res, err := text(t, submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: turn1}))
 	if err != nil || res.CachedTokens != 0 {
 		t.Fatalf("turn 1: %+v %v", res, err)
 	}
 	before := len(s.batches)
 	turn2 := turn1 + " many machines. user: and a model?"
-	_, res, err = text(t, submit(t, g, sc, context.Background(), Request{Prompt: turn2}))
+	_, res, err = text(t, submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: turn2}))
 	p1, _ := tok.Encode(turn1, true)
 	p2, _ := tok.Encode(turn2, true)
 	want := commonPrefix(p1, p2)
@@ -104,13 +105,13 @@ func TestSchedulerPrefixCache(t *testing.T) {
 		t.Fatalf("turn 2 prefilled from position %d, want %d", first, want)
 	}
 	// The same prompt again: all but its last token cached.
-	_, res, _ = text(t, submit(t, g, sc, context.Background(), Request{Prompt: turn2}))
+	_, res, _ = text(t, submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: turn2}))
 	if res.CachedTokens != len(p2)-1 {
 		t.Fatalf("same prompt: %d cached of %d", res.CachedTokens, len(p2))
 	}
 	// A scheduler for benchmarks keeps nothing.
 	if got := (&Generator{M: &Local{F: s}, Tok: tok}); true {
-		_, _, res, err := run(t, got, Request{Prompt: turn2}, nil)
+		_, _, res, err := run(t, got, runnerapi.Request{Prompt: turn2}, nil)
 		if err != nil || res.CachedTokens != 0 {
 			t.Fatalf("Generate: %+v %v", res, err)
 		}
@@ -130,11 +131,11 @@ func TestSchedulerCancelAndQueue(t *testing.T) {
 	g := &Generator{M: &Local{F: s}, Tok: tok}
 	sc := runSched(t, g)
 	ctx, cancel := context.WithCancel(context.Background())
-	j := submit(t, g, sc, ctx, Request{Prompt: "hello", MaxTokens: 200})
-	queued := submit(t, g, sc, context.Background(), Request{Prompt: "hello", MaxTokens: 2})
+	j := submit(t, g, sc, ctx, runnerapi.Request{Prompt: "hello", MaxTokens: 200})
+	queued := submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello", MaxTokens: 2})
 	var once sync.Once
 	n := 0
-	_, err := j.Wait(func(p Piece) error {
+	_, err := j.Wait(func(p runnerapi.Piece) error {
 		n++
 		if n == 3 {
 			once.Do(cancel)
@@ -149,12 +150,12 @@ func TestSchedulerCancelAndQueue(t *testing.T) {
 		t.Fatalf("queued job: %+v %v (queued %d ns)", res, err, queued.QueueNs())
 	}
 	// An emit error cancels too.
-	j = submit(t, g, sc, context.Background(), Request{Prompt: "hello", MaxTokens: 200})
+	j = submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello", MaxTokens: 200})
 	boom := errors.New("client gone")
-	if _, err := j.Wait(func(Piece) error { return boom }); !errors.Is(err, boom) {
+	if _, err := j.Wait(func(runnerapi.Piece) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("emit error: %v", err)
 	}
-	if _, res, err := text(t, submit(t, g, sc, context.Background(), Request{Prompt: "hello", MaxTokens: 1})); err != nil || res.CompletionTokens != 1 {
+	if _, res, err := text(t, submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello", MaxTokens: 1})); err != nil || res.CompletionTokens != 1 {
 		t.Fatalf("after a client went away: %+v %v", res, err)
 	}
 }
@@ -171,7 +172,7 @@ func TestSchedulerSpans(t *testing.T) {
 	var jobs []*Job
 	for range 2 {
 		rec := trace.NewRecorder(0, "n", trace.Options{})
-		req := Request{Prompt: "hello world", MaxTokens: 3}
+		req := runnerapi.Request{Prompt: "hello world", MaxTokens: 3}
 		p, _ := g.Prepare(&req)
 		recs = append(recs, rec)
 		jobs = append(jobs, sc.Submit(context.Background(), &req, p, "t", rec))
@@ -209,7 +210,7 @@ func TestSchedulerPool(t *testing.T) {
 	// waits for one of them.
 	var jobs []*Job
 	for range 3 {
-		jobs = append(jobs, submit(t, g, sc, context.Background(), Request{Prompt: "hello", MaxTokens: 20, IgnoreEOS: true}))
+		jobs = append(jobs, submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello", MaxTokens: 20, IgnoreEOS: true}))
 	}
 	for i, j := range jobs {
 		if _, res, err := text(t, j); err != nil || res.CompletionTokens != 20 {
@@ -228,7 +229,7 @@ func TestSchedulerPool(t *testing.T) {
 	// whole pool takes one and makes the other forget.
 	s.removed = nil
 	long := strings.Repeat("x ", 20)
-	if _, _, err := text(t, submit(t, g, sc, context.Background(), Request{Prompt: long, MaxTokens: 64 - 22})); err != nil {
+	if _, _, err := text(t, submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: long, MaxTokens: 64 - 22})); err != nil {
 		t.Fatal(err)
 	}
 	forgot := 0
@@ -253,15 +254,15 @@ func TestSchedulerStopped(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- sc.Run(ctx) }()
-	running := submit(t, g, sc, context.Background(), Request{Prompt: "hello"})
-	queued := submit(t, g, sc, context.Background(), Request{Prompt: "hello"})
+	running := submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello"})
+	queued := submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello"})
 	time.Sleep(20 * time.Millisecond)
 	cancel()
 	close(s.block)
 	if err := <-ran; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: %v", err)
 	}
-	for name, j := range map[string]*Job{"running": running, "queued": queued, "late": submit(t, g, sc, context.Background(), Request{Prompt: "hello"})} {
+	for name, j := range map[string]*Job{"running": running, "queued": queued, "late": submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello"})} {
 		if _, _, err := text(t, j); err == nil {
 			t.Errorf("%s request: no error after the scheduler stopped", name)
 		}

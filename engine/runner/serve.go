@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Serve runs a runner process's server: it listens on 127.0.0.1 (port 0),
@@ -36,7 +38,7 @@ func Serve(ctx context.Context, cfg Config, out io.Writer, parentGone io.Reader)
 			cancel()
 		}()
 	}
-	if _, err := fmt.Fprintf(out, "%s%s\n", ListenPrefix, ln.Addr()); err != nil {
+	if _, err := fmt.Fprintf(out, "%s%s\n", runnerapi.ListenPrefix, ln.Addr()); err != nil {
 		return fmt.Errorf("runner: announce address: %w", err)
 	}
 	go func() {

@@ -17,15 +17,8 @@ import (
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
-)
-
-// Runner statuses, as /health reports them.
-const (
-	StatusLoading    = "loading"
-	StatusConnecting = "connecting" // loaded; rank links being set up
-	StatusReady      = "ready"
-	StatusFailed     = "failed"
 )
 
 // linkRetry is how often a rank retries reaching its successor, which may
@@ -50,27 +43,27 @@ type Config struct {
 	Node, NodeName string
 	Logger         *slog.Logger
 
-	// A pipeline rank: Rank of Ranks (1: the whole model, no links) of
-	// Instance.
-	Instance    string
-	Rank, Ranks int
-	// DialNext connects to rank (Rank+1) mod Ranks (through the agent);
-	// RankListener accepts the link from rank Rank-1 (the agent connects
-	// and presents Token first). Both are needed when Ranks > 1.
+	// Rank is this runner's rank of Instance, whose Shape says its place:
+	// its pipeline stage, and in a tensor-parallel group its slice. The
+	// zero Shape is one rank holding the whole model, with no links.
+	Instance string
+	Shape    runnerapi.Shape
+	Rank     int
+	// DialNext connects to the next stage (through the agent);
+	// RankListener accepts the link from the previous one (the agent
+	// connects and presents Token first). Both are needed with more than
+	// one stage.
 	DialNext     func(ctx context.Context) (net.Conn, error)
 	RankListener net.Listener
 	// ContextShift lets rank 0's generations run past the context
 	// (Scheduler.ContextShift).
 	ContextShift bool
-	// A tensor-parallel rank: TPRank of TPRanks (> 1) of the group whose
-	// slices make up the model (or, with Ranks > 1, the group's pipeline
-	// stage: its rank 0 holds the stage's rank links); TPConnect builds
-	// the group's mesh (every rank calls it before loading its slice).
-	// MeshListener, if set, is where the agent connects the group's
-	// higher ranks (Health.MeshAddr).
-	TPRank, TPRanks int
-	TPConnect       func(ctx context.Context) (*collective.Mesh, error)
-	MeshListener    net.Listener
+	// TPConnect builds a tensor-parallel rank's group mesh (every rank
+	// calls it before loading its slice; the group's first rank holds the
+	// stage's rank links). MeshListener, if set, is where the agent
+	// connects the group's higher ranks (Health.MeshAddr).
+	TPConnect    func(ctx context.Context) (*collective.Mesh, error)
+	MeshListener net.Listener
 	// OnStageTrace gets the spans and counter samples of each traced
 	// request on ranks > 0.
 	OnStageTrace func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
@@ -83,67 +76,7 @@ type Config struct {
 	// DefaultSpeculation, on rank 0, is what a request that names no
 	// speculation speculates with (nil: none); {"draft": "none"} in a
 	// request turns it off.
-	DefaultSpeculation *Speculation
-}
-
-// Health is GET /health.
-type Health struct {
-	Status       string        `json:"status"`
-	LayersLoaded int           `json:"layersLoaded"`
-	TotalLayers  int           `json:"totalLayers"`
-	Error        string        `json:"error,omitempty"`
-	Model        *model.Config `json:"model,omitempty"`
-	// ContextLen is the KV cache's capacity in tokens, once loaded.
-	ContextLen int `json:"contextLength,omitempty"`
-	Pid        int `json:"pid"`
-	// Rank of Ranks; RankAddr is where the previous rank's link is
-	// accepted (loopback; the agent connects to it).
-	Rank     int    `json:"rank"`
-	Ranks    int    `json:"ranks"`
-	RankAddr string `json:"rankAddr,omitempty"`
-	// MeshAddr is where a tensor-parallel rank accepts its group's links
-	// from higher ranks (loopback; the agent connects to it).
-	MeshAddr string `json:"meshAddr,omitempty"`
-	// LinkBytesSent and LinkBytesRecv count the rank links' frames.
-	LinkBytesSent uint64 `json:"linkBytesSent"`
-	LinkBytesRecv uint64 `json:"linkBytesRecv"`
-	// Mesh is a tensor-parallel rank's group links' traffic, by group
-	// rank: the agent counts the direct ones in its per-peer figures.
-	Mesh []collective.LinkStats `json:"mesh,omitempty"`
-}
-
-// CompletionRequest is POST /completion: a request, traced when TraceID
-// is set.
-type CompletionRequest struct {
-	Request
-	TraceID string `json:"traceId,omitempty"`
-}
-
-// StreamMsg is one line of /completion's NDJSON answer: a piece, the end
-// (with the spans the request recorded), or an error after the stream
-// began.
-type StreamMsg struct {
-	Piece *Piece `json:"piece,omitempty"`
-	Done  *Done  `json:"done,omitempty"`
-	Error string `json:"error,omitempty"`
-}
-
-// Done ends a completion stream.
-type Done struct {
-	Result
-	Spans []trace.Span `json:"spans,omitempty"`
-	// Counters are rank 0's counter samples: the bytes its outbound link
-	// sent (LinkCounter), sampled while the request ran.
-	Counters []trace.CounterSample `json:"counters,omitempty"`
-	// QueueNs is how long the request waited for the ones before it.
-	QueueNs int64 `json:"queueNs"`
-}
-
-// ErrorBody is the JSON of an error answered before streaming; Kind is
-// "prompt_too_long", "bad_request" or "not_ready".
-type ErrorBody struct {
-	Error string `json:"error"`
-	Kind  string `json:"kind"`
+	DefaultSpeculation *runnerapi.Speculation
 }
 
 // Server serves one loaded model to the agent that started the process.
@@ -154,7 +87,7 @@ type Server struct {
 	fatal chan error
 
 	mu        sync.Mutex // guards the fields below
-	health    Health
+	health    runnerapi.Health
 	gen       *Generator
 	sched     *Scheduler
 	stopLoop  func() (wait func()) // stops the rank's loop; wait waits for it
@@ -170,10 +103,11 @@ func NewServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Ranks < 1 {
-		cfg.Ranks = 1
+	if cfg.Shape == (runnerapi.Shape{}) {
+		cfg.Shape = runnerapi.Shape{Pipeline: 1, Tensor: 1}
 	}
-	h := Health{Status: StatusLoading, Pid: os.Getpid(), Rank: cfg.Rank, Ranks: cfg.Ranks}
+	stage, _ := cfg.Shape.Stage(cfg.Rank)
+	h := runnerapi.Health{Status: runnerapi.StatusLoading, Pid: os.Getpid(), Rank: stage, Ranks: cfg.Shape.Pipeline}
 	if cfg.RankListener != nil {
 		h.RankAddr = cfg.RankListener.Addr().String()
 	}
@@ -197,7 +131,7 @@ func (s *Server) die(err error) {
 // Load reads the model's metadata and tokenizer, then its weights, and
 // records "load" spans with "metadata" and "weights" children.
 func (s *Server) Load(ctx context.Context) error {
-	rec := trace.NewRecorder(s.cfg.Rank, s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
+	rec := trace.NewRecorder(s.stage(), s.cfg.Node, trace.Options{NodeName: s.cfg.NodeName})
 	root := rec.Start("load "+s.cfg.ModelPath, "load")
 	err := s.load(ctx, &root)
 	root.End(trace.Args{})
@@ -206,10 +140,10 @@ func (s *Server) Load(ctx context.Context) error {
 	defer s.mu.Unlock()
 	s.loadSpans = spans
 	if err != nil {
-		s.health.Status, s.health.Error = StatusFailed, err.Error()
+		s.health.Status, s.health.Error = runnerapi.StatusFailed, err.Error()
 		return err
 	}
-	s.health.Status = StatusReady
+	s.health.Status = runnerapi.StatusReady
 	return nil
 }
 
@@ -235,7 +169,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 		return err
 	}
 	s.mu.Lock()
-	s.health.Model, s.health.TotalLayers = &cfg, opts.LastLayer-opts.FirstLayer
+	s.health.Vocab, s.health.TotalLayers = cfg.Vocab, opts.LastLayer-opts.FirstLayer
 	s.mu.Unlock()
 	if err := s.connectTP(ctx, &opts); err != nil {
 		return err
@@ -260,9 +194,9 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.health.LayersLoaded = s.health.TotalLayers
 	s.mu.Unlock()
 	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
-		"rank", s.cfg.Rank, "ranks", s.cfg.Ranks)
+		"rank", s.cfg.Rank, "shape", s.cfg.Shape.String())
 	var fw Forwarder = rank
-	if s.cfg.TPRanks > 1 {
+	if s.cfg.Shape.TensorParallel() {
 		if fw, err = s.startTP(ctx, rank); fw == nil || err != nil {
 			return err // a follower, serving; or a broken group
 		}
@@ -273,12 +207,12 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 			return err
 		}
 	}
-	if s.cfg.Ranks == 1 {
+	if s.cfg.Shape.Pipeline == 1 {
 		s.serveAs(ctx, &Generator{M: &Local{F: fw, Tok: tok}, Tok: tok}, draft, s.broke(0))
 		return nil
 	}
 	s.mu.Lock()
-	s.health.Status = StatusConnecting
+	s.health.Status = runnerapi.StatusConnecting
 	s.mu.Unlock()
 	c := root.Child("connect", "connect")
 	in, out, err := s.connect(ctx)
@@ -290,34 +224,31 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	s.in, s.out = in, out
 	s.mu.Unlock()
 	if s.cfg.Rank == 0 {
-		s.serveAs(ctx, &Generator{M: &Pipeline{F: fw, Out: out, In: in, N: s.cfg.Ranks, Group: s.cfg.TPRanks}, Tok: tok}, draft, s.broke(0))
+		s.serveAs(ctx, &Generator{M: &Pipeline{F: fw, Out: out, In: in, Shape: s.cfg.Shape}, Tok: tok}, draft, s.broke(0))
 		return nil
 	}
 	s.mu.Lock()
 	mesh := s.mesh
 	s.mu.Unlock()
-	st := &Stage{F: fw, In: in, Out: out, Rank: s.cfg.Rank, N: s.cfg.Ranks, Group: s.cfg.TPRanks, Mesh: mesh, Node: s.cfg.Node,
+	st := &Stage{F: fw, In: in, Out: out, Rank: s.stage(), Shape: s.cfg.Shape, Mesh: mesh, Node: s.cfg.Node,
 		NodeName: s.cfg.NodeName, OnTrace: s.cfg.OnStageTrace, Tok: tok}
 	s.loop(ctx, func(ctx context.Context) error {
 		err := st.Serve(ctx)
 		if err != nil {
-			err = fmt.Errorf("%s (blocks %v): %w", s.broke(s.cfg.Rank), rank.Options().FirstLayer, err)
+			err = fmt.Errorf("%s (blocks %v): %w", s.broke(s.stage()), rank.Options().FirstLayer, err)
 		}
 		return err
 	})
 	return nil
 }
 
-// broke names what failed when the loop of pipeline rank r ends in an
-// error: the pipeline at that rank, or its tensor-parallel group.
-func (s *Server) broke(r int) string {
-	switch {
-	case s.cfg.TPRanks > 1 && s.cfg.Ranks > 1:
-		return fmt.Sprintf("tensor-parallel group of %d (pipeline stage %d of %d) broke at rank 0", s.cfg.TPRanks, r, s.cfg.Ranks)
-	case s.cfg.TPRanks > 1:
-		return fmt.Sprintf("tensor-parallel group of %d broke at rank 0", s.cfg.TPRanks)
-	}
-	return fmt.Sprintf("pipeline broke at rank %d of %d", r, s.cfg.Ranks)
+// stage is this runner's pipeline stage.
+func (s *Server) stage() int { st, _ := s.cfg.Shape.Stage(s.cfg.Rank); return st }
+
+// broke names what failed when the loop of pipeline stage st's leader
+// ends in an error, in the instance's shape.
+func (s *Server) broke(st int) string {
+	return fmt.Sprintf("%s broke at stage %d (rank %d)", s.cfg.Shape, st, s.cfg.Shape.Rank(st, 0))
 }
 
 // loop runs this rank's loop (rank 0's scheduler, another rank's stage)
@@ -386,7 +317,7 @@ func (s *Server) Close() {
 }
 
 // Health returns the current status.
-func (s *Server) Health() Health {
+func (s *Server) Health() runnerapi.Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.health
@@ -398,7 +329,9 @@ func (s *Server) Health() Health {
 		}
 	}
 	if s.mesh != nil {
-		h.Mesh = s.mesh.Links()
+		for _, l := range s.mesh.Links() {
+			h.Mesh = append(h.Mesh, runnerapi.MeshLink(l))
+		}
 	}
 	return h
 }
@@ -421,7 +354,7 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, []byte("Bearer "+s.cfg.Token)) != 1 {
-			writeJSON(w, http.StatusUnauthorized, ErrorBody{Error: "runner: missing or wrong token", Kind: "unauthorized"})
+			writeJSON(w, http.StatusUnauthorized, runnerapi.ErrorBody{Error: "runner: missing or wrong token", Kind: "unauthorized"})
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -429,13 +362,13 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
-	var req CompletionRequest
+	var req runnerapi.CompletionRequest
 	gen, sched, _, ok := s.accept(w, r, "completion", &req, &req.TraceID)
 	if !ok {
 		return
 	}
-	req.Speculative = req.Speculative.orDefault(s.cfg.DefaultSpeculation)
-	prompt, err := gen.Prepare(&req.Request)
+	req.Speculative = req.Speculative.OrDefault(s.cfg.DefaultSpeculation)
+	prompt, parse, err := gen.PrepareChat(&req.Request)
 	if err == nil {
 		err = sched.canSpeculate(req.Speculative) // what this instance can draft with
 	}
@@ -448,7 +381,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
-	send := func(m StreamMsg) error {
+	send := func(m runnerapi.StreamMsg) error {
 		if err := enc.Encode(m); err != nil {
 			return err
 		}
@@ -467,28 +400,28 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	mesh := s.mesh
 	s.mu.Unlock()
-	stopOut := sampleLink(rec, s.outbound(), stageRank(1, s.cfg.TPRanks))
+	stopOut := sampleLink(rec, s.outbound(), s.cfg.Shape.Rank(1, 0))
 	stopMesh := sampleMesh(rec, mesh, 0)
 	stopLink := func() { stopOut(); stopMesh() }
 	// Every token is sent, with empty text while text is held back, so
 	// that the client can count and time tokens.
 	job := sched.Submit(r.Context(), &req.Request, prompt, req.TraceID, rec)
-	out := newPieceParser(req.parse, func(p *Piece) error { return send(StreamMsg{Piece: p}) })
+	out := newPieceParser(parse, func(p *runnerapi.Piece) error { return send(runnerapi.StreamMsg{Piece: p}) })
 	res, err := job.Wait(out.emit)
 	if err == nil {
 		out.flush()
 	}
 	stopLink()
-	done := &Done{Result: res, Spans: rec.Drain(0), Counters: rec.DrainCounters(), QueueNs: job.QueueNs()}
+	done := &runnerapi.Done{Result: res, Spans: rec.Drain(0), Counters: rec.DrainCounters(), QueueNs: job.QueueNs()}
 	if err != nil {
 		if r.Context().Err() == nil {
 			// The spans so far go with the error: the trace keeps them.
-			send(StreamMsg{Error: err.Error(), Done: done})
+			send(runnerapi.StreamMsg{Error: err.Error(), Done: done})
 		}
 		s.log.Warn("completion failed", "err", err)
 		return
 	}
-	send(StreamMsg{Done: done})
+	send(runnerapi.StreamMsg{Done: done})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -496,7 +429,3 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
 }
-
-// ListenLine is what a runner process prints on stdout once it listens:
-// ListenPrefix and the address.
-const ListenPrefix = "ORRERY_RUNNER_LISTEN "

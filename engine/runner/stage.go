@@ -9,24 +9,24 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // Ranks 1…N-1 of a pipeline: Stage.Serve's loop over the frames of rank 0's
 // steps.
 
-// Stage serves rank Rank (1…N-1) of a pipeline: it reads frames from In,
-// runs its blocks, and sends hidden states (or, on the last rank, the
-// sampled tokens) on Out.
+// Stage serves stage Rank (1…Shape.Pipeline-1) of a pipeline: it reads
+// frames from In, runs its blocks, and sends hidden states (or, on the
+// last stage, the sampled tokens) on Out. Traces name each stage by its
+// leader's instance rank (Shape.Rank(stage, 0)).
 type Stage struct {
 	F       Forwarder
 	In, Out *Link
-	Rank, N int
-	// Group is the ranks of each stage (a tensor-parallel group's; 0: one):
-	// stage s's first is the instance's rank s×Group, which traces name.
+	Rank    int
+	Shape   runnerapi.Shape
 	// Mesh is this stage's group, whose links' bytes traces sample.
-	Group int
-	Mesh  *collective.Mesh
+	Mesh *collective.Mesh
 	// Node and NodeName stamp the spans.
 	Node, NodeName string
 	// OnTrace gets each traced request's spans and counter samples (its
@@ -44,7 +44,7 @@ func (s *Stage) Serve(ctx context.Context) error {
 	defer stop()
 	defer s.In.Close()
 	defer s.Out.Close()
-	r := &stageRun{s: s, last: s.Rank == s.N-1, next: (s.Rank + 1) % s.N, dim: s.F.Config().Dim,
+	r := &stageRun{s: s, last: s.Rank == s.Shape.Pipeline-1, next: (s.Rank + 1) % s.Shape.Pipeline, dim: s.F.Config().Dim,
 		slots: make([]stageSlot, max(s.F.Options().Parallel, 1)), smps: make([]slotSampler, max(s.F.Options().Parallel, 1))}
 	for {
 		typ, payload, first, err := s.In.recvFrame()
@@ -134,7 +134,7 @@ func (r *stageRun) begin(payload []byte) error {
 	}
 	r.finish(b.Slot, nil)
 	nlp := b.Logprobs - 1
-	if nlp < 0 || nlp > MaxTopLogprobs {
+	if nlp < 0 || nlp > runnerapi.MaxTopLogprobs {
 		nlp = -1
 	}
 	if r.last {
@@ -151,8 +151,8 @@ func (r *stageRun) begin(payload []byte) error {
 			return err
 		}
 		ss.rec = trace.NewRecorder(r.s.Rank, r.s.Node, trace.Options{NodeName: r.s.NodeName})
-		stopOut := sampleLink(ss.rec, r.s.Out, stageRank(r.next, r.s.Group))
-		stopMesh := sampleMesh(ss.rec, r.s.Mesh, stageRank(r.s.Rank, r.s.Group))
+		stopOut := sampleLink(ss.rec, r.s.Out, r.s.Shape.Rank(r.next, 0))
+		stopMesh := sampleMesh(ss.rec, r.s.Mesh, r.s.Shape.Rank(r.s.Rank, 0))
 		ss.stopLink = func() { stopOut(); stopMesh() }
 	}
 	// Rank 0 kept what it could; every rank holds the same positions, so
@@ -238,7 +238,7 @@ func (r *stageRun) act(ctx context.Context, payload []byte, first time.Time) err
 		copy(toks[1:], g.Drafts)
 		st.Groups = append(st.Groups, Group{Slot: g.Slot, Tokens: toks, Start: int(g.Start), Sample: g.Sample,
 			Decode: g.Decode, Embed: g.Embed, Draft: len(g.Drafts), TokenIndex: int(g.Token), Parent: parent})
-		from := stageRank(s.Rank-1, s.Group)
+		from := s.Shape.Rank(s.Rank-1, 0)
 		recvSpan(parent, fmt.Sprintf("recv ← rank %d", from), first,
 			trace.Recv(from, int64(len(payload)+5), trace.FlowKey(s.Rank-1, s.Rank, uint64(m.Seq))).WithToken(int(g.Token)))
 	}
@@ -314,7 +314,7 @@ func (r *stageRun) sendTokens(st *Step, seq uint32, res backend.Result) error {
 // forward sends the step's hidden states on to the next rank.
 func (r *stageRun) forward(st *Step, m *actMsg, res backend.Result) error {
 	fwd := actMsg{Seq: m.Seq, Groups: m.Groups, Hidden: res.Hidden}
-	to := stageRank(r.next, r.s.Group)
+	to := r.s.Shape.Rank(r.next, 0)
 	snd := st.spans(fmt.Sprintf("send → rank %d", to), "send")
 	n, err := r.s.Out.send(frameAct, fwd.marshal)
 	st.end(snd, func(g Group) trace.Args {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // stageFake is a pipeline's last rank's blocks for FuzzStageFrames: it
@@ -114,7 +115,7 @@ func FuzzStageFrames(f *testing.F) {
 	f.Add(frame(frameShift, []byte(`{"slot":0,"keep":2147483647,"discard":2}`)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fake := &stageFake{parallel: 3, ctxLen: 64}
-		s := &Stage{F: fake, In: NewLink(memConn{r: bytes.NewReader(data)}), Out: NewLink(memConn{r: bytes.NewReader(nil)}), Rank: 1, N: 2}
+		s := &Stage{F: fake, In: NewLink(memConn{r: bytes.NewReader(data)}), Out: NewLink(memConn{r: bytes.NewReader(nil)}), Rank: 1, Shape: runnerapi.Shape{Pipeline: 2, Tensor: 1}}
 		if err := s.Serve(context.Background()); err == nil {
 			t.Fatal("Serve ended without an error")
 		}

@@ -8,27 +8,28 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // connectTP builds a tensor-parallel rank's mesh before its slice loads
 // (the backend needs the group at load) and puts it in opts.
 func (s *Server) connectTP(ctx context.Context, opts *backend.Options) error {
-	if s.cfg.TPRanks < 2 {
+	if !s.cfg.Shape.TensorParallel() {
 		return nil
 	}
 	if s.cfg.TPConnect == nil {
 		return errors.New("a tensor-parallel rank needs TPConnect")
 	}
 	s.mu.Lock()
-	s.health.Status = StatusConnecting
+	s.health.Status = runnerapi.StatusConnecting
 	s.mu.Unlock()
 	mesh, err := s.cfg.TPConnect(ctx)
 	if err != nil {
-		return fmt.Errorf("tensor-parallel rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
+		return fmt.Errorf("rank %d of %s: %w", s.cfg.Rank, s.cfg.Shape, err)
 	}
 	s.mu.Lock()
 	s.mesh = mesh
-	s.health.Status = StatusLoading
+	s.health.Status = runnerapi.StatusLoading
 	s.mu.Unlock()
 	opts.Group = mesh
 	return nil
@@ -107,21 +108,17 @@ func (s *Server) startTP(ctx context.Context, rank backend.Rank) (Forwarder, err
 	mesh := s.mesh
 	s.mu.Unlock()
 	if err := checkTiling(mesh, rank.Config().TP, rank.Config().Vocab); err != nil {
-		return nil, fmt.Errorf("tensor-parallel rank %d of %d: %w", s.cfg.TPRank, s.cfg.TPRanks, err)
+		return nil, fmt.Errorf("rank %d of %s: %w", s.cfg.Rank, s.cfg.Shape, err)
 	}
-	if s.cfg.TPRank == 0 {
+	if s.cfg.Shape.Leads(s.cfg.Rank) {
 		return &TPLeader{F: rank, Mesh: mesh}, nil
 	}
-	first := stageRank(s.cfg.Rank, s.cfg.TPRanks)
-	f := &TPFollower{F: rank, Mesh: mesh, Rank: first + s.cfg.TPRank, First: first, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
+	first := s.cfg.Shape.Rank(s.stage(), 0)
+	f := &TPFollower{F: rank, Mesh: mesh, Rank: s.cfg.Rank, First: first, Node: s.cfg.Node, NodeName: s.cfg.NodeName,
 		OnTrace: s.cfg.OnStageTrace}
 	s.loop(ctx, func(ctx context.Context) error {
 		if err := f.Serve(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			where := ""
-			if s.cfg.Ranks > 1 {
-				where = fmt.Sprintf(" (pipeline stage %d of %d)", s.cfg.Rank, s.cfg.Ranks)
-			}
-			return fmt.Errorf("tensor-parallel group%s broke at rank %d of %d: %w", where, s.cfg.TPRank, s.cfg.TPRanks, err)
+			return fmt.Errorf("%s broke at stage %d (rank %d): %w", s.cfg.Shape, s.stage(), s.cfg.Rank, err)
 		}
 		return nil
 	})

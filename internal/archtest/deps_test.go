@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -163,6 +164,41 @@ func TestCgoOnlyInTheBackend(t *testing.T) {
 	for _, p := range listPackages(t) {
 		if p.cgo && p.path != "engine/backend/ggml" {
 			t.Errorf("%s has cgo files", p.path)
+		}
+	}
+}
+
+// TestRunnerContract: what crosses between agent and runner lives in
+// engine/runnerapi, a leaf that imports at most sample, grammar and
+// trace of ours; the agent reaches the runner only through it (it starts
+// `orrery runner` as a process and never imports engine/runner), and the
+// replicated state reaches no runner, chat template or compute backend,
+// so that refactoring those cannot change the event log's JSON.
+func TestRunnerContract(t *testing.T) {
+	leaf := []string{"engine/runnerapi", "engine/sample", "engine/grammar", "engine/trace"}
+	for _, p := range listPackages(t) {
+		switch {
+		case p.path == "engine/runnerapi":
+			for _, imp := range p.imports {
+				if !isStd(imp) && !slices.Contains(leaf, imp) {
+					t.Errorf("engine/runnerapi imports %s: the contract may import only %v", imp, leaf[1:])
+				}
+			}
+		case under(p.path, "agent"):
+			for _, d := range p.deps {
+				if under(rel(d), "engine/runner") {
+					t.Errorf("%s reaches %s: the agent reaches runners through engine/runnerapi", p.path, rel(d))
+				}
+			}
+		}
+		if p.path == "agent/state" {
+			for _, d := range p.deps {
+				for _, no := range []string{"engine/runner", "engine/chattmpl", "engine/backend", "engine/model", "engine/placement"} {
+					if under(rel(d), no) {
+						t.Errorf("agent/state reaches %s", rel(d))
+					}
+				}
+			}
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"net/url"
 
 	"github.com/orrery-cluster/orrery/agent/api"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
 
@@ -59,7 +59,7 @@ type ChatRequest struct {
 	CachePrompt *bool `json:"cache_prompt,omitempty"`
 	// Speculative asks for speculative decoding (nil: the instance's
 	// default, if any).
-	Speculative *runner.Speculation `json:"speculative,omitempty"`
+	Speculative *runnerapi.Speculation `json:"speculative,omitempty"`
 	// Stream is set by ChatStream.
 	Stream bool `json:"stream"`
 }

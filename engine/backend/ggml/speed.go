@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // The speed probe: one matrix of each weight type, small enough to stay
@@ -38,7 +39,7 @@ var probeTypes = []gguf.TensorType{gguf.F32, gguf.F16, gguf.BF16, gguf.Q8_0, ggu
 // a second here): each probe type's one-row (decode) and 64-row (prefill)
 // products, the memory bound and the cost of one op. dir holds the probe
 // file while it runs.
-func MeasureSpeed(ctx context.Context, dir string, threads int) (sp backend.Speed, err error) {
+func MeasureSpeed(ctx context.Context, dir string, threads int) (sp runnerapi.Speed, err error) {
 	start := time.Now()
 	f, err := os.CreateTemp(dir, "speed-probe-*.gguf")
 	if err != nil {
@@ -73,7 +74,7 @@ func MeasureSpeed(ctx context.Context, dir string, threads int) (sp backend.Spee
 			err = fmt.Errorf("ggml: %v", p)
 		}
 	}()
-	sp = backend.Speed{Threads: threads, Types: map[string]backend.TypeSpeed{}}
+	sp = runnerapi.Speed{Threads: threads, Types: map[string]runnerapi.TypeSpeed{}}
 	ones := func(n int) []float32 {
 		x := make([]float32, n)
 		for i := range x {
@@ -131,7 +132,7 @@ func MeasureSpeed(ctx context.Context, dir string, threads int) (sp backend.Spee
 
 // measureTypes times each probe matrix's one-row products on ggml's plain
 // layouts, then repacks those ggml can and times 64-row ones.
-func measureTypes(ctx context.Context, b ml.Backend, pf *gguf.File, sp *backend.Speed, product func(ml.Tensor, int, int, int) time.Duration) error {
+func measureTypes(ctx context.Context, b ml.Backend, pf *gguf.File, sp *runnerapi.Speed, product func(ml.Tensor, int, int, int) time.Duration) error {
 	// Decode on ggml's plain layouts: a repacked weight's one-row product
 	// measured slower in isolation here than in a model, where repacking
 	// makes decode faster, so the plain figure is the safer bound.
@@ -141,7 +142,7 @@ func measureTypes(ctx context.Context, b ml.Backend, pf *gguf.File, sp *backend.
 		}
 		rows := float64(ti.Dims[1])
 		dec := product(b.Get(ti.Name), 1, 16, 5)
-		sp.Types[ti.Type.String()] = backend.TypeSpeed{
+		sp.Types[ti.Type.String()] = runnerapi.TypeSpeed{
 			DecodeBytesPerSec: float64(ti.Size) / dec.Seconds(),
 			BitsPerWeight:     float64(ti.Size) * 8 / (rows * probeCols),
 		}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/model"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // genEmbedder writes the tiny preset of family as an embedding model.
@@ -97,9 +97,9 @@ func TestServerEmbeddings(t *testing.T) {
 			path := genEmbedder(t, "llama", pool)
 			_, tok := tokenizerOf(t, path)
 			_, c := newServerOpts(t, path, backend.Options{Threads: 2, BatchSize: 16, KVType: "f32", Parallel: 4})
-			req := runner.EmbedRequest{}
+			req := runnerapi.EmbedRequest{}
 			for _, s := range texts {
-				req.Inputs = append(req.Inputs, runner.EmbedInput{Text: s})
+				req.Inputs = append(req.Inputs, runnerapi.EmbedInput{Text: s})
 			}
 			res, err := c.Embed(context.Background(), req)
 			if err != nil {
@@ -157,7 +157,7 @@ func toF64(v []float32) []float64 {
 func TestPipelineEmbeddings(t *testing.T) {
 	path := genEmbedder(t, "qwen3", model.PoolMean)
 	_, one := newServerOpts(t, path, backend.Options{Threads: 1, BatchSize: 4, KVType: "f32", Parallel: 2})
-	req := runner.EmbedRequest{Inputs: []runner.EmbedInput{{Text: "one two three four five six seven"}, {Text: "b"}, {Tokens: []int32{5, 6, 7, 8, 9, 10}}}}
+	req := runnerapi.EmbedRequest{Inputs: []runnerapi.EmbedInput{{Text: "one two three four five six seven"}, {Text: "b"}, {Tokens: []int32{5, 6, 7, 8, 9, 10}}}}
 	base, err := one.Embed(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestPipelineEmbeddings(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _, chatErr = p.complete(t, runner.CompletionRequest{Request: runner.Request{Prompt: "chat beside", MaxTokens: 6}})
+				_, _, chatErr = p.complete(t, runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: "chat beside", MaxTokens: 6}})
 			}()
 			got, err := p.client.Embed(context.Background(), req)
 			wg.Wait()
@@ -197,30 +197,30 @@ func TestServerEmbeddingsRefused(t *testing.T) {
 	_, c := newServerOpts(t, chat, backend.Options{Threads: 1, BatchSize: 16, KVType: "f32", ContextLen: 64})
 	emb := genEmbedder(t, "llama", model.PoolLast)
 	_, ce := newServerOpts(t, emb, backend.Options{Threads: 1, BatchSize: 16, KVType: "f32", ContextLen: 64})
-	many := make([]runner.EmbedInput, runner.MaxEmbedInputs+1)
+	many := make([]runnerapi.EmbedInput, runnerapi.MaxEmbedInputs+1)
 	for i := range many {
 		many[i].Text = "x"
 	}
 	long := strings.Repeat("word ", 200)
 	for _, tc := range []struct {
 		name string
-		c    *runner.Client
-		req  runner.EmbedRequest
+		c    *runnerapi.Client
+		req  runnerapi.EmbedRequest
 		want string
 	}{
-		{"chat model", c, runner.EmbedRequest{Inputs: []runner.EmbedInput{{Text: "hi"}}}, "not an embedding model"},
-		{"no inputs", ce, runner.EmbedRequest{}, "no inputs"},
-		{"too many", ce, runner.EmbedRequest{Inputs: many}, "at most 2048"},
-		{"token out of range", ce, runner.EmbedRequest{Inputs: []runner.EmbedInput{{Tokens: []int32{1, 99999}}}}, "token 1 is 99999"},
-		{"too long", ce, runner.EmbedRequest{Inputs: []runner.EmbedInput{{Text: long}}}, "the context holds 64"},
+		{"chat model", c, runnerapi.EmbedRequest{Inputs: []runnerapi.EmbedInput{{Text: "hi"}}}, "not an embedding model"},
+		{"no inputs", ce, runnerapi.EmbedRequest{}, "no inputs"},
+		{"too many", ce, runnerapi.EmbedRequest{Inputs: many}, "at most 2048"},
+		{"token out of range", ce, runnerapi.EmbedRequest{Inputs: []runnerapi.EmbedInput{{Tokens: []int32{1, 99999}}}}, "token 1 is 99999"},
+		{"too long", ce, runnerapi.EmbedRequest{Inputs: []runnerapi.EmbedInput{{Text: long}}}, "the context holds 64"},
 	} {
 		_, err := tc.c.Embed(context.Background(), tc.req)
-		var re *runner.RequestError
+		var re *runnerapi.RequestError
 		if !errors.As(err, &re) || re.Status != 400 || !strings.Contains(re.Error(), tc.want) {
 			t.Errorf("%s: %v, want a 400 saying %q", tc.name, err, tc.want)
 		}
 	}
-	res, err := ce.Embed(context.Background(), runner.EmbedRequest{Inputs: []runner.EmbedInput{{Text: long}}, Truncate: true})
+	res, err := ce.Embed(context.Background(), runnerapi.EmbedRequest{Inputs: []runnerapi.EmbedInput{{Text: long}}, Truncate: true})
 	if err != nil || res.PromptTokens != 64 {
 		t.Fatalf("truncated: %v, %+v tokens, want 64", err, res)
 	}

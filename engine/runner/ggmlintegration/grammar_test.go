@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/grammar"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // weatherSchema bounds every value, so that even random weights end the
@@ -26,7 +26,7 @@ type weather struct {
 }
 
 // checkWeather parses text strictly and checks the schema's shape.
-func checkWeather(t *testing.T, what, text string, done *runner.Done) {
+func checkWeather(t *testing.T, what, text string, done *runnerapi.Done) {
 	t.Helper()
 	var w weather
 	dec := json.NewDecoder(strings.NewReader(text))
@@ -48,8 +48,8 @@ func checkWeather(t *testing.T, what, text string, done *runner.Done) {
 func TestGrammarConstrainsRandomModel(t *testing.T) {
 	path := genModel(t, "Q8_0")
 	spec := &grammar.Spec{Alts: []grammar.Alt{{Schema: json.RawMessage(weatherSchema)}}}
-	req := func(seed uint64) runner.CompletionRequest {
-		r := runner.CompletionRequest{Request: runner.Request{Prompt: "the weather, as JSON:", MaxTokens: 200, Grammar: spec}}
+	req := func(seed uint64) runnerapi.CompletionRequest {
+		r := runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: "the weather, as JSON:", MaxTokens: 200, Grammar: spec}}
 		r.Sample.Temperature, r.Sample.Seed = 1, seed
 		return r
 	}
@@ -61,7 +61,7 @@ func TestGrammarConstrainsRandomModel(t *testing.T) {
 	}
 	p := startPipeline(t, path, splits[2])
 	var text strings.Builder
-	done, err := p.client.Complete(t.Context(), req(7), func(pc runner.Piece) error {
+	done, err := p.client.Complete(t.Context(), req(7), func(pc runnerapi.Piece) error {
 		text.WriteString(pc.Text)
 		return nil
 	})
@@ -80,7 +80,7 @@ func TestGrammarConstrainsRandomModel(t *testing.T) {
 	// A schema the grammar cannot enforce is a bad request.
 	bad := req(0)
 	bad.Grammar = &grammar.Spec{Alts: []grammar.Alt{{Schema: json.RawMessage(`{"type":"string","pattern":"x"}`)}}}
-	if _, err := c.Complete(t.Context(), bad, func(runner.Piece) error { return nil }); err == nil || !strings.Contains(err.Error(), "/pattern") {
+	if _, err := c.Complete(t.Context(), bad, func(runnerapi.Piece) error { return nil }); err == nil || !strings.Contains(err.Error(), "/pattern") {
 		t.Errorf("pattern schema: %v, want an error naming /pattern", err)
 	}
 }
@@ -92,13 +92,13 @@ func TestGrammarConstrainsRandomModel(t *testing.T) {
 func TestSpeculationUnderGrammar(t *testing.T) {
 	path := genModel(t, "F32")
 	spec := &grammar.Spec{Alts: []grammar.Alt{{Schema: json.RawMessage(weatherSchema)}}}
-	req := runner.Request{Prompt: `{"city": "Paris", "unit": "celsius", "days": 3} {"city": "Paris", "unit": "celsius", "days": 3} as JSON:`,
+	req := runnerapi.Request{Prompt: `{"city": "Paris", "unit": "celsius", "days": 3} {"city": "Paris", "unit": "celsius", "days": 3} as JSON:`,
 		MaxTokens: 200, Grammar: spec}
 	_, c := newServer(t, path)
-	want, text, done := complete(t, c, runner.CompletionRequest{Request: req})
+	want, text, done := complete(t, c, runnerapi.CompletionRequest{Request: req})
 	checkWeather(t, "plain", text, done)
-	req.Speculative = &runner.Speculation{Draft: "ngram", Max: 4, Min: 2} // min: drafts to verify, whatever the costs
-	got, text, done := complete(t, c, runner.CompletionRequest{Request: req})
+	req.Speculative = &runnerapi.Speculation{Draft: "ngram", Max: 4, Min: 2} // min: drafts to verify, whatever the costs
+	got, text, done := complete(t, c, runnerapi.CompletionRequest{Request: req})
 	checkWeather(t, "speculating", text, done)
 	t.Logf("1 rank: %s; %d drafted, %d accepted", text, done.DraftTokens, done.AcceptedDraftTokens)
 	if !slices.Equal(got, want) {
@@ -108,12 +108,12 @@ func TestSpeculationUnderGrammar(t *testing.T) {
 		t.Error("nothing drafted")
 	}
 	p := startPipeline(t, path, [][2]int{{0, 1}, {1, 3}, {3, 4}})
-	got, done, err := p.complete(t, runner.CompletionRequest{Request: req})
+	got, done, err := p.complete(t, runnerapi.CompletionRequest{Request: req})
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("3 ranks: %v, %v; want %v", err, got, want)
 	}
 	for seed := range uint64(3) {
-		r := runner.CompletionRequest{Request: req}
+		r := runnerapi.CompletionRequest{Request: req}
 		r.Sample.Temperature, r.Sample.Seed = 1, seed
 		_, text, done := complete(t, c, r)
 		checkWeather(t, "sampled, speculating", text, done)

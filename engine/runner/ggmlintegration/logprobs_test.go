@@ -9,7 +9,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
-	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // logSoftmax is the reference: float64 log-softmax of a row of logits.
@@ -41,7 +41,7 @@ func TestLogprobsMatchBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	const topN = 5
-	req := runner.CompletionRequest{Request: runner.Request{PromptTokens: prompt, MaxTokens: 6, IgnoreEOS: true,
+	req := runnerapi.CompletionRequest{Request: runnerapi.Request{PromptTokens: prompt, MaxTokens: 6, IgnoreEOS: true,
 		Logprobs: true, TopLogprobs: topN}}
 	req.Sample.Temperature, req.Sample.Seed = 0.9, 3
 
@@ -51,12 +51,12 @@ func TestLogprobsMatchBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rk.Close)
-	check := func(name string, pieces []runner.Piece) {
+	check := func(name string, pieces []runnerapi.Piece) {
 		t.Helper()
 		if err := rk.Reset(); err != nil {
 			t.Fatal(err)
 		}
-		var gen []runner.Piece
+		var gen []runnerapi.Piece
 		for _, p := range pieces {
 			if p.Token >= 0 {
 				gen = append(gen, p)
@@ -103,15 +103,15 @@ func TestLogprobsMatchBackend(t *testing.T) {
 	}
 
 	_, c := newServer(t, path)
-	var one []runner.Piece
-	if _, err := c.Complete(context.Background(), req, func(p runner.Piece) error { one = append(one, p); return nil }); err != nil {
+	var one []runnerapi.Piece
+	if _, err := c.Complete(context.Background(), req, func(p runnerapi.Piece) error { one = append(one, p); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	check("1 rank", one)
 	for _, ranges := range splits[1:] {
 		p := startPipeline(t, path, ranges)
-		var got []runner.Piece
-		if _, err := p.client.Complete(context.Background(), req, func(pc runner.Piece) error { got = append(got, pc); return nil }); err != nil {
+		var got []runnerapi.Piece
+		if _, err := p.client.Complete(context.Background(), req, func(pc runnerapi.Piece) error { got = append(got, pc); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		check(fmt.Sprintf("%d ranks", len(ranges)), got)
@@ -127,15 +127,15 @@ func TestLogprobsMatchBackend(t *testing.T) {
 	// the row it was decided on: still the backend's at its position.
 	// ("min" keeps drafts coming, whatever adaptive K would choose.)
 	sreq := req
-	sreq.MaxTokens, sreq.Speculative, sreq.Sample.Temperature = 12, &runner.Speculation{Draft: "ngram", Max: 4, Min: 2}, 0
+	sreq.MaxTokens, sreq.Speculative, sreq.Sample.Temperature = 12, &runnerapi.Speculation{Draft: "ngram", Max: 4, Min: 2}, 0
 	req.MaxTokens = 12
 	for _, ranges := range splits {
-		var got []runner.Piece
-		var done *runner.Done
+		var got []runnerapi.Piece
+		var done *runnerapi.Done
 		if len(ranges) == 1 {
-			done, err = c.Complete(context.Background(), sreq, func(pc runner.Piece) error { got = append(got, pc); return nil })
+			done, err = c.Complete(context.Background(), sreq, func(pc runnerapi.Piece) error { got = append(got, pc); return nil })
 		} else {
-			done, err = startPipeline(t, path, ranges).client.Complete(context.Background(), sreq, func(pc runner.Piece) error { got = append(got, pc); return nil })
+			done, err = startPipeline(t, path, ranges).client.Complete(context.Background(), sreq, func(pc runnerapi.Piece) error { got = append(got, pc); return nil })
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -148,7 +148,7 @@ func TestLogprobsMatchBackend(t *testing.T) {
 
 	// Without logprobs asked, none come.
 	req.Logprobs = false
-	if _, err := c.Complete(context.Background(), req, func(p runner.Piece) error {
+	if _, err := c.Complete(context.Background(), req, func(p runnerapi.Piece) error {
 		if p.Logprobs != nil {
 			t.Errorf("piece %d has logprobs unasked", p.Index)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/internal/delayproxy"
@@ -28,7 +29,7 @@ import (
 type pipeline struct {
 	servers []*runner.Server
 	lns     []net.Listener
-	client  *runner.Client // rank 0's
+	client  *runnerapi.Client // rank 0's
 	mu      sync.Mutex
 	traces  map[int][]trace.Span // stage spans by rank
 	conns   []net.Conn           // every link end dialled, to cut them
@@ -104,14 +105,14 @@ func startPipelineWith(t testing.TB, path string, ranges [][2]int, o pipeOpts) *
 		}
 		next := (r + 1) % n
 		s := runner.NewServer(runner.Config{ModelPath: shard, Load: serialLoad, Token: fmt.Sprintf("tok-%d", r), Node: fmt.Sprintf("node-%d", r),
-			Options: backend.Options{Threads: o.threads, BatchSize: o.batch, KVType: o.kv, Parallel: o.parallel}, Instance: "inst-t", Rank: r, Ranks: n,
+			Options: backend.Options{Threads: o.threads, BatchSize: o.batch, KVType: o.kv, Parallel: o.parallel}, Instance: "inst-t", Rank: r, Shape: runnerapi.Shape{Pipeline: n, Tensor: 1},
 			RankListener: p.lns[r],
 			DialNext: func(ctx context.Context) (net.Conn, error) {
 				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addrs[next])
 				if err != nil {
 					return nil, err
 				}
-				if err := runner.SendAuth(c, fmt.Sprintf("tok-%d", next)); err != nil {
+				if err := runnerapi.SendAuth(c, fmt.Sprintf("tok-%d", next)); err != nil {
 					c.Close()
 					return nil, err
 				}
@@ -139,7 +140,7 @@ func startPipelineWith(t testing.TB, path string, ranges [][2]int, o pipeOpts) *
 	wg.Wait()
 	hs := httptest.NewServer(p.servers[0].Handler())
 	t.Cleanup(hs.Close)
-	p.client = &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "tok-0"}
+	p.client = &runnerapi.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "tok-0"}
 	return p
 }
 
@@ -165,10 +166,10 @@ func serialLoad(ctx context.Context, path string, opts backend.Options, progress
 	return serialRank{r}, nil
 }
 
-func (p *pipeline) complete(t *testing.T, req runner.CompletionRequest) ([]int32, *runner.Done, error) {
+func (p *pipeline) complete(t *testing.T, req runnerapi.CompletionRequest) ([]int32, *runnerapi.Done, error) {
 	t.Helper()
 	var toks []int32
-	done, err := p.client.Complete(context.Background(), req, func(pc runner.Piece) error {
+	done, err := p.client.Complete(context.Background(), req, func(pc runnerapi.Piece) error {
 		if pc.Token >= 0 {
 			toks = append(toks, pc.Token)
 		}
@@ -193,14 +194,14 @@ func TestPipelineGeneration(t *testing.T) {
 }
 
 func pipelineGeneration(t *testing.T, path string) {
-	req := runner.CompletionRequest{Request: runner.Request{Prompt: "the cluster is a model of the world", MaxTokens: 10, IgnoreEOS: true}}
+	req := runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: "the cluster is a model of the world", MaxTokens: 10, IgnoreEOS: true}}
 	seeded := req
 	seeded.Sample.Temperature, seeded.Sample.Seed = 0.8, 9
 	var base, baseSeeded []int32
 	for i, ranges := range splits {
 		p := startPipeline(t, path, ranges)
 		for r, s := range p.servers {
-			if h := s.Health(); h.Status != runner.StatusReady || h.Rank != r || h.Ranks != len(ranges) {
+			if h := s.Health(); h.Status != runnerapi.StatusReady || h.Rank != r || h.Ranks != len(ranges) {
 				t.Fatalf("rank %d health %+v", r, h)
 			}
 		}
@@ -237,7 +238,7 @@ func pipelineGeneration(t *testing.T, path string) {
 // prefill and decode, sample on the last, and flows that pair up.
 func TestPipelineSpans(t *testing.T) {
 	p := startPipeline(t, genModel(t, "F32"), splits[2])
-	_, done, err := p.complete(t, runner.CompletionRequest{TraceID: "t-1", Request: runner.Request{Prompt: "hello world", MaxTokens: 4, IgnoreEOS: true}})
+	_, done, err := p.complete(t, runnerapi.CompletionRequest{TraceID: "t-1", Request: runnerapi.Request{Prompt: "hello world", MaxTokens: 4, IgnoreEOS: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,9 +294,9 @@ func TestPipelineBreaks(t *testing.T) {
 	var got int
 	var once sync.Once
 	go func() {
-		_, err := p.client.Complete(context.Background(), runner.CompletionRequest{TraceID: "t-2",
-			Request: runner.Request{Prompt: "hi", MaxTokens: 400, IgnoreEOS: true}},
-			func(runner.Piece) error {
+		_, err := p.client.Complete(context.Background(), runnerapi.CompletionRequest{TraceID: "t-2",
+			Request: runnerapi.Request{Prompt: "hi", MaxTokens: 400, IgnoreEOS: true}},
+			func(runnerapi.Piece) error {
 				got++
 				if got == 5 {
 					once.Do(func() {
@@ -336,8 +337,8 @@ func TestPipelineBatches(t *testing.T) {
 	p := startPipelineN(t, genModel(t, "F32"), [][2]int{{0, 1}, {1, 3}, {3, 4}}, 4)
 	prompts := []string{"the cluster", "hello world", "a model split across machines", "one two three", "orrery", "pipeline ranks"}
 	const n = 12
-	req := func(i int, traced bool) runner.CompletionRequest {
-		r := runner.CompletionRequest{Request: runner.Request{Prompt: prompts[i], MaxTokens: n, IgnoreEOS: true}}
+	req := func(i int, traced bool) runnerapi.CompletionRequest {
+		r := runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: prompts[i], MaxTokens: n, IgnoreEOS: true}}
 		if i%2 == 1 {
 			r.Sample = sample.Options{Temperature: 0.9, TopK: 40, Seed: uint64(i)}
 		}
@@ -354,7 +355,7 @@ func TestPipelineBatches(t *testing.T) {
 		}
 	}
 	together := make([][]int32, len(prompts))
-	dones := make([]*runner.Done, len(prompts))
+	dones := make([]*runnerapi.Done, len(prompts))
 	var wg sync.WaitGroup
 	for i := range prompts {
 		wg.Add(1)

@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/internal/reference"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 )
 
@@ -43,12 +44,12 @@ func load(ctx context.Context, path string, opts backend.Options, progress func(
 	return ggml.Load(ctx, path, opts, progress)
 }
 
-func newServer(t *testing.T, path string) (*runner.Server, *runner.Client) {
+func newServer(t *testing.T, path string) (*runner.Server, *runnerapi.Client) {
 	t.Helper()
 	return newServerOpts(t, path, backend.Options{Threads: 2, BatchSize: 16, KVType: "f32"})
 }
 
-func newServerOpts(t testing.TB, path string, opts backend.Options) (*runner.Server, *runner.Client) {
+func newServerOpts(t testing.TB, path string, opts backend.Options) (*runner.Server, *runnerapi.Client) {
 	t.Helper()
 	s := runner.NewServer(runner.Config{ModelPath: path, Load: load, Token: "secret", Node: "node-a", Options: opts})
 	if err := s.Load(context.Background()); err != nil {
@@ -57,14 +58,14 @@ func newServerOpts(t testing.TB, path string, opts backend.Options) (*runner.Ser
 	t.Cleanup(s.Close)
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return s, &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}
+	return s, &runnerapi.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}
 }
 
-func complete(t *testing.T, c *runner.Client, req runner.CompletionRequest) ([]int32, string, *runner.Done) {
+func complete(t *testing.T, c *runnerapi.Client, req runnerapi.CompletionRequest) ([]int32, string, *runnerapi.Done) {
 	t.Helper()
 	var toks []int32
 	var text strings.Builder
-	done, err := c.Complete(context.Background(), req, func(p runner.Piece) error {
+	done, err := c.Complete(context.Background(), req, func(p runnerapi.Piece) error {
 		if p.Token >= 0 {
 			toks = append(toks, p.Token)
 		}
@@ -82,8 +83,8 @@ func complete(t *testing.T, c *runner.Client, req runner.CompletionRequest) ([]i
 func TestGreedyMatchesReference(t *testing.T) {
 	path := genModel(t, "F32")
 	_, c := newServer(t, path)
-	req := runner.CompletionRequest{Request: runner.Request{
-		Messages: []model.Message{{Role: "user", Content: "hello orrery"}}, MaxTokens: 12}}
+	req := runnerapi.CompletionRequest{Request: runnerapi.Request{
+		Messages: []runnerapi.Message{{Role: "user", Content: "hello orrery"}}, MaxTokens: 12}}
 	a, text, done := complete(t, c, req)
 	b, _, _ := complete(t, c, req)
 	if !slices.Equal(a, b) {
@@ -152,10 +153,10 @@ func argmax(x []float64) int {
 // errors before the stream are typed.
 func TestServerCompletion(t *testing.T) {
 	s, c := newServer(t, genModel(t, "Q8_0"))
-	if h := s.Health(); h.Status != runner.StatusReady || h.LayersLoaded != 4 || h.TotalLayers != 4 || h.ContextLen != 512 {
+	if h := s.Health(); h.Status != runnerapi.StatusReady || h.LayersLoaded != 4 || h.TotalLayers != 4 || h.ContextLen != 512 {
 		t.Fatalf("health %+v", h)
 	}
-	req := runner.CompletionRequest{TraceID: "chat-1", Request: runner.Request{Prompt: "the cluster", MaxTokens: 8,
+	req := runnerapi.CompletionRequest{TraceID: "chat-1", Request: runnerapi.Request{Prompt: "the cluster", MaxTokens: 8,
 		Sample: sample.Options{Temperature: 0.9, TopK: 40, TopP: 0.95, Seed: 5}}}
 	a, _, done := complete(t, c, req)
 	b, _, _ := complete(t, c, req)
@@ -185,13 +186,13 @@ func TestServerCompletion(t *testing.T) {
 		t.Fatalf("%d spans untraced", len(done.Spans))
 	}
 
-	long := runner.CompletionRequest{Request: runner.Request{Prompt: strings.Repeat("hello world ", 400)}}
-	_, err = c.Complete(context.Background(), long, func(runner.Piece) error { return nil })
-	var re *runner.RequestError
+	long := runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: strings.Repeat("hello world ", 400)}}
+	_, err = c.Complete(context.Background(), long, func(runnerapi.Piece) error { return nil })
+	var re *runnerapi.RequestError
 	if !errors.As(err, &re) || re.Kind != "prompt_too_long" || re.Status != 400 {
 		t.Fatalf("long prompt: %v", err)
 	}
-	bad := &runner.Client{Addr: c.Addr, Token: "wrong"}
+	bad := &runnerapi.Client{Addr: c.Addr, Token: "wrong"}
 	if _, err := bad.Health(context.Background()); !errors.As(err, &re) || re.Status != 401 {
 		t.Fatalf("wrong token: %v", err)
 	}
@@ -205,12 +206,12 @@ func TestServerQueues(t *testing.T) {
 	_, c := newServer(t, genModel(t, "Q8_0"))
 	var wg sync.WaitGroup
 	started := make(chan struct{})
-	dones := make([]*runner.Done, 2)
+	dones := make([]*runnerapi.Done, 2)
 	run := func(i, n int) {
 		defer wg.Done()
 		once := sync.Once{}
-		req := runner.CompletionRequest{Request: runner.Request{Prompt: "hi", MaxTokens: n}, TraceID: fmt.Sprintf("q%d", i)}
-		done, err := c.Complete(context.Background(), req, func(runner.Piece) error {
+		req := runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: "hi", MaxTokens: n}, TraceID: fmt.Sprintf("q%d", i)}
+		done, err := c.Complete(context.Background(), req, func(runnerapi.Piece) error {
 			if i == 0 {
 				once.Do(func() { close(started) })
 			}
@@ -274,8 +275,8 @@ func batchedVsAlone(t *testing.T, path, kv string) (same, total int) {
 	prompts := []string{"the cluster", "hello world", "a model split across machines", "one two three", "orrery", "pipeline ranks",
 		"mac studio and mac mini", "tokens per second"}
 	const n = 24
-	req := func(p string) runner.CompletionRequest {
-		return runner.CompletionRequest{Request: runner.Request{Prompt: p, MaxTokens: n, IgnoreEOS: true}}
+	req := func(p string) runnerapi.CompletionRequest {
+		return runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: p, MaxTokens: n, IgnoreEOS: true}}
 	}
 	alone := make([][]int32, len(prompts))
 	for i, p := range prompts {
@@ -321,10 +322,10 @@ func TestServerContextShift(t *testing.T) {
 			t.Cleanup(s.Close)
 			hs := httptest.NewServer(s.Handler())
 			t.Cleanup(hs.Close)
-			cl := &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}
-			req := runner.CompletionRequest{TraceID: "chat-shift", Request: runner.Request{Prompt: "the cluster", MaxTokens: 120, IgnoreEOS: true}}
+			cl := &runnerapi.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}
+			req := runnerapi.CompletionRequest{TraceID: "chat-shift", Request: runnerapi.Request{Prompt: "the cluster", MaxTokens: 120, IgnoreEOS: true}}
 			var n int
-			done, err := cl.Complete(context.Background(), req, func(p runner.Piece) error {
+			done, err := cl.Complete(context.Background(), req, func(p runnerapi.Piece) error {
 				if p.Token >= 0 {
 					n++
 				}
@@ -363,8 +364,8 @@ func TestServerCloseMidGeneration(t *testing.T) {
 	var once sync.Once
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Complete(context.Background(), runner.CompletionRequest{Request: runner.Request{Prompt: "the cluster", MaxTokens: 500, IgnoreEOS: true}},
-			func(runner.Piece) error { once.Do(func() { close(started) }); return nil })
+		_, err := c.Complete(context.Background(), runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: "the cluster", MaxTokens: 500, IgnoreEOS: true}},
+			func(runnerapi.Piece) error { once.Do(func() { close(started) }); return nil })
 		errc <- err
 	}()
 	<-started

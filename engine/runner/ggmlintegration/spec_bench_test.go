@@ -21,6 +21,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -46,21 +47,21 @@ func specPrompts(tb testing.TB, n, words int) []string {
 // specArm is one way of decoding, run over every prompt.
 type specArm struct {
 	name      string
-	spec      *runner.Speculation
+	spec      *runnerapi.Speculation
 	tps       float64 // mean decode tok/s over the prompts and runs
 	runs      int
 	drafted   int
 	accepted  int
 	text      string // the last run's output
-	completer func(runner.CompletionRequest, func(runner.Piece) error) (*runner.Done, error)
+	completer func(runnerapi.CompletionRequest, func(runnerapi.Piece) error) (*runnerapi.Done, error)
 }
 
 func (a *specArm) run(tb testing.TB, prompts []string, gen int) {
 	tb.Helper()
 	for _, p := range prompts {
-		req := runner.CompletionRequest{Request: runner.Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true, Speculative: a.spec}}
+		req := runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true, Speculative: a.spec}}
 		var text strings.Builder
-		done, err := a.completer(req, func(p runner.Piece) error { text.WriteString(p.Text); return nil })
+		done, err := a.completer(req, func(p runnerapi.Piece) error { text.WriteString(p.Text); return nil })
 		a.text = text.String()
 		if err != nil {
 			tb.Fatalf("%s: %v", a.name, err)
@@ -82,8 +83,8 @@ func (a *specArm) runAtOnce(tb testing.TB, prompts []string, gen int) {
 	t0 := time.Now()
 	for _, p := range prompts {
 		wg.Go(func() {
-			req := runner.CompletionRequest{Request: runner.Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true, Speculative: a.spec}}
-			done, err := a.completer(req, func(runner.Piece) error { return nil })
+			req := runnerapi.CompletionRequest{Request: runnerapi.Request{Prompt: p, MaxTokens: gen, IgnoreEOS: true, Speculative: a.spec}}
+			done, err := a.completer(req, func(runnerapi.Piece) error { return nil })
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -141,7 +142,7 @@ func BenchmarkSpeculation(b *testing.B) {
 	draft := cmpEnv("ORRERY_SPEC_BENCH_DRAFT", filepath.Join(kjvDir, "kjv-draft-f16.gguf"))
 	const gen = 96
 	prompts := specPrompts(b, 8, 12)
-	oneNode := func(target string, draftThreads int) *runner.Client {
+	oneNode := func(target string, draftThreads int) *runnerapi.Client {
 		s := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
 			DraftThreads: draftThreads, Options: backend.Options{Threads: 2, BatchSize: 16, KVType: "f16"}})
 		if err := s.Load(context.Background()); err != nil {
@@ -167,27 +168,27 @@ func BenchmarkSpeculation(b *testing.B) {
 	l := cfg.Layers
 	pipe := startPipelineWith(b, target, [][2]int{{0, l / 3}, {l / 3, 2 * l / 3}, {2 * l / 3, l}},
 		pipeOpts{parallel: 1, threads: 2, batch: 16, kv: "f16", draft: draft, delay: time.Millisecond})
-	via := func(c *runner.Client) func(runner.CompletionRequest, func(runner.Piece) error) (*runner.Done, error) {
-		return func(req runner.CompletionRequest, piece func(runner.Piece) error) (*runner.Done, error) {
+	via := func(c *runnerapi.Client) func(runnerapi.CompletionRequest, func(runnerapi.Piece) error) (*runnerapi.Done, error) {
+		return func(req runnerapi.CompletionRequest, piece func(runnerapi.Piece) error) (*runnerapi.Done, error) {
 			return c.Complete(context.Background(), req, piece)
 		}
 	}
-	draft4, draft8 := &runner.Speculation{Draft: "draft", Max: 4}, &runner.Speculation{Draft: "draft", Max: 8}
+	draft4, draft8 := &runnerapi.Speculation{Draft: "draft", Max: 4}, &runnerapi.Speculation{Draft: "draft", Max: 8}
 	plain := &specArm{name: "plain", completer: via(oneC)}
 	// fixed4 drafts 4 every step, as llama-speculative does: its
 	// acceptance is the pair's, where adaptive K's depends on the K it
 	// chose (short drafts are accepted more often).
-	fixed4 := &runner.Speculation{Draft: "draft", Max: 4, Min: 4}
+	fixed4 := &runnerapi.Speculation{Draft: "draft", Max: 4, Min: 4}
 	arms := []*specArm{plain, {name: "draft-max4", spec: draft4, completer: via(oneC)}, {name: "draft-max8", spec: draft8, completer: via(oneC)},
 		{name: "draft-fixed4", spec: fixed4, completer: via(oneC)}, {name: "draft-2threads-max4", spec: draft4, completer: via(one2C)}}
 	f32Plain := &specArm{name: "f32-plain", completer: via(f32C)}
 	f32Arms := []*specArm{f32Plain, {name: "f32-draft-max4", spec: draft4, completer: via(f32C)}, {name: "f32-draft-max8", spec: draft8, completer: via(f32C)}}
 	rep, passage := repetitive(b)
 	repPlain := &specArm{name: "repeat-plain", completer: via(oneC)}
-	repArms := []*specArm{repPlain, {name: "repeat-ngram-max8", spec: &runner.Speculation{Draft: "ngram", Max: 8}, completer: via(oneC)}}
+	repArms := []*specArm{repPlain, {name: "repeat-ngram-max8", spec: &runnerapi.Speculation{Draft: "ngram", Max: 8}, completer: via(oneC)}}
 	batchPlain := &specArm{name: "4-at-once-plain", completer: via(four)}
 	batchArms := []*specArm{batchPlain, {name: "4-at-once-draft-max4", spec: draft4, completer: via(four)},
-		{name: "4-at-once-ngram-max4", spec: &runner.Speculation{Draft: "ngram", Max: 4}, completer: via(four)}}
+		{name: "4-at-once-ngram-max4", spec: &runnerapi.Speculation{Draft: "ngram", Max: 4}, completer: via(four)}}
 	pipePlain := &specArm{name: "pipe3-1ms-plain", completer: via(pipe.client)}
 	pipeArms := []*specArm{pipePlain, {name: "pipe3-1ms-draft-max8", spec: draft8, completer: via(pipe.client)}}
 	plain.run(b, prompts[:1], 8) // warm the weights
@@ -366,10 +367,10 @@ func llamaSpeculative(b *testing.B, target, draft string, prompts []string, gen 
 }
 
 // serve serves s's API on loopback and returns a client for it.
-func serve(tb testing.TB, s *runner.Server, token string) *runner.Client {
+func serve(tb testing.TB, s *runner.Server, token string) *runnerapi.Client {
 	hs := httptest.NewServer(s.Handler())
 	tb.Cleanup(hs.Close)
-	return &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: token}
+	return &runnerapi.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: token}
 }
 
 func TestCopied(t *testing.T) {

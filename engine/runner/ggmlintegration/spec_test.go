@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Greedy output with prompt-lookup speculation is token for token the
@@ -26,10 +27,10 @@ func TestSpeculationGreedyIdentical(t *testing.T) {
 		t.Run(fam, func(t *testing.T) {
 			path := genFamily(t, fam, "F32")
 			_, c := newServerOpts(t, path, backend.Options{Threads: 2, BatchSize: 64, KVType: "f32", Parallel: 2})
-			req := runner.Request{Prompt: prompt, MaxTokens: 48, IgnoreEOS: true}
-			plain, _, _ := complete(t, c, runner.CompletionRequest{Request: req})
-			req.Speculative = &runner.Speculation{Draft: "ngram", Max: 6, Min: 3}
-			spec, _, done := complete(t, c, runner.CompletionRequest{Request: req, TraceID: "spec-" + fam})
+			req := runnerapi.Request{Prompt: prompt, MaxTokens: 48, IgnoreEOS: true}
+			plain, _, _ := complete(t, c, runnerapi.CompletionRequest{Request: req})
+			req.Speculative = &runnerapi.Speculation{Draft: "ngram", Max: 6, Min: 3}
+			spec, _, done := complete(t, c, runnerapi.CompletionRequest{Request: req, TraceID: "spec-" + fam})
 			names := map[string]int{}
 			for _, sp := range done.Spans {
 				names[sp.Name]++
@@ -60,13 +61,13 @@ func TestSpeculationGreedyIdentical(t *testing.T) {
 func TestSpeculationPipeline(t *testing.T) {
 	for _, fam := range []string{"llama", "qwen3moe", "gemma3"} {
 		path := genFamily(t, fam, "F32")
-		req := runner.Request{Prompt: strings.Repeat("alpha beta gamma delta ", 5), MaxTokens: 32, IgnoreEOS: true}
+		req := runnerapi.Request{Prompt: strings.Repeat("alpha beta gamma delta ", 5), MaxTokens: 32, IgnoreEOS: true}
 		_, one := newServerOpts(t, path, backend.Options{Threads: 1, BatchSize: 16, KVType: "f32"})
-		want, _, _ := complete(t, one, runner.CompletionRequest{Request: req})
-		req.Speculative = &runner.Speculation{Draft: "ngram", Max: 4, Min: 2} // min: drafts to roll back, whatever the costs
+		want, _, _ := complete(t, one, runnerapi.CompletionRequest{Request: req})
+		req.Speculative = &runnerapi.Speculation{Draft: "ngram", Max: 4, Min: 2} // min: drafts to roll back, whatever the costs
 		for _, ranges := range [][][2]int{{{0, 2}, {2, 4}}, {{0, 1}, {1, 3}, {3, 4}}} {
 			p := startPipelineN(t, path, ranges, 2)
-			got, done, err := p.complete(t, runner.CompletionRequest{Request: req})
+			got, done, err := p.complete(t, runnerapi.CompletionRequest{Request: req})
 			if err != nil {
 				t.Fatalf("%s, %d ranks: %v", fam, len(ranges), err)
 			}
@@ -83,7 +84,7 @@ func TestSpeculationPipeline(t *testing.T) {
 
 // newDraftServer is a one-rank runner of target with draft loaded beside
 // it as the draft model "draft".
-func newDraftServer(t *testing.T, target, draft string) (*runner.Server, *runner.Client, error) {
+func newDraftServer(t *testing.T, target, draft string) (*runner.Server, *runnerapi.Client, error) {
 	t.Helper()
 	s := runner.NewServer(runner.Config{ModelPath: target, Load: load, Token: "secret", Node: "node-a", DraftModelPath: draft, DraftID: "draft",
 		Options: backend.Options{Threads: 2, BatchSize: 64, KVType: "f32", Parallel: 2}})
@@ -94,7 +95,7 @@ func newDraftServer(t *testing.T, target, draft string) (*runner.Server, *runner
 	t.Cleanup(s.Close)
 	hs := httptest.NewServer(s.Handler())
 	t.Cleanup(hs.Close)
-	return s, &runner.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}, nil
+	return s, &runnerapi.Client{Addr: strings.TrimPrefix(hs.URL, "http://"), Token: "secret"}, nil
 }
 
 // A draft model that is a copy of its target drafts what the target
@@ -110,13 +111,13 @@ func TestSpeculationDraftModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			req := runner.Request{Prompt: prompt, MaxTokens: 40, IgnoreEOS: true}
-			plain, _, _ := complete(t, c, runner.CompletionRequest{Request: req})
+			req := runnerapi.Request{Prompt: prompt, MaxTokens: 40, IgnoreEOS: true}
+			plain, _, _ := complete(t, c, runnerapi.CompletionRequest{Request: req})
 			// p_min 0: a random model's copy drafts at every probability.
 			// min 4: a copy costs what it saves, so K from the costs
 			// would draft little.
-			req.Speculative = &runner.Speculation{Draft: "draft", Max: 4, Min: 4, PMin: new(float64)}
-			spec, _, done := complete(t, c, runner.CompletionRequest{Request: req})
+			req.Speculative = &runnerapi.Speculation{Draft: "draft", Max: 4, Min: 4, PMin: new(float64)}
+			spec, _, done := complete(t, c, runnerapi.CompletionRequest{Request: req})
 			t.Logf("%s: %d drafted, %d accepted", fam, done.DraftTokens, done.AcceptedDraftTokens)
 			if !slices.Equal(plain, spec) {
 				t.Errorf("the self-drafted output differs:\nplain %v\nspec  %v", plain, spec)
@@ -127,7 +128,7 @@ func TestSpeculationDraftModel(t *testing.T) {
 			// Through 3 ranks: the draft beside rank 0, the last rank
 			// verifying.
 			p := startPipelineDraft(t, path, [][2]int{{0, 1}, {1, 3}, {3, 4}}, 2, path)
-			got, done, err := p.complete(t, runner.CompletionRequest{Request: req})
+			got, done, err := p.complete(t, runnerapi.CompletionRequest{Request: req})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,10 +1,13 @@
-package runner
+package runnerapi
 
 import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/subtle"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -174,4 +177,78 @@ func RankAddr(ctx context.Context, agentAPI, token string, to int) (string, erro
 		return "", nil
 	}
 	return "", fmt.Errorf("rank addr: %s %s", resp.Status, strings.TrimSpace(string(b)))
+}
+
+// AuthFrame is the type of the first frame on a runner's rank port, the
+// agent's hello: a rank link frame (type byte, uint32 little-endian
+// length, payload) whose payload is JSON {"token": …}. engine/runner's
+// rank links open with a hello frame of the same type.
+const AuthFrame byte = 1
+
+// maxAuthFrame bounds the agent's first frame on a runner's rank port.
+const maxAuthFrame = 4 << 10
+
+// authHello is the payload of the agent's hello.
+type authHello struct {
+	Token string `json:"token"`
+}
+
+// SendAuth is what the agent sends first on a connection to a runner's
+// rank port: a hello carrying that runner's token.
+func SendAuth(c net.Conn, token string) error {
+	j, err := json.Marshal(authHello{Token: token})
+	if err != nil {
+		return err
+	}
+	b := make([]byte, 5, 5+len(j))
+	b[0] = AuthFrame
+	binary.LittleEndian.PutUint32(b[1:], uint32(len(j)))
+	_, err = c.Write(append(b, j...))
+	return err
+}
+
+// ReadAuth reads what SendAuth wrote, byte for byte (nothing after it:
+// the link's own protocol follows), and checks the token.
+func ReadAuth(c net.Conn, token string) error {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	var hdr [5]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.LittleEndian.Uint32(hdr[1:])
+	if hdr[0] != AuthFrame || n > maxAuthFrame {
+		return fmt.Errorf("rank port: a frame of type %d and %d bytes, want the agent's hello", hdr[0], n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return err
+	}
+	var h authHello
+	if err := json.Unmarshal(b, &h); err != nil {
+		return fmt.Errorf("rank port: %w", err)
+	}
+	if subtle.ConstantTimeCompare([]byte(h.Token), []byte(token)) != 1 {
+		return errors.New("rank port: wrong token")
+	}
+	return nil
+}
+
+// LinkSampleEvery is how often a traced request's rank samples the bytes
+// its outbound link has sent (plus once when the request starts on the
+// rank and once when it ends there).
+const LinkSampleEvery = 100 * time.Millisecond
+
+// LinkCounter names the counter of the bytes rank to's inbound link has
+// received from this rank so far (frames, headers included): the agent
+// turns its samples into the link's MB/s track.
+func LinkCounter(to int) string { return linkCounterPrefix + strconv.Itoa(to) }
+
+const linkCounterPrefix = "link → rank "
+
+// ParseLinkCounter is the rank a LinkCounter name names.
+func ParseLinkCounter(name string) (int, bool) {
+	r, ok := strings.CutPrefix(name, linkCounterPrefix)
+	n, err := strconv.Atoi(r)
+	return n, ok && err == nil && n >= 0
 }
