@@ -11,7 +11,7 @@ package ggml
 //
 // Like repack.go this reaches below ollama's Go API: the op needs the C
 // context and tensor that ollama's Context and Tensor keep in unexported
-// fields. Every step is checked.
+// fields (ollamaprivate.go). Every step is checked.
 
 /*
 #include <stdint.h>
@@ -44,7 +44,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime/cgo"
 	"sync"
 	"unsafe"
@@ -112,11 +111,11 @@ func (g *tpGroup) reduce(buf []float32, exact bool) {
 // allReduce sums t (a contiguous f32 result, such as a matmul's) across
 // the group, in the graph.
 func (r *Rank) allReduce(c ml.Context, t ml.Tensor) ml.Tensor {
-	ctx, err := cField(c, "ctx", "_Ctype_struct_ggml_context")
+	ctx, err := ollamaContextC(c)
 	if err != nil {
 		panic(fmt.Errorf("tensor-parallel all-reduce: %w", err))
 	}
-	src, err := cField(t, "t", "_Ctype_struct_ggml_tensor")
+	src, err := ollamaTensorC(t)
 	if err != nil {
 		panic(fmt.Errorf("tensor-parallel all-reduce: %w", err))
 	}
@@ -127,37 +126,9 @@ func (r *Rank) allReduce(c ml.Context, t ml.Tensor) ml.Tensor {
 	if dst == nil {
 		panic(errors.New("tensor-parallel all-reduce: ggml_map_custom1_inplace failed"))
 	}
-	return wrapLike(t, unsafe.Pointer(dst))
-}
-
-// wrapLike is a copy of ollama's Tensor t (its backend) around the C
-// tensor dst.
-func wrapLike(t ml.Tensor, dst unsafe.Pointer) ml.Tensor {
-	v := reflect.ValueOf(t).Elem()
-	nv := reflect.New(v.Type())
-	nv.Elem().Set(v)
-	f := nv.Elem().FieldByName("t")
-	*(*unsafe.Pointer)(unsafe.Pointer(f.UnsafeAddr())) = dst
-	if s := nv.Elem().FieldByName("sync"); s.IsValid() {
-		reflect.NewAt(s.Type(), unsafe.Pointer(s.UnsafeAddr())).Elem().SetZero()
+	out, err := ollamaTensorLike(t, unsafe.Pointer(dst))
+	if err != nil {
+		panic(fmt.Errorf("tensor-parallel all-reduce: %w", err))
 	}
-	return nv.Interface().(ml.Tensor)
-}
-
-// cField is the C pointer ollama's value x (a pointer to a struct) keeps
-// in its unexported field name, checked to point to C type typ.
-func cField(x any, name, typ string) (unsafe.Pointer, error) {
-	v := reflect.ValueOf(x)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%T is not a pointer to ollama's struct", x)
-	}
-	f := v.Elem().FieldByName(name)
-	if !f.IsValid() || f.Kind() != reflect.Pointer || f.Type().Elem().Name() != typ {
-		return nil, fmt.Errorf("%T has no C field %s of type %s", x, name, typ)
-	}
-	p := f.UnsafePointer()
-	if p == nil {
-		return nil, fmt.Errorf("%T's %s is nil", x, name)
-	}
-	return p, nil
+	return out
 }

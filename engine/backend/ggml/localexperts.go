@@ -83,15 +83,15 @@ import (
 func localExperts(c ml.Context, chosen, w ml.Tensor, first, count int) (ml.Tensor, ml.Tensor) {
 	fail := func(err error) { panic(fmt.Errorf("expert-parallel ids: %w", err)) }
 	chosen, w = chosen.Contiguous(c), w.Contiguous(c)
-	ctx, err := cField(c, "ctx", "_Ctype_struct_ggml_context")
+	ctx, err := ollamaContextC(c)
 	if err != nil {
 		fail(err)
 	}
-	ids, err := cField(chosen, "t", "_Ctype_struct_ggml_tensor")
+	ids, err := ollamaTensorC(chosen)
 	if err != nil {
 		fail(err)
 	}
-	wt, err := cField(w, "t", "_Ctype_struct_ggml_tensor")
+	wt, err := ollamaTensorC(w)
 	if err != nil {
 		fail(err)
 	}
@@ -101,5 +101,13 @@ func localExperts(c ml.Context, chosen, w ml.Tensor, first, count int) (ml.Tenso
 	if localIDs == nil || localW == nil {
 		fail(errors.New("ggml_map_custom failed"))
 	}
-	return wrapLike(chosen, unsafe.Pointer(localIDs)), wrapLike(w, unsafe.Pointer(localW))
+	chosen, err = ollamaTensorLike(chosen, unsafe.Pointer(localIDs))
+	if err != nil {
+		fail(err)
+	}
+	w, err = ollamaTensorLike(w, unsafe.Pointer(localW))
+	if err != nil {
+		fail(err)
+	}
+	return chosen, w
 }

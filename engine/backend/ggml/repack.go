@@ -14,8 +14,8 @@ package ggml
 // plain copy's pages back to the OS.
 //
 // This touches ggml's C API below ollama's Go API: ollama's Tensor keeps its
-// C tensor in an unexported field, which moveToRepack swaps. Every step is
-// checked; anything unexpected leaves the weight where it was.
+// C tensor in an unexported field, which move swaps (ollamaprivate.go).
+// Every step is checked; anything unexpected leaves the weight where it was.
 
 /*
 #include <stdbool.h>
@@ -110,7 +110,6 @@ import "C"
 
 import (
 	"fmt"
-	"reflect"
 	"runtime"
 	"unsafe"
 
@@ -164,16 +163,12 @@ func repackable(ti gguf.TensorInfo) bool {
 // move repacks the weight behind t (an ollama ggml Tensor) and points t at
 // the repacked copy.
 func (r *repacker) move(t ml.Tensor) error {
-	v := reflect.ValueOf(t)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return fmt.Errorf("tensor is a %T", t)
+	p, err := ollamaTensorC(t)
+	if err != nil {
+		return err
 	}
-	f := v.Elem().FieldByName("t")
-	if !f.IsValid() || f.Kind() != reflect.Pointer || f.Type().Elem().Name() != "_Ctype_struct_ggml_tensor" {
-		return fmt.Errorf("ollama's Tensor has no C tensor field")
-	}
-	src := (*C.struct_ggml_tensor)(unsafe.Pointer(f.Pointer()))
-	if src == nil || C.ggml_get_data(src) == nil {
+	src := (*C.struct_ggml_tensor)(p)
+	if C.ggml_get_data(src) == nil { // ollamaTensorC refuses a nil t
 		return fmt.Errorf("tensor has no data")
 	}
 	var buf C.ggml_backend_buffer_t
@@ -182,8 +177,7 @@ func (r *repacker) move(t ml.Tensor) error {
 		return fmt.Errorf("repack %s failed", C.GoString(C.ggml_get_name(src)))
 	}
 	r.bufs = append(r.bufs, buf)
-	*(*unsafe.Pointer)(unsafe.Pointer(f.UnsafeAddr())) = unsafe.Pointer(dst)
-	return nil
+	return setOllamaTensorC(t, unsafe.Pointer(dst))
 }
 
 // close frees the repacked weights.

@@ -14,7 +14,7 @@ package ggml
 // keeps a pool too.
 //
 // ollama keeps the backend in an unexported field, so, as repack.go does,
-// this reaches below its Go API; every step is checked.
+// this reaches below its Go API (ollamaprivate.go); every step is checked.
 
 /*
 #include <stdbool.h>
@@ -112,9 +112,7 @@ import "C"
 
 import (
 	"fmt"
-	"reflect"
 	"sync"
-	"unsafe"
 
 	"github.com/ollama/ollama/ml"
 )
@@ -134,17 +132,13 @@ const threadPoll = 0
 // newThreads finds b's CPU backends and, for n ≥ 2, makes a pool of n
 // threads for them.
 func newThreads(b ml.Backend, n int) (*threads, error) {
-	v := reflect.ValueOf(b)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return nil, fmt.Errorf("backend is a %T", b)
-	}
-	f := v.Elem().FieldByName("schedBackends")
-	if !f.IsValid() || f.Kind() != reflect.Slice || f.Type().Elem().Name() != "_Ctype_ggml_backend_t" {
-		return nil, fmt.Errorf("ollama's Backend has no schedBackends of ggml_backend_t")
+	bes, err := ollamaSchedBackends(b)
+	if err != nil {
+		return nil, err
 	}
 	t := &threads{n: n}
-	for i := range f.Len() {
-		be := C.ggml_backend_t(unsafe.Pointer(f.Index(i).Pointer()))
+	for _, p := range bes {
+		be := C.ggml_backend_t(p)
 		if be != nil && bool(C.ggml_backend_is_cpu(be)) {
 			t.cpus = append(t.cpus, be)
 		}
