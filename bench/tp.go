@@ -313,7 +313,7 @@ func startTPRunnersAt(ctx context.Context, o TPOptions, paths []string, first in
 				"--tp-wire", o.Wire.String())
 		}
 		cmd := tpCmd(ctx, o, first+r, args...)
-		cmd.Env = append(os.Environ(), runnerapi.TokenEnv+"="+rtok, "ORRERY_TP_TOKEN="+gtok)
+		cmd.Env = append(os.Environ(), runnerapi.TokenEnv+"="+rtok, runnerapi.GroupTokenEnv+"="+gtok)
 		addr, stop, err := startRunner(cmd)
 		if err != nil {
 			g.close()
@@ -421,7 +421,7 @@ func tpReduce(ctx context.Context, o TPOptions, n int) (ReduceFigures, error) {
 	for r := range cmds {
 		cmds[r] = tpCmd(ctx, o, r, "tp-bench", "--reduce-worker", strconv.Itoa(r), "--reduce-addrs", strings.Join(addrs, ","),
 			"--reduce-values", strconv.Itoa(n), "--reduce-iters", strconv.Itoa(o.ReduceIters))
-		cmds[r].Env = append(os.Environ(), "ORRERY_TP_TOKEN="+gtok)
+		cmds[r].Env = append(os.Environ(), runnerapi.GroupTokenEnv+"="+gtok)
 		cmds[r].Stdout, cmds[r].Stderr = &outs[r], &outs[r]
 		if err := cmds[r].Start(); err != nil {
 			return fig, err

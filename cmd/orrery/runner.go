@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -63,7 +62,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	nodeName := fs.String("node-name", "", "node name stamped on trace spans")
 	tpRank := fs.Int("tp-rank", 0, "this runner's rank in its tensor-parallel group (its --model is that rank's slice)")
 	tpRanks := fs.Int("tp-ranks", 1, "ranks in the tensor-parallel group (1: none)")
-	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+tpTokenEnv+"); empty: the agent at --agent-api arranges the links (direct, where it granted a listener and a link secret; else through it, as a pipeline's)")
+	tpAddrs := fs.String("tp-addrs", "", "every tensor-parallel rank's loopback link address, comma-separated, in rank order (this rank listens on its own; the group's token is $"+runnerapi.GroupTokenEnv+"); empty: the agent at --agent-api arranges the links (direct, where it granted a listener and a link secret; else through it, as a pipeline's)")
 	tpWire := fs.String("tp-wire", "f32", "how the group's all-reduces send their values: f32 (the sum to the bit), or f16 or bf16 (half the bytes, each rank's part rounded; every rank of the group must agree; see docs/inference.md for what it costs)")
 	draftModel := fs.String("draft-model", "", "rank 0: a draft model (GGUF with the same vocabulary) for speculative decoding")
 	draftThreads := fs.Int("draft-threads", 0, fmt.Sprintf("CPU threads for the draft model (0: one for a draft of at most %d MiB of weights, whose ops are too short to share; else --threads)", runnerapi.SmallDraftBytes>>20))
@@ -150,125 +149,30 @@ func postTrace(agentAPI, token string, log *slog.Logger) func(string, []trace.Sp
 	}
 }
 
-// tpSetup makes cfg a tensor-parallel rank: linked directly over loopback
-// (addrs) or through the agent, its all-reduces over wire. It returns the
-// rank's listener.
+// tpSetup makes cfg a tensor-parallel rank of its group (collective.Group:
+// over loopback addresses, or as its agent arranges), its all-reduces
+// over wire. It returns the rank's listener.
 func tpSetup(cfg *runner.Config, rank, ranks int, addrs, wire, agentAPI string, getenv func(string) string) (net.Listener, error) {
-	var connect func(context.Context) (*collective.Mesh, error)
-	var ln net.Listener
-	var err error
-	if addrs == "" {
-		var direct *directLinks
-		if direct, err = directFromEnv(getenv); err != nil {
+	w, err := collective.ParseWire(wire)
+	if err != nil {
+		return nil, fmt.Errorf("--tp-wire: %w", err)
+	}
+	g := collective.Group{Rank: rank, Ranks: ranks, Wire: w, Addrs: collective.SplitAddrs(addrs), Token: getenv(runnerapi.GroupTokenEnv),
+		AgentAPI: agentAPI, Instance: cfg.Instance, RunnerToken: cfg.Token, Log: cfg.Logger}
+	if len(g.Addrs) == 0 {
+		if g.Direct, err = collective.DirectFromEnv(getenv); err != nil {
 			return nil, err
 		}
-		connect, ln, err = tpViaAgent(rank, ranks, agentAPI, cfg.Instance, cfg.Token, direct, cfg.Logger)
-		cfg.MeshListener = ln // the agent connects the higher ranks here
-	} else {
-		connect, ln, err = tpFlags(rank, ranks, addrs, getenv(tpTokenEnv))
 	}
+	connect, ln, err := g.Listen()
 	if err != nil {
 		return nil, err
 	}
 	cfg.TPConnect = connect
-	if err := withWire(cfg, wire); err != nil {
-		ln.Close()
-		return nil, err
+	if len(g.Addrs) == 0 {
+		cfg.MeshListener = ln // the agent connects the higher ranks here
 	}
 	return ln, nil
-}
-
-// withWire makes the group's mesh send its all-reduces over wire
-// (--tp-wire).
-func withWire(cfg *runner.Config, wire string) error {
-	w, err := collective.ParseWire(wire)
-	if err != nil {
-		return fmt.Errorf("--tp-wire: %w", err)
-	}
-	connect := cfg.TPConnect
-	cfg.TPConnect = func(ctx context.Context) (*collective.Mesh, error) {
-		m, err := connect(ctx)
-		if m != nil {
-			m.Wire = w
-		}
-		return m, err
-	}
-	return nil
-}
-
-// tpTokenEnv holds the token every link of a tensor-parallel group
-// presents (the agent, or tp-bench, makes one per group).
-const tpTokenEnv = "ORRERY_TP_TOKEN"
-
-// tpFlags checks the tensor-parallel flags and listens on this rank's
-// address: loopback only, since a runner never listens beyond this
-// machine.
-func tpFlags(rank, ranks int, addrList, token string) (func(context.Context) (*collective.Mesh, error), net.Listener, error) {
-	addrs := strings.Split(addrList, ",")
-	switch { // rank of ranks: checked by runnerapi.ParseRunnerArgs
-	case len(addrs) != ranks:
-		return nil, nil, fmt.Errorf("--tp-addrs has %d addresses for %d ranks", len(addrs), ranks)
-	case token == "":
-		return nil, nil, fmt.Errorf("$%s is not set (every rank of the group presents it)", tpTokenEnv)
-	}
-	for _, a := range addrs {
-		host, _, err := net.SplitHostPort(a)
-		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			return nil, nil, fmt.Errorf("--tp-addrs: %q is not a loopback host:port", a)
-		}
-	}
-	ln, err := net.Listen("tcp", addrs[rank])
-	if err != nil {
-		return nil, nil, fmt.Errorf("tensor-parallel listen: %w", err)
-	}
-	return func(ctx context.Context) (*collective.Mesh, error) {
-		return collective.Connect(ctx, rank, ranks, addrs, ln, token)
-	}, ln, nil
-}
-
-// tpViaAgent sets up a tensor-parallel rank whose links its agent
-// arranges: it dials each lower rank directly where the agent granted
-// direct links (TLS under the instance's link secret, at the address the
-// agent gives), else through the agent (which relays to that rank's node
-// over the cluster's TLS links); and it accepts the higher ranks on its
-// granted listener and on a loopback port where the agent presents this
-// runner's token first. The group's token is the instance id: the links
-// are already authenticated (the link secret, or the agents' runner
-// tokens and cluster key).
-func tpViaAgent(rank, ranks int, agentAPI, instance, token string, direct *directLinks, log *slog.Logger) (func(context.Context) (*collective.Mesh, error), net.Listener, error) {
-	if agentAPI == "" || instance == "" {
-		return nil, nil, errors.New("--agent-api and --instance are required with --tp-ranks > 1 and no --tp-addrs")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, fmt.Errorf("tensor-parallel listen: %w", err)
-	}
-	dial := func(ctx context.Context, r int) (net.Conn, error) {
-		if c := direct.dial(ctx, agentAPI, token, r, log); c != nil {
-			return c, nil
-		}
-		return runnerapi.DialRankLinkTo(ctx, agentAPI, token, r)
-	}
-	accept := checking(ln, agentAuth(token))
-	if direct != nil && direct.ln != nil {
-		accept = mergeListeners(accept, checking(direct.ln, tlsAccepted(direct.server)))
-	}
-	return func(ctx context.Context) (*collective.Mesh, error) {
-		m, err := collective.ConnectWith(ctx, rank, ranks, dial, accept, instance)
-		accept.Close() // the group is formed (or failed): no more links come
-		return m, err
-	}, ln, nil
-}
-
-// agentAuth is a check for checking: the connection on which the agent
-// presented this runner's token.
-func agentAuth(token string) func(net.Conn) (net.Conn, error) {
-	return func(c net.Conn) (net.Conn, error) {
-		if err := runnerapi.ReadAuth(c, token); err != nil {
-			return nil, err
-		}
-		return c, nil
-	}
 }
 
 // draftIDOf is the draft model's id: id, else its file name less .gguf

@@ -32,7 +32,7 @@ func startTPRunner(t *testing.T, bin, path string, extra ...string) *tpRunner {
 	t.Helper()
 	args := append([]string{"runner", "--model", path, "--threads", "1", "--kv-type", "f32", "--parallel", "2", "--ctx", "256"}, extra...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), runnerapi.TokenEnv+"=rt", tpTokenEnv+"=group-secret")
+	cmd.Env = append(os.Environ(), runnerapi.TokenEnv+"=rt", runnerapi.GroupTokenEnv+"=group-secret")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/bench"
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 const tpBenchUsage = `Usage: orrery tp-bench --model PATH [flags]
@@ -87,7 +88,7 @@ func runTPBench(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "orrery tp-bench: --reduce-worker %d of %d addresses\n", *worker, len(addrs))
 			return 2
 		}
-		if err := bench.ReduceWorker(ctx, *worker, addrs, os.Getenv(tpTokenEnv), *workerValues, o.ReduceIters, stdout); err != nil {
+		if err := bench.ReduceWorker(ctx, *worker, addrs, os.Getenv(runnerapi.GroupTokenEnv), *workerValues, o.ReduceIters, stdout); err != nil {
 			fmt.Fprintf(stderr, "orrery tp-bench: all-reduce rank %d: %v\n", *worker, err)
 			return 1
 		}

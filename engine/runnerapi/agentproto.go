@@ -45,6 +45,10 @@ const (
 	// DirectFDEnv the descriptor of the listener the agent granted for
 	// direct links from the higher ranks (see collective.LinkTLS).
 	LinkSecretEnv = "ORRERY_LINK_SECRET"
+	// GroupTokenEnv carries the token every link of a tensor-parallel
+	// group presents when its ranks link over loopback addresses
+	// (tp-bench; through the agent, the instance id is the group's).
+	GroupTokenEnv = "ORRERY_TP_TOKEN"
 	DirectFDEnv   = "ORRERY_DIRECT_FD"
 	// RankLinkUpgrade is the Upgrade token of a rank-link request.
 	RankLinkUpgrade = "orrery-rank"
