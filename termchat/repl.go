@@ -1,4 +1,4 @@
-package main
+package termchat
 
 import (
 	"bytes"
@@ -13,11 +13,11 @@ import (
 	"golang.org/x/term"
 )
 
-// repl reads prompts and commands from the terminal until /bye or Ctrl-D.
+// REPL reads prompts and commands from the terminal until /bye or Ctrl-D.
 // The terminal is raw only while a line is read (x/term's line editor,
 // with history); an answer streams in cooked mode, where Ctrl-C is a
 // SIGINT that interruptible turns into the answer's cancellation.
-func (s *chatSession) repl(ctx context.Context, tty *os.File) int {
+func (s *Session) REPL(ctx context.Context, tty *os.File) int {
 	fd := int(tty.Fd())
 	in := &ctrlCReader{r: tty}
 	t := term.NewTerminal(struct {
@@ -54,7 +54,7 @@ func (s *chatSession) repl(ctx context.Context, tty *os.File) int {
 			}
 			continue
 		}
-		err = interruptible(ctx, func(ctx context.Context) error { return s.ask(ctx, line) })
+		err = interruptible(ctx, func(ctx context.Context) error { return s.Ask(ctx, line) })
 		switch {
 		case err == nil:
 		case errors.Is(err, context.Canceled) && ctx.Err() == nil:
@@ -67,7 +67,7 @@ func (s *chatSession) repl(ctx context.Context, tty *os.File) int {
 
 // readMultiline completes a prompt that began with """ on first: lines
 // until one that ends with """, the quotes dropped.
-func (s *chatSession) readMultiline(fd int, t *term.Terminal, in *ctrlCReader, first string) (string, error) {
+func (s *Session) readMultiline(fd int, t *term.Terminal, in *ctrlCReader, first string) (string, error) {
 	body := strings.TrimPrefix(strings.TrimSpace(first), `"""`)
 	if strings.HasSuffix(body, `"""`) {
 		return strings.TrimSuffix(body, `"""`), nil
@@ -129,7 +129,7 @@ const replHelp = `Commands:
   """                        begin and end a prompt of several lines`
 
 // command runs a /command: whether to leave, and what to say.
-func (s *chatSession) command(line string) (quit bool, msg string) {
+func (s *Session) command(line string) (quit bool, msg string) {
 	f := strings.Fields(line)
 	switch f[0] {
 	case "/bye", "/exit":
@@ -161,7 +161,7 @@ func (s *chatSession) command(line string) (quit bool, msg string) {
 }
 
 // setParameter sets one request parameter, Ollama's names.
-func (s *chatSession) setParameter(name, v string) error {
+func (s *Session) setParameter(name, v string) error {
 	bad := func(want string) error { return fmt.Errorf("%s wants %s, not %q", name, want, v) }
 	switch name {
 	case "temperature", "top_p":
@@ -199,7 +199,7 @@ func (s *chatSession) setParameter(name, v string) error {
 }
 
 // showInfo describes the model as the agent lists it.
-func (s *chatSession) showInfo() string {
+func (s *Session) showInfo() string {
 	m := s.info.Orrery
 	var b strings.Builder
 	fmt.Fprintf(&b, "  Model\n    %-16s %s\n", "name", s.model)
