@@ -474,17 +474,20 @@ func (s *Scheduler) deliver(samples []Sampled) {
 			s.end(sl, err)
 			continue
 		}
-		toks := smp.Tokens
-		if toks == nil {
-			toks = []int32{smp.Token}
-		} else if err := s.settleDrafts(sl, smp); err != nil {
-			s.end(sl, err)
+		if len(smp.Tokens) == 0 {
+			s.end(sl, fmt.Errorf("slot %d: the step sampled no token", sl.id))
 			continue
 		}
-		for i, tok := range toks {
-			lp := smp.Logprobs
-			if i < len(smp.TokensLogprobs) {
-				lp = smp.TokensLogprobs[i]
+		if smp.Drafted > 0 {
+			if err := s.settleDrafts(sl, smp); err != nil {
+				s.end(sl, err)
+				continue
+			}
+		}
+		for i, tok := range smp.Tokens {
+			var lp *runnerapi.Logprobs
+			if i < len(smp.Logprobs) {
+				lp = smp.Logprobs[i]
 			}
 			if s.emit(sl, tok, lp) {
 				break
