@@ -23,8 +23,8 @@ import (
 // histories. Greedy drafts propose one token with certainty, so the
 // target's verification (sample.Sampler.Verify) keeps its distribution.
 
-// DraftModel drafts for the scheduler. Its methods run on the scheduler's
-// goroutine.
+// DraftModel drafts for the scheduler, through each speculating slot's
+// modelDrafter. Its methods run on the scheduler's goroutine.
 type DraftModel struct {
 	// ID is the name requests give in "speculative": {"draft": ID}.
 	ID string
@@ -49,6 +49,23 @@ func CheckVocab(target, draft *model.Tokenizer) error {
 		}
 	}
 	return nil
+}
+
+// modelDrafter is a slot's Drafter with the draft model, for a request
+// whose drafting stops at pMin (draft).
+type modelDrafter struct {
+	m    *DraftModel
+	slot int
+	pMin float64
+}
+
+func (d modelDrafter) Draft(ctx context.Context, hist []int32, k int) ([]int32, int, error) {
+	out, err := d.m.draft(ctx, d.slot, hist, k, d.pMin)
+	passes := len(out)
+	if passes < k {
+		passes++ // the pass whose token p_min stopped
+	}
+	return out, passes, err
 }
 
 // draft proposes up to k tokens to follow hist (the slot's cached tokens

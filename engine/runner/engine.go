@@ -77,18 +77,17 @@ type Group struct {
 	Parent     *trace.Token
 }
 
-// Sampled is a token sampled for a slot at the end of a step, or an
-// embedding job's vector (Token -1). A drafting group yields Tokens: the
-// accepted drafts then the target's next token (Token is the first), of
-// Drafted drafts, and with logprobs TokensLogprobs (one per token).
+// Sampled is what a step yields for a slot's sampling group: Tokens, the
+// drafts the target accepted (of Drafted, 0 for a group without drafts)
+// then the token it chose after them; with one Logprobs per token when the
+// request asked for them (else nil). An embedding job's is its vector
+// instead, and no tokens.
 type Sampled struct {
-	Slot           int
-	Token          int32
-	Logprobs       *runnerapi.Logprobs
-	Embedding      []float32
-	Tokens         []int32
-	Drafted        int
-	TokensLogprobs []*runnerapi.Logprobs
+	Slot      int
+	Tokens    []int32
+	Logprobs  []*runnerapi.Logprobs
+	Drafted   int
+	Embedding []float32
 }
 
 // sampling counts the groups that sample: the tokens the step yields.
@@ -222,7 +221,7 @@ func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]
 			if err != nil {
 				return nil, fmt.Errorf("slot %d: %w", g.Slot, err)
 			}
-			out = append(out, Sampled{Slot: g.Slot, Token: -1, Embedding: v})
+			out = append(out, Sampled{Slot: g.Slot, Embedding: v})
 			continue
 		}
 		rows := g.Draft + 1
@@ -242,7 +241,7 @@ func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]
 			if err != nil {
 				return nil, fmt.Errorf("slot %d: %w", g.Slot, err)
 			}
-			out = append(out, Sampled{Slot: g.Slot, Token: toks[0], Tokens: toks, Drafted: g.Draft, TokensLogprobs: lps})
+			out = append(out, Sampled{Slot: g.Slot, Tokens: toks, Logprobs: lps, Drafted: g.Draft})
 			continue
 		}
 		sp := g.Parent.Child("sample", "sample")
@@ -251,9 +250,9 @@ func sampleGroups(st *Step, logits []float32, vocab int, smps []slotSampler) ([]
 		if err != nil {
 			return nil, fmt.Errorf("slot %d: %w", g.Slot, err)
 		}
-		s := Sampled{Slot: g.Slot, Token: id}
+		s := Sampled{Slot: g.Slot, Tokens: []int32{id}}
 		if ss.nlp >= 0 {
-			s.Logprobs = logprobsOf(row, id, ss.nlp)
+			s.Logprobs = []*runnerapi.Logprobs{logprobsOf(row, id, ss.nlp)}
 		}
 		out = append(out, s)
 	}

@@ -186,8 +186,8 @@ func readDrafts(gs []actGroup, b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// tokenMsg is what the last rank sampled at the end of a step: one token
-// per sampling group, with its logprobs when the request asked for them.
+// tokenMsg is what the last rank sampled at the end of a step: a Sampled
+// per sampling group.
 type tokenMsg struct {
 	Seq     uint32
 	Samples []Sampled
@@ -221,7 +221,7 @@ func (s *Sampled) readVerifiedLogprobs(b []byte) ([]byte, error) {
 		if err != nil || lp == nil {
 			return nil, fmt.Errorf("verified token %d: logprobs: %v", t, err)
 		}
-		s.TokensLogprobs, b = append(s.TokensLogprobs, lp), rest
+		s.Logprobs, b = append(s.Logprobs, lp), rest
 	}
 	return b, nil
 }
@@ -229,27 +229,36 @@ func (s *Sampled) readVerifiedLogprobs(b []byte) ([]byte, error) {
 // maxEmbedDim bounds an embedding's length in a token frame.
 const maxEmbedDim = 1 << 16
 
-// marshal writes Seq, the count, then per sample its slot (uint16), token
-// (int32) and the number of top logprobs (byte; noLogprobs for none),
-// followed when there are logprobs by the token's (float32) and the top
-// (id int32, logprob float32) pairs.
+// marshal writes Seq, the count, then per sample its slot (uint16), first
+// token (int32; -1 for an embedding) and the number of top logprobs
+// (byte; noLogprobs for none), followed when there are logprobs by the
+// token's (float32) and the top (id int32, logprob float32) pairs. A
+// sample with drafts (verified) or an embedding has its own form instead
+// of the logprobs.
 func (m *tokenMsg) marshal(b []byte) []byte {
 	b = binary.LittleEndian.AppendUint32(b, m.Seq)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(m.Samples)))
 	for _, s := range m.Samples {
 		b = binary.LittleEndian.AppendUint16(b, uint16(s.Slot))
-		b = binary.LittleEndian.AppendUint32(b, uint32(s.Token))
-		if s.Tokens != nil {
+		tok, lp := int32(-1), (*runnerapi.Logprobs)(nil)
+		if len(s.Tokens) > 0 {
+			tok = s.Tokens[0]
+		}
+		if len(s.Logprobs) > 0 {
+			lp = s.Logprobs[0]
+		}
+		b = binary.LittleEndian.AppendUint32(b, uint32(tok))
+		if s.Drafted > 0 {
 			b = append(b, verified, byte(s.Drafted), byte(len(s.Tokens)))
 			for _, t := range s.Tokens {
 				b = binary.LittleEndian.AppendUint32(b, uint32(t))
 			}
-			if len(s.TokensLogprobs) != len(s.Tokens) {
+			if len(s.Logprobs) != len(s.Tokens) {
 				b = append(b, noLogprobs)
 				continue
 			}
 			b = append(b, 1)
-			for _, lp := range s.TokensLogprobs {
+			for _, lp := range s.Logprobs {
 				b = appendLogprobs(b, lp)
 			}
 			continue
@@ -262,7 +271,7 @@ func (m *tokenMsg) marshal(b []byte) []byte {
 			}
 			continue
 		}
-		b = appendLogprobs(b, s.Logprobs)
+		b = appendLogprobs(b, lp)
 	}
 	return b
 }
@@ -315,8 +324,8 @@ func (m *tokenMsg) unmarshal(b []byte) error {
 		if len(b) < tokSample {
 			return fmt.Errorf("token frame: sample %d cut short", i)
 		}
-		s := Sampled{Slot: int(binary.LittleEndian.Uint16(b)), Token: int32(binary.LittleEndian.Uint32(b[2:]))}
-		k := b[6]
+		s := Sampled{Slot: int(binary.LittleEndian.Uint16(b))}
+		tok, k := int32(binary.LittleEndian.Uint32(b[2:])), b[6]
 		b = b[tokSample:]
 		if k == verified {
 			if len(b) < 2 || b[0] < 1 || b[0] > runnerapi.MaxDraft || b[1] < 1 || b[1] > b[0]+1 || len(b) < 2+4*int(b[1]) {
@@ -326,8 +335,8 @@ func (m *tokenMsg) unmarshal(b []byte) error {
 			for j := range s.Tokens {
 				s.Tokens[j] = int32(binary.LittleEndian.Uint32(b[2+4*j:]))
 			}
-			if s.Tokens[0] != s.Token {
-				return fmt.Errorf("token frame: sample %d: first verified token %d, token %d", i, s.Tokens[0], s.Token)
+			if s.Tokens[0] != tok {
+				return fmt.Errorf("token frame: sample %d: first verified token %d, token %d", i, s.Tokens[0], tok)
 			}
 			b = b[2+4*len(s.Tokens):]
 			var err error
@@ -335,14 +344,20 @@ func (m *tokenMsg) unmarshal(b []byte) error {
 				return fmt.Errorf("token frame: sample %d: %w", i, err)
 			}
 		} else if k == embedding {
+			if tok != -1 {
+				return fmt.Errorf("token frame: sample %d: an embedding with token %d, want -1", i, tok)
+			}
 			var err error
 			if s.Embedding, b, err = readEmbedding(b); err != nil {
 				return fmt.Errorf("token frame: sample %d: %w", i, err)
 			}
 		} else {
-			var err error
-			if s.Logprobs, b, err = readLogprobs(b, k, s.Token); err != nil {
+			lp, rest, err := readLogprobs(b, k, tok)
+			if err != nil {
 				return fmt.Errorf("token frame: sample %d: %w", i, err)
+			}
+			if s.Tokens, b = []int32{tok}, rest; lp != nil {
+				s.Logprobs = []*runnerapi.Logprobs{lp}
 			}
 		}
 		m.Samples = append(m.Samples, s)

@@ -31,20 +31,20 @@ func FuzzLinkFrames(f *testing.F) {
 	act := actMsg{Seq: 2, Groups: []actGroup{{Slot: 1, Decode: true, Sample: true, Token: 7, Start: 9, N: 1}, {Slot: 0, Start: 0, N: 1}},
 		Hidden: []float32{1, -2, 3.5, 0}}
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, act.marshal(nil)...), 2)
-	tok := tokenMsg{Seq: 4, Samples: []Sampled{{Slot: 0, Token: 42}}}
+	tok := tokenMsg{Seq: 4, Samples: []Sampled{{Slot: 0, Tokens: []int32{42}}}}
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
-	tok.Samples = append(tok.Samples, Sampled{Slot: 3, Token: 9, Logprobs: &runnerapi.Logprobs{TokenLogprob: runnerapi.TokenLogprob{Token: 9, Logprob: -1.5},
-		Top: []runnerapi.TokenLogprob{{Token: 9, Logprob: -1.5}, {Token: 7, Logprob: -2}}}})
+	tok.Samples = append(tok.Samples, Sampled{Slot: 3, Tokens: []int32{9}, Logprobs: []*runnerapi.Logprobs{{TokenLogprob: runnerapi.TokenLogprob{Token: 9, Logprob: -1.5},
+		Top: []runnerapi.TokenLogprob{{Token: 9, Logprob: -1.5}, {Token: 7, Logprob: -2}}}}})
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
-	tok.Samples = append(tok.Samples, Sampled{Slot: 5, Token: -1, Embedding: []float32{0.6, -0.8}})
+	tok.Samples = append(tok.Samples, Sampled{Slot: 5, Embedding: []float32{0.6, -0.8}})
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, tok.marshal(nil)...), 2)
 	emb := actMsg{Seq: 3, Groups: []actGroup{{Slot: 2, Sample: true, Embed: true, Start: 4, N: 2}}, Hidden: []float32{1, 2, 3, 4}}
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, emb.marshal(nil)...), 2)
 	spec := actMsg{Seq: 5, Groups: []actGroup{{Slot: 1, Decode: true, Sample: true, Start: 9, N: 3, Drafts: []int32{4, 5}}}, Hidden: make([]float32, 6)}
 	f.Add(append([]byte{frameAct, 0, 0, 0, 0}, spec.marshal(nil)...), 2)
-	ver := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Token: 4, Tokens: []int32{4, 9}, Drafted: 2}}}
+	ver := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Tokens: []int32{4, 9}, Drafted: 2}}}
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, ver.marshal(nil)...), 2)
-	ver.Samples[0].TokensLogprobs = []*runnerapi.Logprobs{{TokenLogprob: runnerapi.TokenLogprob{Token: 4, Logprob: -1}}, {TokenLogprob: runnerapi.TokenLogprob{Token: 9, Logprob: -2},
+	ver.Samples[0].Logprobs = []*runnerapi.Logprobs{{TokenLogprob: runnerapi.TokenLogprob{Token: 4, Logprob: -1}}, {TokenLogprob: runnerapi.TokenLogprob{Token: 9, Logprob: -2},
 		Top: []runnerapi.TokenLogprob{{Token: 9, Logprob: -2}}}}
 	f.Add(append([]byte{frameToken, 0, 0, 0, 0}, ver.marshal(nil)...), 2)
 	h, _ := json.Marshal(linkHello{Instance: "i", From: 0, To: 1})
@@ -85,14 +85,19 @@ func FuzzLinkFrames(f *testing.F) {
 				var m tokenMsg
 				if m.unmarshal(p) == nil {
 					for _, s := range m.Samples {
-						if s.Logprobs != nil && len(s.Logprobs.Top) > runnerapi.MaxTopLogprobs {
-							t.Fatalf("%d top logprobs passed the limit", len(s.Logprobs.Top))
+						for _, lp := range s.Logprobs {
+							if lp == nil || len(lp.Top) > runnerapi.MaxTopLogprobs {
+								t.Fatalf("logprobs %+v: none, or top logprobs past the limit", lp)
+							}
 						}
-						if s.Tokens != nil && (len(s.Tokens) > s.Drafted+1 || s.Drafted > runnerapi.MaxDraft || s.Tokens[0] != s.Token) {
-							t.Fatalf("verified tokens %v of %d drafts, token %d", s.Tokens, s.Drafted, s.Token)
+						if s.Logprobs != nil && len(s.Logprobs) != len(s.Tokens) {
+							t.Fatalf("%d logprobs for %d tokens", len(s.Logprobs), len(s.Tokens))
 						}
-						if len(s.Embedding) > maxEmbedDim || s.Embedding != nil && s.Logprobs != nil {
-							t.Fatalf("an embedding of %d values (logprobs too: %v)", len(s.Embedding), s.Logprobs != nil)
+						if s.Drafted > runnerapi.MaxDraft || len(s.Tokens) > s.Drafted+1 {
+							t.Fatalf("tokens %v of %d drafts", s.Tokens, s.Drafted)
+						}
+						if s.Embedding == nil && len(s.Tokens) == 0 || len(s.Embedding) > maxEmbedDim || s.Embedding != nil && (s.Tokens != nil || s.Logprobs != nil) {
+							t.Fatalf("an embedding of %d values with tokens %v (logprobs too: %v)", len(s.Embedding), s.Tokens, s.Logprobs != nil)
 						}
 					}
 					if !bytes.Equal(m.marshal(nil), p) {

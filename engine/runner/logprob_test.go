@@ -77,12 +77,10 @@ func TestGenerateTokensEchoLogprobs(t *testing.T) {
 
 func TestTokenFrameLogprobs(t *testing.T) {
 	lp := &runnerapi.Logprobs{TokenLogprob: runnerapi.TokenLogprob{Token: 5, Logprob: -0.25}, Top: []runnerapi.TokenLogprob{{Token: 5, Logprob: -0.25}, {Token: 9, Logprob: -3}}}
-	m := tokenMsg{Seq: 3, Samples: []Sampled{{Slot: 2, Token: 5, Logprobs: lp}, {Slot: 0, Token: 7}}}
+	m := tokenMsg{Seq: 3, Samples: []Sampled{{Slot: 2, Tokens: []int32{5}, Logprobs: []*runnerapi.Logprobs{lp}}, {Slot: 0, Tokens: []int32{7}}}}
 	b := m.marshal(nil)
 	var got tokenMsg
-	if err := got.unmarshal(b); err != nil || got.Seq != 3 || len(got.Samples) != 2 || got.Samples[0].Slot != 2 || got.Samples[0].Token != 5 ||
-		got.Samples[0].Logprobs == nil || got.Samples[0].Logprobs.Logprob != -0.25 || !slices.Equal(got.Samples[0].Logprobs.Top, lp.Top) ||
-		got.Samples[1].Slot != 0 || got.Samples[1].Token != 7 || got.Samples[1].Logprobs != nil {
+	if err := got.unmarshal(b); err != nil || got.Seq != 3 || !reflect.DeepEqual(got.Samples, m.Samples) {
 		t.Fatalf("%+v %v", got, err)
 	}
 	for _, bad := range [][]byte{b[:len(b)-1], b[:20], append(b, 0), b[:4]} {
@@ -90,13 +88,24 @@ func TestTokenFrameLogprobs(t *testing.T) {
 			t.Errorf("frame of %d bytes parsed", len(bad))
 		}
 	}
+	// An embedding carries no token: its frame's token field is -1, and
+	// a frame with another there is refused (it would not marshal back).
+	emb := tokenMsg{Seq: 4, Samples: []Sampled{{Slot: 1, Embedding: []float32{0.5, -1}}}}
+	b = emb.marshal(nil)
+	if err := got.unmarshal(b); err != nil || !reflect.DeepEqual(got.Samples, emb.Samples) {
+		t.Fatalf("embedding: %+v %v", got, err)
+	}
+	b[8] = 7 // the sample's token field, after Seq, the count and the slot
+	if err := got.unmarshal(b); err == nil {
+		t.Errorf("an embedding with token 7 parsed: %+v", got.Samples)
+	}
 }
 
 // A verified group's tokens cross with one logprobs each, or with none.
 func TestTokenFrameVerifiedLogprobs(t *testing.T) {
 	lps := []*runnerapi.Logprobs{{TokenLogprob: runnerapi.TokenLogprob{Token: 4, Logprob: -0.5}, Top: []runnerapi.TokenLogprob{{Token: 4, Logprob: -0.5}}},
 		{TokenLogprob: runnerapi.TokenLogprob{Token: 9, Logprob: -2}, Top: []runnerapi.TokenLogprob{{Token: 3, Logprob: -1}}}}
-	m := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Token: 4, Tokens: []int32{4, 9}, Drafted: 3, TokensLogprobs: lps}, {Slot: 2, Token: 6, Tokens: []int32{6}, Drafted: 1}}}
+	m := tokenMsg{Seq: 5, Samples: []Sampled{{Slot: 1, Tokens: []int32{4, 9}, Drafted: 3, Logprobs: lps}, {Slot: 2, Tokens: []int32{6}, Drafted: 1}}}
 	b := m.marshal(nil)
 	var got tokenMsg
 	if err := got.unmarshal(b); err != nil || !reflect.DeepEqual(got.Samples, m.Samples) {

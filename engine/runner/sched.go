@@ -35,8 +35,10 @@ type Scheduler struct {
 	// cache is full, it drops the older half after the first token and
 	// goes on (llama.cpp's context shift).
 	ContextShift bool
-	// Draft is the instance's draft model, if it has one (draftmodel.go).
-	Draft *DraftModel
+	// Spec is the instance's speculative decoding (drafter.go): the draft
+	// sources its requests may name, and what adaptive K measured. nil:
+	// prompt lookup alone (Run makes it).
+	Spec *Speculator
 
 	once sync.Once
 	// mu guards the submitted jobs not yet taken, and why Run ended.
@@ -50,13 +52,6 @@ type Scheduler struct {
 	admit uint64 // admission counter: the order slots' prefill goes in
 	// inflight counts sampling steps submitted and not received.
 	inflight int
-	// cost is what drafts and steps have been measured to cost, for
-	// adaptive K (speccost.go).
-	cost specCost
-	// lastRows and lastGroups are the rows and groups (slots) of the
-	// last step returned: a speculating slot weighs its drafts against
-	// the other rows of a step (speccost.go)
-	lastRows, lastGroups int
 }
 
 // slot is one KV cache sequence: the tokens it holds, and the request it
@@ -78,21 +73,17 @@ type slot struct {
 	open    bool
 	decodeT time.Time
 	shifted bool // a context shift happened: the cache is not a prompt's
-	// speculation: how many tokens to draft next, once kChosen (firstK);
-	// idle counts the steps since a probe while it is 0, sinceMax those
-	// since it last drafted its max (speccost.go)
-	draftK   int
-	kChosen  bool
-	idle     int
-	sinceMax int
-	// speculation: decayed counts of accepted drafts and of rejections
-	// (speccost.go)
-	accepted, rejections float64
+	// spec is the slot's speculation: its request's drafter, and adaptive
+	// K's state of the slot (drafter.go).
+	spec slotSpec
 }
 
 func (s *Scheduler) init() {
 	s.once.Do(func() {
 		s.wake = make(chan struct{}, 1)
+		if s.Spec == nil {
+			s.Spec = NewSpeculator(nil)
+		}
 		for i := range max(s.E.Options().Parallel, 1) {
 			s.slots = append(s.slots, &slot{id: i})
 		}
@@ -173,8 +164,7 @@ func (s *Scheduler) Run(ctx context.Context) (err error) {
 				continue
 			}
 			if st != nil && !st.sent.IsZero() {
-				s.cost.step(st.rows(), time.Since(st.sent))
-				s.lastRows, s.lastGroups = st.rows(), len(st.Groups)
+				s.Spec.stepped(st.rows(), len(st.Groups), time.Since(st.sent))
 			}
 			s.deliver(samples)
 			continue
@@ -326,7 +316,8 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 	j.start = time.Now()
 	j.queueNs = j.start.Sub(j.queued).Nanoseconds()
 	j.res = runnerapi.Result{PromptTokens: len(j.prompt)}
-	if err := s.canSpeculate(j.req.Speculative); err != nil {
+	src, err := s.canSpeculate(j.req.Speculative)
+	if err != nil {
 		j.finish(j.res, err)
 		return nil
 	}
@@ -339,9 +330,9 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 	sl.hist = sl.hist[:kept]
 	j.res.CachedTokens = kept
 	s.admit++
-	// sinceMax runs on across requests: most end before a max probe.
 	*sl = slot{id: sl.id, hist: sl.hist, used: sl.used, job: j, order: s.admit, next: kept,
-		maxTok: s.maxTokens(j), out: newOutput(j.req.Stop), sinceMax: sl.sinceMax}
+		maxTok: s.maxTokens(j), out: newOutput(j.req.Stop), spec: sl.spec}
+	sl.spec.reset(sl.id, j.req.Speculative, src)
 	sl.out.ignoreEOS = j.req.IgnoreEOS
 	if j.req.Echo {
 		j.push(runnerapi.Piece{Index: -1, Token: -1, Text: echoText(s.Tok, j.req, j.prompt), Echo: true})
@@ -474,17 +465,20 @@ func (s *Scheduler) deliver(samples []Sampled) {
 			s.end(sl, err)
 			continue
 		}
-		toks := smp.Tokens
-		if toks == nil {
-			toks = []int32{smp.Token}
-		} else if err := s.settleDrafts(sl, smp); err != nil {
-			s.end(sl, err)
+		if len(smp.Tokens) == 0 {
+			s.end(sl, fmt.Errorf("slot %d: the step sampled no token", sl.id))
 			continue
 		}
-		for i, tok := range toks {
-			lp := smp.Logprobs
-			if i < len(smp.TokensLogprobs) {
-				lp = smp.TokensLogprobs[i]
+		if smp.Drafted > 0 {
+			if err := s.settleDrafts(sl, smp); err != nil {
+				s.end(sl, err)
+				continue
+			}
+		}
+		for i, tok := range smp.Tokens {
+			var lp *runnerapi.Logprobs
+			if i < len(smp.Logprobs) {
+				lp = smp.Logprobs[i]
 			}
 			if s.emit(sl, tok, lp) {
 				break
@@ -547,6 +541,7 @@ func (s *Scheduler) end(sl *slot, err error) {
 		}
 	}
 	sl.job, sl.used = nil, time.Now()
+	sl.spec.reset(sl.id, nil, nil)
 	j.finish(j.res, err)
 }
 

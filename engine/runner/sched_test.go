@@ -13,10 +13,15 @@ import (
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
-// runSched starts a scheduler over s until the test ends.
+// runSched starts a scheduler over g's engine until the test ends.
 func runSched(t *testing.T, g *Generator) *Scheduler {
 	t.Helper()
-	sc := &Scheduler{E: g.M, Tok: g.Tok}
+	return startSched(t, &Scheduler{E: g.M, Tok: g.Tok})
+}
+
+// startSched runs sc until the test ends.
+func startSched(t *testing.T, sc *Scheduler) *Scheduler {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- sc.Run(ctx) }()

@@ -272,7 +272,7 @@ func (s *Server) loop(ctx context.Context, run func(context.Context) error) {
 // failed.
 func (s *Server) serveAs(ctx context.Context, gen *Generator, draft *DraftModel, broke string) {
 	gen.ContextShift = s.cfg.ContextShift
-	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift, Draft: draft}
+	sched := &Scheduler{E: gen.M, Tok: gen.Tok, ContextShift: s.cfg.ContextShift, Spec: NewSpeculator(draft)}
 	s.mu.Lock()
 	s.gen, s.sched = gen, sched
 	s.mu.Unlock()
@@ -370,7 +370,7 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 	req.Speculative = req.Speculative.OrDefault(s.cfg.DefaultSpeculation)
 	prompt, parse, err := gen.PrepareChat(&req.Request)
 	if err == nil {
-		err = sched.canSpeculate(req.Speculative) // what this instance can draft with
+		_, err = sched.canSpeculate(req.Speculative) // what this instance can draft with
 	}
 	if err != nil {
 		refuse(w, err)

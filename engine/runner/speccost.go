@@ -11,8 +11,9 @@ import "time"
 //
 // tokens and takes D(k) + T(r+1+k): D(k) a draft call of k passes, T(rows)
 // a step of the target and r the rows the step holds for other slots. The
-// scheduler measures D and T as it goes (specCost), each slot its own α
-// from its accepted and rejected drafts, and each step drafts the k in
+// scheduler measures T as it goes (specCost), and D for each source whose
+// drafts cost a call (draftSource), each slot its own α from its accepted
+// and rejected drafts (slotSpec), and each step drafts the k in
 // 0..max that yields the most tokens a second, (r + E(k)) / (D(k) +
 // T(r+1+k)), the other slots' r rows counted as a token each.
 //
@@ -42,7 +43,7 @@ import "time"
 // rejections (a rejection ends a step's run of trials, so α's estimate is
 // accepted / (accepted + rejections)); the prior is one step's worth at
 // priorAlpha. A new request starts from the instance's counts for its
-// source, as if it went on from the requests before it: their drafts were
+// source (draftSource), as if it went on from the requests before it: their drafts were
 // accepted about as often, and from the prior alone a request would spend
 // its first dozens of steps learning what the last one knew.
 const (
@@ -62,21 +63,16 @@ const (
 	seenRows = 256
 )
 
-// specCost is the scheduler's measure of what speculation costs: a draft
-// model's call and the target's step by its rows. Run's goroutine alone
-// uses it.
+// specCost is the scheduler's measure of what the target's step costs
+// by its rows (a source's draft call is its draftSource's). Run's
+// goroutine alone uses it.
 type specCost struct {
-	// drafts is a draft model's call as a line in its passes
-	drafts line
 	// one is a 1-row step's decayed mean (oneW its weight); multi is a
 	// step of 2 rows or more as a line in its rows
 	one, oneW float64
 	multi     line
 	// seen says which sizes of step have run once (up to seenRows)
 	seen [seenRows + 1]bool
-	// every slot's accepted drafts and rejections, decayed, by source
-	// (0 prompt lookup, 1 a draft model): a new request's α starts there
-	accepted, rejections [2]float64
 }
 
 // line is a decayed least-squares line y = a + b·x.
@@ -138,22 +134,6 @@ func (c *specCost) step(rows int, d time.Duration) {
 		return
 	}
 	c.multi.add(float64(rows), y, multiDecay)
-}
-
-// draft records a draft model's call of passes that took d.
-func (c *specCost) draft(passes int, d time.Duration) {
-	if passes > 0 {
-		c.drafts.add(float64(passes), float64(d.Nanoseconds()), costDecay)
-	}
-}
-
-// draftCost is a draft call of k passes in ns, once one was measured.
-func (c *specCost) draftCost(k int) (float64, bool) {
-	a, b, _, ok := c.drafts.fit()
-	if k == 0 {
-		return 0, ok
-	}
-	return a + b*float64(k), ok
 }
 
 // stepModel is T: the 1-row mean (one), then the line a + b·rows of steps
@@ -230,86 +210,74 @@ func bestK(alpha float64, maxK int, dc []float64, others int, t []float64) int {
 	return best
 }
 
-// source indexes specCost's counts: 1 for a draft model, 0 for lookup.
-func source(draftModel bool) int {
-	if draftModel {
-		return 1
-	}
-	return 0
-}
-
-// slotAlpha is a slot's acceptance estimate.
-func slotAlpha(sl *slot) float64 {
-	acc, rej := sl.accepted+priorAlpha, sl.rejections+(1-priorAlpha)
+// alpha is a slot's acceptance estimate.
+func (ss *slotSpec) alpha() float64 {
+	acc, rej := ss.accepted+priorAlpha, ss.rejections+(1-priorAlpha)
 	return acc / (acc + rej)
 }
 
-// nextK sets sl's next draft length after a step that drafted drafted
+// nextK sets ss's next draft length after a step that drafted drafted
 // tokens and accepted accepted of them, for a request whose max is maxK;
-// draftModel says the drafts came from a model (else prompt lookup, which
-// costs no pass); others is how many rows the step held for other slots.
-func (c *specCost) nextK(sl *slot, drafted, accepted, maxK int, draftModel bool, others int) {
-	src := source(draftModel)
+// others is how many rows the step held for other slots.
+func (c *specCost) nextK(ss *slotSpec, drafted, accepted, maxK, others int) {
 	rejected := 0.0
 	if accepted < drafted {
 		rejected = 1
 	}
-	sl.accepted = alphaDecay*sl.accepted + float64(accepted)
-	sl.rejections = alphaDecay*sl.rejections + rejected
-	c.accepted[src] = alphaDecay*c.accepted[src] + float64(accepted)
-	c.rejections[src] = alphaDecay*c.rejections[src] + rejected
+	ss.accepted = alphaDecay*ss.accepted + float64(accepted)
+	ss.rejections = alphaDecay*ss.rejections + rejected
+	ss.src.accepted = alphaDecay*ss.src.accepted + float64(accepted)
+	ss.src.rejections = alphaDecay*ss.src.rejections + rejected
 	switch {
-	case c.choose(sl, maxK, draftModel, others):
+	case c.choose(ss, maxK, others):
 	case accepted == drafted:
-		sl.draftK = min(sl.draftK+2, maxK)
+		ss.k = min(ss.k+2, maxK)
 	default:
-		sl.draftK = max(sl.draftK-1, 1)
+		ss.k = max(ss.k-1, 1)
 	}
 }
 
-// choose sets sl's k from its α and the costs beside others' rows, and
+// choose sets ss's k from its α and the costs beside others' rows, and
 // says whether the costs were measured (else it leaves k be).
-func (c *specCost) choose(sl *slot, maxK int, draftModel bool, others int) bool {
-	t, dc, ok := c.costs(draftModel, maxK, others)
+func (c *specCost) choose(ss *slotSpec, maxK, others int) bool {
+	t, dc, ok := c.costs(ss.src, maxK, others)
 	if !ok {
 		return false
 	}
-	sl.draftK, sl.idle = bestK(slotAlpha(sl), maxK, dc, others, t), 0
+	ss.k, ss.idle = bestK(ss.alpha(), maxK, dc, others, t), 0
 	return true
 }
 
 // firstK sets a new request's k: from the costs and the α its source's
 // drafts had of late where they are measured, else the max.
-func (c *specCost) firstK(sl *slot, maxK int, draftModel bool, others int) {
-	src := source(draftModel)
-	sl.accepted, sl.rejections = c.accepted[src], c.rejections[src]
-	if !c.choose(sl, maxK, draftModel, others) {
-		sl.draftK = maxK
+func (c *specCost) firstK(ss *slotSpec, maxK, others int) {
+	ss.accepted, ss.rejections = ss.src.accepted, ss.src.rejections
+	if !c.choose(ss, maxK, others) {
+		ss.k = maxK
 	}
-	sl.kChosen = true
+	ss.chosen = true
 }
 
 // costs are, once measured (ok), a step's time by rows up to others+1+maxK
-// and a draft call's by its passes up to maxK (0 for prompt lookup).
-func (c *specCost) costs(draftModel bool, maxK, others int) (t, dc []float64, ok bool) {
+// and a call of src by its passes up to maxK (0 for a source without
+// calls, prompt lookup).
+func (c *specCost) costs(src *draftSource, maxK, others int) (t, dc []float64, ok bool) {
 	t, ok = c.curve(others + 1 + maxK)
 	dc = make([]float64, maxK+1)
-	if draftModel {
-		for k := range dc {
-			var dok bool
-			dc[k], dok = c.draftCost(k)
-			ok = ok && dok
-		}
+	for k := range dc {
+		var dok bool
+		dc[k], dok = src.callCost(k)
+		ok = ok && dok
 	}
 	return t, dc, ok
 }
 
-// probeK is how many tokens a slot at k 0 drafts to learn its α again:
-// the fewest that would pay were every draft accepted beside others'
-// rows (a probe costs, and most of what it tells is in its first draft),
-// 0 where none could pay; the max until the costs are measured.
-func (c *specCost) probeK(maxK int, draftModel bool, others int) int {
-	t, dc, ok := c.costs(draftModel, maxK, others)
+// probeK is how many tokens a slot at k 0 drafts from src to learn its α
+// again: the fewest that would pay were every draft accepted beside
+// others' rows (a probe costs, and most of what it tells is in its first
+// draft), 0 where none could pay; the max until the costs are measured.
+func (c *specCost) probeK(src *draftSource, maxK, others int) int {
+	t, dc, ok := c.costs(src, maxK, others)
 	if !ok {
 		return maxK
 	}
@@ -321,23 +289,23 @@ func (c *specCost) probeK(maxK int, draftModel bool, others int) int {
 	return 0
 }
 
-// draftLen is how many tokens sl drafts this step, for a request whose
+// draftLen is how many tokens ss drafts this step, for a request whose
 // max is maxK: the k last chosen, or, while that is 0, probeK's every
 // probeEvery steps (asked only then); and every maxProbeEvery steps of the
 // slot (its requests one after another) the max, so that a long draft's
 // cost is measured again (a step timed slow once, at a size seldom
 // drafted, would else rule that size out for good).
-func (sl *slot) draftLen(maxK int, probeK func() int) int {
-	if sl.sinceMax++; sl.sinceMax >= maxProbeEvery {
-		sl.sinceMax = 0
+func (ss *slotSpec) draftLen(maxK int, probeK func() int) int {
+	if ss.sinceMax++; ss.sinceMax >= maxProbeEvery {
+		ss.sinceMax = 0
 		return maxK
 	}
-	if sl.draftK > 0 {
-		return sl.draftK
+	if ss.k > 0 {
+		return ss.k
 	}
-	if sl.idle++; sl.idle < probeEvery {
+	if ss.idle++; ss.idle < probeEvery {
 		return 0
 	}
-	sl.idle = 0
+	ss.idle = 0
 	return probeK()
 }

@@ -173,126 +173,146 @@ func TestSpecCostCurve(t *testing.T) {
 }
 
 func TestDraftCost(t *testing.T) {
-	var c specCost
-	if _, ok := c.draftCost(1); ok {
+	if d, ok := (&draftSource{}).callCost(3); !ok || d != 0 {
+		t.Errorf("prompt lookup's call: %.0f ns (ok %v), want none, known", d, ok)
+	}
+	c := &draftSource{call: &line{}}
+	if _, ok := c.callCost(1); ok {
 		t.Fatal("a draft cost from no calls")
 	}
 	// Calls of 4 passes only: 0.3 ms a pass, from the origin.
 	for range 5 {
-		c.draft(4, 1200*time.Microsecond)
+		c.called(4, 1200*time.Microsecond)
 	}
-	if d, ok := c.draftCost(2); !ok || math.Abs(d-0.6e6) > 1 {
+	if d, ok := c.callCost(2); !ok || math.Abs(d-0.6e6) > 1 {
 		t.Errorf("calls of 4 passes at 1.2 ms: 2 passes %.0f ns (ok %v), want 600000", d, ok)
 	}
 	// Calls of 1 and of 4 passes: a call's own 0.3 ms and 0.2 ms a pass.
 	for range 50 {
-		c.draft(1, 500*time.Microsecond)
-		c.draft(4, 1100*time.Microsecond)
+		c.called(1, 500*time.Microsecond)
+		c.called(4, 1100*time.Microsecond)
 	}
 	for k, want := range map[int]float64{0: 0, 1: 0.5e6, 2: 0.7e6, 4: 1.1e6} {
-		if d, _ := c.draftCost(k); math.Abs(d-want) > 0.02e6 {
+		if d, _ := c.callCost(k); math.Abs(d-want) > 0.02e6 {
 			t.Errorf("a call of %d passes: %.0f ns, want %.0f", k, d, want)
 		}
+	}
+	// A call that ran no pass is not timed.
+	before, _ := c.callCost(4)
+	c.called(0, time.Second)
+	if after, _ := c.callCost(4); after != before {
+		t.Errorf("a call of no pass moved 4 passes from %.0f to %.0f ns", before, after)
 	}
 }
 
 // measured is a specCost that has timed steps of 1..9 rows at 1 ms +
-// 0.05 ms a row and draft calls at 0.25 ms a pass.
-func measured() *specCost {
+// 0.05 ms a row, and a draft model's source whose calls took 0.25 ms a
+// pass.
+func measured() (*specCost, *draftSource) {
 	c := &specCost{}
 	for i := range 45 {
 		rows := 1 + i%9
 		c.step(rows, time.Duration(1000+50*rows)*time.Microsecond)
 	}
-	c.draft(1, 250*time.Microsecond)
-	return c
+	m := &draftSource{call: &line{}}
+	m.called(1, 250*time.Microsecond)
+	return c, m
 }
 
 // TestNextK walks a slot through steps: without measured costs it follows
 // Hugging Face's schedule; with them, its acceptance and the costs choose.
 func TestNextK(t *testing.T) {
 	var c specCost
-	sl := &slot{draftK: 5}
-	c.nextK(sl, 5, 2, 5, true, 0)
-	if sl.draftK != 4 {
-		t.Errorf("no costs yet, a rejection: k %d, want 4 (one fewer)", sl.draftK)
+	model := &draftSource{call: &line{}}
+	sl := &slotSpec{k: 5, src: model}
+	c.nextK(sl, 5, 2, 5, 0)
+	if sl.k != 4 {
+		t.Errorf("no costs yet, a rejection: k %d, want 4 (one fewer)", sl.k)
 	}
-	c.nextK(sl, 4, 4, 5, true, 0)
-	if sl.draftK != 5 {
-		t.Errorf("no costs yet, all accepted: k %d, want 5 (two more, at most the max)", sl.draftK)
+	c.nextK(sl, 4, 4, 5, 0)
+	if sl.k != 5 {
+		t.Errorf("no costs yet, all accepted: k %d, want 5 (two more, at most the max)", sl.k)
 	}
-	c = *measured()
+	mc, mm := measured()
+	c, *model = *mc, *mm
 	// A run of drafts all accepted: α near 1, so the max.
 	for range 10 {
-		c.nextK(sl, sl.draftK, sl.draftK, 8, true, 0)
+		c.nextK(sl, sl.k, sl.k, 8, 0)
 	}
-	if sl.draftK != 8 {
-		t.Errorf("every draft accepted (α %.2f): k %d, want 8", slotAlpha(sl), sl.draftK)
+	if sl.k != 8 {
+		t.Errorf("every draft accepted (α %.2f): k %d, want 8", sl.alpha(), sl.k)
 	}
 	// Then every draft rejected: α falls, and drafting stops, alone too.
 	for range 150 {
-		c.nextK(sl, max(sl.draftK, 1), 0, 8, true, 0)
+		c.nextK(sl, max(sl.k, 1), 0, 8, 0)
 	}
-	if sl.draftK != 0 {
-		t.Errorf("every draft rejected (α %.2f): k %d, want 0", slotAlpha(sl), sl.draftK)
+	if sl.k != 0 {
+		t.Errorf("every draft rejected (α %.2f): k %d, want 0", sl.alpha(), sl.k)
 	}
 	// Prompt lookup at the same acceptance costs no call: it drafts
 	// more than the model would.
-	lk := &slot{accepted: 2, rejections: 1}
-	md := &slot{accepted: 2, rejections: 1}
-	c.nextK(lk, 2, 1, 8, false, 0)
-	c.nextK(md, 2, 1, 8, true, 0)
-	if lk.draftK <= md.draftK {
-		t.Errorf("at α %.2f prompt lookup drafts %d and a model %d: want lookup more", slotAlpha(lk), lk.draftK, md.draftK)
+	lookup := &draftSource{}
+	lk := &slotSpec{src: lookup, accepted: 2, rejections: 1}
+	md := &slotSpec{src: model, accepted: 2, rejections: 1}
+	c.nextK(lk, 2, 1, 8, 0)
+	c.nextK(md, 2, 1, 8, 0)
+	if lk.k <= md.k {
+		t.Errorf("at α %.2f prompt lookup drafts %d and a model %d: want lookup more", lk.alpha(), lk.k, md.k)
+	}
+	// Each source keeps its own counts: lookup's are that one step's.
+	if lookup.accepted != 1 || lookup.rejections != 1 || model.rejections < 10 {
+		t.Errorf("counts: lookup %.2f accepted, %.2f rejections; the model %.2f rejections (want 1, 1, many)",
+			lookup.accepted, lookup.rejections, model.rejections)
 	}
 	// Beside 7 other slots' rows a step's tokens cost little each: the
 	// model's drafts (a pass 0.25 ms) no longer pay at α 0.75, nor
 	// could they at α 1; prompt lookup could. Alone they do.
-	alone, shared := &slot{accepted: 3, rejections: 1}, &slot{accepted: 3, rejections: 1}
-	c.nextK(alone, 3, 3, 8, true, 0)
-	c.nextK(shared, 3, 3, 8, true, 7)
-	if alone.draftK < 1 || shared.draftK != 0 {
-		t.Errorf("at α %.2f a slot alone drafts %d (want some), beside 7 rows %d (want 0)", slotAlpha(alone), alone.draftK, shared.draftK)
+	alone, shared := &slotSpec{src: model, accepted: 3, rejections: 1}, &slotSpec{src: model, accepted: 3, rejections: 1}
+	c.nextK(alone, 3, 3, 8, 0)
+	c.nextK(shared, 3, 3, 8, 7)
+	if alone.k < 1 || shared.k != 0 {
+		t.Errorf("at α %.2f a slot alone drafts %d (want some), beside 7 rows %d (want 0)", alone.alpha(), alone.k, shared.k)
 	}
-	if k := c.probeK(8, true, 7); k != 0 {
+	if k := c.probeK(model, 8, 7); k != 0 {
 		t.Errorf("a model's probe beside 7 rows: %d, want 0 (none could pay)", k)
 	}
-	if k := c.probeK(8, true, 0); k < 1 {
+	if k := c.probeK(model, 8, 0); k < 1 {
 		t.Errorf("a model's probe alone: %d, want the fewest that could pay", k)
 	}
-	if k := c.probeK(8, false, 7); k < 1 {
+	if k := c.probeK(lookup, 8, 7); k < 1 {
 		t.Errorf("a lookup probe beside 7 rows: %d, want some", k)
 	}
-	if k := (&specCost{}).probeK(6, true, 0); k != 6 {
+	if k := (&specCost{}).probeK(&draftSource{call: &line{}}, 6, 0); k != 6 {
 		t.Errorf("a probe before any cost: %d, want the max 6", k)
 	}
 	// A new request starts from the α of the requests before it: after
 	// the rejections above, few drafts; after a run of acceptances, the
 	// max. From the prior alone it would draft 2 (α 0.6).
-	first := &slot{}
-	c.firstK(first, 8, true, 0)
-	if !first.kChosen || first.draftK > 1 {
-		t.Errorf("a new request after every draft was rejected: k %d (α %.2f), want 0 or 1", first.draftK, slotAlpha(first))
+	first := &slotSpec{src: model}
+	c.firstK(first, 8, 0)
+	if !first.chosen || first.k > 1 {
+		t.Errorf("a new request after every draft was rejected: k %d (α %.2f), want 0 or 1", first.k, first.alpha())
 	}
 	for range 60 {
-		c.nextK(sl, 4, 4, 8, true, 0)
+		c.nextK(sl, 4, 4, 8, 0)
 	}
-	c.firstK(first, 8, true, 0)
-	if first.draftK != 8 {
-		t.Errorf("a new request after every draft was accepted: k %d (α %.2f), want 8", first.draftK, slotAlpha(first))
+	c.firstK(first, 8, 0)
+	if first.k != 8 {
+		t.Errorf("a new request after every draft was accepted: k %d (α %.2f), want 8", first.k, first.alpha())
 	}
-	prior := &slot{}
-	measured().firstK(prior, 8, true, 0)
-	if prior.draftK != 2 {
-		t.Errorf("a new request from the prior alone: k %d (α %.2f), want 2", prior.draftK, slotAlpha(prior))
+	pc, pm := measured()
+	prior := &slotSpec{src: pm}
+	pc.firstK(prior, 8, 0)
+	if prior.k != 2 {
+		t.Errorf("a new request from the prior alone: k %d (α %.2f), want 2", prior.k, prior.alpha())
 	}
 	// Before any cost is measured, a new request drafts the max.
-	nw := &slot{}
-	(&specCost{}).firstK(nw, 6, true, 0)
-	if !nw.kChosen || nw.draftK != 6 {
-		t.Errorf("a new slot before any cost: drafts %d (chosen %v), want the max 6", nw.draftK, nw.kChosen)
+	nw := &slotSpec{src: &draftSource{call: &line{}}}
+	(&specCost{}).firstK(nw, 6, 0)
+	if !nw.chosen || nw.k != 6 {
+		t.Errorf("a new slot before any cost: drafts %d (chosen %v), want the max 6", nw.k, nw.chosen)
 	}
-	if (&specCost{}).choose(&slot{}, 8, true, 0) {
+	if (&specCost{}).choose(&slotSpec{src: &draftSource{call: &line{}}}, 8, 0) {
 		t.Error("a choice from costs not yet measured")
 	}
 }
@@ -300,7 +320,7 @@ func TestNextK(t *testing.T) {
 // TestDraftLen: at k 0 a slot drafts nothing but probeK's every probeEvery
 // steps, asking only then; every slot drafts its max every maxProbeEvery.
 func TestDraftLen(t *testing.T) {
-	sl := &slot{}
+	sl := &slotSpec{}
 	asked := 0
 	probe := func(k int) func() int { return func() int { asked++; return k } }
 	for i := range maxProbeEvery - 1 {
@@ -327,7 +347,7 @@ func TestDraftLen(t *testing.T) {
 		t.Errorf("where no probe pays, %d tokens drafted in %d steps, want 16 (the max twice)", n, 2*maxProbeEvery)
 	}
 	// A slot at k 3 drafts 3, and its max every maxProbeEvery.
-	at3 := &slot{draftK: 3}
+	at3 := &slotSpec{k: 3}
 	n = 0
 	for range maxProbeEvery {
 		n += at3.draftLen(8, probe(1))

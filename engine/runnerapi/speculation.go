@@ -1,14 +1,11 @@
 package runnerapi
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Speculation asks for speculative decoding of a request.
 type Speculation struct {
-	// Draft is the draft source: "ngram" (prompt lookup), or the id of
-	// the instance's draft model (draftmodel.go).
+	// Draft is the draft source: DraftNgram (prompt lookup), or the id
+	// of the instance's draft model (engine/runner's draftmodel.go).
 	Draft string `json:"draft"`
 	// Max is the most tokens drafted per step (0: DefaultDraft).
 	Max int `json:"max,omitempty"`
@@ -29,6 +26,10 @@ const (
 	// first token and decoded at 0.7× plain (make spec-bench, 2026-12-06).
 	DefaultPMin = 0.0
 )
+
+// DraftNgram, as a request's draft, drafts by prompt lookup: every
+// instance can.
+const DraftNgram = "ngram"
 
 // SpeculationOff, as a request's draft ("speculative": {"draft":
 // "none"}), turns its instance's default speculation off for it.
@@ -71,7 +72,7 @@ func (sp *Speculation) validate(req *Request) error {
 func (sp *Speculation) check() error {
 	switch {
 	case sp.Draft == "":
-		return errors.New(`speculative draft is missing: "ngram" (prompt lookup) or the instance's draft model`)
+		return fmt.Errorf("speculative draft is missing: %q (prompt lookup) or the instance's draft model", DraftNgram)
 	case sp.Max < 0 || sp.Max > MaxDraft:
 		return fmt.Errorf("speculative max %d: want 1..%d", sp.Max, MaxDraft)
 	case sp.Min < 0 || sp.Min > sp.Limit():
@@ -94,12 +95,12 @@ func (sp *Speculation) CheckDefault(draftID string) error {
 // DraftsWith checks sp's draft source against what an instance drafts
 // with: prompt lookup, or its draft model draftID ("": none).
 func (sp *Speculation) DraftsWith(draftID string) error {
-	if sp.Draft == "ngram" || draftID != "" && sp.Draft == draftID {
+	if sp.Draft == DraftNgram || draftID != "" && sp.Draft == draftID {
 		return nil
 	}
-	have := `"ngram" only (no draft model)`
+	have := fmt.Sprintf("%q only (no draft model)", DraftNgram)
 	if draftID != "" {
-		have = fmt.Sprintf(`"ngram" or its draft model %q`, draftID)
+		have = fmt.Sprintf("%q or its draft model %q", DraftNgram, draftID)
 	}
 	return fmt.Errorf("speculative draft %q: the instance drafts with %s", sp.Draft, have)
 }
