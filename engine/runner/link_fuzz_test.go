@@ -2,13 +2,16 @@ package runner
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // memConn is a net.Conn reading from a fixed buffer (a unit-test double).
@@ -114,4 +117,31 @@ func FuzzLinkFrames(f *testing.F) {
 
 func hasNaN(xs []float32) bool {
 	return slices.ContainsFunc(xs, func(x float32) bool { return x != x })
+}
+
+// Rank 0 refuses a token frame whose sample does not answer its step's
+// group: another slot, or drafts other than those it sent (the scheduler
+// trims a slot's history by the drafts rejected).
+func TestPipelineRefusesForeignSamples(t *testing.T) {
+	var phase trace.Token // a request that is not traced
+	group := Group{Slot: 1, Tokens: []int32{5, 6, 7}, Draft: 2, Sample: true, Decode: true, Parent: &phase}
+	for _, c := range []struct {
+		name string
+		smp  Sampled
+		ok   bool
+	}{
+		{"its own", Sampled{Slot: 1, Tokens: []int32{5, 6}, Drafted: 2}, true},
+		{"another slot", Sampled{Slot: 0, Tokens: []int32{5, 6}, Drafted: 2}, false},
+		{"more drafts", Sampled{Slot: 1, Tokens: []int32{5, 6, 7, 8}, Drafted: 3}, false},
+		{"no drafts", Sampled{Slot: 1, Tokens: []int32{5}}, false},
+	} {
+		payload := (&tokenMsg{Seq: 1, Samples: []Sampled{c.smp}}).marshal(nil)
+		p := &Pipeline{Shape: runnerapi.Shape{Pipeline: 2, Tensor: 1}, Out: NewLink(memConn{r: bytes.NewReader(nil)}),
+			In: NewLink(memConn{r: bytes.NewReader(frame(frameToken, payload))})}
+		p.pending = []pendingStep{{st: &Step{Groups: []Group{group}}, seq: 1}}
+		_, got, err := p.Recv(context.Background())
+		if c.ok && (err != nil || len(got) != 1) || !c.ok && !errors.Is(err, ErrLinkLost) {
+			t.Errorf("%s: %v, %v", c.name, got, err)
+		}
+	}
 }

@@ -137,8 +137,11 @@ func (p *Pipeline) Recv(ctx context.Context) (*Step, []Sampled, error) {
 		if !g.Sample {
 			continue
 		}
-		if t.Samples[k].Slot != g.Slot {
-			return nil, nil, p.fail(fmt.Errorf("%w: token frame of step %d: sample %d for slot %d, want %d", ErrLinkLost, t.Seq, k, t.Samples[k].Slot, g.Slot))
+		// The scheduler trusts a sample's slot and drafts: it trims the
+		// slot's history by the drafts rejected.
+		if smp := t.Samples[k]; smp.Slot != g.Slot || smp.Drafted != g.Draft || len(smp.Tokens) > g.Draft+1 {
+			return nil, nil, p.fail(fmt.Errorf("%w: token frame of step %d: sample %d for slot %d with %d of %d drafts, want slot %d with %d",
+				ErrLinkLost, t.Seq, k, smp.Slot, len(smp.Tokens)-1, smp.Drafted, g.Slot, g.Draft))
 		}
 		k++
 		recvSpan(g.Parent, fmt.Sprintf("recv ← rank %d", p.Shape.Rank(last, 0)), first,
