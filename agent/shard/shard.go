@@ -18,7 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 	"github.com/orrery-cluster/orrery/engine/split"
 	"github.com/orrery-cluster/orrery/internal/transfer"
 )
@@ -30,7 +30,7 @@ type Config struct {
 	// Self is this node's id.
 	Self string
 	// Models finds the models on this node's disk.
-	Models *model.Scanner
+	Models *modelstore.Scanner
 	// Peer reaches other nodes' peer APIs as http://<node id>/….
 	Peer *http.Client
 	// State is the node's replicated state (members, instances).

@@ -1,6 +1,7 @@
 // Package model describes decoder-only transformer models stored as GGUF:
-// their shape from the metadata, their tokenizer and chat template, where
-// users keep them, and a generator of random-weight models for tests.
+// their shape from the metadata, their tokenizer and chat template, and a
+// generator of random-weight models for tests. Where users keep them is
+// engine/modelstore's; how they are cut for ranks, engine/split's.
 package model
 
 import (
