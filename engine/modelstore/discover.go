@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // Model sources, in the order they win when two give the same id.
@@ -180,7 +181,7 @@ func describe(path string) Entry {
 	}
 	// A vocabulary or chat template Orrery cannot use makes the model
 	// unservable too: say so here, not first when a runner loads it.
-	if _, err := model.NewTokenizer(f); err != nil {
+	if _, err := tokenizer.New(f); err != nil {
 		e.Error = err.Error()
 		return e
 	}
