@@ -28,7 +28,7 @@ import (
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
 	"github.com/orrery-cluster/orrery/cluster/ringbench"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -260,7 +260,7 @@ func (a *Agent) wire(k keys, exe string) error {
 func (a *Agent) wireServing(exe string, key auth.Key) {
 	cfg, id := a.cfg, a.identity.NodeID
 	publish := func(ev state.Event) error { return a.seq.Publish(ev) }
-	models := &model.Scanner{Dirs: cfg.modelDirs()}
+	models := &modelstore.Scanner{Dirs: cfg.modelDirs()}
 	bind, _ := a.directHost()
 	a.sup = supervisor.New(supervisor.Config{NodeID: id, NodeName: a.identity.FriendlyName, Exe: exe,
 		DirectHost: bind, DirectPorts: cfg.DirectPorts, LinkSecret: func(instanceID string) []byte { return key.Derive("rank-links/" + instanceID) },

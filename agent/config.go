@@ -17,7 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/tracecollect"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
@@ -105,8 +105,8 @@ type Config struct {
 	// keep_alive; negative: until deleted).
 	KeepAlive api.KeepAlive
 	// ModelDirs are where models are looked for; nil means
-	// model.DefaultDirs (the data dir, Ollama, LM Studio, the HF cache).
-	ModelDirs *model.Dirs
+	// modelstore.DefaultDirs (the data dir, Ollama, LM Studio, the HF cache).
+	ModelDirs *modelstore.Dirs
 	// Version is reported in the identity and /healthz.
 	Version string
 	Logger  *slog.Logger
@@ -187,12 +187,12 @@ func (c Config) validate() error {
 }
 
 // modelDirs are where models are looked for.
-func (c Config) modelDirs() model.Dirs {
+func (c Config) modelDirs() modelstore.Dirs {
 	if c.ModelDirs != nil {
 		return *c.ModelDirs
 	}
 	home, _ := os.UserHomeDir()
-	return model.DefaultDirs(c.DataDir, home, c.Getenv)
+	return modelstore.DefaultDirs(c.DataDir, home, c.Getenv)
 }
 
 // ParsePortRange parses "FIRST-LAST" (or one port, "P") into DirectPorts.

@@ -19,7 +19,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 	"github.com/orrery-cluster/orrery/frontend"
 )
 
@@ -305,7 +305,7 @@ func (v discoveryView) DiscoveryReport() discovery.Report { return v.d.Diagnose(
 
 // localModel is the path of a model this node has (by id), for a runner
 // to load.
-func localModel(models *model.Scanner, id string) (string, error) {
+func localModel(models *modelstore.Scanner, id string) (string, error) {
 	e, ok := models.Find(id)
 	switch {
 	case !ok:

@@ -16,9 +16,9 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // Batched serving on one node: B requests at once through the runner's
@@ -79,7 +79,7 @@ func Batched(ctx context.Context, o BatchedOptions, load runner.LoadFunc, log io
 	if err != nil {
 		return nil, err
 	}
-	tok, err := model.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +120,7 @@ func Batched(ctx context.Context, o BatchedOptions, load runner.LoadFunc, log io
 // batchedRuns loads the model and runs Orrery's tests; the scheduler and
 // the weights are gone before it returns (llama-batched-bench then has
 // the memory).
-func batchedRuns(ctx context.Context, o BatchedOptions, load runner.LoadFunc, tok *model.Tokenizer, ctxLen int, log io.Writer) (*BatchedReport, error) {
+func batchedRuns(ctx context.Context, o BatchedOptions, load runner.LoadFunc, tok *tokenizer.Tokenizer, ctxLen int, log io.Writer) (*BatchedReport, error) {
 	rank, err := load(ctx, o.Model, backend.Options{Threads: o.Threads, BatchSize: 512, ContextLen: ctxLen, Parallel: slices.Max(o.Conc)}, nil)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -78,9 +79,9 @@ func Engine(ctx context.Context, o EngineOptions, load runner.LoadFunc, log io.W
 	if err == nil {
 		cfg, err = model.FromGGUF(f)
 	}
-	var tok *model.Tokenizer
+	var tok *tokenizer.Tokenizer
 	if err == nil {
-		tok, err = model.NewTokenizer(f)
+		tok, err = tokenizer.New(f)
 	}
 	if err != nil {
 		return nil, err
@@ -124,7 +125,7 @@ func Engine(ctx context.Context, o EngineOptions, load runner.LoadFunc, log io.W
 // engineRuns loads the model and runs the tests; the model is closed
 // before it returns, so that both engines' weights are never resident
 // together.
-func engineRuns(ctx context.Context, o EngineOptions, load runner.LoadFunc, tok *model.Tokenizer, weightBytes int64, log io.Writer) ([]EngineRow, error) {
+func engineRuns(ctx context.Context, o EngineOptions, load runner.LoadFunc, tok *tokenizer.Tokenizer, weightBytes int64, log io.Writer) ([]EngineRow, error) {
 	start := time.Now()
 	rank, err := load(ctx, o.Model, backend.Options{Threads: o.Threads, BatchSize: max(o.PP, 1), ContextLen: max(o.PP, o.TG) + 8,
 		NoFlashAttention: o.NoFlashAttention, NoRepack: o.NoRepack}, nil)

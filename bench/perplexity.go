@@ -10,8 +10,8 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runner"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // PerplexityReport is orrery perplexity's result, computed as
@@ -40,7 +40,7 @@ func Perplexity(ctx context.Context, path, text string, nCtx, chunks int, opts b
 	if err != nil {
 		return nil, err
 	}
-	tok, err := model.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		return nil, err
 	}

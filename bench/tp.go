@@ -23,6 +23,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // TPOptions configures TP: one request's prefill and decode on one runner
@@ -45,8 +46,8 @@ type TPOptions struct {
 	// Concurrent decodes of TG tokens run at once in the batched test
 	// (0: none); each runner serves that many slots.
 	Concurrent int
-	// Experts is how a mixture's experts split (model.PlanTPExperts).
-	Experts model.ExpertSplit
+	// Experts is how a mixture's experts split (split.PlanTPExperts).
+	Experts split.ExpertSplit
 	// Wire is the group's all-reduce wire type (runner --tp-wire).
 	Wire collective.Wire
 }
@@ -128,7 +129,7 @@ func TP(ctx context.Context, o TPOptions, log io.Writer) (*TPReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan, err := model.PlanTPExperts(f, cfg, o.Ranks, o.Experts)
+	plan, err := split.PlanTPExperts(f, cfg, o.Ranks, o.Experts)
 	if err != nil {
 		return nil, err
 	}
@@ -210,17 +211,17 @@ func writeSlices(o TPOptions, cfg model.Config, plan []model.TPSlice, log io.Wri
 	base := strings.TrimSuffix(filepath.Base(o.Model), ".gguf")
 	var paths []string
 	for _, s := range plan {
-		split := ""
+		how := ""
 		switch {
 		case s.ExpertColumns:
-			split = "-expert-columns"
+			how = "-expert-columns"
 		case s.FullExperts > 0:
-			split = "-experts-whole"
+			how = "-experts-whole"
 		}
-		p := filepath.Join(o.Dir, fmt.Sprintf("%s-%d-tp%d-of-%d%s.gguf", base, st.Size(), s.Rank, s.Ranks, split))
+		p := filepath.Join(o.Dir, fmt.Sprintf("%s-%d-tp%d-of-%d%s.gguf", base, st.Size(), s.Rank, s.Ranks, how))
 		if !sliceOf(p, s) {
 			fmt.Fprintf(log, "writing slice %d of %d: %d/%d heads, ff %d, experts %d/%d…\n", s.Rank, s.Ranks, s.Heads, s.FullHeads, s.FFDim, s.Experts, s.FullExperts)
-			if err := model.WriteTPSlice(o.Model, p, 0, cfg.Layers, s, "tp-bench"); err != nil {
+			if err := split.WriteTPSlice(o.Model, p, 0, cfg.Layers, s, "tp-bench"); err != nil {
 				return nil, err
 			}
 		}

@@ -9,8 +9,8 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/gguf"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -66,7 +66,7 @@ type vocabCache struct {
 type vocabEntry struct {
 	path string
 	mod  time.Time
-	tok  *model.Tokenizer
+	tok  *tokenizer.Tokenizer
 }
 
 // maxVocabCache bounds the cached tokenizers (a large vocabulary is tens
@@ -92,7 +92,7 @@ func (m *Manager) Vocab(modelID string) (api.Vocab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", modelID, err)
 	}
-	tok, err := model.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s has no usable tokenizer: %v", api.ErrModelNotFound, modelID, err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/engine/gguf"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -39,7 +39,7 @@ type Config struct {
 	Store   *state.Store
 	Publish func(state.Event) error
 	// Models finds the models on this node's disk.
-	Models *model.Scanner
+	Models *modelstore.Scanner
 	// Runners runs this node's ranks.
 	Runners *supervisor.Supervisor
 	// Peer reaches other nodes' peer APIs as http://<node id>/….

@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -30,7 +31,7 @@ func oneNode(t *testing.T) (*Manager, *state.LocalSequencer) {
 	}
 	store := state.NewStore(state.NewLog(100), state.NewMemoryHistory(state.DefaultHistoryWindow))
 	seq := &state.LocalSequencer{Store: store}
-	m := New(Config{Self: "n1", Store: store, Publish: seq.Publish, Models: &model.Scanner{Dirs: model.Dirs{Orrery: dir}},
+	m := New(Config{Self: "n1", Store: store, Publish: seq.Publish, Models: &modelstore.Scanner{Dirs: modelstore.Dirs{Orrery: dir}},
 		Runners: supervisor.New(supervisor.Config{NodeID: "n1"}),
 		ShipTrace: func(string, string, []trace.Span, []trace.CounterSample, []state.ShardRange, string) {
 		}})

@@ -11,7 +11,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/telemetry"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 )
 
 // ModelScanInterval is how often the models on disk are scanned.
@@ -21,7 +21,7 @@ const ModelScanInterval = 10 * time.Second
 // every 10 scans regardless).
 type modelsSampler struct {
 	nodeID string
-	scan   *model.Scanner
+	scan   *modelstore.Scanner
 
 	mu   sync.Mutex // guards last and n: Sample also runs on master changes
 	last []state.ModelInfo
@@ -80,7 +80,7 @@ func (m *modelsSampler) listLocked() state.NodeModelsMeasured {
 	return state.NodeModelsMeasured{NodeID: m.nodeID, Models: state.NodeModels{Models: ms, SampledAt: time.Now().UTC()}}
 }
 
-// DeleteModel removes a model from this node's stores (model.Scanner.
+// DeleteModel removes a model from this node's stores (modelstore.Scanner.
 // Remove) and publishes the new list. It refuses while an instance that
 // is not failed uses the model here: a rank of it runs here, or this node
 // placed it (and serves its shards).
@@ -98,7 +98,7 @@ func (m *Manager) DeleteModel(id string) (api.ModelDeleted, error) {
 		}
 	}
 	r, err := m.cfg.Models.Remove(id)
-	if errors.Is(err, model.ErrNoModel) {
+	if errors.Is(err, modelstore.ErrNoModel) {
 		return api.ModelDeleted{}, fmt.Errorf("%w: %v", api.ErrModelNotFound, err)
 	}
 	if len(r.Files) > 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/placement"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // modelLayout is what placing a model needs to know of it.
@@ -75,7 +76,7 @@ func (m *Manager) sourceLayout(ctx context.Context, ref string) (modelLayout, er
 	}
 	cfg, err := model.FromGGUF(f)
 	if err == nil {
-		_, err = model.NewTokenizer(f)
+		_, err = tokenizer.New(f)
 	}
 	if err != nil {
 		return modelLayout{}, fmt.Errorf("%w: %s cannot run: %v", api.ErrModelNotFound, ref, err)

@@ -6,9 +6,9 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/agent/state"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/placement"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // placeTensor places the model as one tensor-parallel group, or as a
@@ -16,7 +16,7 @@ import (
 // on the nodes the request names, in order (stage s on nodes
 // [s*T, (s+1)*T): name the nodes of a fast link together), or on the
 // candidates with the most memory (every candidate for "tensor"). Each
-// node holds a slice of every block of its stage (model.PlanTP); rank 0,
+// node holds a slice of every block of its stage (split.PlanTP); rank 0,
 // on the first node, serves.
 func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml modelLayout, existed *bool) (state.Instance, error) {
 	p := req.Parallelism
@@ -42,7 +42,7 @@ func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml mode
 	if err != nil {
 		return bad("%v", err)
 	}
-	plan, err := model.PlanTP(ml.file, ml.cfg, sh.Tensor)
+	plan, err := split.PlanTP(ml.file, ml.cfg, sh.Tensor)
 	if err != nil {
 		return bad("%v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // Shard-only pulls. When no node has a model, its placement reads the
@@ -166,14 +167,14 @@ func (f *Fetcher) span(ctx context.Context, t Target, off, n int64) ([]byte, err
 func (p *Puller) Shard(ctx context.Context, src state.ModelSource, first, last int, dst string, progress func(done, size int64)) (ShardStats, error) {
 	what := fmt.Sprintf("shard [%d, %d) of %s", first, last, src.Ref)
 	return p.piece(ctx, src, what, dst, progress, func(hdr *gguf.File) ([][2]int64, func(io.ReaderAt) error, error) {
-		ranges, err := model.ShardRanges(hdr, first, last)
-		return ranges, func(part io.ReaderAt) error { return model.WriteShardFrom(hdr, part, dst, first, last, src.SHA256) }, err
+		ranges, err := split.ShardRanges(hdr, first, last)
+		return ranges, func(part io.ReaderAt) error { return split.WriteShardFrom(hdr, part, dst, first, last, src.SHA256) }, err
 	})
 }
 
 // Slice is Shard for rank of a tensor-parallel group of ranks: it fetches
 // only the byte ranges the rank's slice of blocks [first, last) is cut
-// from (model.TPRanges: its experts, its heads' rows, and the column-cut
+// from (split.TPRanges: its experts, its heads' rows, and the column-cut
 // matrices about whole) and writes the slice to dst.
 func (p *Puller) Slice(ctx context.Context, src state.ModelSource, first, last, rank, ranks int, dst string, progress func(done, size int64)) (ShardStats, error) {
 	what := fmt.Sprintf("slice %d of %d of blocks [%d, %d) of %s", rank, ranks, first, last, src.Ref)
@@ -182,16 +183,16 @@ func (p *Puller) Slice(ctx context.Context, src state.ModelSource, first, last, 
 		if err != nil {
 			return nil, nil, err
 		}
-		plan, err := model.PlanTP(hdr, cfg, ranks)
+		plan, err := split.PlanTP(hdr, cfg, ranks)
 		if err != nil {
 			return nil, nil, err
 		}
 		if rank < 0 || rank >= len(plan) {
 			return nil, nil, fmt.Errorf("rank %d of a group of %d", rank, ranks)
 		}
-		ranges, err := model.TPRanges(hdr, first, last, plan[rank])
+		ranges, err := split.TPRanges(hdr, first, last, plan[rank])
 		return ranges, func(part io.ReaderAt) error {
-			return model.WriteTPSliceFrom(hdr, part, dst, first, last, plan[rank], src.SHA256)
+			return split.WriteTPSliceFrom(hdr, part, dst, first, last, plan[rank], src.SHA256)
 		}, err
 	})
 }

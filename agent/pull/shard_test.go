@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // shardModel is an 8-block Q8_0 model on the fake hub, with its bytes
@@ -69,7 +70,7 @@ func TestShardPull(t *testing.T) {
 			t.Errorf("blocks [%d, %d): %+v, %d bytes served", rg[0], rg[1], st, served)
 		}
 		want := filepath.Join(dir, "cut.gguf")
-		if err := model.WriteShard(local, want, rg[0], rg[1], src.SHA256); err != nil {
+		if err := split.WriteShard(local, want, rg[0], rg[1], src.SHA256); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := os.ReadFile(dst)
@@ -117,7 +118,7 @@ func TestShardPullResumes(t *testing.T) {
 		t.Fatalf("second run: %+v", st)
 	}
 	want := filepath.Join(t.TempDir(), "cut.gguf")
-	if err := model.WriteShard(local, want, 0, 5, src.SHA256); err != nil {
+	if err := split.WriteShard(local, want, 0, 5, src.SHA256); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := os.ReadFile(dst)
@@ -217,7 +218,7 @@ func TestSlicePull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := model.PlanTPFile(local, 2)
+		plan, err := split.PlanTPFile(local, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +240,7 @@ func TestSlicePull(t *testing.T) {
 				t.Errorf("rank %d: %+v, %d bytes served of %d", rank, st, served, len(data))
 			}
 			want := filepath.Join(dir, "cut.gguf")
-			if err := model.WriteTPSlice(local, want, 0, o.Layers, plan[rank], src.SHA256); err != nil {
+			if err := split.WriteTPSlice(local, want, 0, o.Layers, plan[rank], src.SHA256); err != nil {
 				t.Fatal(err)
 			}
 			got, _ := os.ReadFile(dst)

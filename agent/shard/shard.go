@@ -18,7 +18,8 @@ import (
 	"github.com/orrery-cluster/orrery/agent/pull"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/agent/supervisor"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
+	"github.com/orrery-cluster/orrery/engine/split"
 	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
@@ -29,7 +30,7 @@ type Config struct {
 	// Self is this node's id.
 	Self string
 	// Models finds the models on this node's disk.
-	Models *model.Scanner
+	Models *modelstore.Scanner
 	// Peer reaches other nodes' peer APIs as http://<node id>/….
 	Peer *http.Client
 	// State is the node's replicated state (members, instances).
@@ -123,7 +124,7 @@ func pieceOf(in state.Instance, rank int) piece {
 // whole reports whether the piece is the whole model of layers blocks.
 func (pc piece) whole(layers int) bool { return pc.first == 0 && pc.last == layers && pc.tpRanks < 2 }
 
-// tpPlanVersion names how model.PlanTP splits: a slice cut by another
+// tpPlanVersion names how split.PlanTP splits: a slice cut by another
 // version is not reused (the runners also check that their slices tile
 // the model).
 const tpPlanVersion = 5 // 5: the output head split by vocabulary; 4: mixtures split (by expert columns or whole); 3: the MLP split evenly
@@ -140,13 +141,13 @@ func (pc piece) name(hash string) string {
 // write cuts the piece of the model at path into dst.
 func (pc piece) write(path, dst, hash string) error {
 	if pc.tpRanks < 2 {
-		return model.WriteShard(path, dst, pc.first, pc.last, hash)
+		return split.WriteShard(path, dst, pc.first, pc.last, hash)
 	}
-	plan, err := model.PlanTPFile(path, pc.tpRanks)
+	plan, err := split.PlanTPFile(path, pc.tpRanks)
 	if err != nil {
 		return err
 	}
-	return model.WriteTPSlice(path, dst, pc.first, pc.last, plan[pc.tpRank], hash)
+	return split.WriteTPSlice(path, dst, pc.first, pc.last, plan[pc.tpRank], hash)
 }
 
 // pull gets the rank's part of an instance placed from its source: the
@@ -237,7 +238,7 @@ func (h *hashCache) get(path string) (string, error) {
 	if v, ok := h.m[key]; ok {
 		return v, nil
 	}
-	v, err := model.FileHash(path)
+	v, err := split.FileHash(path)
 	if err != nil {
 		return "", err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 )
 
 // twoNodes is a node "a" with the tiny model and a node "b" without it;
@@ -35,7 +36,7 @@ func twoNodes(t *testing.T) (a, b *Cache, in state.Instance) {
 	in = state.Instance{InstanceID: "inst-1", ModelID: "tiny", NodeID: "a", Ranks: []state.ShardRange{
 		{Rank: 0, NodeID: "a", FirstLayer: 0, LastLayer: 2}, {Rank: 1, NodeID: "b", FirstLayer: 2, LastLayer: 4}}}
 	st := state.State{NodeIdentities: map[string]state.NodeIdentity{"a": {}, "b": {}}}
-	a = New(Config{Dir: filepath.Join(t.TempDir(), "shards"), Self: "a", Models: &model.Scanner{Dirs: model.Dirs{Orrery: models}},
+	a = New(Config{Dir: filepath.Join(t.TempDir(), "shards"), Self: "a", Models: &modelstore.Scanner{Dirs: modelstore.Dirs{Orrery: models}},
 		State: func() state.State { return st }, Holder: func(string) (string, error) { return "a", nil }})
 	srv := httptest.NewServer(a)
 	t.Cleanup(srv.Close)
@@ -45,7 +46,7 @@ func twoNodes(t *testing.T) (a, b *Cache, in state.Instance) {
 		}
 		return (&net.Dialer{}).DialContext(ctx, "tcp", srv.Listener.Addr().String())
 	}}}
-	b = New(Config{Dir: filepath.Join(t.TempDir(), "shards"), Self: "b", Models: &model.Scanner{Dirs: model.Dirs{Orrery: t.TempDir()}},
+	b = New(Config{Dir: filepath.Join(t.TempDir(), "shards"), Self: "b", Models: &modelstore.Scanner{Dirs: modelstore.Dirs{Orrery: t.TempDir()}},
 		Peer: peer, State: func() state.State { return st }, Holder: func(string) (string, error) { return "a", nil }})
 	return a, b, in
 }

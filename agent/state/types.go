@@ -220,7 +220,7 @@ func New() State {
 	}
 }
 
-// ModelInfo is one model a node has on disk (see engine/model.Entry).
+// ModelInfo is one model a node has on disk (see engine/modelstore.Entry).
 type ModelInfo struct {
 	ID           string  `json:"id"`
 	Source       string  `json:"source"`

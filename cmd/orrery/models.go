@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/demo"
 	"github.com/orrery-cluster/orrery/engine/chattmpl"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/modelstore"
 )
 
 const genModelUsage = `Usage: orrery gen-model [flags]
@@ -193,11 +194,11 @@ func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	home, _ := os.UserHomeDir()
-	s := &model.Scanner{Dirs: model.DefaultDirs(*dataDir, home, os.Getenv)}
+	s := &modelstore.Scanner{Dirs: modelstore.DefaultDirs(*dataDir, home, os.Getenv)}
 	ms := s.Scan()
 	if *asJSON {
 		if ms == nil {
-			ms = []model.Entry{}
+			ms = []modelstore.Entry{}
 		}
 		b, _ := json.MarshalIndent(map[string]any{"models": ms}, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
@@ -220,7 +221,7 @@ func runModels(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
-func nonEmpty(d model.Dirs) []string {
+func nonEmpty(d modelstore.Dirs) []string {
 	return slices.DeleteFunc([]string{d.Orrery, d.Ollama, d.LMStudio, d.HuggingFace}, func(s string) bool { return s == "" })
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // moeOverThree runs a mixture-of-experts model (gen-model --arch
@@ -47,7 +48,7 @@ func moeOverThree(t *testing.T, bin string, a, b *agentProc, ids []string, dirC 
 	})
 	for _, p := range pv.Previews {
 		for _, r := range p.Ranks {
-			weights, err := model.ShardSize(f, cfg, r.FirstLayer, r.LastLayer)
+			weights, err := split.ShardSize(f, cfg, r.FirstLayer, r.LastLayer)
 			if err != nil || r.NeedBytes < weights {
 				t.Errorf("preview of %d nodes: rank [%d, %d) needs %d bytes, less than its %d bytes of weights (all %d experts of its layers): %v",
 					p.Nodes, r.FirstLayer, r.LastLayer, r.NeedBytes, weights, cfg.Experts, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/split"
 	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
@@ -134,7 +135,7 @@ func TestTensorParallelRunners(t *testing.T) {
 	plan := tpPlan(t, path, ranks)
 	for _, s := range plan {
 		p := filepath.Join(dir, fmt.Sprintf("tp%d.gguf", s.Rank))
-		if err := model.WriteTPSlice(path, p, 0, o.Layers, s, "test"); err != nil {
+		if err := split.WriteTPSlice(path, p, 0, o.Layers, s, "test"); err != nil {
 			t.Fatal(err)
 		}
 		slicesPaths = append(slicesPaths, p)
@@ -220,7 +221,7 @@ func TestTensorParallelRunners(t *testing.T) {
 
 func tpPlan(t *testing.T, path string, ranks int) []model.TPSlice {
 	t.Helper()
-	plan, err := model.PlanTPFile(path, ranks)
+	plan, err := split.PlanTPFile(path, ranks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +259,7 @@ func TestExpertParallelRunners(t *testing.T) {
 					t.Fatalf("rank %d holds %d of %d experts, want 2 or 3 of 8", s.Rank, s.Experts, s.FullExperts)
 				}
 				p := filepath.Join(dir, fmt.Sprintf("ep%d.gguf", s.Rank))
-				if err := model.WriteTPSlice(path, p, 0, o.Layers, s, "test"); err != nil {
+				if err := split.WriteTPSlice(path, p, 0, o.Layers, s, "test"); err != nil {
 					t.Fatal(err)
 				}
 				group = append(group, startTPRunner(t, bin, p, "--tp-rank", fmt.Sprint(s.Rank), "--tp-ranks", fmt.Sprint(ranks), "--tp-addrs", strings.Join(addrs, ",")))

@@ -14,8 +14,8 @@ import (
 
 	"github.com/orrery-cluster/orrery/bench"
 	"github.com/orrery-cluster/orrery/engine/collective"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 const tpBenchUsage = `Usage: orrery tp-bench --model PATH [flags]
@@ -151,7 +151,7 @@ func splitFlags(o *bench.TPOptions, experts, wire string) error {
 	switch experts {
 	case "auto":
 	case "whole", "columns":
-		o.Experts = model.ExpertSplit(experts)
+		o.Experts = split.ExpertSplit(experts)
 	default:
 		return fmt.Errorf("--experts %q: want auto, whole or columns", experts)
 	}

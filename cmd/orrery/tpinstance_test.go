@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // A model placed as one tensor-parallel group over two real agents: the
@@ -267,7 +268,7 @@ func TestExpertParallelFitsNoSingleNode(t *testing.T) {
 	}
 	// The agents' defaults: the model's context, 4 slots.
 	l := placement.LayoutOf(f, cfg, 0, 4)
-	plan, err := model.PlanTP(f, cfg, 2)
+	plan, err := split.PlanTP(f, cfg, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
 	"github.com/orrery-cluster/orrery/engine/internal/reference"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -407,7 +408,7 @@ func runOrrery(t *testing.T, path string, ranks int, ids []int32, st setting) re
 		for i := range ranks {
 			first, last := i*shape.Layers/ranks, (i+1)*shape.Layers/ranks
 			p := filepath.Join(t.TempDir(), fmt.Sprintf("shard-%d.gguf", i))
-			if err := model.WriteShard(path, p, first, last, ""); err != nil {
+			if err := split.WriteShard(path, p, first, last, ""); err != nil {
 				t.Fatalf("cut shard %d: %v", i, err)
 			}
 			paths = append(paths, p)
@@ -436,7 +437,7 @@ func runOrrery(t *testing.T, path string, ranks int, ids []int32, st setting) re
 			}
 			b = backend.Batch{Hidden: res.Hidden, Positions: b.Positions, AllLogits: all}
 			if i == len(rs)-1 {
-				return split(res.Logits, shape.Vocab)
+				return rowsOf(res.Logits, shape.Vocab)
 			}
 		}
 		return nil
@@ -490,7 +491,7 @@ func distance(exact [][]float64, got result) float64 {
 	return d / math.Sqrt(sumSq/n-mean*mean)
 }
 
-func split(x []float32, n int) [][]float32 {
+func rowsOf(x []float32, n int) [][]float32 {
 	var rows [][]float32
 	for i := 0; i+n <= len(x); i += n {
 		rows = append(rows, x[i:i+n])

@@ -17,7 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
 	"github.com/orrery-cluster/orrery/engine/gguf"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -103,7 +103,7 @@ func sameTokens(t *testing.T, dir, text string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := model.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
 	"github.com/orrery-cluster/orrery/engine/collective"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // Tensor-parallel rows: the prompt and the greedy run through a group of
@@ -94,7 +94,7 @@ func runTPWorker(spec string) error {
 		if err != nil {
 			return nil, err
 		}
-		return split(res.Logits, shape.Vocab), nil
+		return rowsOf(res.Logits, shape.Vocab), nil
 	}
 	var out tpOut
 	rows, err := forward(w.IDs, 0, true)
@@ -141,7 +141,7 @@ var errNoSplit = errors.New("not split")
 // tensor-parallel ranks (slices cut from the file; repacking off).
 func runOrreryTP(t *testing.T, path string, ranks int, ids []int32, st setting) (result, error) {
 	t.Helper()
-	plan, err := model.PlanTPFile(path, ranks)
+	plan, err := split.PlanTPFile(path, ranks)
 	if err != nil {
 		return result{}, fmt.Errorf("%w: %w", errNoSplit, err)
 	}
@@ -170,7 +170,7 @@ func runOrreryTP(t *testing.T, path string, ranks int, ids []int32, st setting) 
 	var outs []*strings.Builder
 	for _, s := range plan {
 		p := filepath.Join(dir, fmt.Sprintf("tp%d.gguf", s.Rank))
-		if err := model.WriteTPSlice(path, p, 0, shape.Layers, s, "conformance"); err != nil {
+		if err := split.WriteTPSlice(path, p, 0, shape.Layers, s, "conformance"); err != nil {
 			t.Fatalf("cut slice %d: %v", s.Rank, err)
 		}
 		spec, _ := json.Marshal(tpWorker{Rank: s.Rank, Slice: p, Addrs: addrs, IDs: ids, FlashAttn: st.flashAttn == "on", KV: st.kv,

@@ -1,6 +1,8 @@
 // Package model describes decoder-only transformer models stored as GGUF:
-// their shape from the metadata, their tokenizer and chat template, where
-// users keep them, and a generator of random-weight models for tests.
+// their shape from the metadata, and a generator of random-weight models
+// for tests. Their tokenizer and chat template are engine/tokenizer's;
+// where users keep them, engine/modelstore's; how they are cut for ranks,
+// engine/split's.
 package model
 
 import (

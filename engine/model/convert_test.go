@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // writeTrained writes a safetensors file as models/kjv/train.py does, for
@@ -65,7 +66,7 @@ func TestConvert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewTokenizer(f); err != nil {
+	if _, err := tokenizer.New(f); err != nil {
 		t.Fatalf("tokenizer: %v", err)
 	}
 	if got := f.String("tokenizer.chat_template", ""); got != ContinueTemplate {

@@ -6,15 +6,17 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // A model file's metadata is what the agent reads of every file it scans
-// (describe: FromGGUF, then NewTokenizer), in its own process: a file
-// pulled from a hub must not be able to crash it. FuzzModelMetadata takes
-// every family's generated metadata and changes one key (another value
-// or type, an array cut short or with an element replaced, the key gone)
-// or adds one: FromGGUF and NewTokenizer must refuse it or take it without
-// a panic, and a tokenizer they take encodes, decodes and renders a chat.
+// (modelstore's describe: FromGGUF, then tokenizer.New), in its own
+// process: a file pulled from a hub must not be able to crash it.
+// FuzzModelMetadata takes every family's generated metadata and changes
+// one key (another value or type, an array cut short or with an element
+// replaced, the key gone) or adds one: FromGGUF and tokenizer.New must
+// refuse it or take it without a panic, and a tokenizer they take
+// encodes, decodes and renders a chat.
 func FuzzModelMetadata(f *testing.F) {
 	files := familyFiles(f)
 	f.Add(uint8(0), uint16(3), uint8(0), uint32(7), "x", 1.5)
@@ -74,7 +76,7 @@ func FuzzModelMetadata(f *testing.F) {
 		if _, err := FromGGUF(g); err != nil {
 			return
 		}
-		tok, err := NewTokenizer(g)
+		tok, err := tokenizer.New(g)
 		if err != nil {
 			return
 		}
@@ -83,6 +85,6 @@ func FuzzModelMetadata(f *testing.F) {
 			return
 		}
 		tok.Decode(ids)
-		tok.Chat([]runnerapi.Message{{Role: "user", Content: s}}, ChatOptions{Kwargs: map[string]any{"enable_thinking": n%2 == 0}})
+		tok.Chat([]runnerapi.Message{{Role: "user", Content: s}}, tokenizer.ChatOptions{Kwargs: map[string]any{"enable_thinking": n%2 == 0}})
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 func genTiny(t *testing.T, o GenOptions) (string, *gguf.File) {
@@ -92,7 +93,7 @@ func TestTokenizerAndTemplate(t *testing.T) {
 	o := Presets["tiny"]
 	o.Vocab = 4096 // room for letter pairs and triples: merges happen
 	_, f := genTiny(t, o)
-	tok, err := NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestTokenizerAndTemplate(t *testing.T) {
 	if len(ids) > 7 { // 11 bytes
 		t.Errorf("hello world took %d tokens: %v (pieces not used)", len(ids), ids)
 	}
-	prompt, err := tok.Chat([]runnerapi.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}, ChatOptions{})
+	prompt, err := tok.Chat([]runnerapi.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "hi"}}, tokenizer.ChatOptions{})
 	want := "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 	if err != nil || prompt != want {
 		t.Errorf("chat = %q, %v", prompt, err)

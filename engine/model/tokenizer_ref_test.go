@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -18,11 +19,11 @@ import (
 func TestGeneratedVocabMatchesLlamaCpp(t *testing.T) {
 	dir := llamaref.Require(t, "bin/orrery-llama-vocab")
 	path, f := genTiny(t, Presets["small"])
-	tok, err := NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt, err := tok.Chat([]runnerapi.Message{{Role: "system", Content: "You are a cluster."}, {Role: "user", Content: "hello Äpfel  world\n\n42 !!"}}, ChatOptions{})
+	prompt, err := tok.Chat([]runnerapi.Message{{Role: "system", Content: "You are a cluster."}, {Role: "user", Content: "hello Äpfel  world\n\n42 !!"}}, tokenizer.ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

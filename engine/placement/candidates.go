@@ -1,8 +1,8 @@
 package placement
 
 import (
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // maxGroupings bounds how many ways of grouping the nodes a hybrid
@@ -48,14 +48,14 @@ func Candidates(l Layout, c ModelCost, nodes []Node, all bool, in Inputs) []runn
 	}
 	for t := max(2, from); t <= len(nodes); t++ {
 		p := Plan{Shape: runnerapi.Shape{Pipeline: 1, Tensor: t}}
-		sl, err := model.PlanTP(c.f, c.cfg, t)
+		sl, err := split.PlanTP(c.f, c.cfg, t)
 		if err == nil {
 			p.Ranks, err = Tensor(l, sl, nodes[:t])
 		}
 		out = append(out, predict(p, err))
 	}
 	for t := 2; 2*t <= len(nodes); t++ {
-		sl, err := model.PlanTP(c.f, c.cfg, t)
+		sl, err := split.PlanTP(c.f, c.cfg, t)
 		for p := 2; p*t <= len(nodes) && p <= l.Layers; p++ {
 			if all && p*t != len(nodes) {
 				continue

@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // The cost model: what "parallelism": "auto" predicts each candidate plan
@@ -268,7 +269,7 @@ func (c ModelCost) Predict(p Plan, in Inputs) (runnerapi.Prediction, error) {
 	}
 	var shares []model.TPSlice
 	if p.Shape.TensorParallel() {
-		if shares, err = model.PlanTP(c.f, c.cfg, p.Shape.Tensor); err != nil {
+		if shares, err = split.PlanTP(c.f, c.cfg, p.Shape.Tensor); err != nil {
 			return pr, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // smallModel writes the small preset (8 blocks of dim 512, Q8_0) and
@@ -153,7 +154,7 @@ func TestChoiceFollowsLinks(t *testing.T) {
 // A tensor group that does not fit names the rank, the node and the bytes.
 func TestTensorFit(t *testing.T) {
 	c, l := smallModel(t)
-	sl, err := model.PlanTP(c.f, c.cfg, 2)
+	sl, err := split.PlanTP(c.f, c.cfg, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestTensorFit(t *testing.T) {
 // groups' memory; a rank that does not fit is named with its stage.
 func TestHybridFit(t *testing.T) {
 	c, l := smallModel(t)
-	sl, err := model.PlanTP(c.f, c.cfg, 2)
+	sl, err := split.PlanTP(c.f, c.cfg, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func TestExpertParallelCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, l := CostOf(f, cfg), LayoutOf(f, cfg, 0, 1)
-	sl, err := model.PlanTP(f, cfg, 2)
+	sl, err := split.PlanTP(f, cfg, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +377,7 @@ func TestExpertParallelCost(t *testing.T) {
 		t.Errorf("by columns (%v): decode compute %.6f ms, want %.6f", sl[0].ExpertColumns, got, want)
 	}
 	// Whole experts: the busier rank's share of a token's experts.
-	whole, err := model.PlanTPExperts(f, cfg, 2, model.ExpertsWhole)
+	whole, err := split.PlanTPExperts(f, cfg, 2, split.ExpertsWhole)
 	if err != nil {
 		t.Fatal(err)
 	}

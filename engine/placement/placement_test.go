@@ -9,6 +9,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 func layout(layers int) Layout {
@@ -178,7 +179,7 @@ func TestTensorNeedMatchesSlices(t *testing.T) {
 			kv += b
 		}
 		for _, tp := range []int{2, 3} {
-			plan, err := model.PlanTP(f, cfg, tp)
+			plan, err := split.PlanTP(f, cfg, tp)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +193,7 @@ func TestTensorNeedMatchesSlices(t *testing.T) {
 			}
 			for r, s := range plan {
 				p := filepath.Join(t.TempDir(), "slice.gguf")
-				if err := model.WriteTPSlice(path, p, 0, cfg.Layers, s, "test"); err != nil {
+				if err := split.WriteTPSlice(path, p, 0, cfg.Layers, s, "test"); err != nil {
 					t.Fatal(err)
 				}
 				sf, err := gguf.ReadFile(p)

@@ -5,15 +5,15 @@ import (
 	"fmt"
 
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // chat renders a chat request's prompt with its tools, and decides how its
 // output is parsed and whether a tool call is forced (req.Grammar).
 func (g *Generator) chat(req *runnerapi.Request) (string, chatfmt.Options, error) {
 	var parse chatfmt.Options
-	o := model.ChatOptions{Kwargs: req.ChatKwargs}
+	o := tokenizer.ChatOptions{Kwargs: req.ChatKwargs}
 	tools, err := toolsOf(req.Tools)
 	if err != nil {
 		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)

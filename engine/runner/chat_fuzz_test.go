@@ -7,6 +7,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/grammar"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // A chat request's messages, tools, template keyword arguments and
@@ -16,7 +17,7 @@ import (
 // gets compiles against the model's vocabulary. A panic here would end
 // the runner, and with it every request on the instance.
 func FuzzChatTemplates(f *testing.F) {
-	var toks []*model.Tokenizer
+	var toks []*tokenizer.Tokenizer
 	for _, fam := range model.Families {
 		o, err := model.ApplyFamily(model.Presets["tiny"], fam)
 		if err != nil {

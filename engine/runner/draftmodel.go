@@ -8,9 +8,9 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -37,7 +37,7 @@ type DraftModel struct {
 
 // CheckVocab refuses a draft whose vocabulary is not the target's, naming
 // the first difference.
-func CheckVocab(target, draft *model.Tokenizer) error {
+func CheckVocab(target, draft *tokenizer.Tokenizer) error {
 	if target.VocabSize() != draft.VocabSize() {
 		return fmt.Errorf("the draft's vocabulary has %d tokens, the target's %d", draft.VocabSize(), target.VocabSize())
 	}
@@ -192,7 +192,7 @@ func draftThreads(set, target int, weights uint64) int {
 // loadDraft loads the draft model beside rank 0, with the target's
 // options (context, batch, slots, cache type; threads as draftThreads
 // says), once its vocabulary is checked against the target's (tok).
-func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *model.Tokenizer, opts backend.Options) (*DraftModel, error) {
+func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *tokenizer.Tokenizer, opts backend.Options) (*DraftModel, error) {
 	sp := root.Child("draft model", "weights")
 	defer sp.End(trace.Args{})
 	path := s.cfg.DraftModelPath
@@ -200,7 +200,7 @@ func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *model.To
 	if err != nil {
 		return nil, fmt.Errorf("draft model: %w", err)
 	}
-	dtok, err := model.NewTokenizer(f)
+	dtok, err := tokenizer.New(f)
 	if err != nil {
 		return nil, fmt.Errorf("draft model %s: %w", path, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -175,7 +176,7 @@ func poolGroups(st *Step, embeds []float32, dim int, smps []slotSampler) error {
 
 // beginSlot is a slot's sampler for a new request: a pooler for an
 // embedding job (which the model must pool), else a sampler.
-func beginSlot(embed bool, cfg model.Config, opts sample.Options, spec *grammar.Spec, tok *model.Tokenizer, nlp int) (slotSampler, error) {
+func beginSlot(embed bool, cfg model.Config, opts sample.Options, spec *grammar.Spec, tok *tokenizer.Tokenizer, nlp int) (slotSampler, error) {
 	if embed {
 		if err := cfg.EmbeddingError(); err != nil {
 			return slotSampler{}, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)

@@ -9,9 +9,9 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/grammar"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -186,7 +186,7 @@ type slotSampler struct {
 
 // newSlotSampler is a request's sampler, constrained by its grammar with
 // tok's vocabulary.
-func newSlotSampler(opts sample.Options, spec *grammar.Spec, tok *model.Tokenizer, nlp int) (slotSampler, error) {
+func newSlotSampler(opts sample.Options, spec *grammar.Spec, tok *tokenizer.Tokenizer, nlp int) (slotSampler, error) {
 	// Checked again here: a pipeline's last rank takes them from a frame.
 	if err := opts.Validate(); err != nil {
 		return slotSampler{}, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
@@ -276,7 +276,7 @@ func keepFrom(f Forwarder, slot, keep int) (int, error) {
 type Local struct {
 	F Forwarder
 	// Tok is the vocabulary grammars constrain sampling with.
-	Tok  *model.Tokenizer
+	Tok  *tokenizer.Tokenizer
 	smps []slotSampler
 	done []localResult
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -37,7 +38,7 @@ func logprobsN(r *runnerapi.Request) int {
 // (Generate) for benchmarks and tests; a Server's Scheduler runs many.
 type Generator struct {
 	M   Engine
-	Tok *model.Tokenizer
+	Tok *tokenizer.Tokenizer
 	// TraceID names the ranks' traces of Generate's request.
 	TraceID string
 	// ContextShift accepts a max_tokens past the context (the scheduler
@@ -149,7 +150,7 @@ func newOutput(stop []string) *output { return &output{stop: stop} }
 
 // add appends token id's text and returns what can be released, and
 // whether generation is over (end-of-generation token or stop string).
-func (o *output) add(tok *model.Tokenizer, id int32) (runnerapi.Piece, bool) {
+func (o *output) add(tok *tokenizer.Tokenizer, id int32) (runnerapi.Piece, bool) {
 	if o.done {
 		return runnerapi.Piece{}, true
 	}

@@ -15,17 +15,18 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
 // tinyTokenizer is the tokenizer of a generated tiny model.
-func tinyTokenizer(t *testing.T) *model.Tokenizer {
+func tinyTokenizer(t *testing.T) *tokenizer.Tokenizer {
 	t.Helper()
 	return genTokenizer(t, model.Presets["tiny"])
 }
 
 // genTokenizer is the tokenizer of a model generated with o.
-func genTokenizer(tb testing.TB, o model.GenOptions) *model.Tokenizer {
+func genTokenizer(tb testing.TB, o model.GenOptions) *tokenizer.Tokenizer {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "m.gguf")
 	if err := model.Generate(path, o); err != nil {
@@ -35,7 +36,7 @@ func genTokenizer(tb testing.TB, o model.GenOptions) *model.Tokenizer {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tok, err := model.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func (s *script) Forward(ctx context.Context, b backend.Batch) (backend.Result, 
 }
 
 // ids encodes s without BOS.
-func ids(t *testing.T, tok *model.Tokenizer, s string) []int32 {
+func ids(t *testing.T, tok *tokenizer.Tokenizer, s string) []int32 {
 	t.Helper()
 	x, err := tok.Encode(s, false)
 	if err != nil {

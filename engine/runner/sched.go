@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -27,7 +27,7 @@ var ErrCancelled = errors.New("cancelled")
 // concurrent use; Run drives the engine from one goroutine.
 type Scheduler struct {
 	E   Engine
-	Tok *model.Tokenizer
+	Tok *tokenizer.Tokenizer
 	// NoPrefixCache starts every request with an empty cache (benchmarks
 	// of prefill).
 	NoPrefixCache bool
@@ -343,7 +343,7 @@ func (s *Scheduler) start(ctx context.Context, sl *slot, j *Job, keep int) error
 
 // echoText is the prompt's text as a user reads it: special tokens (a
 // leading BOS among them) left out, SentencePiece's space prefix removed.
-func echoText(tok *model.Tokenizer, req *runnerapi.Request, prompt []int32) string {
+func echoText(tok *tokenizer.Tokenizer, req *runnerapi.Request, prompt []int32) string {
 	if len(req.PromptTokens) == 0 && len(req.Messages) == 0 {
 		return req.Prompt
 	}
@@ -581,7 +581,7 @@ func (s *Scheduler) failAll(err error) {
 
 // tokenText is one token's text as logprobs report it: its decoded bytes
 // (invalid UTF-8 becomes U+FFFD).
-func tokenText(tok *model.Tokenizer, id int32) string {
+func tokenText(tok *tokenizer.Tokenizer, id int32) string {
 	s, err := tok.Decode([]int32{id})
 	if err != nil {
 		return ""

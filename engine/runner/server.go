@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -159,7 +160,7 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 		meta.End(trace.Args{})
 		return fmt.Errorf("%s: %w", s.cfg.ModelPath, err)
 	}
-	tok, err := model.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	meta.End(trace.Args{})
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.cfg.ModelPath, err)

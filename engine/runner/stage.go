@@ -8,8 +8,8 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
 
@@ -35,7 +35,7 @@ type Stage struct {
 	OnTrace func(traceID string, spans []trace.Span, counters []trace.CounterSample, err error)
 	// Tok is the vocabulary grammars constrain sampling with (the last
 	// rank samples).
-	Tok *model.Tokenizer
+	Tok *tokenizer.Tokenizer
 }
 
 // Serve runs until a link breaks or ctx ends; it returns why.

@@ -193,7 +193,7 @@ func TestRunnerContract(t *testing.T) {
 		}
 		if p.path == "agent/state" {
 			for _, d := range p.deps {
-				for _, no := range []string{"engine/runner", "engine/chattmpl", "engine/backend", "engine/model", "engine/placement"} {
+				for _, no := range []string{"engine/runner", "engine/chattmpl", "engine/tokenizer", "engine/backend", "engine/model", "engine/modelstore", "engine/split", "engine/placement"} {
 					if under(rel(d), no) {
 						t.Errorf("agent/state reaches %s", rel(d))
 					}

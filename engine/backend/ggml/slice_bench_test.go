@@ -9,6 +9,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // noSum is a group whose all-reduce adds nothing: a rank's own compute,
@@ -24,12 +25,12 @@ func (noSum) AllReduce([]float32) error { return nil }
 // $ORRERY_BENCH_MODEL (e.g. the 1b preset), or the small preset.
 func BenchmarkSliceDecode(b *testing.B) {
 	path := benchModel(b)
-	plan, err := model.PlanTPFile(path, 2)
+	plan, err := split.PlanTPFile(path, 2)
 	if err != nil {
 		b.Fatal(err)
 	}
 	slice := filepath.Join(b.TempDir(), "tp0.gguf")
-	if err := model.WriteTPSlice(path, slice, 0, layers(b, path), plan[0], "bench"); err != nil {
+	if err := split.WriteTPSlice(path, slice, 0, layers(b, path), plan[0], "bench"); err != nil {
 		b.Fatal(err)
 	}
 	opts := backend.Options{Threads: 1, BatchSize: 64}

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/collective"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // tpCase is a model shape that splits over the given rank counts.
@@ -24,7 +25,7 @@ type tpCase struct {
 	family, typ string
 	shape       model.GenOptions
 	ranks       []int
-	experts     model.ExpertSplit // how a mixture's experts split ("": PlanTP's choice)
+	experts     split.ExpertSplit // how a mixture's experts split ("": PlanTP's choice)
 }
 
 func tpShape(family, typ string, dim, heads, kv int) model.GenOptions {
@@ -53,7 +54,7 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 	// divide; and whole on 2 when asked.
 	for _, fam := range []string{"qwen3moe", "gpt-oss"} {
 		cases = append(cases, tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2, 3}, ""},
-			tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2}, model.ExpertsWhole})
+			tpCase{fam, "F32", tpShape(fam, "F32", 96, 8, 4), []int{2}, split.ExpertsWhole})
 	}
 	cases = append(cases, tpCase{"qwen3moe", "Q8_0", tpShape("qwen3moe", "Q8_0", 128, 4, 2), []int{2}, ""})
 	// deepseek2: latent attention by heads (8 heads of 12 values: 4/4 on
@@ -89,7 +90,7 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 				paths := make([]string, ranks)
 				for r, s := range plan {
 					paths[r] = filepath.Join(t.TempDir(), fmt.Sprintf("tp%d.gguf", r))
-					if err := model.WriteTPSlice(path, paths[r], 0, c.shape.Layers, s, "test"); err != nil {
+					if err := split.WriteTPSlice(path, paths[r], 0, c.shape.Layers, s, "test"); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -120,8 +121,8 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 	}
 }
 
-// planExperts is model.PlanTPExperts of the model at path.
-func planExperts(path string, ranks int, split model.ExpertSplit) ([]model.TPSlice, error) {
+// planExperts is split.PlanTPExperts of the model at path.
+func planExperts(path string, ranks int, how split.ExpertSplit) ([]model.TPSlice, error) {
 	f, err := gguf.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -130,7 +131,7 @@ func planExperts(path string, ranks int, split model.ExpertSplit) ([]model.TPSli
 	if err != nil {
 		return nil, err
 	}
-	return model.PlanTPExperts(f, cfg, ranks, split)
+	return split.PlanTPExperts(f, cfg, ranks, how)
 }
 
 // tpLogits runs the prompt (5 tokens in one batch, then one at a time)
@@ -328,14 +329,14 @@ func TestTensorParallel16BitWire(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := tpLogits(t, path, nil, prompt)
-		plan, err := model.PlanTPFile(path, 2)
+		plan, err := split.PlanTPFile(path, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
 		paths := make([]string, 2)
 		for r, s := range plan {
 			paths[r] = filepath.Join(t.TempDir(), fmt.Sprintf("tp%d.gguf", r))
-			if err := model.WriteTPSlice(path, paths[r], 0, 3, s, "test"); err != nil {
+			if err := split.WriteTPSlice(path, paths[r], 0, 3, s, "test"); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/split"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/internal/delayproxy"
 	"github.com/orrery-cluster/orrery/internal/testutil"
@@ -99,7 +100,7 @@ func startPipelineWith(t testing.TB, path string, ranges [][2]int, o pipeOpts) *
 		shard := path
 		if n > 1 {
 			shard = filepath.Join(t.TempDir(), fmt.Sprintf("shard-%d.gguf", r))
-			if err := model.WriteShard(path, shard, rg[0], rg[1], "test"); err != nil {
+			if err := split.WriteShard(path, shard, rg[0], rg[1], "test"); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 func genModel(t *testing.T, typ string) string { return genFamily(t, "llama", typ) }
@@ -97,7 +98,7 @@ func TestGreedyMatchesReference(t *testing.T) {
 
 	// The reference, fed the same prompt, picks the same tokens.
 	_, tok := tokenizerOf(t, path)
-	prompt, err := tok.Chat(req.Messages, model.ChatOptions{})
+	prompt, err := tok.Chat(req.Messages, tokenizer.ChatOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestGreedyMatchesReference(t *testing.T) {
 	}
 }
 
-func tokenizerOf(t testing.TB, path string) (model.Config, *model.Tokenizer) {
+func tokenizerOf(t testing.TB, path string) (model.Config, *tokenizer.Tokenizer) {
 	t.Helper()
 	f, err := gguf.ReadFile(path)
 	if err != nil {
@@ -132,7 +133,7 @@ func tokenizerOf(t testing.TB, path string) (model.Config, *model.Tokenizer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := model.NewTokenizer(f)
+	tok, err := tokenizer.New(f)
 	if err != nil {
 		t.Fatal(err)
 	}

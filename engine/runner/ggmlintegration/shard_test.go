@@ -12,6 +12,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/split"
 )
 
 // splits are the layer ranges of 1, 2 and 3 ranks over a 4-layer model.
@@ -23,7 +24,7 @@ func loadRanks(t *testing.T, path string, ranges [][2]int) []backend.Rank {
 	var ranks []backend.Rank
 	for i, r := range ranges {
 		shard := filepath.Join(t.TempDir(), fmt.Sprintf("shard-%d.gguf", i))
-		if err := model.WriteShard(path, shard, r[0], r[1], "test"); err != nil {
+		if err := split.WriteShard(path, shard, r[0], r[1], "test"); err != nil {
 			t.Fatal(err)
 		}
 		f, err := gguf.ReadFile(shard)
@@ -135,13 +136,13 @@ func TestShardedRanksAgree(t *testing.T) {
 func TestShardRange(t *testing.T) {
 	path := genModel(t, "F32")
 	shard := filepath.Join(t.TempDir(), "s.gguf")
-	if err := model.WriteShard(path, shard, 1, 3, "test"); err != nil {
+	if err := split.WriteShard(path, shard, 1, 3, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ggml.Load(context.Background(), shard, backend.Options{FirstLayer: 0, LastLayer: 3}, nil); err == nil {
 		t.Fatal("loaded blocks [0, 3) from a shard of [1, 3)")
 	}
-	if err := model.WriteShard(shard, filepath.Join(t.TempDir(), "x.gguf"), 1, 2, "x"); err == nil {
+	if err := split.WriteShard(shard, filepath.Join(t.TempDir(), "x.gguf"), 1, 2, "x"); err == nil {
 		t.Fatal("sharded a shard")
 	}
 }

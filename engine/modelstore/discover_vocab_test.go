@@ -1,4 +1,4 @@
-package model
+package modelstore
 
 import (
 	"io"
@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 // A model whose vocabulary is inconsistent is listed with the reason,
 // naming the key, and not offered as servable.
 func TestScanRefusesBadVocabulary(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "src.gguf")
-	if err := Generate(src, Presets["tiny"]); err != nil {
+	if err := model.Generate(src, model.Presets["tiny"]); err != nil {
 		t.Fatal(err)
 	}
 	f, err := gguf.ReadFile(src)

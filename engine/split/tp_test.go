@@ -1,4 +1,4 @@
-package model
+package split
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 // tpFile is a model directory (no data) whose first block's output and
@@ -19,18 +20,18 @@ func TestPlanTP(t *testing.T) {
 	type want struct{ heads, kv, kvFirst, ff []int }
 	for _, c := range []struct {
 		name  string
-		cfg   Config
+		cfg   model.Config
 		typ   gguf.TensorType
 		ranks int
 		want  want
 	}{
-		{"even", Config{Layers: 2, Heads: 32, KVHeads: 8, HeadDim: 128, FFDim: 8192}, gguf.Q4_K, 2,
+		{"even", model.Config{Layers: 2, Heads: 32, KVHeads: 8, HeadDim: 128, FFDim: 8192}, gguf.Q4_K, 2,
 			want{[]int{16, 16}, []int{4, 4}, []int{0, 4}, []int{4096, 4096}}},
-		{"uneven, K-quant blocks", Config{Layers: 2, Heads: 32, KVHeads: 8, HeadDim: 128, FFDim: 8192}, gguf.Q4_K, 3,
+		{"uneven, K-quant blocks", model.Config{Layers: 2, Heads: 32, KVHeads: 8, HeadDim: 128, FFDim: 8192}, gguf.Q4_K, 3,
 			want{[]int{12, 12, 8}, []int{3, 3, 2}, []int{0, 3, 6}, []int{2816, 2816, 2560}}},
-		{"kv heads shared", Config{Layers: 2, Heads: 8, KVHeads: 2, HeadDim: 64, FFDim: 512}, gguf.Q8_0, 4,
+		{"kv heads shared", model.Config{Layers: 2, Heads: 8, KVHeads: 2, HeadDim: 64, FFDim: 512}, gguf.Q8_0, 4,
 			want{[]int{2, 2, 2, 2}, []int{1, 1, 1, 1}, []int{0, 0, 1, 1}, []int{128, 128, 128, 128}}},
-		{"groups joined to fill blocks", Config{Layers: 2, Heads: 16, KVHeads: 8, HeadDim: 64, FFDim: 1024}, gguf.Q4_K, 2,
+		{"groups joined to fill blocks", model.Config{Layers: 2, Heads: 16, KVHeads: 8, HeadDim: 64, FFDim: 1024}, gguf.Q4_K, 2,
 			want{[]int{8, 8}, []int{4, 4}, []int{0, 4}, []int{512, 512}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -61,7 +62,7 @@ func TestPlanTP(t *testing.T) {
 		vocab, ranks int
 		want         []int
 	}{{32000, 2, []int{16000, 16000}}, {32000, 3, []int{10688, 10688, 10624}}, {4100, 2, []int{2048, 2052}}, {100, 2, []int{0, 0}}} {
-		cfg := Config{Layers: 2, Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Vocab: c.vocab}
+		cfg := model.Config{Layers: 2, Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Vocab: c.vocab}
 		plan, err := PlanTP(tpFile(gguf.Q8_0), cfg, c.ranks)
 		if err != nil {
 			t.Fatal(err)
@@ -76,17 +77,17 @@ func TestPlanTP(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name  string
-		cfg   Config
+		cfg   model.Config
 		ranks int
 		says  string
 	}{
-		{"one rank", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512}, 1, "1 ranks"},
-		{"too many ranks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512}, 17, "17 ranks"},
-		{"fewer experts than ranks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Experts: 2, Arch: "qwen3moe"}, 4, "2 experts"},
-		{"latent attention, too few heads", Config{Layers: 2, Heads: 4, KVHeads: 1, ValueDimMLA: 16, FFDim: 512, MLA: true, Arch: "deepseek2"}, 3, "4 latent-attention heads"},
-		{"kv heads not shareable", Config{Heads: 8, KVHeads: 2, HeadDim: 64, FFDim: 512}, 3, "2 kv heads"},
-		{"more ranks than groups", Config{Heads: 8, KVHeads: 4, HeadDim: 64, FFDim: 512}, 3, "4 kv heads"},
-		{"MLP not in blocks", Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 500}, 2, "500 columns"},
+		{"one rank", model.Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512}, 1, "1 ranks"},
+		{"too many ranks", model.Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512}, 17, "17 ranks"},
+		{"fewer experts than ranks", model.Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 512, Experts: 2, Arch: "qwen3moe"}, 4, "2 experts"},
+		{"latent attention, too few heads", model.Config{Layers: 2, Heads: 4, KVHeads: 1, ValueDimMLA: 16, FFDim: 512, MLA: true, Arch: "deepseek2"}, 3, "4 latent-attention heads"},
+		{"kv heads not shareable", model.Config{Heads: 8, KVHeads: 2, HeadDim: 64, FFDim: 512}, 3, "2 kv heads"},
+		{"more ranks than groups", model.Config{Heads: 8, KVHeads: 4, HeadDim: 64, FFDim: 512}, 3, "4 kv heads"},
+		{"MLP not in blocks", model.Config{Heads: 8, KVHeads: 8, HeadDim: 64, FFDim: 500}, 2, "500 columns"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			typ := gguf.Q8_0
@@ -106,7 +107,7 @@ func TestPlanTP(t *testing.T) {
 // experts whole and evenly; its MLP columns stay whole (no block has a
 // dense MLP).
 func TestPlanTPExperts(t *testing.T) {
-	cfg := Config{Arch: "qwen3moe", Layers: 2, Heads: 8, KVHeads: 4, HeadDim: 64, FFDim: 512, Experts: 8, ExpertsUsed: 2, ExpertFFDim: 64}
+	cfg := model.Config{Arch: "qwen3moe", Layers: 2, Heads: 8, KVHeads: 4, HeadDim: 64, FFDim: 512, Experts: 8, ExpertsUsed: 2, ExpertFFDim: 64}
 	f := &gguf.File{Tensors: []gguf.TensorInfo{{Name: "blk.0.attn_output.weight", Type: gguf.Q8_0}, {Name: "blk.0.ffn_down_exps.weight", Type: gguf.Q8_0}}}
 	// 64 columns are 2 blocks of Q8_0: by columns over 2 ranks, whole
 	// experts over 3.
@@ -175,7 +176,7 @@ func TestPlanTPExperts(t *testing.T) {
 // dense block's MLP and the shared expert by columns, experts whole; the
 // compressions, the router and the selection bias whole on every rank.
 func TestPlanTPLatent(t *testing.T) {
-	cfg := Config{Arch: "deepseek2", Layers: 4, Heads: 128, KVHeads: 1, HeadDim: 576, MLA: true, KVLoraRank: 512, RopeDim: 64,
+	cfg := model.Config{Arch: "deepseek2", Layers: 4, Heads: 128, KVHeads: 1, HeadDim: 576, MLA: true, KVLoraRank: 512, RopeDim: 64,
 		KeyDimMLA: 192, ValueDimMLA: 128, QLoraRank: 1536, FFDim: 18432, Experts: 256, ExpertsUsed: 8, ExpertFFDim: 2048,
 		LeadDense: 1, SharedExperts: 1}
 	f := &gguf.File{Tensors: []gguf.TensorInfo{{Name: "blk.0.attn_output.weight", Type: gguf.Q4_K}, {Name: "blk.0.ffn_down.weight", Type: gguf.Q6_K},

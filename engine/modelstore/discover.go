@@ -1,4 +1,4 @@
-package model
+package modelstore
 
 import (
 	"fmt"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
 
 // Model sources, in the order they win when two give the same id.
@@ -45,11 +47,11 @@ type Entry struct {
 	Layers       int       `json:"layers,omitempty"`
 	Quantization string    `json:"quantization,omitempty"`
 	// Types is the tensor type mix, most bytes first.
-	Types      []TypeShare `json:"types,omitempty"`
-	Params     uint64      `json:"params,omitempty"`
-	ContextLen int         `json:"contextLength,omitempty"`
+	Types      []model.TypeShare `json:"types,omitempty"`
+	Params     uint64            `json:"params,omitempty"`
+	ContextLen int               `json:"contextLength,omitempty"`
 	// Pooling is set for an embedding model (its <arch>.pooling_type).
-	Pooling Pooling `json:"pooling,omitempty"`
+	Pooling model.Pooling `json:"pooling,omitempty"`
 	// Error says why the model cannot run here (unreadable, or an
 	// unsupported architecture); such entries are listed, not served.
 	Error string `json:"error,omitempty"`
@@ -172,14 +174,14 @@ func describe(path string) Entry {
 		return e
 	}
 	e.Arch = f.String("general.architecture", "")
-	cfg, err := FromGGUF(f)
+	cfg, err := model.FromGGUF(f)
 	if err != nil {
 		e.Error = err.Error()
 		return e
 	}
 	// A vocabulary or chat template Orrery cannot use makes the model
 	// unservable too: say so here, not first when a runner loads it.
-	if _, err := NewTokenizer(f); err != nil {
+	if _, err := tokenizer.New(f); err != nil {
 		e.Error = err.Error()
 		return e
 	}

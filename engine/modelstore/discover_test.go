@@ -1,4 +1,4 @@
-package model
+package modelstore
 
 import (
 	"os"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 func write(t *testing.T, path string, data []byte) {
@@ -25,7 +26,7 @@ func write(t *testing.T, path string, data []byte) {
 func TestScan(t *testing.T) {
 	root := t.TempDir()
 	tiny := filepath.Join(root, "src.gguf")
-	if err := Generate(tiny, Presets["tiny"]); err != nil {
+	if err := model.Generate(tiny, model.Presets["tiny"]); err != nil {
 		t.Fatal(err)
 	}
 	model, _ := os.ReadFile(tiny)

@@ -1,4 +1,12 @@
-package model
+// Package tokenizer is a model's text side, as its GGUF metadata describes
+// it: the vocabulary (engine/vocab, which agrees with llama.cpp) that
+// encodes and decodes tokens, the chat template (engine/chattmpl) that
+// renders a conversation into a prompt, the template's tool-call and
+// reasoning conventions (engine/chatfmt), and the vocabulary as
+// constrained sampling sees it (engine/grammar). It is apart from
+// engine/model so that what needs only a model's shape (engine/placement,
+// engine/backend) does not pull in the Jinja interpreter.
+package tokenizer
 
 import (
 	"encoding/json"
@@ -37,12 +45,12 @@ type Tokenizer struct {
 	grammarVocab *grammar.Vocab
 }
 
-// NewTokenizer builds the tokenizer the model's metadata describes:
+// New builds the tokenizer the model's metadata describes:
 // SentencePiece ("llama"), byte-level BPE ("gpt2", with the pre-tokenizer
 // tokenizer.ggml.pre names) or Gemma 4's ("gemma4"). An inconsistent
 // vocabulary, or a chat template Orrery cannot render, is an error naming
 // the key or the construct.
-func NewTokenizer(f *gguf.File) (*Tokenizer, error) {
+func New(f *gguf.File) (*Tokenizer, error) {
 	v, err := vocab.New(f)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)

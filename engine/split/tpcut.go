@@ -1,4 +1,4 @@
-package model
+package split
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 // Cutting a slice file out of a model: which rows, columns or matrices of
@@ -27,7 +28,7 @@ type tpCut struct {
 
 // tpCutFor is the cut of tensor name (with its blk.N. prefix) for slice s
 // of a model shaped cfg; drop is true for a tensor the rank does not hold.
-func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
+func tpCutFor(name string, cfg model.Config, s model.TPSlice) (cut tpCut, drop bool) {
 	hd := uint64(cfg.HeadDim)
 	q := [2]uint64{uint64(s.Head) * hd, uint64(s.Head+s.Heads) * hd}
 	kv := [2]uint64{uint64(s.KVHead) * hd, uint64(s.KVHead+s.KVHeads) * hd}
@@ -110,7 +111,7 @@ func tpCutFor(name string, cfg Config, s TPSlice) (cut tpCut, drop bool) {
 // matrices of attn_k_b and attn_v_b, their values' columns of
 // attn_output; the compressions whole (see splitLatentHeads). false: not
 // an attention tensor.
-func latentCut(suffix string, cfg Config, s TPSlice) (tpCut, bool) {
+func latentCut(suffix string, cfg model.Config, s model.TPSlice) (tpCut, bool) {
 	h := [2]uint64{uint64(s.Head), uint64(s.Head + s.Heads)}
 	switch kd, vd := uint64(cfg.KeyDimMLA), uint64(cfg.ValueDimMLA); suffix {
 	case "attn_q.weight", "attn_q_b.weight":
@@ -274,8 +275,8 @@ func (zeros) Read(p []byte) (int, error) {
 // matrix cut by columns (attn_output, ffn_down) needs a piece of every
 // row, and pieces closer than rangeGap merge, so it costs about the
 // whole matrix unless its rows are long.
-func TPRanges(f *gguf.File, first, last int, s TPSlice) ([][2]int64, error) {
-	return pieceRanges(f, first, last, func(cfg Config, t gguf.TensorInfo, off int64) ([]span, error) {
+func TPRanges(f *gguf.File, first, last int, s model.TPSlice) ([][2]int64, error) {
+	return pieceRanges(f, first, last, func(cfg model.Config, t gguf.TensorInfo, off int64) ([]span, error) {
 		cut, drop := tpCutFor(t.Name, cfg, s)
 		if drop {
 			return nil, nil
@@ -286,17 +287,17 @@ func TPRanges(f *gguf.File, first, last int, s TPSlice) ([][2]int64, error) {
 }
 
 // WriteTPSlice writes rank s.Rank's slice of blocks [first, last) of the
-// model at src to dst, atomically (see the package's tensor-parallel
-// comment). sourceHash names the model it came from.
-func WriteTPSlice(src, dst string, first, last int, s TPSlice, sourceHash string) error {
+// model at src to dst, atomically (see engine/model's slice.go for
+// what a slice holds). sourceHash names the model it came from.
+func WriteTPSlice(src, dst string, first, last int, s model.TPSlice, sourceHash string) error {
 	return fromFile(src, func(f *gguf.File, r io.ReaderAt) error {
 		return WriteTPSliceFrom(f, r, dst, first, last, s, sourceHash)
 	})
 }
 
 // WriteTPSliceFrom is WriteTPSlice from a model's header f and data r.
-func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, s TPSlice, sourceHash string) error {
-	cfg, err := FromGGUF(f)
+func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, s model.TPSlice, sourceHash string) error {
+	cfg, err := model.FromGGUF(f)
 	if err != nil {
 		return err
 	}
@@ -325,20 +326,20 @@ func WriteTPSliceFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, 
 		}
 	}
 	u := func(k string, v int) gguf.KV { return gguf.KV{Key: k, Value: uint32(v)} }
-	kvs = append(kvs, u(KeyShardFirst, first), u(KeyShardLast, last),
-		gguf.KV{Key: KeyShardTied, Value: cfg.TiedOutput}, gguf.KV{Key: KeyShardSource, Value: sourceHash},
-		u(KeyTPRank, s.Rank), u(KeyTPRanks, s.Ranks), u(KeyTPHead, s.Head), u(KeyTPHeads, s.Heads), u(KeyTPKVHead, s.KVHead),
-		u(KeyTPKVHeads, s.KVHeads), u(KeyTPFF, s.FF), u(KeyTPFFDim, s.FFDim), u(KeyTPFullHeads, s.FullHeads),
-		u(KeyTPFullKVHeads, s.FullKVHeads), u(KeyTPFullFF, s.FullFF))
+	kvs = append(kvs, u(model.KeyShardFirst, first), u(model.KeyShardLast, last),
+		gguf.KV{Key: model.KeyShardTied, Value: cfg.TiedOutput}, gguf.KV{Key: model.KeyShardSource, Value: sourceHash},
+		u(model.KeyTPRank, s.Rank), u(model.KeyTPRanks, s.Ranks), u(model.KeyTPHead, s.Head), u(model.KeyTPHeads, s.Heads), u(model.KeyTPKVHead, s.KVHead),
+		u(model.KeyTPKVHeads, s.KVHeads), u(model.KeyTPFF, s.FF), u(model.KeyTPFFDim, s.FFDim), u(model.KeyTPFullHeads, s.FullHeads),
+		u(model.KeyTPFullKVHeads, s.FullKVHeads), u(model.KeyTPFullFF, s.FullFF))
 	if s.FullExperts > 0 {
-		kvs = append(kvs, u(KeyTPExpert, s.Expert), u(KeyTPExperts, s.Experts), u(KeyTPFullExperts, s.FullExperts),
-			gguf.KV{Key: KeyTPExpertColumns, Value: s.ExpertColumns})
+		kvs = append(kvs, u(model.KeyTPExpert, s.Expert), u(model.KeyTPExperts, s.Experts), u(model.KeyTPFullExperts, s.FullExperts),
+			gguf.KV{Key: model.KeyTPExpertColumns, Value: s.ExpertColumns})
 	}
 	if s.VocabRows > 0 {
-		kvs = append(kvs, u(KeyTPVocabFirst, s.VocabFirst), u(KeyTPVocabRows, s.VocabRows))
+		kvs = append(kvs, u(model.KeyTPVocabFirst, s.VocabFirst), u(model.KeyTPVocabRows, s.VocabRows))
 	}
 	if s.FullSharedFF > 0 {
-		kvs = append(kvs, u(KeyTPSharedFirst, s.Shared), u(KeyTPSharedFF, s.SharedFF), u(KeyTPFullSharedFF, s.FullSharedFF))
+		kvs = append(kvs, u(model.KeyTPSharedFirst, s.Shared), u(model.KeyTPSharedFF, s.SharedFF), u(model.KeyTPFullSharedFF, s.FullSharedFF))
 	}
 	var wts []gguf.WriteTensor
 	for _, t := range ts {

@@ -1,28 +1,30 @@
-package model
+package split
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
-// FuzzTPKeys feeds FromGGUF a tensor-parallel slice's metadata with fuzzed
-// orrery.tp keys: it must not panic, and a slice it accepts lies within
-// the model and keeps whole GQA groups.
+// FuzzTPKeys feeds model.FromGGUF a tensor-parallel slice's metadata
+// with fuzzed orrery.tp keys: it must not panic, and a slice it accepts
+// lies within the model and keeps whole GQA groups.
 func FuzzTPKeys(f *testing.F) {
 	dir := f.TempDir()
-	o := Presets["tiny"]
+	o := model.Presets["tiny"]
 	o.Heads, o.KVHeads = 8, 4
 	path := filepath.Join(dir, "m.gguf")
-	if err := Generate(path, o); err != nil {
+	if err := model.Generate(path, o); err != nil {
 		f.Fatal(err)
 	}
 	src, err := gguf.ReadFile(path)
 	if err != nil {
 		f.Fatal(err)
 	}
-	cfg, err := FromGGUF(src)
+	cfg, err := model.FromGGUF(src)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -42,12 +44,12 @@ func FuzzTPKeys(f *testing.F) {
 	f.Add(uint32(0), uint32(1), uint32(0), uint32(9), uint32(0), uint32(0), uint32(0), uint32(500))
 	f.Fuzz(func(t *testing.T, rank, ranks, head, heads, kv, kvHeads, ff, ffDim uint32) {
 		g := &gguf.File{KV: append([]gguf.KV(nil), sf.KV...), Tensors: sf.Tensors}
-		for _, kv := range []gguf.KV{{Key: KeyTPRank, Value: rank}, {Key: KeyTPRanks, Value: ranks}, {Key: KeyTPHead, Value: head},
-			{Key: KeyTPHeads, Value: heads}, {Key: KeyTPKVHead, Value: kv}, {Key: KeyTPKVHeads, Value: kvHeads},
-			{Key: KeyTPFF, Value: ff}, {Key: KeyTPFFDim, Value: ffDim}} {
+		for _, kv := range []gguf.KV{{Key: model.KeyTPRank, Value: rank}, {Key: model.KeyTPRanks, Value: ranks}, {Key: model.KeyTPHead, Value: head},
+			{Key: model.KeyTPHeads, Value: heads}, {Key: model.KeyTPKVHead, Value: kv}, {Key: model.KeyTPKVHeads, Value: kvHeads},
+			{Key: model.KeyTPFF, Value: ff}, {Key: model.KeyTPFFDim, Value: ffDim}} {
 			g = setKV(g, kv.Key, kv.Value)
 		}
-		c, err := FromGGUF(g)
+		c, err := model.FromGGUF(g)
 		if err != nil {
 			return
 		}
@@ -57,4 +59,17 @@ func FuzzTPKeys(f *testing.F) {
 			t.Fatalf("accepted an impossible slice: %+v of %+v", s, c)
 		}
 	})
+}
+
+// setKV replaces (or adds) a metadata key, in a new File (a File indexes
+// its keys when first asked).
+func setKV(f *gguf.File, key string, v any) *gguf.File {
+	kvs := slices.Clone(f.KV)
+	for i := range kvs {
+		if kvs[i].Key == key {
+			kvs[i].Value = v
+			return &gguf.File{KV: kvs, Tensors: f.Tensors}
+		}
+	}
+	return &gguf.File{KV: append(kvs, gguf.KV{Key: key, Value: v}), Tensors: f.Tensors}
 }

@@ -1,4 +1,4 @@
-package model
+package tokenizer
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
 	"github.com/orrery-cluster/orrery/engine/chattmpl"
+	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
@@ -15,13 +16,13 @@ import (
 const plainChatML = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 
 func TestGeneratedTemplate(t *testing.T) {
-	tmpl, err := chattmpl.Compile(ChatMLTemplate)
+	tmpl, err := chattmpl.Compile(model.ChatMLTemplate)
 	if err != nil {
 		t.Fatal(err)
 	}
 	old, _ := chattmpl.Compile(plainChatML)
 	tok := &Tokenizer{template: tmpl}
-	tok.format, tok.thinks = chatfmt.Detect(ChatMLTemplate)
+	tok.format, tok.thinks = chatfmt.Detect(model.ChatMLTemplate)
 	if f, th := tok.ChatFormat(); f != chatfmt.Hermes || th {
 		t.Errorf("format %q, thinks %v", f, th)
 	}

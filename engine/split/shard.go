@@ -1,4 +1,4 @@
-package model
+package split
 
 import (
 	"cmp"
@@ -12,22 +12,14 @@ import (
 	"strings"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
-)
-
-// Shard metadata keys: a shard keeps the model's metadata and tensor names
-// and adds these, so that a rank (and FromGGUF) knows which blocks it holds.
-const (
-	KeyShardFirst  = "orrery.shard.first_layer"
-	KeyShardLast   = "orrery.shard.last_layer"
-	KeyShardTied   = "orrery.shard.tied_output"
-	KeyShardSource = "orrery.shard.source_sha256"
+	"github.com/orrery-cluster/orrery/engine/model"
 )
 
 // ShardTensors lists the tensors rank [first, last) of a model needs:
 // its blocks, token_embd on the first rank, output_norm and the output
 // head (token_embd when tied) on the last, and the tensors every block
 // uses (rope_freqs) on all.
-func ShardTensors(f *gguf.File, cfg Config, first, last int) ([]gguf.TensorInfo, error) {
+func ShardTensors(f *gguf.File, cfg model.Config, first, last int) ([]gguf.TensorInfo, error) {
 	if first < 0 || last > cfg.Layers || first >= last {
 		return nil, fmt.Errorf("shard [%d, %d) of a %d-layer model", first, last, cfg.Layers)
 	}
@@ -58,7 +50,7 @@ func ShardTensors(f *gguf.File, cfg Config, first, last int) ([]gguf.TensorInfo,
 }
 
 // ShardSize is the number of tensor bytes rank [first, last) holds.
-func ShardSize(f *gguf.File, cfg Config, first, last int) (uint64, error) {
+func ShardSize(f *gguf.File, cfg model.Config, first, last int) (uint64, error) {
 	ts, err := ShardTensors(f, cfg, first, last)
 	var n uint64
 	for _, t := range ts {
@@ -98,7 +90,7 @@ func fromFile(src string, write func(*gguf.File, io.ReaderAt) error) error {
 // WriteShardFrom is WriteShard from a model's header f and data r, which
 // need hold only the shard's tensors (a sparse file of their ranges).
 func WriteShardFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, sourceHash string) error {
-	cfg, err := FromGGUF(f)
+	cfg, err := model.FromGGUF(f)
 	if err != nil {
 		return err
 	}
@@ -115,8 +107,8 @@ func WriteShardFrom(f *gguf.File, r io.ReaderAt, dst string, first, last int, so
 			kvs = append(kvs, kv)
 		}
 	}
-	kvs = append(kvs, gguf.KV{Key: KeyShardFirst, Value: uint32(first)}, gguf.KV{Key: KeyShardLast, Value: uint32(last)},
-		gguf.KV{Key: KeyShardTied, Value: cfg.TiedOutput}, gguf.KV{Key: KeyShardSource, Value: sourceHash})
+	kvs = append(kvs, gguf.KV{Key: model.KeyShardFirst, Value: uint32(first)}, gguf.KV{Key: model.KeyShardLast, Value: uint32(last)},
+		gguf.KV{Key: model.KeyShardTied, Value: cfg.TiedOutput}, gguf.KV{Key: model.KeyShardSource, Value: sourceHash})
 	wts := make([]gguf.WriteTensor, len(ts))
 	for i, t := range ts {
 		off, size := TensorRange(f, t)
@@ -144,7 +136,7 @@ const rangeGap = 64 << 10
 // [first, last) needs, sorted, with adjacent tensors merged: what a node
 // fetches to build its shard without the rest of the model.
 func ShardRanges(f *gguf.File, first, last int) ([][2]int64, error) {
-	return pieceRanges(f, first, last, func(_ Config, t gguf.TensorInfo, off int64) ([]span, error) {
+	return pieceRanges(f, first, last, func(_ model.Config, t gguf.TensorInfo, off int64) ([]span, error) {
 		return []span{{off, int64(t.Size)}}, nil
 	})
 }
@@ -152,8 +144,8 @@ func ShardRanges(f *gguf.File, first, last int) ([][2]int64, error) {
 // pieceRanges are the byte ranges that the tensors of blocks [first, last)
 // need, each tensor's from spansOf (given its offset in the file), sorted
 // and merged.
-func pieceRanges(f *gguf.File, first, last int, spansOf func(cfg Config, t gguf.TensorInfo, off int64) ([]span, error)) ([][2]int64, error) {
-	cfg, err := FromGGUF(f)
+func pieceRanges(f *gguf.File, first, last int, spansOf func(cfg model.Config, t gguf.TensorInfo, off int64) ([]span, error)) ([][2]int64, error) {
+	cfg, err := model.FromGGUF(f)
 	if err != nil {
 		return nil, err
 	}
