@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 func loadRank(context.Context, string, backend.Options, func(float32)) (backend.Rank, error) {
@@ -15,6 +16,6 @@ func loadRank(context.Context, string, backend.Options, func(float32)) (backend.
 
 func engineBuildWarning() string { return "" }
 
-func measureCompute(context.Context, string, int) (backend.Speed, error) {
-	return backend.Speed{}, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend to measure")
+func measureCompute(context.Context, string, int) (runnerapi.Speed, error) {
+	return runnerapi.Speed{}, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend to measure")
 }
