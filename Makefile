@@ -31,7 +31,7 @@ endif
 export CGO_CFLAGS   = $(CGO_OPT)
 export CGO_CXXFLAGS = $(CGO_OPT) -DGGML_USE_CPU_REPACK
 
-.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench embed-bench spec-bench kjv-train clean
+.PHONY: all build run test deps deps-check dist dist-test actionlint llama-ref conformance ui ui-test e2e desktop app desktop-test vet darwin-vet fuzz bench load chaos stats-vs-python merge-load tp-bench embed-bench spec-bench kjv-train gpu gpu-test clean
 
 all: build
 
@@ -226,6 +226,19 @@ kjv-train: build
 	./$(BIN) convert --type F16 .cache/kjv/kjv-target.safetensors models/kjv/kjv-target-f16.gguf
 	./$(BIN) convert --type F16 .cache/kjv/kjv-draft.safetensors models/kjv/kjv-draft-f16.gguf
 	cp .cache/kjv/heldout.txt .cache/kjv/train.log models/kjv/
+
+# gpu builds ggml's Vulkan backend (and CUDA's where nvcc is on PATH) from
+# the pinned ollama module's source into lib/ollama, where bin/orrery's
+# ggml finds it with no environment (scripts/gpu-build.sh: 4-11 minutes
+# the first time, then cached under ~/.cache/orrery/gpu). gpu-test then
+# computes on the Vulkan device ggml sees (Mesa's lavapipe on a machine
+# without a GPU) against the CPU (TestGPUMatmul). Neither is part of make
+# test.
+GPU_LIB = $(CURDIR)/lib/ollama
+gpu:
+	@scripts/gpu-build.sh >/dev/null
+gpu-test: gpu
+	ORRERY_GPU_LIB=$(GPU_LIB) $(GO) test -count=1 -run TestGPUMatmul -v ./engine/backend/ggml/
 
 clean:
 	rm -rf bin test-output

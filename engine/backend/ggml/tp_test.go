@@ -229,6 +229,10 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if err := setGPUEnv(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	os.Exit(m.Run())
 }
 
