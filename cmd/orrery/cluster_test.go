@@ -118,7 +118,7 @@ func TestClusterProcesses(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	var ps []*agentProc
 	for _, d := range dirs {
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, env, extra...))
+		ps = append(ps, startAgentEnv(t, bin, testutil.FreeAddr(t), d, env, extra...))
 	}
 	for _, p := range ps {
 		waitHealthy(t, p)
@@ -478,7 +478,7 @@ func TestClusterProcesses(t *testing.T) {
 
 	// An agent with another key never joins, and its discovery report
 	// names the mismatch.
-	other := startAgentEnv(t, bin, freeAddr(t), filepath.Join(t.TempDir(), "x"), []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}, extra...)
+	other := startAgentEnv(t, bin, testutil.FreeAddr(t), filepath.Join(t.TempDir(), "x"), []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}, extra...)
 	waitHealthy(t, other)
 	pollAll(t, []*agentProc{other}, 10*time.Second, "a key-mismatch diagnosis", func() (bool, string) {
 		_, b, err := other.get("/state/discovery")

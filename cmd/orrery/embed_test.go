@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // embedAnswer is OpenAI's embeddings answer.
@@ -202,7 +204,7 @@ func TestEmbeddingClients(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	modelID := genModel(t, bin, dir, "tiny-emb", "--preset", "tiny", "--arch", "qwen3", "--pooling", "mean")
-	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	poll(t, p, 20*time.Second, "the model listed", func() (bool, string) {
 		_, body, _ := p.get("/v1/models")

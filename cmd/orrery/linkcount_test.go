@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // TestLinkCounters moves a 12 MB trace file from the master to the other
@@ -50,7 +51,7 @@ func TestLinkCounters(t *testing.T) {
 	}
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
 	extra := []string{"--loopback-dir", t.TempDir(), "--link-interval", "250ms", "--network-interval", "250ms"}
-	ps := []*agentProc{startAgentEnv(t, bin, freeAddr(t), dirs[0], env, extra...), startAgentEnv(t, bin, freeAddr(t), dirs[1], env, extra...)}
+	ps := []*agentProc{startAgentEnv(t, bin, testutil.FreeAddr(t), dirs[0], env, extra...), startAgentEnv(t, bin, testutil.FreeAddr(t), dirs[1], env, extra...)}
 	for _, p := range ps {
 		waitHealthy(t, p)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // Load on one agent: 64 clients send chats for ORRERY_LOAD_DURATION (20 s
@@ -45,7 +46,7 @@ func TestServeLoad(t *testing.T) {
 	// round (measured over 8 rounds: 110–117 MB as by default, 104–107 MB
 	// so). A leak grows the RSS whatever the targets.
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String(), "HOME=" + dir, "GOGC=25", "MALLOC_ARENA_MAX=2"}
-	a := startAgentEnv(t, bin, freeAddr(t), dir, env, "--loopback-dir", t.TempDir(), "--runner-threads", "1", "--parallel", "4")
+	a := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, env, "--loopback-dir", t.TempDir(), "--runner-threads", "1", "--parallel", "4")
 	waitHealthy(t, a)
 	in := placeJSON(t, a, `{"model":"`+modelID+`"}`)
 	r := waitReadyRanks(t, a, in)[0]

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 type instanceState struct {
@@ -76,7 +77,7 @@ func TestPipelineProcesses(t *testing.T) {
 	modelID := genModel(t, bin, dirs[2], "split-test", "--preset", "small")
 	var ps []*agentProc
 	for _, d := range dirs {
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), extra...))
+		ps = append(ps, startAgentEnv(t, bin, testutil.FreeAddr(t), d, append(env, "HOME="+d), extra...))
 	}
 	for _, p := range ps {
 		waitHealthy(t, p)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // A model pulled from a hub (the fake one: the hub's protocol, a CDN
@@ -39,7 +40,7 @@ func TestPullProcess(t *testing.T) {
 		"application/vnd.ollama.image.params": []byte(`{"temperature":0}`)})
 	home, dir := t.TempDir(), t.TempDir()
 	env := []string{"HOME=" + home, "HF_ENDPOINT=" + hub.URL(), "HF_HUB_CACHE=", "HF_HOME=", "OLLAMA_MODELS="}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	p := startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL())
 	waitHealthy(t, p)
 

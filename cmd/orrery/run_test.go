@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // orrery run against a real agent: one-shot with a PROMPT and with piped
@@ -24,7 +26,7 @@ func TestRunCommand(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	model := genModel(t, bin, dir, "small-run", "--preset", "small")
-	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	api := "http://" + p.addr
 

@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/placement"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // A model placed as one tensor-parallel group over two real agents: the
@@ -343,7 +344,7 @@ func loopbackCluster(t *testing.T, bin string, dirs []string, extra func(i int) 
 		if extra != nil {
 			flags = append(flags, extra(i)...)
 		}
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), flags...))
+		ps = append(ps, startAgentEnv(t, bin, testutil.FreeAddr(t), d, append(env, "HOME="+d), flags...))
 	}
 	for _, p := range ps {
 		waitHealthy(t, p)

@@ -1,10 +1,14 @@
 package testutil
 
 import (
+	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/freeport"
 )
 
 // fakeTB records failures instead of failing the real test.
@@ -72,5 +76,30 @@ func TestCheckLeaks(t *testing.T) {
 	<-done
 	if g.failed.Load() {
 		t.Fatal("a goroutine that finished was reported")
+	}
+}
+
+// FreeAddr's ports lie below the ephemeral range and are not handed out
+// twice; FreeBasePort's range is free on every host asked for.
+func TestFreePorts(t *testing.T) {
+	low := freeport.EphemeralLow()
+	seen := map[string]bool{}
+	for _, a := range FreeAddrs(t, 4) {
+		_, p, err := net.SplitHostPort(a)
+		port, _ := strconv.Atoi(p)
+		if err != nil || port >= low || seen[p] {
+			t.Fatalf("FreeAddrs gave %s: want a port below %d, once", a, low)
+		}
+		seen[p] = true
+	}
+	base := FreeBasePort(t, 3, "127.0.0.5")
+	for port := base; port < base+3; port++ {
+		for _, h := range []string{"127.0.0.1", "127.0.0.5"} {
+			ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(port)))
+			if err != nil {
+				t.Fatalf("port %d of FreeBasePort(3) on %s: %v", port, h, err)
+			}
+			ln.Close()
+		}
 	}
 }
