@@ -1,7 +1,8 @@
 // Package testutil is the one kit of test helpers every package uses: poll
 // for a condition instead of sleeping, check that a test leaves no
-// goroutines behind, pick free ports. Of the project it imports only
-// internal/freeport, the port picker it shares with the benchmarks.
+// goroutines behind, pick free ports, advance a clock. Of the project it
+// imports only internal/freeport, the port picker it shares with the
+// benchmarks.
 package testutil
 
 import (

@@ -79,6 +79,17 @@ func TestCheckLeaks(t *testing.T) {
 	}
 }
 
+func TestClock(t *testing.T) {
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	c := NewClock(start)
+	if got := c.Now(); !got.Equal(start) {
+		t.Fatalf("Now = %v, want %v", got, start)
+	}
+	if got := c.Advance(90 * time.Second); !got.Equal(start.Add(90*time.Second)) || !c.Now().Equal(got) {
+		t.Fatalf("Advance = %v, Now = %v; want %v", got, c.Now(), start.Add(90*time.Second))
+	}
+}
+
 // FreeAddr's ports lie below the ephemeral range and are not handed out
 // twice; FreeBasePort's range is free on every host asked for.
 func TestFreePorts(t *testing.T) {
