@@ -155,8 +155,14 @@ func TestLinkCounters(t *testing.T) {
 		}
 		resp.Body.Close()
 		took := time.Since(start)
-		// The telemetry of the last interval is published a moment after.
-		time.Sleep(600 * time.Millisecond)
+		// The telemetry of the last interval is published a moment after:
+		// wait for the MB/s and the counters (checked below, with what
+		// they show when this gives up).
+		testutil.Eventually(10*time.Second, func() bool {
+			moved := func(n uint64) bool { return math.Abs(float64(n)-float64(size)) <= 0.05*float64(size) }
+			return seenTopo.Load() && seenLink.Load() &&
+				moved(counter(master, otherID, true)-sent0) && moved(counter(other, masterID, false)-recv0)
+		})
 		close(stop)
 		<-watched
 		if got != size {

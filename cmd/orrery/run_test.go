@@ -75,16 +75,9 @@ func TestRunCommand(t *testing.T) {
 	prompts := func() int { return len(regexp.MustCompile(`(?m)^>>>( |$)`).FindAllString(screen(), -1)) }
 	wait := func(what string, cond func(string) bool) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			s := screen()
-			if cond(s) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the terminal never showed %s:\n%s", what, s)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var s string
+		if !testutil.Eventually(60*time.Second, func() bool { s = screen(); return cond(s) }) {
+			t.Fatalf("the terminal never showed %s:\n%s", what, s)
 		}
 	}
 	has := func(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,6 +57,7 @@ type script struct {
 	shifts               [][3]int  // Shift calls: seq, keep, discard
 	failAt               int       // position whose forward fails (0: never)
 	block                chan struct{}
+	entered              atomic.Bool   // a Forward has begun (and may wait on block)
 	delay                time.Duration // per Forward
 }
 
@@ -72,6 +74,7 @@ func (s *script) Remove(seq, from int) error {
 	return nil
 }
 func (s *script) Forward(ctx context.Context, b backend.Batch) (backend.Result, error) {
+	s.entered.Store(true)
 	if s.block != nil {
 		<-s.block
 	}

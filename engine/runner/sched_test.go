@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // runSched starts a scheduler over s until the test ends.
@@ -59,7 +60,7 @@ func TestSchedulerBatches(t *testing.T) {
 		jobs = append(jobs, submit(t, g, sc, context.Background(), Request{Prompt: "hello world", MaxTokens: 40}))
 	}
 	// The first forward pass waits until all four are queued.
-	time.Sleep(50 * time.Millisecond)
+	testutil.WaitFor(t, "the first forward pass", s.entered.Load)
 	close(s.block)
 	for i, j := range jobs {
 		got, res, err := text(t, j)
@@ -176,7 +177,7 @@ func TestSchedulerSpans(t *testing.T) {
 		recs = append(recs, rec)
 		jobs = append(jobs, sc.Submit(context.Background(), &req, p, "t", rec))
 	}
-	time.Sleep(20 * time.Millisecond)
+	testutil.WaitFor(t, "the first forward pass", s.entered.Load)
 	close(s.block)
 	for i, j := range jobs {
 		if _, _, err := text(t, j); err != nil {
@@ -255,7 +256,8 @@ func TestSchedulerStopped(t *testing.T) {
 	go func() { ran <- sc.Run(ctx) }()
 	running := submit(t, g, sc, context.Background(), Request{Prompt: "hello"})
 	queued := submit(t, g, sc, context.Background(), Request{Prompt: "hello"})
-	time.Sleep(20 * time.Millisecond)
+	// The running one is in its forward pass; the queued one waits.
+	testutil.WaitFor(t, "the first forward pass", s.entered.Load)
 	cancel()
 	close(s.block)
 	if err := <-ran; !errors.Is(err, context.Canceled) {
