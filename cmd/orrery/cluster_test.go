@@ -111,6 +111,9 @@ func identities(t *testing.T, p *agentProc) map[string]any {
 // shared loopback dir, TLS peer links authenticated by the cluster key,
 // election, replication and failure detection.
 func TestClusterProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (agents forming, failing and rejoining a cluster): runs in make test")
+	}
 	bin := buildBinary(t)
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
 	lb := t.TempDir()

@@ -64,6 +64,9 @@ func delayedPair(t *testing.T, bin string, delay time.Duration, extra ...string)
 // reports decode tok/s, the time each token gains and the bytes each
 // token moves on each link.
 func TestPipelineDelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (two agents through delay proxies): runs in make test")
+	}
 	bin := buildBinary(t)
 	results := map[time.Duration]float64{}
 	for _, delay := range []time.Duration{0, time.Millisecond} {

@@ -90,6 +90,9 @@ func norm32(v []float32) float64 {
 // (a chat model without loading it), and the same vectors from a pipeline
 // over both nodes and from a tensor-parallel group.
 func TestEmbeddings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (embeddings through two agents, a pipeline and a group): runs in make test")
+	}
 	bin := buildBinary(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	emb := genModel(t, bin, dirs[1], "emb", "--preset", "small", "--arch", "qwen3", "--pooling", "last", "--layers", "4")

@@ -23,6 +23,9 @@ import (
 // by the bytes sent (±5 %), and /state/topology and the link telemetry
 // must show a non-zero MB/s on that edge while it runs.
 func TestLinkCounters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (20 transfers between two agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	// The trace, in both nodes' stores: whichever becomes master serves it.
 	const spans = 90_000

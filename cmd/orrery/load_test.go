@@ -29,6 +29,9 @@ import (
 // that together reserve the whole KV pool run (a leaked slot or
 // reservation would leave one queued for ever).
 func TestServeLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (rounds of load on a real agent): runs in make test and make load")
+	}
 	dur := 20 * time.Second
 	if v := os.Getenv("ORRERY_LOAD_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)

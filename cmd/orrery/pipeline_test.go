@@ -69,6 +69,9 @@ func deleteInstance(t *testing.T, p *agentProc, id string) {
 // trace with every rank on the master; kill -9 of rank 1 mid-stream; a
 // node leaving.
 func TestPipelineProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (a model over three agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
 	lb := t.TempDir()

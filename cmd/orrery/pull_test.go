@@ -21,6 +21,9 @@ import (
 // Ollama's store and is listed. A pull cut off by kill -9 of the agent
 // resumes after a restart without fetching again what was in.
 func TestPullProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (pulls through a real agent, killed and restarted): runs in make test")
+	}
 	bin := buildBinary(t)
 	src := filepath.Join(t.TempDir(), "src")
 	genModel(t, bin, src, "tiny-F32", "--preset", "tiny", "--seed", "7")

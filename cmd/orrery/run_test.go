@@ -19,6 +19,9 @@ import (
 // """ prompt of two lines, /clear, Ctrl-C stopping a long answer with the
 // session going on, history by Up, Ctrl-C at the prompt, /bye.
 func TestRunCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (orrery run in a terminal against a real agent, about 100 s): runs in make test")
+	}
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
 		t.Fatalf("tmux is needed for the terminal test (make deps installs it): %v", err)

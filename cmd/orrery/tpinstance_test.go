@@ -25,6 +25,9 @@ import (
 // whole model on one rank. Refusals name their reason, and a killed rank
 // fails the instance.
 func TestTensorParallelInstance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (a tensor-parallel group over two agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	modelID := genModel(t, bin, dirs[1], "tp-test", "--preset", "small")
@@ -255,6 +258,9 @@ func agreeUpToNearTie(t *testing.T, what string, got, want legacyCompletion, tie
 // greedy output is the pipeline's over the same two nodes, up to a
 // near-tie.
 func TestExpertParallelFitsNoSingleNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (a mixture of experts over two agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	modelID := genModel(t, bin, dirs[1], "ep-test", "--preset", "small", "--arch", "qwen3moe")

@@ -254,6 +254,9 @@ func TestServerQueues(t *testing.T) {
 // matrix kernels by batch shape, so near-ties flip: the test reports how
 // many tokens agree (docs/inference.md quotes it).
 func TestServerBatchesLikeAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (every prompt batched and alone, on real ggml): runs in make test")
+	}
 	for _, c := range []struct {
 		typ, kv string
 		exact   bool
