@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -111,6 +113,15 @@ func TestFreePorts(t *testing.T) {
 				t.Fatalf("port %d of FreeBasePort(3) on %s: %v", port, h, err)
 			}
 			ln.Close()
+		}
+	}
+}
+
+func TestWriteTree(t *testing.T) {
+	root := WriteTree(t, map[string]string{"etc/hostname": "rack-7\n", "sys/class/hwmon/hwmon0/temp1_input": "42000\n"})
+	for p, want := range map[string]string{"etc/hostname": "rack-7\n", "sys/class/hwmon/hwmon0/temp1_input": "42000\n"} {
+		if b, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v; want %q", p, b, err, want)
 		}
 	}
 }
