@@ -3,32 +3,20 @@ package placement
 import (
 	"math"
 	"math/bits"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 )
 
 // smallModel writes the small preset (8 blocks of dim 512, Q8_0) and
 // returns its cost and layout.
 func smallModel(t *testing.T) (ModelCost, Layout) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "small.gguf")
-	if err := model.Generate(path, model.Presets["small"]); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, cfg := modeltest.Read(t, modeltest.Generate(t, "small.gguf", model.Presets["small"]))
 	return CostOf(f, cfg), LayoutOf(f, cfg, 0, 1)
 }
 
@@ -319,22 +307,7 @@ func TestExpertShare(t *testing.T) {
 // split by columns, half of each chosen expert, or, split whole, the
 // busier rank's share of the token's experts (more than half).
 func TestExpertParallelCost(t *testing.T) {
-	o, err := model.ApplyFamily(model.Presets["small"], "qwen3moe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "moe.gguf")
-	if err := model.Generate(path, o); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, cfg := modeltest.Read(t, modeltest.Generate(t, "moe.gguf", modeltest.Family(t, model.Presets["small"], "qwen3moe")))
 	c, l := CostOf(f, cfg), LayoutOf(f, cfg, 0, 1)
 	sl, err := model.PlanTP(f, cfg, 2)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,8 +11,8 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
@@ -27,19 +26,7 @@ func tinyTokenizer(t *testing.T) *model.Tokenizer {
 // genTokenizer is the tokenizer of a model generated with o.
 func genTokenizer(tb testing.TB, o model.GenOptions) *model.Tokenizer {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "m.gguf")
-	if err := model.Generate(path, o); err != nil {
-		tb.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tok, err := model.NewTokenizer(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
+	return modeltest.Tokenizer(tb, modeltest.Generate(tb, "m.gguf", o))
 }
 
 // script is a fake Forwarder (a unit-test double for the model): after

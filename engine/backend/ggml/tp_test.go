@@ -12,9 +12,9 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/internal/tptest"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 )
 
 // tpCase is a model shape that splits over the given rank counts.
@@ -80,7 +80,8 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 				name += "-" + string(c.experts)
 			}
 			t.Run(name, func(t *testing.T) {
-				plan, err := planExperts(path, ranks, c.experts)
+				f, cfg := modeltest.Read(t, path)
+				plan, err := model.PlanTPExperts(f, cfg, ranks, c.experts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -116,19 +117,6 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 			})
 		}
 	}
-}
-
-// planExperts is model.PlanTPExperts of the model at path.
-func planExperts(path string, ranks int, split model.ExpertSplit) ([]model.TPSlice, error) {
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		return nil, err
-	}
-	return model.PlanTPExperts(f, cfg, ranks, split)
 }
 
 // tpLogits runs the prompt (5 tokens in one batch, then one at a time)

@@ -15,9 +15,9 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/internal/reference"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/sample"
 )
@@ -123,19 +123,8 @@ func TestGreedyMatchesReference(t *testing.T) {
 
 func tokenizerOf(t testing.TB, path string) (model.Config, *model.Tokenizer) {
 	t.Helper()
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := model.NewTokenizer(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg, tok
+	_, cfg := modeltest.Read(t, path)
+	return cfg, modeltest.Tokenizer(t, path)
 }
 
 func argmax(x []float64) int {

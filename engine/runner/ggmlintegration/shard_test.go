@@ -10,8 +10,8 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 )
 
 // splits are the layer ranges of 1, 2 and 3 ranks over a 4-layer model.
@@ -26,14 +26,7 @@ func loadRanks(t *testing.T, path string, ranges [][2]int) []backend.Rank {
 		if err := model.WriteShard(path, shard, r[0], r[1], "test"); err != nil {
 			t.Fatal(err)
 		}
-		f, err := gguf.ReadFile(shard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := model.FromGGUF(f)
-		if err != nil {
-			t.Fatalf("shard [%d, %d): %v", r[0], r[1], err)
-		}
+		_, cfg := modeltest.Read(t, shard)
 		if a, b := cfg.Blocks(); a != r[0] || b != r[1] {
 			t.Fatalf("shard holds [%d, %d), want %v", a, b, r)
 		}
