@@ -27,7 +27,7 @@ import (
 // tpRanks runs runOrreryTP's ranks. Its timeout is generous: three ranks
 // share a loaded CI machine's two cores; go test's own timeout bounds the
 // whole.
-var tpRanks = tptest.Group{Env: "ORRERY_CONFORMANCE_TP_WORKER", Timeout: 10 * time.Minute, Work: runTPWorker}
+var tpRanks = tptest.Group[tpJob]{Env: "ORRERY_CONFORMANCE_TP_WORKER", Timeout: 10 * time.Minute, Work: runTPWorker}
 
 // tpJob is one rank's part of runOrreryTP.
 type tpJob struct {
@@ -48,11 +48,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func runTPWorker(ctx context.Context, rank int, mesh *collective.Mesh, job json.RawMessage) ([]byte, error) {
-	var w tpJob
-	if err := json.Unmarshal(job, &w); err != nil {
-		return nil, err
-	}
+func runTPWorker(ctx context.Context, rank int, mesh *collective.Mesh, w tpJob) ([]byte, error) {
 	// One thread a rank: the ranks share this machine's cores.
 	r, err := ggml.Load(ctx, w.Slice, backend.Options{Threads: 1, BatchSize: promptLen, KVType: w.KV, NoFlashAttention: !w.FlashAttn,
 		NoRepack: true, Group: mesh}, nil)
@@ -117,7 +113,7 @@ func runOrreryTP(t *testing.T, path string, ranks int, ids []int32, st setting) 
 		return result{}, fmt.Errorf("%w: %w", errNoSplit, err)
 	}
 	dir := t.TempDir()
-	jobs := make([]any, len(plan))
+	jobs := make([]tpJob, len(plan))
 	for _, sl := range plan {
 		p := filepath.Join(dir, fmt.Sprintf("tp%d.gguf", sl.Rank))
 		if err := model.WriteTPSlice(path, p, 0, shape.Layers, sl, "conformance"); err != nil {

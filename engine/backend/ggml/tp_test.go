@@ -149,7 +149,7 @@ func tpLogitsOver(t *testing.T, path string, slices []string, prompt []int32, wi
 		}
 		return out
 	}
-	jobs := make([]any, len(slices))
+	jobs := make([]tpJob, len(slices))
 	for r, sl := range slices {
 		jobs[r] = tpJob{Slice: sl, Prompt: prompt, Wire: wire}
 	}
@@ -171,7 +171,7 @@ func tpLogitsOver(t *testing.T, path string, slices []string, prompt []int32, wi
 var tpOptions = backend.Options{Threads: 1, KVType: "f32", BatchSize: 16}
 
 // tpRanks runs tpLogits's ranks, each a process of this test binary.
-var tpRanks = tptest.Group{Env: "ORRERY_TP_TEST_WORKER", Timeout: 30 * time.Second, Work: runTPWorker}
+var tpRanks = tptest.Group[tpJob]{Env: "ORRERY_TP_TEST_WORKER", Timeout: 30 * time.Second, Work: runTPWorker}
 
 // tpJob is one rank's part of tpLogits.
 type tpJob struct {
@@ -187,11 +187,7 @@ func TestMain(m *testing.M) {
 
 // runTPWorker loads rank's slice into the group and returns its logits of
 // each step.
-func runTPWorker(ctx context.Context, rank int, mesh *collective.Mesh, job json.RawMessage) ([]byte, error) {
-	var w tpJob
-	if err := json.Unmarshal(job, &w); err != nil {
-		return nil, err
-	}
+func runTPWorker(ctx context.Context, rank int, mesh *collective.Mesh, w tpJob) ([]byte, error) {
 	mesh.Wire = w.Wire
 	o := tpOptions
 	o.Group = mesh

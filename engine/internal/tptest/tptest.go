@@ -32,9 +32,10 @@ const token = "tptest"
 // failure.
 const outputTail = 4000
 
-// Group is a test package's tensor-parallel group. Its fields are set once,
+// Group is a test package's tensor-parallel group, whose ranks each get a
+// job of type J (passed to the rank as JSON). Its fields are set once,
 // where it is declared.
-type Group struct {
+type Group[J any] struct {
 	// Env names the environment variable that makes the test binary a
 	// rank (one per test package, so that a rank never mistakes another
 	// package's variable for its own).
@@ -43,20 +44,20 @@ type Group struct {
 	Timeout time.Duration
 	// Work is what a rank does once its group has formed: job is what Run
 	// was given for this rank, and what it returns is the rank's result.
-	Work func(ctx context.Context, rank int, mesh *collective.Mesh, job json.RawMessage) ([]byte, error)
+	Work func(ctx context.Context, rank int, mesh *collective.Mesh, job J) ([]byte, error)
 }
 
 // spec is what a rank process gets in Env.
-type spec struct {
+type spec[J any] struct {
 	Rank  int
 	Addrs []string
 	Out   string // the rank's result goes here
-	Job   json.RawMessage
+	Job   J
 }
 
 // Main, called first in TestMain, runs this process as a rank when Run
 // started it, and exits; otherwise it returns and the tests run.
-func (g Group) Main() {
+func (g Group[J]) Main() {
 	s := os.Getenv(g.Env)
 	if s == "" {
 		return
@@ -68,8 +69,8 @@ func (g Group) Main() {
 	os.Exit(0)
 }
 
-func (g Group) serve(s string) error {
-	var sp spec
+func (g Group[J]) serve(s string) error {
+	var sp spec[J]
 	if err := json.Unmarshal([]byte(s), &sp); err != nil {
 		return err
 	}
@@ -92,10 +93,10 @@ func (g Group) serve(s string) error {
 	return os.WriteFile(sp.Out, out, 0o600)
 }
 
-// Run starts one rank per job, rank r with jobs[r] (marshalled to JSON),
-// waits for all of them and returns each rank's result. A rank that fails
-// fails the test with its output, after the others are stopped.
-func (g Group) Run(t testing.TB, jobs []any) [][]byte {
+// Run starts one rank per job, rank r with jobs[r], waits for all of them
+// and returns each rank's result. A rank that fails fails the test with
+// its output, after the others are stopped.
+func (g Group[J]) Run(t testing.TB, jobs []J) [][]byte {
 	t.Helper()
 	n := len(jobs)
 	dir := t.TempDir()
@@ -125,11 +126,7 @@ func (g Group) Run(t testing.TB, jobs []any) [][]byte {
 	outs := make([]*testutil.SyncBuffer, n)
 	outPath := func(r int) string { return filepath.Join(dir, fmt.Sprintf("rank-%d", r)) }
 	for r, job := range jobs {
-		b, err := json.Marshal(job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := json.Marshal(spec{Rank: r, Addrs: addrs, Out: outPath(r), Job: b})
+		s, err := json.Marshal(spec[J]{Rank: r, Addrs: addrs, Out: outPath(r), Job: job})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package tptest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -20,12 +19,8 @@ type job struct {
 	Block bool // wait until the rank's Timeout
 }
 
-var group = Group{Env: "ORRERY_TPTEST_TEST_RANK", Timeout: time.Minute,
-	Work: func(ctx context.Context, rank int, mesh *collective.Mesh, raw json.RawMessage) ([]byte, error) {
-		var j job
-		if err := json.Unmarshal(raw, &j); err != nil {
-			return nil, err
-		}
+var group = Group[job]{Env: "ORRERY_TPTEST_TEST_RANK", Timeout: time.Minute,
+	Work: func(ctx context.Context, rank int, mesh *collective.Mesh, j job) ([]byte, error) {
 		if j.Fail {
 			return nil, errors.New("asked to fail")
 		}
@@ -42,7 +37,7 @@ var group = Group{Env: "ORRERY_TPTEST_TEST_RANK", Timeout: time.Minute,
 
 // slow is group with a timeout past go test's own: a rank blocked in it
 // ends only when Run stops it.
-var slow = Group{Env: "ORRERY_TPTEST_TEST_SLOW_RANK", Timeout: time.Hour, Work: group.Work}
+var slow = Group[job]{Env: "ORRERY_TPTEST_TEST_SLOW_RANK", Timeout: time.Hour, Work: group.Work}
 
 func TestMain(m *testing.M) {
 	group.Main()
@@ -53,7 +48,7 @@ func TestMain(m *testing.M) {
 // Three ranks form a group and all-reduce their values: each returns the
 // sum, and Run hands back each rank's result in rank order.
 func TestRun(t *testing.T) {
-	res := group.Run(t, []any{job{Value: 1}, job{Value: 2}, job{Value: 4}})
+	res := group.Run(t, []job{{Value: 1}, {Value: 2}, {Value: 4}})
 	for r, b := range res {
 		if want := fmt.Sprintf("rank %d of 3: 7", r); string(b) != want {
 			t.Errorf("rank %d returned %q, want %q", r, b, want)
@@ -80,7 +75,7 @@ func TestRunFailingRank(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		slow.Run(f, []any{job{Block: true}, job{Fail: true}})
+		slow.Run(f, []job{{Block: true}, {Fail: true}})
 	}()
 	<-done
 	if !strings.Contains(f.msg, "tensor-parallel rank 1 of 2") || !strings.Contains(f.msg, "asked to fail") {
