@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
 	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
 	"github.com/orrery-cluster/orrery/engine/internal/tptest"
 	"github.com/orrery-cluster/orrery/engine/model"
 )
@@ -77,7 +78,7 @@ func runTPWorker(ctx context.Context, rank int, mesh *collective.Mesh, w tpJob) 
 		// Rank 0 holds the head: its token, summed with the others' 0.
 		v := []float32{0}
 		if rank == 0 {
-			v[0] = float32(argmax(out.Logits[len(out.Logits)-1]))
+			v[0] = float32(reference.Argmax(out.Logits[len(out.Logits)-1]))
 		}
 		if err := mesh.AllReduce(v); err != nil {
 			return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
 	"github.com/orrery-cluster/orrery/engine/internal/tptest"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/model/modeltest"
@@ -109,7 +110,7 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 					if d > tol {
 						t.Errorf("step %d: max |Δ|/std = %.3g, want ≤ %g", step, d, tol)
 					}
-					if a, b := argmax(got[step]), argmax(want[step]); a != b {
+					if a, b := reference.Argmax(got[step]), reference.Argmax(want[step]); a != b {
 						t.Logf("step %d: greedy token %d vs %d (a near tie?)", step, a, b)
 					}
 				}

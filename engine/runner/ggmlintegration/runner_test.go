@@ -110,7 +110,7 @@ func TestGreedyMatchesReference(t *testing.T) {
 		logits = ref.Step(id, i)
 	}
 	for i, want := range a {
-		got := int32(argmax(logits))
+		got := int32(reference.Argmax(logits))
 		if got != want {
 			t.Fatalf("token %d: runner %d, reference %d", i, want, got)
 		}
@@ -125,16 +125,6 @@ func tokenizerOf(t testing.TB, path string) (model.Config, *model.Tokenizer) {
 	t.Helper()
 	_, cfg := modeltest.Read(t, path)
 	return cfg, modeltest.Tokenizer(t, path)
-}
-
-func argmax(x []float64) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }
 
 // The same seed samples the same tokens; spans come back when traced;

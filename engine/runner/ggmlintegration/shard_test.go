@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 )
@@ -66,16 +67,6 @@ func relErr32(a, b []float32) float64 {
 	return d / m
 }
 
-func argmax32(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // One model split over 1, 2 and 3 ranks gives the same logits (within
 // 1e-4 relative) for a prompt batch and through the KV caches, and greedy
 // generation picks the same tokens.
@@ -97,12 +88,12 @@ func TestShardedRanksAgree(t *testing.T) {
 				}
 				// Greedy, 8 tokens through the caches.
 				var tokens []int32
-				next := argmax32(steps[len(steps)-1])
+				next := int32(reference.Argmax(steps[len(steps)-1]))
 				for k := range 8 {
 					tokens = append(tokens, next)
 					l := forward(t, ranks, []int32{next}, []int32{int32(len(prompt) + k)}, false)
 					steps = append(steps, l)
-					next = argmax32(l)
+					next = int32(reference.Argmax(l))
 				}
 				if n == 0 {
 					base, baseTokens = steps, tokens
