@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/delayproxy"
+	"github.com/orrery-cluster/orrery/internal/freeport"
 )
 
 // ChoiceOptions configures Choice: "parallelism": "auto" on two agents
@@ -275,7 +275,7 @@ func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root s
 	}
 	// Two peer addresses and two API ones (free a moment ago: another
 	// process may take one before its agent binds it).
-	addrs, err := loopbackAddrs(4)
+	addrs, err := freeport.Addrs(4)
 	if err != nil {
 		return agents, directBytes, stop, err
 	}
@@ -285,9 +285,11 @@ func startPair(ctx context.Context, o ChoiceOptions, delay time.Duration, root s
 	var peerVia [2]string
 	if delay > 0 {
 		for i := range 2 {
-			if ports[i], err = freePortRange(directPortsPerAgent, seen[1-i]); err != nil {
+			first, err := freeport.Range(directPortsPerAgent, "127.0.0.1", seen[1-i])
+			if err != nil {
 				return agents, directBytes, stop, err
 			}
+			ports[i] = [2]int{first, first + directPortsPerAgent - 1}
 		}
 		for i := range 2 {
 			// Agent i's way to the other (1-i): its peer port, then each
@@ -352,29 +354,6 @@ func delayTo(delay time.Duration, d *net.Dialer, addr, up string) (*delayproxy.P
 		return nil, err
 	}
 	return delayproxy.New(ln, delay, func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", up) }), nil
-}
-
-// freePortRange finds n consecutive ports free on 127.0.0.1 and on also
-// (free a moment ago, as loopbackAddrs's).
-func freePortRange(n int, also string) ([2]int, error) {
-	for range 100 {
-		first := 20000 + rand.IntN(30000)
-		ok := true
-		for q := first; q < first+n && ok; q++ {
-			for _, h := range []string{"127.0.0.1", also} {
-				ln, err := net.Listen("tcp", net.JoinHostPort(h, strconv.Itoa(q)))
-				if err != nil {
-					ok = false
-					break
-				}
-				ln.Close()
-			}
-		}
-		if ok {
-			return [2]int{first, first + n - 1}, nil
-		}
-	}
-	return [2]int{}, fmt.Errorf("no %d consecutive free ports on loopback", n)
 }
 
 // PrintChoice prints one row per delay and plan.

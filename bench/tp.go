@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/split"
+	"github.com/orrery-cluster/orrery/internal/freeport"
 )
 
 // TPOptions configures TP: one request's prefill and decode on one runner
@@ -255,20 +256,6 @@ func token() string {
 	return hex.EncodeToString(b)
 }
 
-// loopbackAddrs are n loopback addresses free now.
-func loopbackAddrs(n int) ([]string, error) {
-	var out []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ln.Addr().String())
-		ln.Close()
-	}
-	return out, nil
-}
-
 // tpRunners is one side of the benchmark: one runner, or a
 // tensor-parallel group served through rank 0.
 type tpRunners struct {
@@ -294,7 +281,7 @@ func startTPRunners(ctx context.Context, o TPOptions, paths []string) (*tpRunner
 func startTPRunnersAt(ctx context.Context, o TPOptions, paths []string, first int) (*tpRunners, error) {
 	g := &tpRunners{}
 	rtok, gtok := token(), token()
-	addrs, err := loopbackAddrs(len(paths))
+	addrs, err := freeport.Addrs(len(paths))
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +399,7 @@ func waitReady(ctx context.Context, c *runnerapi.Client) error {
 // linked as they are (direct loopback TCP with the group's token).
 func tpReduce(ctx context.Context, o TPOptions, n int) (ReduceFigures, error) {
 	fig := ReduceFigures{Values: n, Iters: o.ReduceIters}
-	addrs, err := loopbackAddrs(o.Ranks)
+	addrs, err := freeport.Addrs(o.Ranks)
 	if err != nil {
 		return fig, err
 	}

@@ -93,7 +93,7 @@ func TestFloodingPeerIsThrottled(t *testing.T) {
 	}()
 	// Once the flood is past the burst and throttled, the worker's events
 	// still reach the master.
-	time.Sleep(time.Second)
+	testutil.WaitFor(t, "the flood past what the link lets through", func() bool { return float64(sent.Load()) > limitAt(time.Since(start)) })
 	for i := range 10 {
 		nodes[1].Node.Publish(wire.RawEvent{Type: "Work", Event: []byte(fmt.Sprint(i))})
 	}
@@ -107,12 +107,9 @@ func TestFloodingPeerIsThrottled(t *testing.T) {
 		return n == 10
 	})
 	workSeen := time.Since(start)
-	for time.Since(start) < 2*time.Second || float64(sent.Load()) < limitAt(time.Since(start))+1000 {
-		if time.Since(start) > most {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(most-time.Since(start), func() bool {
+		return time.Since(start) >= 2*time.Second && float64(sent.Load()) >= limitAt(time.Since(start))+1000
+	})
 	close(stop)
 	c.SetWriteDeadline(time.Now()) // a write blocked by the throttle ends
 	<-done

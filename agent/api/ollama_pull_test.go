@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // progressPulls is a Pulls whose pulls advance through the store, as the
@@ -210,19 +211,11 @@ func TestOllamaPullHangUpCancels(t *testing.T) {
 		io.Copy(io.Discard, resp.Body) // until the deadline cuts it
 		resp.Body.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.WaitFor(t, "the pull canceled when its client hung up", func() bool {
 		pp.mu.Lock()
-		n := len(pp.canceled)
-		pp.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the pull was not canceled when its client hung up")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer pp.mu.Unlock()
+		return len(pp.canceled) == 1
+	})
 }
 
 func TestOllamaDelete(t *testing.T) {

@@ -1,28 +1,13 @@
 package identity
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
-func writeTree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for p, c := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
-
 func TestProbeLinuxFixture(t *testing.T) {
-	root := writeTree(t, map[string]string{
+	root := testutil.WriteTree(t, map[string]string{
 		"etc/machine-id":                "abc123\n",
 		"etc/hostname":                  "rack-7\n",
 		"etc/os-release":                "NAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\n# comment\n",
@@ -49,7 +34,7 @@ func TestProbeLinuxFixture(t *testing.T) {
 }
 
 func TestProbeLinuxMissingFieldsStayEmpty(t *testing.T) {
-	root := writeTree(t, map[string]string{"var/lib/dbus/machine-id": "dbus-id\n"})
+	root := testutil.WriteTree(t, map[string]string{"var/lib/dbus/machine-id": "dbus-id\n"})
 	h, err := probeLinux(root)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/split"
 )
 
@@ -20,10 +21,7 @@ func shardModel(t *testing.T) (*pulltest.Hub, string, []byte) {
 	t.Helper()
 	o := model.Presets["small"]
 	o.Dim, o.FFDim, o.Vocab = 256, 704, 2048
-	local := filepath.Join(t.TempDir(), "m-Q8_0.gguf")
-	if err := model.Generate(local, o); err != nil {
-		t.Fatal(err)
-	}
+	local := modeltest.Generate(t, "m-Q8_0.gguf", o)
 	data, err := os.ReadFile(local)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // TestArgsDraft: rank 0's draft model reaches its runner's command line,
@@ -37,34 +38,23 @@ func TestArgsDraft(t *testing.T) {
 // TestListenIn: a direct listener takes the first free port of its range,
 // and a range with none free is an error naming it.
 func TestListenIn(t *testing.T) {
-	first, err := net.Listen("tcp", "127.0.0.1:0")
+	base := testutil.FreeBasePort(t, 2)
+	first, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	busy := first.Addr().(*net.TCPAddr).Port
-	if _, err := listenIn("127.0.0.1", [2]int{busy, busy}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("no free port in %d-%d", busy, busy)) {
+	if _, err := listenIn("127.0.0.1", [2]int{base, base}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("no free port in %d-%d", base, base)) {
 		t.Fatalf("a busy range: %v", err)
 	}
-	// The next port may be taken by another process; look for a free pair.
-	for p := busy + 1; p < busy+50 && p < 65535; p++ {
-		probe, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		if err != nil {
-			continue
-		}
-		probe.Close()
-		ln, err := listenIn("127.0.0.1", [2]int{busy, p})
-		if err != nil {
-			t.Fatalf("range %d-%d with %d free: %v", busy, p, p, err)
-		}
-		got := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if got <= busy || got > p {
-			t.Fatalf("range %d-%d (%d busy): listened on %d", busy, p, busy, got)
-		}
-		return
+	ln, err := listenIn("127.0.0.1", [2]int{base, base + 1})
+	if err != nil {
+		t.Fatalf("range %d-%d with %d free: %v", base, base+1, base+1, err)
 	}
-	t.Fatal("no free port near", busy)
+	defer ln.Close()
+	if got := ln.Addr().(*net.TCPAddr).Port; got != base+1 {
+		t.Fatalf("range %d-%d (%d busy): listened on %d", base, base+1, base, got)
+	}
 }
 
 // TestArgsSpeculative: an instance's default speculation reaches rank 0's

@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
-// loadingSupervisor is a supervisor of node "me" whose ranks stay loading
-// (their model file never comes) until they are stopped; stops counts the
-// stops of each runner.
-func loadingSupervisor(t *testing.T, owns func(string) bool, alive func(string) bool, grace time.Duration) (*Supervisor, func(string) int) {
+// loadingSupervisor is a supervisor of node "me", on clock, whose ranks
+// stay loading (their model file never comes) until they are stopped;
+// stops counts the stops of each runner.
+func loadingSupervisor(t *testing.T, clock *testutil.Clock, owns func(string) bool, alive func(string) bool, grace time.Duration) (*Supervisor, func(string) int) {
 	t.Helper()
 	var mu sync.Mutex
 	stops := map[string]int{}
-	s := New(Config{NodeID: "me", Owns: owns, Alive: alive, MissingGrace: grace, Publish: func(state.Event) error { return nil },
+	s := New(Config{NodeID: "me", Owns: owns, Alive: alive, MissingGrace: grace, Now: clock.Now, Publish: func(state.Event) error { return nil },
 		ModelFile: func(ctx context.Context, in state.Instance, rank int, _ func(Progress)) (string, ShardInfo, error) {
 			<-ctx.Done()
 			mu.Lock()
@@ -52,8 +53,10 @@ func TestReconcileKeepsRunnersOfLiveOwners(t *testing.T) {
 	owned := map[string]bool{"mine": true}
 	var mu sync.Mutex
 	aliveNodes := map[string]bool{"other": true, "me": true}
-	s, stops := loadingSupervisor(t, func(id string) bool { mu.Lock(); defer mu.Unlock(); return owned[id] },
-		func(id string) bool { mu.Lock(); defer mu.Unlock(); return aliveNodes[id] }, 300*time.Millisecond)
+	const grace = 10 * time.Second
+	clock := testutil.NewClock(time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC))
+	s, stops := loadingSupervisor(t, clock, func(id string) bool { mu.Lock(); defer mu.Unlock(); return owned[id] },
+		func(id string) bool { mu.Lock(); defer mu.Unlock(); return aliveNodes[id] }, grace)
 	mine := instanceOn("mine", "me")
 	mine.Ranks = []state.ShardRange{{Rank: 0, NodeID: "me", LastLayer: 4}}
 	theirs, deleted, failed := instanceOn("theirs", "other"), instanceOn("deleted", "other"), instanceOn("failed", "other")
@@ -81,14 +84,20 @@ func TestReconcileKeepsRunnersOfLiveOwners(t *testing.T) {
 	if running(s, "deleted-1") {
 		t.Error("the deleted instance's runner started again from a stale state")
 	}
-	time.Sleep(400 * time.Millisecond) // past the grace: it was reset
+	clock.Advance(grace + time.Second) // past the grace: it was reset
 	s.Reconcile(state.State{Instances: map[string]state.Instance{}})
 	if !running(s, "mine-0") || !running(s, "theirs-1") || stops("mine-0") != 0 || stops("theirs-1") != 0 {
 		t.Fatal("runners restarted or stopped though their instances came back")
 	}
-	// Another owner's instance that does not come back within the grace
-	// goes; this node's own stays while its record holds it.
-	time.Sleep(400 * time.Millisecond)
+	// Within the grace it stays...
+	clock.Advance(grace - time.Second)
+	s.Reconcile(state.State{Instances: map[string]state.Instance{}})
+	if !running(s, "theirs-1") {
+		t.Fatal("another node's instance lost its runner within the grace")
+	}
+	// ...and another owner's instance that does not come back within the
+	// grace goes; this node's own stays while its record holds it.
+	clock.Advance(2 * time.Second)
 	s.Reconcile(state.State{Instances: map[string]state.Instance{}})
 	if running(s, "theirs-1") {
 		t.Error("another node's instance, missing past the grace, still has a runner")

@@ -105,7 +105,10 @@ type Config struct {
 	DirectPorts [2]int
 	// MissingGrace defaults to DefaultMissingGrace.
 	MissingGrace time.Duration
-	Logger       *slog.Logger
+	// Now is the clock the grace and the memory of deletions are counted
+	// on (nil: time.Now); a test advances its own past them.
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // DefaultMissingGrace bounds how long a runner is kept whose instance is
@@ -154,6 +157,9 @@ func New(cfg Config) *Supervisor {
 	if cfg.Alive == nil {
 		cfg.Alive = func(string) bool { return false }
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Supervisor{cfg: cfg, log: cfg.Logger.With("component", "supervisor"), procs: map[string]*proc{}, stopped: map[string]bool{},
 		deleted: map[string]time.Time{}, missing: map[string]time.Time{}}
 }
@@ -196,7 +202,7 @@ func (s *Supervisor) Reconcile(st state.State) {
 	if s.closed {
 		return
 	}
-	now := time.Now()
+	now := s.cfg.Now()
 	for id, in := range st.Instances {
 		// A deleted instance a stale snapshot shows a moment longer
 		// starts nothing.
@@ -301,7 +307,7 @@ func (s *Supervisor) keepMissing(in state.Instance, now time.Time) bool {
 func (s *Supervisor) Deleted(ids ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.cfg.Now()
 	for _, id := range ids {
 		s.deleted[id] = now
 	}
@@ -320,7 +326,7 @@ func (s *Supervisor) Stop(instanceID string) {
 		}
 	}
 	s.stopped[instanceID] = true
-	s.deleted[instanceID] = time.Now()
+	s.deleted[instanceID] = s.cfg.Now()
 	s.mu.Unlock()
 	for _, p := range ps {
 		p.halt()

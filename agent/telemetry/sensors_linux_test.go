@@ -6,22 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-func tree(t *testing.T, files map[string]string) string {
-	t.Helper()
-	root := t.TempDir()
-	for p, c := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
-}
+	"github.com/orrery-cluster/orrery/internal/testutil"
+)
 
 func sensorsAt(root string, now *time.Time) *linuxSensors {
 	return &linuxSensors{root: root, now: func() time.Time { return *now }, log: slog.New(slog.DiscardHandler)}
@@ -56,7 +43,7 @@ func TestHwmonPicksPackageTemp(t *testing.T) {
 		"no hwmon": {map[string]string{"etc/x": ""}, nil, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r, err := sensorsAt(tree(t, tc.files), &now).Read()
+			r, err := sensorsAt(testutil.WriteTree(t, tc.files), &now).Read()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +58,7 @@ func TestHwmonPicksPackageTemp(t *testing.T) {
 }
 
 func TestRAPLPower(t *testing.T) {
-	root := tree(t, map[string]string{
+	root := testutil.WriteTree(t, map[string]string{
 		"sys/class/powercap/intel-rapl:0/name":                "package-0",
 		"sys/class/powercap/intel-rapl:0/energy_uj":           "1000000",
 		"sys/class/powercap/intel-rapl:0/max_energy_range_uj": "30000000",
@@ -118,7 +105,7 @@ func TestRAPLPower(t *testing.T) {
 }
 
 func TestRAPLUnreadableIsNull(t *testing.T) {
-	root := tree(t, map[string]string{
+	root := testutil.WriteTree(t, map[string]string{
 		"sys/class/powercap/intel-rapl:0/name": "package-0",
 		// energy_uj missing, as when the kernel hides it from non-root
 	})

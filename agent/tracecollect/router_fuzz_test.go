@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/orrery-cluster/orrery/cluster/clustertest"
 	"github.com/orrery-cluster/orrery/cluster/wire"
 )
 
@@ -11,15 +12,12 @@ import (
 // cleanly or returns a valid TraceTask or TraceChunk, which survives a
 // frame → read round trip unchanged.
 func FuzzReadMsg(f *testing.F) {
-	for _, m := range []wire.Message{
+	for _, seed := range clustertest.Frames(f,
 		&wire.TraceTask{Task: "t1", Kind: "ring-bench", Ranks: []wire.TraceRank{{Rank: 0, Node: "a"}, {Rank: 1, Node: "b"}}},
 		&wire.TraceChunk{Task: "t1", Rank: 1, Seq: 2, Final: true, Data: []byte(`{"spans":[]}`)},
 		&wire.Fetch{Since: 1},
-	} {
-		typ, b, _ := wire.Encode(m)
-		var buf bytes.Buffer
-		wire.WriteFrame(&buf, typ, b)
-		f.Add(buf.Bytes())
+	) {
+		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		msg, err := readMsg(feed(data))

@@ -126,7 +126,7 @@ func TestShipperOutboxSpillsWhileTheMasterIsSlow(t *testing.T) {
 		tok := rec.Start("step", "decode")
 		tok.End(trace.Args{}.WithToken(i))
 		if i%chunkSpans == 0 {
-			time.Sleep(10 * time.Millisecond) // let the flush drain it
+			testutil.WaitFor(t, "the flush to drain the recorder", func() bool { return rec.Buffered() == 0 })
 		}
 	}
 	testutil.WaitFor(t, "chunks waiting on disk", func() bool {

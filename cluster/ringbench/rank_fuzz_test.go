@@ -6,6 +6,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/orrery-cluster/orrery/cluster/clustertest"
 	"github.com/orrery-cluster/orrery/cluster/wire"
 )
 
@@ -13,15 +14,12 @@ import (
 // fails cleanly or returns a valid RingStart or RingReport, which survives
 // a write → read round trip.
 func FuzzReadMsg(f *testing.F) {
-	for _, m := range []wire.Message{
+	for _, seed := range clustertest.Frames(f,
 		&wire.RingStart{Bench: "r1", Order: []string{"a", "b"}, Size: 10, Rounds: 1},
 		&wire.RingReport{Bench: "r1", From: "a", To: "b", Hops: []wire.RingHop{{Round: 0, LatencyNs: 5}}},
 		&wire.Fetch{Since: 1},
-	} {
-		typ, b, _ := wire.Encode(m)
-		var buf bytes.Buffer
-		wire.WriteFrame(&buf, typ, b)
-		f.Add(buf.Bytes())
+	) {
+		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := feed(data)

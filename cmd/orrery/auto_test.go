@@ -44,6 +44,9 @@ func measuredSpeed(t *testing.T, bin string) string {
 // over the two nodes named. The instance keeps its prediction, which the
 // test sets beside the decode it measures.
 func TestAutoPicksFromLinks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (two agents through delay proxies, every plan run): runs in make test")
+	}
 	bin := buildBinary(t)
 	speedFile := measuredSpeed(t, bin)
 	a, b, _, _ := delayedPair(t, bin, time.Millisecond, "--runner-threads", "1", "--speed", speedFile)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -263,7 +264,7 @@ func TestCLIDoc(t *testing.T) {
 			seen[key] = true
 			return "<!-- flags:" + key + " -->\n" + cliDocTable(fl) + "<!-- /flags -->"
 		})
-		for _, key := range sortedKeys(want) {
+		for _, key := range slices.Sorted(maps.Keys(want)) {
 			if !seen[key] {
 				text += fmt.Sprintf("\n## orrery %s\n\n<!-- flags:%s -->\n%s<!-- /flags -->\n", key, key, cliDocTable(want[key]))
 			}
@@ -281,12 +282,12 @@ func TestCLIDoc(t *testing.T) {
 		}
 		got[m[1]] = m[2]
 	}
-	for _, key := range sortedKeys(got) {
+	for _, key := range slices.Sorted(maps.Keys(got)) {
 		if _, ok := want[key]; !ok {
 			t.Errorf("docs/cli.md has a flag table for %q, which is no command of orrery -h", key)
 		}
 	}
-	for _, key := range sortedKeys(want) {
+	for _, key := range slices.Sorted(maps.Keys(want)) {
 		table, ok := got[key]
 		if !ok {
 			t.Errorf("docs/cli.md has no flag table for orrery %s (<!-- flags:%s --> … <!-- /flags -->); run: go test ./cmd/orrery -run TestCLIDoc -update", key, key)
@@ -332,13 +333,4 @@ func lineDiff(got, want string) string {
 		}
 	}
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -111,6 +111,9 @@ func identities(t *testing.T, p *agentProc) map[string]any {
 // shared loopback dir, TLS peer links authenticated by the cluster key,
 // election, replication and failure detection.
 func TestClusterProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (agents forming, failing and rejoining a cluster): runs in make test")
+	}
 	bin := buildBinary(t)
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
 	lb := t.TempDir()
@@ -118,7 +121,7 @@ func TestClusterProcesses(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	var ps []*agentProc
 	for _, d := range dirs {
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, env, extra...))
+		ps = append(ps, startAgentEnv(t, bin, testutil.FreeAddr(t), d, env, extra...))
 	}
 	for _, p := range ps {
 		waitHealthy(t, p)
@@ -478,7 +481,7 @@ func TestClusterProcesses(t *testing.T) {
 
 	// An agent with another key never joins, and its discovery report
 	// names the mismatch.
-	other := startAgentEnv(t, bin, freeAddr(t), filepath.Join(t.TempDir(), "x"), []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}, extra...)
+	other := startAgentEnv(t, bin, testutil.FreeAddr(t), filepath.Join(t.TempDir(), "x"), []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}, extra...)
 	waitHealthy(t, other)
 	pollAll(t, []*agentProc{other}, 10*time.Second, "a key-mismatch diagnosis", func() (bool, string) {
 		_, b, err := other.get("/state/discovery")

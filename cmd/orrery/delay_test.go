@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/internal/delayproxy"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // delayedPair starts two agents that reach each other only through delay
@@ -22,7 +23,7 @@ import (
 // rank links included, goes through a proxy.
 func delayedPair(t *testing.T, bin string, delay time.Duration, extra ...string) (a, b *agentProc, toB, toA *delayproxy.Proxy) {
 	t.Helper()
-	peerA, peerB := freeAddr(t), freeAddr(t)
+	peerA, peerB := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	proxy := func(upstream, from string) *delayproxy.Proxy {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -49,8 +50,8 @@ func delayedPair(t *testing.T, bin string, delay time.Duration, extra ...string)
 	args := func(peerAddr, peer string) []string {
 		return append([]string{"--peer-addr", peerAddr, "--peer", peer, "--trace-merge-timeout", "2s"}, extra...)
 	}
-	a = startAgentEnv(t, bin, freeAddr(t), dirA, append(env, "HOME="+dirA), args(peerA, toB.Addr().String())...)
-	b = startAgentEnv(t, bin, freeAddr(t), dirB, append(env, "HOME="+dirB), args(peerB, toA.Addr().String())...)
+	a = startAgentEnv(t, bin, testutil.FreeAddr(t), dirA, append(env, "HOME="+dirA), args(peerA, toB.Addr().String())...)
+	b = startAgentEnv(t, bin, testutil.FreeAddr(t), dirB, append(env, "HOME="+dirB), args(peerB, toA.Addr().String())...)
 	waitHealthy(t, a)
 	waitHealthy(t, b)
 	ps := []*agentProc{a, b}
@@ -63,6 +64,9 @@ func delayedPair(t *testing.T, bin string, delay time.Duration, extra ...string)
 // reports decode tok/s, the time each token gains and the bytes each
 // token moves on each link.
 func TestPipelineDelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (two agents through delay proxies): runs in make test")
+	}
 	bin := buildBinary(t)
 	results := map[time.Duration]float64{}
 	for _, delay := range []time.Duration{0, time.Millisecond} {

@@ -219,6 +219,9 @@ func (d *demoProc) interruptGroup(t *testing.T) time.Duration {
 // TestDemoProcess runs "orrery demo" as a user would: three agent
 // processes form one cluster, and Ctrl-C stops them all.
 func TestDemoProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (orrery demo's three agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	base := testutil.FreeBasePort(t, 3)
@@ -434,6 +437,9 @@ func TestDemoProcess(t *testing.T) {
 // with Ctrl-C to the demo's process group, timed until every process of it
 // is gone (printed; the goal is 2 s).
 func TestDemoRepeat(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (repeated demos with the KJV pair): runs in make test")
+	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	base := testutil.FreeBasePort(t, 3)

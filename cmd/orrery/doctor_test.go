@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // cannedAgent serves fixed JSON for the endpoints the doctor reads; a path
@@ -115,7 +116,7 @@ func TestDoctorErrors(t *testing.T) {
 		}
 	})
 	t.Run("no agent", func(t *testing.T) {
-		addr := freeAddr(t)
+		addr := testutil.FreeAddr(t)
 		code, out, errs := runCLI("doctor", "--api", addr) // the scheme is optional
 		if code != 1 || out != "" {
 			t.Errorf("exit %d, stdout %q; want 1 and nothing", code, out)
@@ -144,7 +145,7 @@ type discoveryCodes struct {
 // loopback dir, and checks that it says what /state/discovery says.
 func TestDoctorProcess(t *testing.T) {
 	bin := buildBinary(t)
-	p := startAgentEnv(t, bin, freeAddr(t), t.TempDir(), nil, "--loopback-dir", t.TempDir())
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), t.TempDir(), nil, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	report := func() (d discoveryCodes) {
 		p.mustGet(t, "/state/discovery", &d)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // embedAnswer is OpenAI's embeddings answer.
@@ -88,6 +90,9 @@ func norm32(v []float32) float64 {
 // (a chat model without loading it), and the same vectors from a pipeline
 // over both nodes and from a tensor-parallel group.
 func TestEmbeddings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (embeddings through two agents, a pipeline and a group): runs in make test")
+	}
 	bin := buildBinary(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	emb := genModel(t, bin, dirs[1], "emb", "--preset", "small", "--arch", "qwen3", "--pooling", "last", "--layers", "4")
@@ -202,7 +207,7 @@ func TestEmbeddingClients(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	modelID := genModel(t, bin, dir, "tiny-emb", "--preset", "tiny", "--arch", "qwen3", "--pooling", "mean")
-	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	poll(t, p, 20*time.Second, "the model listed", func() (bool, string) {
 		_, body, _ := p.get("/v1/models")

@@ -19,6 +19,9 @@ import (
 // rank up to a near-tie, and tensor 2's to the bit; a killed rank of
 // stage 1 fails the instance, naming it.
 func TestHybridInstance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (a model over four agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir(), t.TempDir()}
 	modelID := genModel(t, bin, dirs[3], "hybrid-test", "--preset", "small")

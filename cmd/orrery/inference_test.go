@@ -15,6 +15,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/supervisor"
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // genModel writes a generated model into an agent's data dir through the
@@ -117,8 +118,8 @@ func TestInferenceProcesses(t *testing.T) {
 	// be killed mid-stream.
 	modelID := genModel(t, bin, dirA, "small-test", "--preset", "small")
 	demandID := genModel(t, bin, dirA, "demand-test", "--preset", "tiny")
-	a := startAgentEnv(t, bin, freeAddr(t), dirA, append(env, "HOME="+dirA), extra...)
-	b := startAgentEnv(t, bin, freeAddr(t), dirB, append(env, "HOME="+dirB), extra...)
+	a := startAgentEnv(t, bin, testutil.FreeAddr(t), dirA, append(env, "HOME="+dirA), extra...)
+	b := startAgentEnv(t, bin, testutil.FreeAddr(t), dirB, append(env, "HOME="+dirB), extra...)
 	ps := []*agentProc{a, b}
 	for _, p := range ps {
 		waitHealthy(t, p)

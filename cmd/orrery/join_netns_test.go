@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-cluster/orrery/cluster/auth"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
 	"github.com/orrery-cluster/orrery/internal/netnstest"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // TestNetNSJoin joins a second machine with one token, mDNS off: agent A
@@ -91,15 +92,8 @@ func TestNetNSJoin(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- join.Wait() }()
-	poll := time.Now().Add(10 * time.Second)
-	for {
-		if peers, _ := discovery.LoadPeers(dirB); len(peers) == 1 {
-			break
-		}
-		if time.Now().After(poll) {
-			t.Fatalf("join stored no static peer in %s: %s", dirB, joinErr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Eventually(10*time.Second, func() bool { peers, _ := discovery.LoadPeers(dirB); return len(peers) == 1 }) {
+		t.Fatalf("join stored no static peer in %s: %s", dirB, joinErr.String())
 	}
 	b := startNetnsAgent(t, bin, "b", nsB, dirB, noKeyEnv, "--peer-addr", ipB+":52400")
 	select {

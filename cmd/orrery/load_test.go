@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // Load on one agent: 64 clients send chats for ORRERY_LOAD_DURATION (20 s
@@ -28,6 +29,9 @@ import (
 // that together reserve the whole KV pool run (a leaked slot or
 // reservation would leave one queued for ever).
 func TestServeLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (rounds of load on a real agent): runs in make test and make load")
+	}
 	dur := 20 * time.Second
 	if v := os.Getenv("ORRERY_LOAD_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -45,7 +49,7 @@ func TestServeLoad(t *testing.T) {
 	// round (measured over 8 rounds: 110–117 MB as by default, 104–107 MB
 	// so). A leak grows the RSS whatever the targets.
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String(), "HOME=" + dir, "GOGC=25", "MALLOC_ARENA_MAX=2"}
-	a := startAgentEnv(t, bin, freeAddr(t), dir, env, "--loopback-dir", t.TempDir(), "--runner-threads", "1", "--parallel", "4")
+	a := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, env, "--loopback-dir", t.TempDir(), "--runner-threads", "1", "--parallel", "4")
 	waitHealthy(t, a)
 	in := placeJSON(t, a, `{"model":"`+modelID+`"}`)
 	r := waitReadyRanks(t, a, in)[0]

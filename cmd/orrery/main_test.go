@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -130,50 +128,6 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(built.dir)
 	}
 	os.Exit(code)
-}
-
-// freeAddr returns a loopback address with a port that was free a moment
-// ago.
-// freeAddr returns a loopback address whose port is free, for an agent to
-// listen on. The port comes from below the kernel's ephemeral range: one
-// from "127.0.0.1:0", closed and handed on, could be taken by any outgoing
-// connection or :0 listener before the agent binds it (which failed CI
-// now and then). Ports below that range are only ever asked for by name,
-// and this test binary hands each out once.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	low := ephemeralLow()
-	for range 1000 {
-		port := low - 1 - int(portsGiven.Add(1)+portsBase)%(low-1024)
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		return ln.Addr().String()
-	}
-	t.Fatal("no free port below the ephemeral range")
-	return ""
-}
-
-var (
-	portsGiven atomic.Int64
-	// portsBase spreads test binaries run side by side over the range.
-	portsBase = rand.Int64N(20000)
-)
-
-// ephemeralLow is the first port of the kernel's ephemeral range (32768
-// where it cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	var low int
-	if err == nil {
-		fmt.Sscan(string(b), &low)
-	}
-	if low <= 2048 {
-		low = 32768
-	}
-	return low
 }
 
 type agentProc struct {
@@ -362,7 +316,7 @@ func TestAgentProcess(t *testing.T) {
 	var firstID string
 
 	t.Run("serves, samples, stops on SIGTERM", func(t *testing.T) {
-		p := startAgent(t, bin, freeAddr(t), dataDir, "--memory-interval", "100ms", "--log-level", "debug")
+		p := startAgent(t, bin, testutil.FreeAddr(t), dataDir, "--memory-interval", "100ms", "--log-level", "debug")
 		waitHealthy(t, p)
 
 		var health struct {
@@ -509,7 +463,7 @@ func TestAgentProcess(t *testing.T) {
 		if firstID == "" {
 			t.Fatal("first agent did not report a node id")
 		}
-		p := startAgent(t, bin, freeAddr(t), dataDir)
+		p := startAgent(t, bin, testutil.FreeAddr(t), dataDir)
 		waitHealthy(t, p)
 		var id string
 		p.mustGet(t, "/node_id", &id)
@@ -519,7 +473,7 @@ func TestAgentProcess(t *testing.T) {
 		stop(t, p)
 
 		// A fresh data dir gets a fresh id.
-		q := startAgent(t, bin, freeAddr(t), t.TempDir())
+		q := startAgent(t, bin, testutil.FreeAddr(t), t.TempDir())
 		waitHealthy(t, q)
 		var other string
 		q.mustGet(t, "/node_id", &other)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // The official ollama npm client (0.6.4) works unchanged against an
@@ -132,7 +133,7 @@ func TestOllamaClientModels(t *testing.T) {
 		"application/vnd.ollama.image.params": []byte(`{"temperature":0}`)})
 	home, dir := t.TempDir(), t.TempDir()
 	env := []string{"HOME=" + home, "HF_HUB_CACHE=", "HF_HOME=", "OLLAMA_MODELS="}
-	p := startAgentEnv(t, bin, freeAddr(t), dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL())
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL())
 	waitHealthy(t, p)
 
 	out := runNode(t, node, "ollama-models.mjs", "http://"+p.addr, "tiny:f32")

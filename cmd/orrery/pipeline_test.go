@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 type instanceState struct {
@@ -68,6 +69,9 @@ func deleteInstance(t *testing.T, p *agentProc, id string) {
 // trace with every rank on the master; kill -9 of rank 1 mid-stream; a
 // node leaving.
 func TestPipelineProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (a model over three agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
 	lb := t.TempDir()
@@ -76,7 +80,7 @@ func TestPipelineProcesses(t *testing.T) {
 	modelID := genModel(t, bin, dirs[2], "split-test", "--preset", "small")
 	var ps []*agentProc
 	for _, d := range dirs {
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), extra...))
+		ps = append(ps, startAgentEnv(t, bin, testutil.FreeAddr(t), d, append(env, "HOME="+d), extra...))
 	}
 	for _, p := range ps {
 		waitHealthy(t, p)

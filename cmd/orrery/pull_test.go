@@ -12,6 +12,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // A model pulled from a hub (the fake one: the hub's protocol, a CDN
@@ -20,6 +21,9 @@ import (
 // Ollama's store and is listed. A pull cut off by kill -9 of the agent
 // resumes after a restart without fetching again what was in.
 func TestPullProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (pulls through a real agent, killed and restarted): runs in make test")
+	}
 	bin := buildBinary(t)
 	src := filepath.Join(t.TempDir(), "src")
 	genModel(t, bin, src, "tiny-F32", "--preset", "tiny", "--seed", "7")
@@ -39,7 +43,7 @@ func TestPullProcess(t *testing.T) {
 		"application/vnd.ollama.image.params": []byte(`{"temperature":0}`)})
 	home, dir := t.TempDir(), t.TempDir()
 	env := []string{"HOME=" + home, "HF_ENDPOINT=" + hub.URL(), "HF_HUB_CACHE=", "HF_HOME=", "OLLAMA_MODELS="}
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	p := startAgentEnv(t, bin, addr, dir, env, "--loopback-dir", t.TempDir(), "--registry", hub.URL())
 	waitHealthy(t, p)
 

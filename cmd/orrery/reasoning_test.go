@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // thinkingTemplate opens a <think> block at the end of the prompt unless
@@ -31,7 +33,7 @@ func TestReasoningProtocols(t *testing.T) {
 		t.Fatal(err)
 	}
 	modelID := genModel(t, bin, dir, "tiny-think", "--preset", "tiny", "--chat-template", tmpl)
-	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	if code, body, err := p.post("/instance", `{"model":"`+modelID+`"}`); err != nil || code != http.StatusCreated {
 		t.Fatalf("POST /instance = %d %s %v", code, body, err)

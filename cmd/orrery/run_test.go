@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // orrery run against a real agent: one-shot with a PROMPT and with piped
@@ -17,6 +19,9 @@ import (
 // """ prompt of two lines, /clear, Ctrl-C stopping a long answer with the
 // session going on, history by Up, Ctrl-C at the prompt, /bye.
 func TestRunCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (orrery run in a terminal against a real agent, about 100 s): runs in make test")
+	}
 	tmux, err := exec.LookPath("tmux")
 	if err != nil {
 		t.Fatalf("tmux is needed for the terminal test (make deps installs it): %v", err)
@@ -24,7 +29,7 @@ func TestRunCommand(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	model := genModel(t, bin, dir, "small-run", "--preset", "small")
-	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	api := "http://" + p.addr
 
@@ -73,16 +78,9 @@ func TestRunCommand(t *testing.T) {
 	prompts := func() int { return len(regexp.MustCompile(`(?m)^>>>( |$)`).FindAllString(screen(), -1)) }
 	wait := func(what string, cond func(string) bool) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			s := screen()
-			if cond(s) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the terminal never showed %s:\n%s", what, s)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var s string
+		if !testutil.Eventually(60*time.Second, func() bool { s = screen(); return cond(s) }) {
+			t.Fatalf("the terminal never showed %s:\n%s", what, s)
 		}
 	}
 	has := func(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }

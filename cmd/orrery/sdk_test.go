@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // sdkDir holds the npm project whose openai SDK drives the API; make deps
@@ -196,7 +198,7 @@ func startSDKAgent(t *testing.T, pkg string) (p *agentProc, modelID, node string
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	modelID = genModel(t, bin, dir, "tiny-sdk", "--preset", "tiny", "--ctx", "2048") // room for the tools in the prompt
-	p = startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	p = startAgentEnv(t, bin, testutil.FreeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	if code, body, err := p.post("/instance", `{"model":"`+modelID+`"}`); err != nil || code != http.StatusCreated {
 		t.Fatalf("POST /instance = %d %s %v", code, body, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/pull/pulltest"
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // pullBytes is what a rank's load trace says it fetched from the source.
@@ -63,7 +64,7 @@ func TestShardPullProcesses(t *testing.T) {
 	var ps []*agentProc
 	for _, d := range dirs {
 		env := []string{key, "HOME=" + d, "HF_ENDPOINT=" + hub.URL(), "HF_HUB_CACHE=", "HF_HOME=", "OLLAMA_MODELS="}
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, env, extra...))
+		ps = append(ps, startAgentEnv(t, bin, testutil.FreeAddr(t), d, env, extra...))
 	}
 	for _, p := range ps {
 		waitHealthy(t, p)

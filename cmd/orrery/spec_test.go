@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // Speculative decoding through a real agent: an instance placed with a
@@ -22,7 +24,7 @@ func TestSpeculativeDecoding(t *testing.T) {
 	dir := t.TempDir()
 	modelID := genModel(t, bin, dir, "spec", "--preset", "tiny")
 	draftID := genModel(t, bin, dir, "spec-draft", "--preset", "tiny") // the same bytes
-	p := startAgentEnv(t, bin, freeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), dir, []string{"HOME=" + dir}, "--loopback-dir", t.TempDir())
 	waitHealthy(t, p)
 	poll(t, p, 20*time.Second, "the models listed", func() (bool, string) {
 		_, body, _ := p.get("/v1/models")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // TestStopTimes stops an agent that is a member of a two-node cluster 20
@@ -24,10 +25,10 @@ func TestStopTimes(t *testing.T) {
 	bin := buildBinary(t)
 	env := []string{"ORRERY_CLUSTER_KEY=" + auth.GenerateKey().String()}
 	extra := []string{"--loopback-dir", t.TempDir(), "--fail-after", "30s", "--heartbeat", "200ms"}
-	a := startAgentEnv(t, bin, freeAddr(t), t.TempDir(), env, extra...)
+	a := startAgentEnv(t, bin, testutil.FreeAddr(t), t.TempDir(), env, extra...)
 	waitHealthy(t, a)
 	bdir := t.TempDir()
-	baddr := freeAddr(t)
+	baddr := testutil.FreeAddr(t)
 	stops := 20
 	if testing.Short() {
 		stops = 5

@@ -140,7 +140,7 @@ func TestTensorParallelRunners(t *testing.T) {
 		}
 		slicesPaths = append(slicesPaths, p)
 	}
-	addrs := []string{freeAddr(t), freeAddr(t)}
+	addrs := []string{testutil.FreeAddr(t), testutil.FreeAddr(t)}
 	var group []*tpRunner
 	for r, p := range slicesPaths {
 		group = append(group, startTPRunner(t, bin, p, "--tp-rank", fmt.Sprint(r), "--tp-ranks", fmt.Sprint(ranks), "--tp-addrs", strings.Join(addrs, ",")))
@@ -252,7 +252,7 @@ func TestExpertParallelRunners(t *testing.T) {
 			want := greedy(t, single.client)
 
 			const ranks = 3
-			addrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+			addrs := []string{testutil.FreeAddr(t), testutil.FreeAddr(t), testutil.FreeAddr(t)}
 			var group []*tpRunner
 			for _, s := range tpPlan(t, path, ranks) {
 				if s.FullExperts != 8 || s.Experts < 2 || s.Experts > 3 {

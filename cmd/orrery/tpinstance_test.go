@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/placement"
 	"github.com/orrery-cluster/orrery/engine/split"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // A model placed as one tensor-parallel group over two real agents: the
@@ -25,6 +26,9 @@ import (
 // whole model on one rank. Refusals name their reason, and a killed rank
 // fails the instance.
 func TestTensorParallelInstance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (a tensor-parallel group over two agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	modelID := genModel(t, bin, dirs[1], "tp-test", "--preset", "small")
@@ -255,6 +259,9 @@ func agreeUpToNearTie(t *testing.T, what string, got, want legacyCompletion, tie
 // greedy output is the pipeline's over the same two nodes, up to a
 // near-tie.
 func TestExpertParallelFitsNoSingleNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow end-to-end (a mixture of experts over two agents): runs in make test")
+	}
 	bin := buildBinary(t)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	modelID := genModel(t, bin, dirs[1], "ep-test", "--preset", "small", "--arch", "qwen3moe")
@@ -344,7 +351,7 @@ func loopbackCluster(t *testing.T, bin string, dirs []string, extra func(i int) 
 		if extra != nil {
 			flags = append(flags, extra(i)...)
 		}
-		ps = append(ps, startAgentEnv(t, bin, freeAddr(t), d, append(env, "HOME="+d), flags...))
+		ps = append(ps, startAgentEnv(t, bin, testutil.FreeAddr(t), d, append(env, "HOME="+d), flags...))
 	}
 	for _, p := range ps {
 		waitHealthy(t, p)

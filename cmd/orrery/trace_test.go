@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/tracestore"
 	"github.com/orrery-cluster/orrery/engine/trace"
 	"github.com/orrery-cluster/orrery/engine/trace/tracetest"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // traceAgent serves the API with a real trace store holding "bench-1"
@@ -237,7 +238,7 @@ func TestTraceOpenEndpointRunsOpener(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(fake, "xdg-open"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p := startAgentEnv(t, bin, freeAddr(t), dataDir, []string{"PATH=" + fake + ":" + os.Getenv("PATH")})
+	p := startAgentEnv(t, bin, testutil.FreeAddr(t), dataDir, []string{"PATH=" + fake + ":" + os.Getenv("PATH")})
 	waitHealthy(t, p)
 	code, b, err := p.post("/v1/traces/opened-1/open", "")
 	if err != nil || code != 200 {

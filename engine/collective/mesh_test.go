@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // group connects n ranks over loopback TCP with token, each listening on
@@ -179,7 +181,7 @@ func TestMeshFailures(t *testing.T) {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err == nil {
 			writeHello(c, 1, "wrong")
-			time.Sleep(time.Second)
+			<-ctx.Done() // held open until Connect has given up
 			c.Close()
 		}
 	}()
@@ -189,8 +191,10 @@ func TestMeshFailures(t *testing.T) {
 
 	ms := group(t, 2, "secret")
 	done := make(chan error, 1)
+	sent := ms[0].SentTo(1)
 	go func() { done <- ms[0].AllReduce(make([]float32, 2048)) }()
-	time.Sleep(50 * time.Millisecond)
+	// Rank 0 is in the all-reduce, its part sent, when rank 1 dies.
+	testutil.WaitFor(t, "rank 0's part of the all-reduce sent", func() bool { return ms[0].SentTo(1) > sent })
 	ms[1].Close()
 	select {
 	case err := <-done:

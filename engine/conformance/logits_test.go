@@ -446,7 +446,7 @@ func runOrrery(t *testing.T, path string, ranks int, ids []int32, st setting) re
 	r.logits = forward(ids, 0, true)
 	last := r.logits[len(r.logits)-1]
 	for i := range genLen {
-		tok := int32(argmax(last))
+		tok := int32(reference.Argmax(last))
 		r.gen = append(r.gen, tok)
 		if i == genLen-1 {
 			break
@@ -499,16 +499,6 @@ func rowsOf(x []float32, n int) [][]float32 {
 	return rows
 }
 
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
-}
-
 // margin is the gap between the two largest logits over the largest's
 // magnitude, and the gap itself.
 func margin(x []float32) (rel, gap float64) {
@@ -523,7 +513,7 @@ func compare(ref, got result) row {
 	var agree int
 	var sum, sumSq, n, maxDelta, dSq float64
 	for i := range promptLen {
-		if argmax(ref.logits[i]) == argmax(got.logits[i]) {
+		if reference.Argmax(ref.logits[i]) == reference.Argmax(got.logits[i]) {
 			agree++
 		}
 		for j, v := range ref.logits[i] {

@@ -16,8 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/bench"
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
-	"github.com/orrery-cluster/orrery/engine/gguf"
-	"github.com/orrery-cluster/orrery/engine/tokenizer"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -99,15 +98,7 @@ func sameTokens(t *testing.T, dir, text string) {
 	if err != nil {
 		t.Fatalf("llama-tokenize: %v\n%s", err, tail(out))
 	}
-	f, err := gguf.ReadFile(kjvTarget)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.New(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := tok.Encode(text, true)
+	got, err := modeltest.Tokenizer(t, kjvTarget).Encode(text, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +14,8 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
 	"github.com/orrery-cluster/orrery/engine/collective"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
+	"github.com/orrery-cluster/orrery/engine/internal/tptest"
 	"github.com/orrery-cluster/orrery/engine/split"
 )
 
@@ -25,64 +25,36 @@ import (
 // TCP as runners link, the all-reduce in each rank's graph. Rank 0 picks
 // each greedy token and shares it with an all-reduce.
 
-// tpWorkerEnv, set, makes the test binary one rank of runOrreryTP.
-const tpWorkerEnv = "ORRERY_CONFORMANCE_TP_WORKER"
+// tpRanks runs runOrreryTP's ranks. Its timeout is generous: three ranks
+// share a loaded CI machine's two cores; go test's own timeout bounds the
+// whole.
+var tpRanks = tptest.Group[tpJob]{Env: "ORRERY_CONFORMANCE_TP_WORKER", Timeout: 10 * time.Minute, Work: runTPWorker}
 
-type tpWorker struct {
-	Rank      int
+// tpJob is one rank's part of runOrreryTP.
+type tpJob struct {
 	Slice     string
-	Addrs     []string
 	IDs       []int32
 	FlashAttn bool
 	KV        string
-	Out       string
 }
 
-// tpOut is what rank 0 writes.
+// tpOut is what rank 0 returns.
 type tpOut struct {
 	Logits [][]float32
 	Gen    []int32
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(tpWorkerEnv); spec != "" {
-		if err := runTPWorker(spec); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	tpRanks.Main()
 	os.Exit(m.Run())
 }
 
-func runTPWorker(spec string) error {
-	var w tpWorker
-	if err := json.Unmarshal([]byte(spec), &w); err != nil {
-		return err
-	}
-	// The test bound this rank's port and passed the listener on (fd 3):
-	// a port closed to be bound again here could be taken meanwhile, by
-	// another rank's dial from that ephemeral port or by a dial to it
-	// that connects to itself.
-	ln, err := net.FileListener(os.NewFile(3, "listener"))
-	if err != nil {
-		return fmt.Errorf("rank %d's listener: %w", w.Rank, err)
-	}
-	defer ln.Close()
-	// Generous: three ranks share a loaded CI machine's two cores; go
-	// test's own timeout bounds the whole.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	mesh, err := collective.Connect(ctx, w.Rank, len(w.Addrs), w.Addrs, ln, "conformance")
-	if err != nil {
-		return err
-	}
-	defer mesh.Close()
+func runTPWorker(ctx context.Context, rank int, mesh *collective.Mesh, w tpJob) ([]byte, error) {
 	// One thread a rank: the ranks share this machine's cores.
 	r, err := ggml.Load(ctx, w.Slice, backend.Options{Threads: 1, BatchSize: promptLen, KVType: w.KV, NoFlashAttention: !w.FlashAttn,
 		NoRepack: true, Group: mesh}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.Close()
 	forward := func(tokens []int32, start int, all bool) ([][]float32, error) {
@@ -99,17 +71,17 @@ func runTPWorker(spec string) error {
 	var out tpOut
 	rows, err := forward(w.IDs, 0, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out.Logits = rows
 	for i := range genLen {
 		// Rank 0 holds the head: its token, summed with the others' 0.
 		v := []float32{0}
-		if w.Rank == 0 {
-			v[0] = float32(argmax(out.Logits[len(out.Logits)-1]))
+		if rank == 0 {
+			v[0] = float32(reference.Argmax(out.Logits[len(out.Logits)-1]))
 		}
 		if err := mesh.AllReduce(v); err != nil {
-			return err
+			return nil, err
 		}
 		tok := int32(v[0])
 		out.Gen = append(out.Gen, tok)
@@ -118,20 +90,16 @@ func runTPWorker(spec string) error {
 		}
 		rows, err := forward([]int32{tok}, len(w.IDs)+i, false)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if w.Rank == 0 {
+		if rank == 0 {
 			out.Logits = append(out.Logits, rows[0])
 		}
 	}
-	if w.Rank != 0 {
-		return nil
+	if rank != 0 {
+		return nil, nil
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(w.Out, b, 0o644)
+	return json.Marshal(out)
 }
 
 // errNoSplit wraps a model that does not split over the ranks.
@@ -146,54 +114,15 @@ func runOrreryTP(t *testing.T, path string, ranks int, ids []int32, st setting) 
 		return result{}, fmt.Errorf("%w: %w", errNoSplit, err)
 	}
 	dir := t.TempDir()
-	addrs := make([]string, ranks)
-	lns := make([]*os.File, ranks) // each rank's listener, bound until it runs
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	jobs := make([]tpJob, len(plan))
+	for _, sl := range plan {
+		p := filepath.Join(dir, fmt.Sprintf("tp%d.gguf", sl.Rank))
+		if err := split.WriteTPSlice(path, p, 0, shape.Layers, sl, "conformance"); err != nil {
+			t.Fatalf("cut slice %d: %v", sl.Rank, err)
 		}
-		addrs[i] = ln.Addr().String()
-		f, err := ln.(*net.TCPListener).File()
-		ln.Close() // f keeps the socket
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i] = f
+		jobs[sl.Rank] = tpJob{Slice: p, IDs: ids, FlashAttn: st.flashAttn == "on", KV: st.kv}
 	}
-	defer func() {
-		for _, f := range lns {
-			f.Close()
-		}
-	}()
-	var cmds []*exec.Cmd
-	var outs []*strings.Builder
-	for _, s := range plan {
-		p := filepath.Join(dir, fmt.Sprintf("tp%d.gguf", s.Rank))
-		if err := split.WriteTPSlice(path, p, 0, shape.Layers, s, "conformance"); err != nil {
-			t.Fatalf("cut slice %d: %v", s.Rank, err)
-		}
-		spec, _ := json.Marshal(tpWorker{Rank: s.Rank, Slice: p, Addrs: addrs, IDs: ids, FlashAttn: st.flashAttn == "on", KV: st.kv,
-			Out: filepath.Join(dir, "out.json")})
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), tpWorkerEnv+"="+string(spec))
-		var b strings.Builder
-		cmd.Stdout, cmd.Stderr = &b, &b
-		cmd.ExtraFiles = []*os.File{lns[s.Rank]}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds, outs = append(cmds, cmd), append(outs, &b)
-	}
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("tensor-parallel rank %d of %d: %v\n%s", r, ranks, err, tail([]byte(outs[r].String())))
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "out.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := tpRanks.Run(t, jobs)[0]
 	var o tpOut
 	if err := json.Unmarshal(b, &o); err != nil {
 		t.Fatal(err)

@@ -3,13 +3,12 @@ package placement
 import (
 	"math"
 	"math/bits"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/split"
 )
@@ -18,18 +17,7 @@ import (
 // returns its cost and layout.
 func smallModel(t *testing.T) (ModelCost, Layout) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "small.gguf")
-	if err := model.Generate(path, model.Presets["small"]); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, cfg := modeltest.Read(t, modeltest.Generate(t, "small.gguf", model.Presets["small"]))
 	return CostOf(f, cfg), LayoutOf(f, cfg, 0, 1)
 }
 
@@ -320,22 +308,7 @@ func TestExpertShare(t *testing.T) {
 // split by columns, half of each chosen expert, or, split whole, the
 // busier rank's share of the token's experts (more than half).
 func TestExpertParallelCost(t *testing.T) {
-	o, err := model.ApplyFamily(model.Presets["small"], "qwen3moe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "moe.gguf")
-	if err := model.Generate(path, o); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, cfg := modeltest.Read(t, modeltest.Generate(t, "moe.gguf", modeltest.Family(t, model.Presets["small"], "qwen3moe")))
 	c, l := CostOf(f, cfg), LayoutOf(f, cfg, 0, 1)
 	sl, err := split.PlanTP(f, cfg, 2)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/split"
 )
 
@@ -144,23 +145,10 @@ func familyFile(t *testing.T, family string, layers int) (model.Config, *gguf.Fi
 // familyModel is familyFile with the file's path.
 func familyModel(t *testing.T, family string, layers int) (string, model.Config, *gguf.File) {
 	t.Helper()
-	o, err := model.ApplyFamily(model.Presets["small"], family)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := modeltest.Family(t, model.Presets["small"], family)
 	o.Layers = layers
-	path := filepath.Join(t.TempDir(), family+".gguf")
-	if err := model.Generate(path, o); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := modeltest.Generate(t, family+".gguf", o)
+	f, cfg := modeltest.Read(t, path)
 	return path, cfg, f
 }
 

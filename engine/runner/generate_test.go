@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
 	"github.com/orrery-cluster/orrery/engine/tokenizer"
@@ -28,19 +28,7 @@ func tinyTokenizer(t *testing.T) *tokenizer.Tokenizer {
 // genTokenizer is the tokenizer of a model generated with o.
 func genTokenizer(tb testing.TB, o model.GenOptions) *tokenizer.Tokenizer {
 	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "m.gguf")
-	if err := model.Generate(path, o); err != nil {
-		tb.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tok, err := tokenizer.New(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
+	return modeltest.Tokenizer(tb, modeltest.Generate(tb, "m.gguf", o))
 }
 
 // script is a fake Forwarder (a unit-test double for the model): after
@@ -58,6 +46,7 @@ type script struct {
 	shifts               [][3]int  // Shift calls: seq, keep, discard
 	failAt               int       // position whose forward fails (0: never)
 	block                chan struct{}
+	entered              atomic.Bool   // a Forward has begun (and may wait on block)
 	delay                time.Duration // per Forward
 }
 
@@ -74,6 +63,7 @@ func (s *script) Remove(seq, from int) error {
 	return nil
 }
 func (s *script) Forward(ctx context.Context, b backend.Batch) (backend.Result, error) {
+	s.entered.Store(true)
 	if s.block != nil {
 		<-s.block
 	}

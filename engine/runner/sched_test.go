@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/trace"
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // runSched starts a scheduler over g's engine until the test ends.
@@ -65,7 +66,7 @@ func TestSchedulerBatches(t *testing.T) {
 		jobs = append(jobs, submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello world", MaxTokens: 40}))
 	}
 	// The first forward pass waits until all four are queued.
-	time.Sleep(50 * time.Millisecond)
+	testutil.WaitFor(t, "the first forward pass", s.entered.Load)
 	close(s.block)
 	for i, j := range jobs {
 		got, res, err := text(t, j)
@@ -182,7 +183,7 @@ func TestSchedulerSpans(t *testing.T) {
 		recs = append(recs, rec)
 		jobs = append(jobs, sc.Submit(context.Background(), &req, p, "t", rec))
 	}
-	time.Sleep(20 * time.Millisecond)
+	testutil.WaitFor(t, "the first forward pass", s.entered.Load)
 	close(s.block)
 	for i, j := range jobs {
 		if _, _, err := text(t, j); err != nil {
@@ -261,7 +262,8 @@ func TestSchedulerStopped(t *testing.T) {
 	go func() { ran <- sc.Run(ctx) }()
 	running := submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello"})
 	queued := submit(t, g, sc, context.Background(), runnerapi.Request{Prompt: "hello"})
-	time.Sleep(20 * time.Millisecond)
+	// The running one is in its forward pass; the queued one waits.
+	testutil.WaitFor(t, "the first forward pass", s.entered.Load)
 	cancel()
 	close(s.block)
 	if err := <-ran; !errors.Is(err, context.Canceled) {

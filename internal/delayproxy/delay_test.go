@@ -8,6 +8,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
 // echoServer echoes each connection until EOF, then closes it.
@@ -124,13 +126,9 @@ func TestDelayProxyThroughputAndHalfClose(t *testing.T) {
 }
 
 func TestDelayProxyDialFailure(t *testing.T) {
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := dead.Addr().String()
-	dead.Close()
-	p := startProxy(t, time.Millisecond, addr)
+	// Nothing listens there: a port below the ephemeral range, free a
+	// moment ago, that no dial takes for its own end meanwhile.
+	p := startProxy(t, time.Millisecond, testutil.FreeAddr(t))
 	c, err := net.Dial("tcp", p.Addr().String())
 	if err != nil {
 		t.Fatal(err)

@@ -1,33 +1,40 @@
 package testutil
 
 import (
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/internal/freeport"
 )
 
-// FreeBasePort returns a base port p such that p..p+n-1 were all free on
-// 127.0.0.1 a moment ago, for tests of programs that take a base port.
-func FreeBasePort(tb testing.TB, n int) int {
+// FreeBasePort returns a base port p such that p..p+n-1 were all free a
+// moment ago on 127.0.0.1 (and on each of hosts, when given), for programs
+// that take ports by number. The ports lie below the kernel's ephemeral
+// range, so no outgoing connection or :0 listener takes one meanwhile
+// (internal/freeport).
+func FreeBasePort(tb testing.TB, n int, hosts ...string) int {
 	tb.Helper()
-	for range 100 {
-		base := 40000 + rand.IntN(20000-n)
-		var lns []net.Listener
-		for i := range n {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(base+i)))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if len(lns) == n {
-			return base
-		}
+	p, err := freeport.Range(n, append([]string{"127.0.0.1"}, hosts...)...)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	tb.Fatalf("no %d consecutive free ports in 40000-60000", n)
-	return 0
+	return p
+}
+
+// FreeAddr is a loopback address whose port was free a moment ago, for a
+// program that listens where it is told (FreeBasePort's ports).
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreeBasePort(tb, 1)))
+}
+
+// FreeAddrs are n such addresses.
+func FreeAddrs(tb testing.TB, n int) []string {
+	tb.Helper()
+	out := make([]string, n)
+	for i := range out {
+		out[i] = FreeAddr(tb)
+	}
+	return out
 }

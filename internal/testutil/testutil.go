@@ -1,6 +1,8 @@
 // Package testutil is the one kit of test helpers every package uses: poll
-// for a condition instead of sleeping, and check that a test leaves no
-// goroutines behind. It imports nothing of the project.
+// for a condition instead of sleeping, check that a test leaves no
+// goroutines behind, pick free ports, advance a clock. Of the project it
+// imports only internal/freeport, the port picker it shares with the
+// benchmarks.
 package testutil
 
 import (

@@ -33,16 +33,6 @@ func relErr(a []float32, b []float64) float64 {
 	return d / m
 }
 
-func argmax[T float32 | float64](x []T) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
-}
-
 // The ggml path agrees with the pure-Go float64 reference: a prompt in one
 // batch (every position's logits), then single-token steps through the KV
 // cache, for both architectures.
@@ -88,8 +78,8 @@ func TestMatchesReference(t *testing.T) {
 				want := ref.Step(prompt[i], i)
 				got := res.Logits[i*vocab : (i+1)*vocab]
 				worst = max(worst, relErr(got, want))
-				if argmax(got) != argmax(want) {
-					t.Errorf("position %d: argmax %d, reference %d", i, argmax(got), argmax(want))
+				if reference.Argmax(got) != reference.Argmax(want) {
+					t.Errorf("position %d: argmax %d, reference %d", i, reference.Argmax(got), reference.Argmax(want))
 				}
 			}
 			// Then token by token through the cache.
@@ -100,8 +90,8 @@ func TestMatchesReference(t *testing.T) {
 				}
 				want := ref.Step(prompt[i], i)
 				worst = max(worst, relErr(res.Logits, want))
-				if argmax(res.Logits) != argmax(want) {
-					t.Errorf("position %d: argmax %d, reference %d", i, argmax(res.Logits), argmax(want))
+				if reference.Argmax(res.Logits) != reference.Argmax(want) {
+					t.Errorf("position %d: argmax %d, reference %d", i, reference.Argmax(res.Logits), reference.Argmax(want))
 				}
 			}
 			t.Logf("%s %s: worst relative logit error %.2e (tolerance %.0e)", c.arch, c.typ, worst, c.tol)

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/split"
 )
 
@@ -93,13 +93,6 @@ func prefill64(b *testing.B, r *Rank) {
 }
 
 func layers(b *testing.B, path string) int {
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, cfg := modeltest.Read(b, path)
 	return cfg.Layers
 }

@@ -1,22 +1,21 @@
 package ggml
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/collective"
-	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
+	"github.com/orrery-cluster/orrery/engine/internal/tptest"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/split"
 )
 
@@ -83,7 +82,8 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 				name += "-" + string(c.experts)
 			}
 			t.Run(name, func(t *testing.T) {
-				plan, err := planExperts(path, ranks, c.experts)
+				f, cfg := modeltest.Read(t, path)
+				plan, err := split.PlanTPExperts(f, cfg, ranks, c.experts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -111,7 +111,7 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 					if d > tol {
 						t.Errorf("step %d: max |Δ|/std = %.3g, want ≤ %g", step, d, tol)
 					}
-					if a, b := argmax(got[step]), argmax(want[step]); a != b {
+					if a, b := reference.Argmax(got[step]), reference.Argmax(want[step]); a != b {
 						t.Logf("step %d: greedy token %d vs %d (a near tie?)", step, a, b)
 					}
 				}
@@ -119,19 +119,6 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 			})
 		}
 	}
-}
-
-// planExperts is split.PlanTPExperts of the model at path.
-func planExperts(path string, ranks int, how split.ExpertSplit) ([]model.TPSlice, error) {
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		return nil, err
-	}
-	return split.PlanTPExperts(f, cfg, ranks, how)
 }
 
 // tpLogits runs the prompt (5 tokens in one batch, then one at a time)
@@ -164,44 +151,20 @@ func tpLogitsOver(t *testing.T, path string, slices []string, prompt []int32, wi
 		}
 		return out
 	}
-	n := len(slices)
-	addrs := make([]string, n)
-	for i := range addrs {
-		addrs[i] = freeLoopbackAddr(t)
+	jobs := make([]tpJob, len(slices))
+	for r, sl := range slices {
+		jobs[r] = tpJob{Slice: sl, Prompt: prompt, Wire: wire}
 	}
-	dir := t.TempDir()
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]*bytes.Buffer, n)
-	for r := range n {
-		w := tpWorker{Rank: r, Slice: slices[r], Addrs: addrs, Prompt: prompt, Out: filepath.Join(dir, fmt.Sprintf("logits-%d", r)), Wire: wire}
-		spec, _ := json.Marshal(w)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), tpWorkerEnv+"="+string(spec))
-		outs[r] = &bytes.Buffer{}
-		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("rank %d: %v\n%s", r, err, outs[r])
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "logits-0"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := tpRanks.Run(t, jobs)
 	var out [][]float32
-	if err := json.Unmarshal(b, &out); err != nil {
+	if err := json.Unmarshal(res[0], &out); err != nil {
 		t.Fatal(err)
 	}
 	// The head is split by vocabulary and its rows gathered: every rank
 	// has the same logits, to the bit.
-	for r := 1; r < n; r++ {
-		if br, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("logits-%d", r))); err != nil || string(br) != string(b) {
-			t.Fatalf("rank %d returned logits of %d bytes (%v), rank 0 %d: want the same gathered logits", r, len(br), err, len(b))
+	for r := 1; r < len(res); r++ {
+		if string(res[r]) != string(res[0]) {
+			t.Fatalf("rank %d returned logits of %d bytes, rank 0 %d: want the same gathered logits", r, len(res[r]), len(res[0]))
 		}
 	}
 	return out
@@ -209,26 +172,18 @@ func tpLogitsOver(t *testing.T, path string, slices []string, prompt []int32, wi
 
 var tpOptions = backend.Options{Threads: 1, KVType: "f32", BatchSize: 16}
 
-// tpWorkerEnv, set, makes the test binary one rank of tpLogits (TestMain).
-const tpWorkerEnv = "ORRERY_TP_TEST_WORKER"
+// tpRanks runs tpLogits's ranks, each a process of this test binary.
+var tpRanks = tptest.Group[tpJob]{Env: "ORRERY_TP_TEST_WORKER", Timeout: 30 * time.Second, Work: runTPWorker}
 
-type tpWorker struct {
-	Rank   int
+// tpJob is one rank's part of tpLogits.
+type tpJob struct {
 	Slice  string
-	Addrs  []string
 	Prompt []int32
-	Out    string
 	Wire   collective.Wire
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(tpWorkerEnv); spec != "" {
-		if err := runTPWorker(spec); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	tpRanks.Main()
 	if err := setGPUEnv(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -236,57 +191,31 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func runTPWorker(spec string) error {
-	var w tpWorker
-	if err := json.Unmarshal([]byte(spec), &w); err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", w.Addrs[w.Rank])
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	mesh, err := collective.Connect(ctx, w.Rank, len(w.Addrs), w.Addrs, ln, "test")
-	if err != nil {
-		return err
-	}
-	defer mesh.Close()
+// runTPWorker loads rank's slice into the group and returns its logits of
+// each step.
+func runTPWorker(ctx context.Context, rank int, mesh *collective.Mesh, w tpJob) ([]byte, error) {
 	mesh.Wire = w.Wire
 	o := tpOptions
 	o.Group = mesh
 	r, err := Load(ctx, w.Slice, o, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer r.Close()
-	if tp := r.Config().TP; tp == nil || tp.Rank != w.Rank {
-		return fmt.Errorf("slice %d loaded as %+v", w.Rank, tp)
+	if tp := r.Config().TP; tp == nil || tp.Rank != rank {
+		return nil, fmt.Errorf("slice %d loaded as %+v", rank, tp)
 	}
 	var out [][]float32
 	for _, b := range tpBatches(w.Prompt) {
 		res, err := r.Forward(ctx, b)
 		if err != nil {
-			return fmt.Errorf("rank %d: %w", w.Rank, err)
+			return nil, err
 		}
 		if res.Logits != nil {
 			out = append(out, res.Logits)
 		}
 	}
-	b, _ := json.Marshal(out)
-	return os.WriteFile(w.Out, b, 0o644)
-}
-
-// freeLoopbackAddr is a loopback address nothing listens on now.
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return json.Marshal(out)
 }
 
 func tpBatches(prompt []int32) []backend.Batch {

@@ -46,6 +46,9 @@ func checkWeather(t *testing.T, what, text string, done *runnerapi.Done) {
 // grammar, writes JSON that validates, on one rank and on the last of
 // three (where sampling happens in a pipeline).
 func TestGrammarConstrainsRandomModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (sampling under a grammar on 1 and 3 ranks, on real ggml): runs in make test")
+	}
 	path := genModel(t, "Q8_0")
 	spec := &grammar.Spec{Alts: []grammar.Alt{{Schema: json.RawMessage(weatherSchema)}}}
 	req := func(seed uint64) runnerapi.CompletionRequest {
@@ -90,6 +93,9 @@ func TestGrammarConstrainsRandomModel(t *testing.T) {
 // grammar. Greedy, the output is the one without speculation, on one rank
 // and through 3 ranks; sampled, it is JSON of the schema.
 func TestSpeculationUnderGrammar(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (1 and 3 ranks, greedy and sampled, on real ggml): runs in make test")
+	}
 	path := genModel(t, "F32")
 	spec := &grammar.Spec{Alts: []grammar.Alt{{Schema: json.RawMessage(weatherSchema)}}}
 	req := runnerapi.Request{Prompt: `{"city": "Paris", "unit": "celsius", "days": 3} {"city": "Paris", "unit": "celsius", "days": 3} as JSON:`,

@@ -378,23 +378,18 @@ func TestPipelineBatches(t *testing.T) {
 		}
 	}
 	// Every rank traced every request (stage spans arrive when each ends).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	decode := 0
+	if !testutil.Eventually(testutil.DefaultTimeout, func() bool {
 		p.mu.Lock()
-		ok := len(p.traces[1]) > 0 && len(p.traces[2]) > 0
-		decode := 0
+		defer p.mu.Unlock()
+		decode = 0
 		for _, sp := range p.traces[2] {
 			if sp.Cat == "decode/sample" {
 				decode++
 			}
 		}
-		p.mu.Unlock()
-		if ok && decode == len(prompts)*(n-1) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("last rank's decode/sample spans: %d, want %d", decode, len(prompts)*(n-1))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(p.traces[1]) > 0 && len(p.traces[2]) > 0 && decode == len(prompts)*(n-1)
+	}) {
+		t.Fatalf("last rank's decode/sample spans: %d, want %d", decode, len(prompts)*(n-1))
 	}
 }

@@ -15,9 +15,9 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/internal/reference"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/runner"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/sample"
@@ -112,7 +112,7 @@ func TestGreedyMatchesReference(t *testing.T) {
 		logits = ref.Step(id, i)
 	}
 	for i, want := range a {
-		got := int32(argmax(logits))
+		got := int32(reference.Argmax(logits))
 		if got != want {
 			t.Fatalf("token %d: runner %d, reference %d", i, want, got)
 		}
@@ -125,29 +125,8 @@ func TestGreedyMatchesReference(t *testing.T) {
 
 func tokenizerOf(t testing.TB, path string) (model.Config, *tokenizer.Tokenizer) {
 	t.Helper()
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.New(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg, tok
-}
-
-func argmax(x []float64) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
+	_, cfg := modeltest.Read(t, path)
+	return cfg, modeltest.Tokenizer(t, path)
 }
 
 // The same seed samples the same tokens; spans come back when traced;
@@ -256,6 +235,9 @@ func TestServerQueues(t *testing.T) {
 // matrix kernels by batch shape, so near-ties flip: the test reports how
 // many tokens agree (docs/inference.md quotes it).
 func TestServerBatchesLikeAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (every prompt batched and alone, on real ggml): runs in make test")
+	}
 	for _, c := range []struct {
 		typ, kv string
 		exact   bool

@@ -10,8 +10,8 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
-	"github.com/orrery-cluster/orrery/engine/gguf"
-	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/internal/reference"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 	"github.com/orrery-cluster/orrery/engine/split"
 )
 
@@ -27,14 +27,7 @@ func loadRanks(t *testing.T, path string, ranges [][2]int) []backend.Rank {
 		if err := split.WriteShard(path, shard, r[0], r[1], "test"); err != nil {
 			t.Fatal(err)
 		}
-		f, err := gguf.ReadFile(shard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := model.FromGGUF(f)
-		if err != nil {
-			t.Fatalf("shard [%d, %d): %v", r[0], r[1], err)
-		}
+		_, cfg := modeltest.Read(t, shard)
 		if a, b := cfg.Blocks(); a != r[0] || b != r[1] {
 			t.Fatalf("shard holds [%d, %d), want %v", a, b, r)
 		}
@@ -74,16 +67,6 @@ func relErr32(a, b []float32) float64 {
 	return d / m
 }
 
-func argmax32(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // One model split over 1, 2 and 3 ranks gives the same logits (within
 // 1e-4 relative) for a prompt batch and through the KV caches, and greedy
 // generation picks the same tokens.
@@ -105,12 +88,12 @@ func TestShardedRanksAgree(t *testing.T) {
 				}
 				// Greedy, 8 tokens through the caches.
 				var tokens []int32
-				next := argmax32(steps[len(steps)-1])
+				next := int32(reference.Argmax(steps[len(steps)-1]))
 				for k := range 8 {
 					tokens = append(tokens, next)
 					l := forward(t, ranks, []int32{next}, []int32{int32(len(prompt) + k)}, false)
 					steps = append(steps, l)
-					next = argmax32(l)
+					next = int32(reference.Argmax(l))
 				}
 				if n == 0 {
 					base, baseTokens = steps, tokens

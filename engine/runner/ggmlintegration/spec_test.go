@@ -21,6 +21,9 @@ import (
 // drafts in every step: on these small models an extra row costs about as
 // much as a pass, and adaptive K alone might draft nothing to roll back.
 func TestSpeculationGreedyIdentical(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (every family, with and without speculation, on real ggml): runs in make test")
+	}
 	prompt := strings.Repeat("one two three four five six seven eight nine ten ", 4)
 	drafted, accepted := 0, 0
 	for _, fam := range model.Families {
@@ -103,6 +106,9 @@ func newDraftServer(t *testing.T, target, draft string) (*runner.Server, *runner
 // draft accepted, for every family. A draft with another vocabulary is
 // refused at load, naming the first token that differs.
 func TestSpeculationDraftModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow (every family with a draft model, on real ggml): runs in make test")
+	}
 	prompt := "the draft model drafts what the target says"
 	for _, fam := range model.Families {
 		t.Run(fam, func(t *testing.T) {
