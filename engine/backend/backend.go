@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // DefaultBatchSize is the most tokens one Forward takes when Options do
@@ -47,6 +48,13 @@ type Options struct {
 	// interleaved tiles for ggml's faster matrix kernels, as llama.cpp
 	// does (prompts ~2× faster on Q4_K_M here).
 	NoRepack bool
+	// GPULayers is how many of the rank's blocks go on the node's GPU
+	// (runnerapi.GPUAuto: as many as fit). The zero value keeps every
+	// block on the CPU; the runner's --gpu-layers defaults to auto.
+	GPULayers runnerapi.GPULayers
+	// GPUSoftware lets a software device (Mesa's lavapipe) take blocks;
+	// otherwise one is never chosen (engine/backend/ggml's GPU setup).
+	GPUSoftware bool
 	// Group is the tensor-parallel group of a rank whose file is a
 	// tensor-parallel slice (model.Config.TP): it sums each block's
 	// partial outputs across the group. Required for such a file.
@@ -165,5 +173,7 @@ type Rank interface {
 	Shift(seq, keep, discard int) error
 	// Reset forgets every sequence's cache.
 	Reset() error
+	// Offload says where the rank's blocks went: how many on a GPU.
+	Offload() runnerapi.Offload
 	Close()
 }

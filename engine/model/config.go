@@ -200,6 +200,33 @@ func (c Config) IsSWA(il int) bool {
 	return c.SlidingWindow > 0 && (c.SWAPattern == 0 || il%c.SWAPattern < c.SWAPattern-1)
 }
 
+// KVTokens is the positions block il's KV cache holds, as ollama's caches
+// size them (engine/backend/ggml): a context of ctxLen tokens shared by
+// parallel slots for a global block; for a sliding-window one a window per
+// slot and a batch of batch tokens (ollama keeps positions p-w..p: it is
+// passed window-1, as the backend does), at most the whole context per
+// slot.
+func (c Config) KVTokens(il, ctxLen, parallel, batch int) int {
+	if !c.IsSWA(il) {
+		return ctxLen
+	}
+	parallel = max(parallel, 1)
+	mem := c.SlidingWindow - 1
+	if parallel > 1 {
+		mem++
+	}
+	if mem >= ctxLen {
+		return parallel * ctxLen
+	}
+	return parallel*mem + batch
+}
+
+// KVBytes is block il's KV cache in bytes, for elem bytes a value (2 for
+// f16).
+func (c Config) KVBytes(il, ctxLen, parallel, batch, elem int) uint64 {
+	return uint64(c.KVTokens(il, ctxLen, parallel, batch)) * uint64(c.KVWidth()) * uint64(elem)
+}
+
 // KVWidth is the values a block's KV cache holds per token: keys and
 // values of every kv head.
 func (c Config) KVWidth() int {

@@ -59,13 +59,9 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen, parallel int) Layout {
 		Attn: make([]uint64, cfg.Layers), KVProj: make([]uint64, cfg.Layers), KV: make([]uint64, cfg.Layers),
 		Tied: cfg.TiedOutput, ContextLen: ctxLen}
 	for i := range l.KV {
-		// The slots share one pool of ctxLen positions.
-		tokens := ctxLen
-		if cfg.IsSWA(i) {
-			tokens = swaTokens(ctxLen, cfg.SlidingWindow, max(parallel, 1))
-		}
-		// f16 keys and values (deepseek2's MLA: one latent, narrower values).
-		l.KV[i] = uint64(tokens) * uint64(cfg.KVWidth()) * 2
+		// f16 keys and values (deepseek2's MLA: one latent, narrower
+		// values); the slots share one pool of ctxLen positions.
+		l.KV[i] = cfg.KVBytes(i, ctxLen, parallel, backend.DefaultBatchSize, 2)
 	}
 	for _, t := range f.Tensors {
 		switch {
@@ -135,20 +131,6 @@ func blockPart(t gguf.TensorInfo, layers int) (int, part, bool) {
 		return n, partMLP, true
 	}
 	return n, partReplicated, true
-}
-
-// swaTokens is what ollama's sliding-window cache holds: a window per
-// sequence (one more when there are several) and one batch, or the whole
-// context per sequence when the window is as long.
-func swaTokens(ctxLen, window, parallel int) int {
-	mem := window - 1 // ollama keeps p-w..p: pass it window-1, as the backend does
-	if parallel > 1 {
-		mem++
-	}
-	if mem >= ctxLen {
-		return parallel * ctxLen
-	}
-	return parallel*mem + backend.DefaultBatchSize
 }
 
 // Need is what rank [first, last) of n ranks needs in memory.

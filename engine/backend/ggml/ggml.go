@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // layer is one block's weights; the tensors an architecture does not
@@ -63,6 +64,10 @@ type Rank struct {
 	// threads is bound to the process's CPU backend before each
 	// computation (threadpool.go).
 	threads *threads
+	// gpu is what the rank put on a GPU, and offload how that came out
+	// (offload.go).
+	gpu     gpuPlan
+	offload runnerapi.Offload
 }
 
 var _ backend.Rank = (*Rank)(nil)
@@ -84,12 +89,34 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	if cfg.TP != nil && opts.Group == nil {
 		return nil, fmt.Errorf("%s: a tensor-parallel slice (rank %d of %d) needs its group", path, cfg.TP.Rank, cfg.TP.Ranks)
 	}
+	plan, err := planGPU(path, cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for {
+		r, err := load(ctx, path, f, cfg, opts, plan, progress)
+		var oom ml.ErrNoMem
+		if err == nil || !errors.As(err, &oom) || plan.empty() {
+			return r, err
+		}
+		// Short of device memory for what the estimate allowed: fewer
+		// blocks there, rather than no rank.
+		next := plan.fewer()
+		next.reason = fmt.Sprintf("out of memory on %s with %d blocks (head %v); loaded with %d", plan.dev.Name, len(plan.blocks), plan.head, len(next.blocks))
+		plan = next
+	}
+}
+
+// load loads the rank with plan's blocks on its GPU; an ml.ErrNoMem (from
+// the weights' buffers, or the compute buffers reserve sizes) says the
+// device is short of memory for them.
+func load(ctx context.Context, path string, f *gguf.File, cfg model.Config, opts backend.Options, plan gpuPlan, progress func(float32)) (*Rank, error) {
 	before := largeAnon()
 	fa := ml.FlashAttentionEnabled
 	if opts.NoFlashAttention {
 		fa = ml.FlashAttentionDisabled
 	}
-	b, err := newBackend(path, opts.Threads, fa)
+	b, err := newBackend(path, opts.Threads, fa, plan.list(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("ggml backend: %w", err)
 	}
@@ -102,7 +129,7 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		b.Close()
 		return nil, fmt.Errorf("load weights: %w", err)
 	}
-	r := &Rank{cfg: cfg, opts: opts, b: b}
+	r := &Rank{cfg: cfg, opts: opts, b: b, gpu: plan}
 	if r.threads, err = newThreads(b, opts.Threads); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("ggml threads: %w", err)
@@ -138,7 +165,7 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		r.group = newTPGroup(opts.Group)
 	}
 	if !opts.NoRepack {
-		if err := r.repack(f); err != nil {
+		if err := r.repack(f); err != nil { // the blocks on the CPU
 			r.Close()
 			return nil, err
 		}
@@ -162,18 +189,34 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 		r.swa = kvcache.NewWrapperCache(local, global)
 		r.cache = r.swa
 	}
+	if !plan.empty() {
+		if err := r.reserve(); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	r.offload = offloadOf(plan, opts.LastLayer-opts.FirstLayer, b.BackendMemory())
 	return r, nil
 }
 
-// newBackend creates the ggml backend, turning its panics (it panics on
-// some malformed files) into errors.
-func newBackend(path string, threads int, fa ml.FlashAttentionType) (b ml.Backend, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%v", p)
-		}
-	}()
-	return ml.NewBackend(path, ml.BackendParams{AllocMemory: true, NumThreads: threads, FlashAttention: fa})
+// newBackend creates the ggml backend with gpus' layers on their device,
+// turning its panics (on some malformed files, and ml.ErrNoMem when a
+// buffer cannot be allocated) into errors.
+func newBackend(path string, threads int, fa ml.FlashAttentionType, gpus ml.GPULayersList) (b ml.Backend, err error) {
+	defer func() { err = recovered(recover(), err) }()
+	return ml.NewBackend(path, ml.BackendParams{AllocMemory: true, NumThreads: threads, FlashAttention: fa, GPULayers: gpus})
+}
+
+// recovered turns a panic's value into an error (keeping an error's type:
+// ml.ErrNoMem), or returns err when there was none.
+func recovered(p any, err error) error {
+	switch p := p.(type) {
+	case nil:
+		return err
+	case error:
+		return p
+	}
+	return fmt.Errorf("%v", p)
 }
 
 // The layer types of the sliding-window cache: the order of its caches.
@@ -194,8 +237,9 @@ func (r *Rank) shift(c ml.Context, il int, key, shift ml.Tensor) (ml.Tensor, err
 
 var errContextShiftMLA = errors.New("context shift: deepseek2's latent attention cache cannot be shifted")
 
-func (r *Rank) Config() model.Config     { return r.cfg }
-func (r *Rank) Options() backend.Options { return r.opts }
+func (r *Rank) Config() model.Config       { return r.cfg }
+func (r *Rank) Offload() runnerapi.Offload { return r.offload }
+func (r *Rank) Options() backend.Options   { return r.opts }
 
 // Reset forgets every cached position.
 func (r *Rank) Reset() error {
@@ -261,10 +305,13 @@ func (r *Rank) repack(f *gguf.File) error {
 		t    ml.Tensor
 	}
 	var ws []weight
-	if r.out != nil && !r.cfg.TiedOutput {
+	if r.out != nil && !r.cfg.TiedOutput && !r.gpu.head {
 		ws = append(ws, weight{"output.weight", r.out})
 	}
 	for i := range r.layers {
+		if r.gpu.onGPU(r.opts.FirstLayer + i) {
+			continue // ggml's repacking is the CPU's
+		}
 		l := &r.layers[i]
 		p := fmt.Sprintf("blk.%d.", r.opts.FirstLayer+i)
 		for _, w := range []struct {
@@ -309,9 +356,17 @@ func (r *Rank) repack(f *gguf.File) error {
 func (r *Rank) loadHead(must func(string) ml.Tensor) error {
 	cfg := r.cfg
 	r.outNorm = must("output_norm.weight")
-	if cfg.TiedOutput {
+	switch {
+	case cfg.TiedOutput && r.gpu.head:
+		// ollama copies the embeddings as output.weight onto the head's
+		// device (the embeddings stay on the CPU).
+		r.out = r.b.Get("output.weight")
+		if r.out == nil {
+			r.out = must("token_embd.weight")
+		}
+	case cfg.TiedOutput:
 		r.out = must("token_embd.weight")
-	} else {
+	default:
 		r.out = must("output.weight")
 	}
 	rows := cfg.Vocab

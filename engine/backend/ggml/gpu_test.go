@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,56 +20,23 @@ import (
 // gpuLibEnv names the directory holding the GPU backends make gpu built
 // (libggml-vulkan.so, libggml-base.so, libggml-cuda.so where built;
 // make gpu-test sets it to lib/ollama). Unset, TestGPUMatmul skips.
-const gpuLibEnv = "ORRERY_GPU_LIB"
+const gpuLibEnv = LibEnv
 
-// setGPUEnv points ollama's loader at $ORRERY_GPU_LIB. It must run before
-// anything in the process calls ml.NewBackend: ollama's ggml OnceLoad
-// (ml/backend/ggml/ggml/src/ggml.go) loads the GPU backends once, at the
-// first one, from OLLAMA_LIBRARY_PATH or, unset, from <dir of the
-// executable>/../lib/ollama, which for a test binary is a temporary
-// directory. TestMain calls it.
+// setGPUEnv points ollama's loader at $ORRERY_GPU_LIB (Setup), with the
+// software device (lavapipe) visible. It must run before anything in the
+// process calls ml.NewBackend: ollama loads the GPU backends once, at the
+// first. TestMain calls it.
 func setGPUEnv() error {
 	dir := os.Getenv(gpuLibEnv)
 	if dir == "" {
 		return nil
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return fmt.Errorf("%s: %w", gpuLibEnv, err)
-	}
-	// OnceLoad skips a directory whose path has no lib/ollama in it.
-	if !strings.Contains(abs, filepath.FromSlash("lib/ollama")) {
-		return fmt.Errorf("%s=%s: ollama loads GPU backends only from a path containing lib/ollama", gpuLibEnv, dir)
-	}
-	// ggml's loader says nothing when a backend fails to load (it loads
-	// silently in a release build): check here that Vulkan's is there with
-	// the libggml-base it links to (by that name, its soname).
-	for _, lib := range []string{"libggml-vulkan.so", "libggml-base.so.0"} {
-		if _, err := os.Stat(filepath.Join(abs, lib)); err != nil {
-			return fmt.Errorf("%s: %w (run make gpu)", gpuLibEnv, err)
-		}
-	}
-	cache, err := os.UserCacheDir()
+	info, err := Setup(SetupConfig{LibDir: dir, Software: true})
 	if err != nil {
 		return err
 	}
-	if err := os.Setenv("OLLAMA_LIBRARY_PATH", abs); err != nil {
-		return err
-	}
-	defaults := []struct{ key, value string }{
-		// ggml-vulkan passes over a Vulkan device of type CPU, as Mesa's
-		// lavapipe is, unless it is named; on a machine with a GPU, set it
-		// to that device's index instead.
-		{"GGML_VK_VISIBLE_DEVICES", "0"},
-		// lavapipe compiles each pipeline on first use; Mesa keeps them here.
-		{"MESA_SHADER_CACHE_DIR", filepath.Join(cache, "orrery", "gpu", "mesa-shader-cache")},
-	}
-	for _, d := range defaults {
-		if _, ok := os.LookupEnv(d.key); !ok {
-			if err := os.Setenv(d.key, d.value); err != nil {
-				return err
-			}
-		}
+	if info.Problem != "" {
+		return fmt.Errorf("%s: %s", gpuLibEnv, info.Problem)
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func BenchmarkHead(b *testing.B) {
 	if err := gguf.WriteFile(path, []gguf.KV{{Key: "general.architecture", Value: "orrery-head-bench"}}, ts); err != nil {
 		b.Fatal(err)
 	}
-	be, err := newBackend(path, 1, ml.FlashAttentionEnabled)
+	be, err := newBackend(path, 1, ml.FlashAttentionEnabled, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func MeasureSpeed(ctx context.Context, dir string, threads int) (sp runnerapi.Sp
 	if err != nil {
 		return sp, err
 	}
-	b, err := newBackend(path, threads, ml.FlashAttentionEnabled)
+	b, err := newBackend(path, threads, ml.FlashAttentionEnabled, nil)
 	if err != nil {
 		return sp, fmt.Errorf("ggml backend: %w", err)
 	}
