@@ -68,7 +68,7 @@ func (r Report) Verdict() string {
 		if r.DevicesListed {
 			return "no Metal device: runs on the CPU"
 		}
-		return "Metal is compiled in; its device is not listed yet (orrery speed lists it when the agent starts)"
+		return "Metal is compiled in; its device is not listed yet (orrery speed lists it when the agent starts, unless --speed off)"
 	}
 	return r.linuxVerdict()
 }
@@ -91,7 +91,7 @@ func (r Report) linuxVerdict() string {
 	}
 	noDriver := "no Vulkan driver is installed: install one, e.g. mesa-vulkan-drivers or the GPU maker's"
 	if !r.DevicesListed {
-		s := lib.Files() + " found; devices not listed yet (orrery speed lists them when the agent starts)"
+		s := lib.Files() + " found; devices not listed yet (orrery speed lists them when the agent starts, unless --speed off)"
 		if len(r.Drivers) == 0 && !lib.has("cuda") {
 			s += ", but " + noDriver + "; until then it runs on the CPU"
 		}

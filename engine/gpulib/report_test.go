@@ -38,10 +38,10 @@ func TestVerdict(t *testing.T) {
 			want: "libggml-vulkan.so found but no Vulkan device: runs on the CPU (a GPU, NVIDIA GPU at 0000:01:00.0, driver nvidia, is there: does vulkaninfo --summary list it?)"},
 		{name: "a library, devices not listed yet",
 			r:    Report{OS: "linux", Library: vulkan, Drivers: mesa},
-			want: "libggml-vulkan.so found; devices not listed yet (orrery speed lists them when the agent starts)"},
+			want: "libggml-vulkan.so found; devices not listed yet (orrery speed lists them when the agent starts, unless --speed off)"},
 		{name: "a library, not listed yet, no driver",
 			r:    Report{OS: "linux", Library: vulkan},
-			want: "libggml-vulkan.so found; devices not listed yet (orrery speed lists them when the agent starts), but no Vulkan driver is installed: install one, e.g. mesa-vulkan-drivers or the GPU maker's; until then it runs on the CPU"},
+			want: "libggml-vulkan.so found; devices not listed yet (orrery speed lists them when the agent starts, unless --speed off), but no Vulkan driver is installed: install one, e.g. mesa-vulkan-drivers or the GPU maker's; until then it runs on the CPU"},
 		{name: "a GPU, no library",
 			r:    Report{OS: "linux", Drivers: mesa, Hardware: nvidia, DevicesListed: true},
 			want: "a GPU (NVIDIA GPU at 0000:01:00.0, driver nvidia) but no GPU backend: runs on the CPU (run make gpu; from packages, install orrery-vulkan)"},
@@ -62,7 +62,7 @@ func TestVerdict(t *testing.T) {
 			want: "no Metal device: runs on the CPU"},
 		{name: "Metal not listed yet",
 			r:    Report{OS: "darwin"},
-			want: "Metal is compiled in; its device is not listed yet (orrery speed lists it when the agent starts)"},
+			want: "Metal is compiled in; its device is not listed yet (orrery speed lists it when the agent starts, unless --speed off)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
