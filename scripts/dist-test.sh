@@ -79,7 +79,7 @@ ver=$(dpkg-deb -f "$deb" Version)
 deps=$(dpkg-deb -f "$vkdeb" Depends)
 [[ $deps == *"orrery (= $ver)"* && $deps == *libvulkan1* ]] || fail "orrery-vulkan depends on $deps, want orrery (= $ver) and libvulkan1"
 files=$(dpkg-deb -c "$vkdeb" | awk '{print $6}' | grep -v '/$' | sort | tr '\n' ' ')
-[[ $files == "./usr/lib/orrery/lib/ollama/libggml-base.so.0 ./usr/lib/orrery/lib/ollama/libggml-vulkan.so ./usr/lib/orrery/lib/ollama/orrery-gpu.txt " ]] ||
+[[ $files == "./usr/lib/orrery/lib/ollama/libggml-base.so.0 ./usr/lib/orrery/lib/ollama/libggml-vulkan.so ./usr/lib/orrery/lib/ollama/orrery-gpu.txt ./usr/lib/systemd/system/orrery.service.d/orrery-vulkan.conf " ]] ||
 	fail "orrery-vulkan holds $files"
 log "ok: $(basename "$vkdeb") ($(($(stat -c %s "$vkdeb") >> 20)) MiB; orrery's .deb $(($(stat -c %s "$deb") >> 20)) MiB): /usr/lib/orrery/lib/ollama, Depends: $deps"
 
@@ -147,7 +147,16 @@ ollama=$(head -1 "$root/usr/lib/orrery/lib/ollama/orrery-gpu.txt")
 want="GPU        backends: /usr/lib/orrery/lib/ollama (vulkan; built from ${ollama})"
 grep -qxF "$want" <<<"$doctor" && grep -q '→ libggml-vulkan.so found; devices not listed yet.*no Vulkan driver is installed' <<<"$doctor" ||
 	{ echo "$doctor"; fail "orrery doctor --local with orrery-vulkan: want '$want' and no Vulkan driver"; }
-log "ok: orrery-vulkan installed beside orrery with libvulkan1 (no recommends); libggml-vulkan.so resolves; orrery doctor --local there:"
+# Its drop-in opens the GPU devices to the service: the unit still
+# verifies, and its exposure is scored again (PrivateDevices off, the
+# hardware devices limited to the GPUs' by DeviceAllow).
+inroot systemd-analyze verify orrery.service >"$tmp/verify.log" 2>&1 && [[ ! -s $tmp/verify.log ]] ||
+	{ cat "$tmp/verify.log"; fail "systemd-analyze verify orrery.service with orrery-vulkan's drop-in"; }
+inroot systemd-delta --no-pager --type=extended | grep -q 'orrery.service.d/orrery-vulkan.conf' ||
+	fail "systemd does not see orrery-vulkan's drop-in for orrery.service"
+exposure=$(inroot systemd-analyze security --offline=true --threshold=25 --no-pager orrery.service 2>&1) ||
+	{ echo "$exposure"; fail "systemd-analyze security with orrery-vulkan: exposure above 2.5"; }
+log "ok: orrery-vulkan installed beside orrery with libvulkan1 (no recommends); libggml-vulkan.so resolves; the unit with its drop-in verifies, $(grep -o 'Overall exposure level.*' <<<"$exposure"); orrery doctor --local there:"
 sed 's/^/    /' <<<"$doctor"
 
 mkdir -p "$root/var/lib/orrery" && echo keep >"$root/var/lib/orrery/marker"

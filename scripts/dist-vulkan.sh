@@ -12,7 +12,9 @@
 # it links to, orrery-gpu.txt naming their ollama version) in
 # /usr/lib/orrery/lib/ollama, where /usr/bin/orrery finds them by itself
 # (engine/gpulib). It depends on orrery of exactly VERSION: the backend and
-# the ggml compiled into the binary must come from the same ollama.
+# the ggml compiled into the binary must come from the same ollama. A
+# drop-in for orrery.service (packaging/linux/orrery-vulkan.conf) lets the
+# service see the GPU devices its PrivateDevices would hide.
 #
 # amd64 only: arm64 would need the backend cross-built (an arm64 Vulkan
 # loader and headers beside the aarch64 compilers, and ggml's shader
@@ -79,6 +81,12 @@ contents:
   - src: $out/stage/orrery-gpu.txt
     dst: /usr/lib/orrery/lib/ollama/orrery-gpu.txt
     file_info: {mode: 0644}
+  - src: packaging/linux/orrery-vulkan.conf
+    dst: /usr/lib/systemd/system/orrery.service.d/orrery-vulkan.conf
+    file_info: {mode: 0644}
+scripts:
+  postinstall: packaging/linux/vulkan-postinstall.sh
+  postremove: packaging/linux/vulkan-postinstall.sh
 deb:
   compression: xz
 rpm:
