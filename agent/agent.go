@@ -36,7 +36,7 @@ import (
 type Agent struct {
 	cfg Config
 	log *slog.Logger
-	// idMu guards identity's Speed, set once measured.
+	// idMu guards identity's Speed and GPUs, set once measured.
 	idMu     sync.Mutex
 	identity state.NodeIdentity
 	store    *state.Store

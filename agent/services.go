@@ -191,7 +191,7 @@ func (a *Agent) samplers() []sampler {
 // requests) to peers.
 func (a *Agent) apiServer() *api.Server {
 	return &api.Server{NodeID: a.identity.NodeID, Version: a.cfg.Version, Store: a.store, Logger: a.log,
-		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, Traces: a.traces, OpenURL: OpenInBrowser,
+		Cluster: clusterView{a}, Discovery: discoveryView{a.disc}, GPU: gpuView{a}, Traces: a.traces, OpenURL: OpenInBrowser,
 		Inference: a.instances, Pulls: pullsView{a.pulls, a.instances},
 		TraceHome: func() string { return a.node.Status().MasterID }, UI: frontend.Handler(),
 		Metrics: api.NewMetrics(a.store, a.traces),

@@ -7,7 +7,10 @@
 #     plus systemd, from this machine's apt sources; the pristine root is
 #     cached as a tarball in ~/.cache/orrery) with one command, and then
 #     `orrery version` runs there, its system user exists and
-#     `systemd-analyze verify` passes on its unit; removing it keeps the data.
+#     `systemd-analyze verify` passes on its unit. orrery-vulkan goes in
+#     beside it (with libvulkan1, fetched here), its libraries resolve
+#     there, and `orrery doctor --local` finds them where ggml.Setup
+#     looks; removing orrery takes both and keeps the data.
 #  4. Under qemu-user-static, the arm64 binary prints its version, writes the
 #     tiny model byte for byte as amd64 does, and decodes it greedily to the
 #     same tokens, its logits within the conformance bound of amd64's (with
@@ -34,6 +37,8 @@ if ((${#need[@]})); then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# What would point the packaged orrery elsewhere than its own files.
+unset ORRERY_GPU_LIB OLLAMA_LIBRARY_PATH VK_DRIVER_FILES VK_ICD_FILENAMES XDG_DATA_DIRS
 
 one() { # one FILE matching a glob, or fail
 	local m=("$@")
@@ -46,8 +51,14 @@ for a in amd64 arm64; do
 	one "$dist"/orrery_*_linux_"$a".tar.gz >/dev/null
 	one "$dist"/orrery_*_"$a".deb >/dev/null
 done
-one "$dist"/orrery-*.x86_64.rpm >/dev/null
-one "$dist"/orrery-*.aarch64.rpm >/dev/null
+one "$dist"/orrery-[0-9]*.x86_64.rpm >/dev/null
+one "$dist"/orrery-[0-9]*.aarch64.rpm >/dev/null
+# The Vulkan backend's packages: amd64 only (scripts/dist-vulkan.sh).
+vkdeb=$(one "$dist"/orrery-vulkan_*_amd64.deb)
+one "$dist"/orrery-vulkan-*.x86_64.rpm >/dev/null
+vkarm=("$dist"/orrery-vulkan*arm64* "$dist"/orrery-vulkan*aarch64*)
+[[ ! -e ${vkarm[0]} && ! -e ${vkarm[1]} ]] || fail "an arm64 orrery-vulkan package, which is not built: ${vkarm[*]}"
+grep -q " orrery-vulkan_.*_amd64.deb$" "$dist/checksums.txt" || fail "checksums.txt does not list orrery-vulkan's .deb"
 (cd "$dist" && sha256sum --quiet -c checksums.txt) || fail "checksums.txt does not match"
 for s in "$dist"/*.cdx.json; do
 	python3 - "$s" <<'PY' || fail "$s is not a CycloneDX SBOM listing github.com/ollama/ollama"
@@ -58,7 +69,19 @@ names = [c.get("name", "") for c in d.get("components", [])]
 assert any("github.com/ollama/ollama" in n for n in names), names[:5]
 PY
 done
-log "ok: tarballs, .deb and .rpm for amd64 and arm64; checksums match; $(ls "$dist"/*.cdx.json | wc -l) CycloneDX SBOMs"
+log "ok: tarballs, .deb and .rpm for amd64 and arm64, orrery-vulkan's for amd64; checksums match; $(ls "$dist"/*.cdx.json | wc -l) CycloneDX SBOMs"
+
+# orrery-vulkan's .deb: its files where /usr/bin/orrery looks, and a
+# dependency on exactly the orrery beside it (their ggml must match).
+deb=$(one "$dist"/orrery_*_amd64.deb)
+ver=$(dpkg-deb -f "$deb" Version)
+[[ $(dpkg-deb -f "$vkdeb" Version) == "$ver" ]] || fail "orrery-vulkan's version $(dpkg-deb -f "$vkdeb" Version), orrery's $ver"
+deps=$(dpkg-deb -f "$vkdeb" Depends)
+[[ $deps == *"orrery (= $ver)"* && $deps == *libvulkan1* ]] || fail "orrery-vulkan depends on $deps, want orrery (= $ver) and libvulkan1"
+files=$(dpkg-deb -c "$vkdeb" | awk '{print $6}' | grep -v '/$' | sort | tr '\n' ' ')
+[[ $files == "./usr/lib/orrery/lib/ollama/libggml-base.so.0 ./usr/lib/orrery/lib/ollama/libggml-vulkan.so ./usr/lib/orrery/lib/ollama/orrery-gpu.txt ./usr/lib/systemd/system/orrery.service.d/orrery-vulkan.conf " ]] ||
+	fail "orrery-vulkan holds $files"
+log "ok: $(basename "$vkdeb") ($(($(stat -c %s "$vkdeb") >> 20)) MiB; orrery's .deb $(($(stat -c %s "$deb") >> 20)) MiB): /usr/lib/orrery/lib/ollama, Depends: $deps"
 
 # 2. ELF machines.
 amd=$(one "$dist"/orrery_linux_amd64*/orrery)
@@ -84,7 +107,6 @@ fi
 root=$tmp/root
 mkdir "$root"
 tar -C "$root" -xf "$cache"
-deb=$(one "$dist"/orrery_*_amd64.deb)
 cp "$deb" "$root/tmp/orrery.deb"
 # chroot with its own /proc, in a mount namespace that ends with it.
 inroot() { unshare --mount --fork chroot "$root" sh -c 'mount -t proc proc /proc && exec "$@"' sh "$@"; }
@@ -101,11 +123,48 @@ inroot systemd-analyze verify orrery.service >"$tmp/verify.log" 2>&1 && [[ ! -s 
 exposure=$(inroot systemd-analyze security --offline=true --threshold=20 --no-pager orrery.service 2>&1) ||
 	{ echo "$exposure"; fail "systemd-analyze security: exposure above 2.0"; }
 log "ok: apt-get install ./$(basename "$deb") in a fresh Debian 12 root; there: $got; user orrery; systemd-analyze verify passes; $(grep -o 'Overall exposure level.*' <<<"$exposure")"
+
+# orrery-vulkan beside it. Without it, orrery finds no GPU backend; with
+# it, the libraries resolve in the root (libvulkan1 came with it) and
+# orrery finds them by itself. The root has no Vulkan driver (Mesa's is
+# 100 MB of LLVM and X libraries), so no device is checked here: make
+# test computes on lavapipe with the same libraries.
+doctor=$(inroot orrery doctor --local) || fail "orrery doctor --local in the Debian root"
+grep -q '^GPU        backends: none (looked in /usr/lib/orrery/lib/ollama, /usr/lib/ollama)$' <<<"$doctor" ||
+	{ echo "$doctor"; fail "orrery doctor --local without orrery-vulkan: want no backends"; }
+# apt-get in the root has no package lists: libvulkan1 comes from this
+# machine's apt (the same Debian release) as a file.
+(cd "$tmp" && { apt-get download -qq libvulkan1 2>/dev/null || { apt-get update -qq && apt-get download -qq libvulkan1; }; } >/dev/null) ||
+	fail "apt-get download libvulkan1"
+cp "$vkdeb" "$root/tmp/orrery-vulkan.deb"
+cp "$tmp"/libvulkan1_*.deb "$root/tmp/"
+inroot sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends /tmp/libvulkan1_*.deb /tmp/orrery-vulkan.deb' >"$tmp/install-vk.log" 2>&1 ||
+	{ cat "$tmp/install-vk.log"; fail "apt-get install of orrery-vulkan in the Debian root"; }
+missing=$(inroot ldd /usr/lib/orrery/lib/ollama/libggml-vulkan.so | grep 'not found' || true)
+[[ -z $missing ]] || fail "libggml-vulkan.so in the root lacks: $missing"
+doctor=$(inroot orrery doctor --local) || fail "orrery doctor --local in the Debian root, orrery-vulkan installed"
+ollama=$(head -1 "$root/usr/lib/orrery/lib/ollama/orrery-gpu.txt")
+want="GPU        backends: /usr/lib/orrery/lib/ollama (vulkan; built from ${ollama})"
+grep -qxF "$want" <<<"$doctor" && grep -q '→ libggml-vulkan.so found; devices not listed yet.*no Vulkan driver is installed' <<<"$doctor" ||
+	{ echo "$doctor"; fail "orrery doctor --local with orrery-vulkan: want '$want' and no Vulkan driver"; }
+# Its drop-in opens the GPU devices to the service: the unit still
+# verifies, and its exposure is scored again (PrivateDevices off, the
+# hardware devices limited to the GPUs' by DeviceAllow).
+inroot systemd-analyze verify orrery.service >"$tmp/verify.log" 2>&1 && [[ ! -s $tmp/verify.log ]] ||
+	{ cat "$tmp/verify.log"; fail "systemd-analyze verify orrery.service with orrery-vulkan's drop-in"; }
+inroot systemd-delta --no-pager --type=extended | grep -q 'orrery.service.d/orrery-vulkan.conf' ||
+	fail "systemd does not see orrery-vulkan's drop-in for orrery.service"
+exposure=$(inroot systemd-analyze security --offline=true --threshold=25 --no-pager orrery.service 2>&1) ||
+	{ echo "$exposure"; fail "systemd-analyze security with orrery-vulkan: exposure above 2.5"; }
+log "ok: orrery-vulkan installed beside orrery with libvulkan1 (no recommends); libggml-vulkan.so resolves; the unit with its drop-in verifies, $(grep -o 'Overall exposure level.*' <<<"$exposure"); orrery doctor --local there:"
+sed 's/^/    /' <<<"$doctor"
+
 mkdir -p "$root/var/lib/orrery" && echo keep >"$root/var/lib/orrery/marker"
 inroot env DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq orrery >"$tmp/remove.log" 2>&1 ||
 	{ cat "$tmp/remove.log"; fail "apt-get remove orrery"; }
 [[ ! -e $root/usr/bin/orrery && -f $root/var/lib/orrery/marker ]] || fail "remove left the binary or took /var/lib/orrery"
-log "ok: apt-get remove takes the binary and keeps /var/lib/orrery"
+[[ ! -e $root/usr/lib/orrery/lib/ollama/libggml-vulkan.so ]] || fail "removing orrery left orrery-vulkan's libraries"
+log "ok: apt-get remove orrery takes the binary and orrery-vulkan, and keeps /var/lib/orrery"
 
 # 4. arm64 under emulation against amd64.
 qemu() { qemu-aarch64-static -L /usr/aarch64-linux-gnu "$@"; }

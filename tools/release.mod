@@ -1,4 +1,4 @@
-// Release tools (goreleaser, cyclonedx-gomod), pinned apart from the
+// Release tools (goreleaser, nfpm for the orrery-vulkan package, cyclonedx-gomod), pinned apart from the
 // product's modules so that their dependencies never move the product's:
 // run them from the repository root with go tool -modfile=tools/release.mod
 // NAME (make dist does).
@@ -9,6 +9,7 @@ go 1.26.4
 tool (
 	github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 	github.com/goreleaser/goreleaser/v2
+	github.com/goreleaser/nfpm/v2/cmd/nfpm
 )
 
 require (
@@ -117,6 +118,7 @@ require (
 	github.com/containerd/errdefs v1.0.0 // indirect
 	github.com/containerd/errdefs/pkg v0.3.0 // indirect
 	github.com/coreos/go-oidc/v3 v3.18.0 // indirect
+	github.com/cpuguy83/go-md2man/v2 v2.0.7 // indirect
 	github.com/cyberphone/json-canonicalization v0.0.0-20241213102144-19d51d7fe467 // indirect
 	github.com/cyphar/filepath-securejoin v0.6.1 // indirect
 	github.com/davidmz/go-pageant v1.0.2 // indirect

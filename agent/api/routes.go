@@ -35,6 +35,7 @@ func (s *Server) routes() []route {
 		r("/history/memory/{id}", s.memoryHistory, http.MethodGet, http.MethodHead),
 		r("/history/system/{id}", s.systemHistory, http.MethodGet, http.MethodHead),
 		r("/state/discovery", s.discovery, http.MethodGet, http.MethodHead),
+		r("/state/gpu", s.gpu, http.MethodGet, http.MethodHead),
 		r("/cluster", s.cluster, http.MethodGet, http.MethodHead),
 		r("/cluster/hash/{idx}", s.clusterHash, http.MethodGet, http.MethodHead),
 		r("/v1/cluster/ring-bench", s.ringBench, http.MethodPost),

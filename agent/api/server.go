@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
 	"github.com/orrery-cluster/orrery/cluster/ringbench"
+	"github.com/orrery-cluster/orrery/engine/gpulib"
 	"github.com/orrery-cluster/orrery/internal/ident"
 
 	"github.com/orrery-cluster/orrery/agent/state"
@@ -46,6 +47,8 @@ type Server struct {
 	// Cluster and Discovery, when set, serve /cluster and /state/discovery.
 	Cluster   ClusterView
 	Discovery DiscoveryView
+	// GPU, when set, serves /state/gpu.
+	GPU GPUView
 	// Traces, when set, serves /v1/traces and /perfetto/{id}.
 	Traces TraceStore
 	// OpenURL opens a URL in the system browser, for
@@ -98,6 +101,12 @@ type RingBenchResult struct {
 // DiscoveryView explains what discovery found, and why not.
 type DiscoveryView interface {
 	DiscoveryReport() discovery.Report
+}
+
+// GPUView says what the node has for computing on a GPU, and what keeps
+// it from doing so (orrery doctor shows it).
+type GPUView interface {
+	GPUReport() gpulib.Report
 }
 
 // PeerHandler serves the requests other nodes forward here over
@@ -392,6 +401,14 @@ func (s *Server) discovery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.Discovery.DiscoveryReport())
+}
+
+func (s *Server) gpu(w http.ResponseWriter, r *http.Request) {
+	if s.GPU == nil {
+		writeError(w, http.StatusNotFound, "this node reports no GPU view")
+		return
+	}
+	writeJSON(w, http.StatusOK, s.GPU.GPUReport())
 }
 
 func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {

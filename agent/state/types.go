@@ -48,6 +48,9 @@ type NodeIdentity struct {
 	// Speed is the node's measured compute (orrery speed), once known:
 	// what placement's cost model predicts from.
 	Speed *runnerapi.Speed `json:"speed,omitempty"`
+	// GPUs are the GPUs ggml listed on the node (its orrery speed), once
+	// known: none on a node without one.
+	GPUs []runnerapi.Device `json:"gpus,omitempty"`
 }
 
 // NodeMemory is one memory sample, in exo's nodeMemory shape.

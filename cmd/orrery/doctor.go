@@ -9,17 +9,24 @@ import (
 	"time"
 
 	"github.com/orrery-cluster/orrery/agent/api/client"
+	"github.com/orrery-cluster/orrery/engine/gpulib"
 )
 
 // doctorTimeout bounds each request to the agent.
 const doctorTimeout = 3 * time.Second
 
-const doctorUsage = `Usage: orrery doctor [--api URL]
+const doctorUsage = `Usage: orrery doctor [--api URL] [--local]
 
 Asks a running agent how it sees the cluster and why peers may be missing:
 this node, the master, each member's round-trip time and clock offset, and
-the discovery problems with what to do about them. Exits 0 when discovery
-reports no problem, 1 when it reports one or the agent does not answer.
+the discovery problems with what to do about them; then whether the node
+computes on a GPU: where its GPU backends load from, the Vulkan drivers and
+PCI GPUs, the devices ggml listed, and if it runs on the CPU, why. Exits 0
+when discovery reports no problem, 1 when it reports one or the agent does
+not answer (a node on the CPU is not a problem).
+
+With --local it asks no agent: it shows the GPU part for this binary on
+this machine (the devices only an agent's orrery speed lists), and exits 0.
 
 Flags:
 `
@@ -34,8 +41,16 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	apiURL := fs.String("api", client.DefaultBaseURL, "base URL of the agent's local API")
+	local := fs.Bool("local", false, "show only this binary's GPU backends, drivers and PCI GPUs, without an agent")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
+	}
+	if *local {
+		if err := client.WriteGPUText(stdout, gpulib.Probe(gpulib.Config{}, "")); err != nil {
+			fmt.Fprintf(stderr, "orrery doctor: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	base, err := client.ParseBaseURL(*apiURL)
 	if err != nil {
@@ -61,6 +76,12 @@ func runDoctor(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery doctor: %v\n", err)
 		return 1
+	}
+	// An agent from before /state/gpu answers 404: the rest still shows.
+	if g, err := c.GPU(ctx); err == nil {
+		r.GPU = &g
+	} else {
+		r.GPUError = err.Error()
 	}
 	if err := r.WriteText(stdout); err != nil {
 		fmt.Fprintf(stderr, "orrery doctor: %v\n", err)

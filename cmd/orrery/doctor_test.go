@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/engine/gpulib"
 	"github.com/orrery-cluster/orrery/internal/testutil"
 )
 
@@ -55,6 +57,19 @@ const (
 			{"code":"peer-unreachable","message":"node y was found but does not answer","hint":"Check its firewall."}]}`
 )
 
+// The GPU reports: a node with lavapipe's driver whose speed listed no
+// device (lavapipe is not allowed without --gpu-software), and one that
+// listed lavapipe.
+const (
+	cannedGPUNoDevice = `{"os":"linux","library":{"dir":"/usr/lib/orrery/lib/ollama","from":"beside the executable",
+		"libs":["vulkan"],"ollama":"v0.17.4"},"drivers":[{"name":"intel_icd"},{"name":"lvp_icd","software":true}],
+		"devicesListed":true}`
+	cannedGPULavapipe = `{"os":"linux","library":{"dir":"/work/lib/ollama","from":"ORRERY_GPU_LIB","libs":["vulkan"]},
+		"drivers":[{"name":"lvp_icd","software":true}],"hardware":[{"pci":"0000:01:00.0","vendor":"AMD"}],
+		"devices":[{"id":"6d65","library":"Vulkan","name":"Vulkan0","description":"llvmpipe (LLVM 15.0.6, 256 bits)",
+		"totalBytes":2147483648,"freeBytes":2040109465,"software":true}],"devicesListed":true}`
+)
+
 func TestDoctorReport(t *testing.T) {
 	members := "" +
 		"Node       node-b\n" +
@@ -67,30 +82,51 @@ func TestDoctorReport(t *testing.T) {
 	tests := []struct {
 		name      string
 		discovery string
+		gpu       string // "": the agent has no /state/gpu
 		code      int
 		want      string
 	}{
-		{name: "no problems", discovery: cannedDiscoveryOK, code: 0, want: members +
+		{name: "no problems", discovery: cannedDiscoveryOK, gpu: cannedGPUNoDevice, code: 0, want: members +
 			"Discovery  mDNS, static peers\n" +
 			"           multicast interfaces: eth0, wlan0\n" +
+			"GPU        backends: /usr/lib/orrery/lib/ollama (vulkan; built from ollama v0.17.4)\n" +
+			"           Vulkan drivers: intel_icd, lvp_icd (software)\n" +
+			"           PCI GPUs: none\n" +
+			"           devices: none\n" +
+			"           → libggml-vulkan.so found but no Vulkan device: runs on the CPU (no GPU on the PCI bus; lavapipe's device, which computes on the CPU, is used only with --gpu-software)\n" +
 			"\n" +
 			"✓ found 3 peers\n"},
-		{name: "problems", discovery: cannedDiscoveryBad, code: 1, want: members +
+		{name: "problems", discovery: cannedDiscoveryBad, gpu: cannedGPULavapipe, code: 1, want: members +
 			"Discovery  loopback (agents on this machine)\n" +
+			"GPU        backends: /work/lib/ollama (vulkan; from ORRERY_GPU_LIB)\n" +
+			"           Vulkan drivers: lvp_icd (software)\n" +
+			"           PCI GPUs: AMD GPU at 0000:01:00.0, no kernel driver\n" +
+			"           devices: Vulkan0 (llvmpipe (LLVM 15.0.6, 256 bits)), software, 1.9 GiB free of 2.0 GiB\n" +
+			"           → GPU: Vulkan0 (llvmpipe (LLVM 15.0.6, 256 bits)), software: used only with --gpu-software; runs on the CPU otherwise\n" +
 			"\n" +
 			"✗ node x at 10.0.0.2:52417 advertises cluster-key fingerprint aa, ours is bb\n" +
 			"    → Run orrery key show on one Mac.\n" +
 			"✗ node y was found but does not answer\n" +
 			"    → Check its firewall.\n"},
+		{name: "an agent without /state/gpu", discovery: cannedDiscoveryOK, code: 0, want: members +
+			"Discovery  mDNS, static peers\n" +
+			"           multicast interfaces: eth0, wlan0\n" +
+			"GPU        not reported: GET @/state/gpu: 404 Not Found: no such endpoint: /state/gpu\n" +
+			"\n" +
+			"✓ found 3 peers\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := cannedAgent(t, map[string]string{"/healthz": cannedHealth, "/cluster": cannedCluster, "/state/discovery": tc.discovery})
+			bodies := map[string]string{"/healthz": cannedHealth, "/cluster": cannedCluster, "/state/discovery": tc.discovery}
+			if tc.gpu != "" {
+				bodies["/state/gpu"] = tc.gpu
+			}
+			srv := cannedAgent(t, bodies)
 			code, out, errs := runCLI("doctor", "--api", srv.URL+"/")
 			if code != tc.code || errs != "" {
 				t.Errorf("exit %d, want %d; stderr: %s", code, tc.code, errs)
 			}
-			want := "Agent      " + srv.URL + " (orrery 1.2.3, status ok)\n" + tc.want
+			want := "Agent      " + srv.URL + " (orrery 1.2.3, status ok)\n" + strings.ReplaceAll(tc.want, "@", srv.URL)
 			if out != want {
 				t.Errorf("output:\n%s\nwant:\n%s", out, want)
 			}
@@ -134,6 +170,41 @@ func TestDoctorErrors(t *testing.T) {
 			t.Errorf("exit %d, stdout %q, stderr %q; want 1 and the 404", code, out, errs)
 		}
 	})
+}
+
+// TestDoctorLocal: --local asks no agent and shows this binary's GPU
+// backends (here, ORRERY_GPU_LIB's) and a verdict.
+func TestDoctorLocal(t *testing.T) {
+	root := testutil.WriteTree(t, map[string]string{
+		"lib/ollama/libggml-vulkan.so":           "elf",
+		"lib/ollama/libggml-base.so.0":           "elf",
+		"lib/ollama/" + gpulib.MarkerFile:        "ollama v0.17.4\n",
+		"nobase/lib/ollama/libggml-vulkan.so":    "elf",
+		"nobase/lib/ollama/" + gpulib.MarkerFile: "ollama v0.17.4\n",
+	})
+	t.Setenv(gpulib.OllamaLibEnv, "")
+	for _, tc := range []struct{ dir, backends, verdict string }{
+		{dir: filepath.Join(root, "lib/ollama"),
+			backends: "GPU        backends: " + filepath.Join(root, "lib/ollama") + " (vulkan; built from ollama v0.17.4; from ORRERY_GPU_LIB)\n",
+			verdict:  "           → libggml-vulkan.so found; devices not listed yet"},
+		{dir: filepath.Join(root, "nobase/lib/ollama"),
+			backends: "GPU        backends: " + filepath.Join(root, "nobase/lib/ollama") + " (vulkan; built from ollama v0.17.4; from ORRERY_GPU_LIB): libggml-base.so.0, which the GPU backends link to, is missing",
+			verdict:  "           → the GPU backends cannot load (libggml-base.so.0"},
+	} {
+		t.Setenv(gpulib.LibEnv, tc.dir)
+		code, out, errs := runCLI("doctor", "--local", "--api", testutil.FreeAddr(t))
+		if code != 0 || errs != "" {
+			t.Errorf("doctor --local: exit %d, stderr %q", code, errs)
+		}
+		for _, want := range []string{tc.backends, "           Vulkan drivers: ", "           PCI GPUs: ", "           devices: not listed\n", tc.verdict} {
+			if !strings.Contains(out, want) {
+				t.Errorf("doctor --local output lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "Agent") || strings.Contains(out, "Discovery") {
+			t.Errorf("doctor --local asked an agent:\n%s", out)
+		}
+	}
 }
 
 type discoveryCodes struct {
@@ -180,6 +251,12 @@ func TestDoctorProcess(t *testing.T) {
 		t.Logf("doctor output:\n%s", s)
 		if !strings.Contains(s, "Node       "+id+"\n") || !strings.Contains(s, "Discovery  loopback") {
 			t.Errorf("doctor output lacks the node id %s or the loopback mode", id)
+		}
+		// The GPU part says what the agent's /state/gpu says.
+		var g gpulib.Report
+		p.mustGet(t, "/state/gpu", &g)
+		if !strings.Contains(s, "\nGPU        backends: ") || !strings.Contains(s, "           → "+g.Verdict()+"\n") {
+			t.Errorf("doctor output lacks the GPU backends or the verdict %q", g.Verdict())
 		}
 		if len(after.Problems) == 0 {
 			want := fmt.Sprintf("✓ found %d peer", after.PeersFound)

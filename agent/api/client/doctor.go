@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/api"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/engine/gpulib"
 )
 
 // DoctorReport is everything "orrery doctor" shows, as the agent answered
@@ -19,6 +20,10 @@ type DoctorReport struct {
 	Health    api.HealthResponse
 	Cluster   cluster.Status
 	Discovery discovery.Report
+	// GPU is the node's GPU report (nil: the agent did not give one, and
+	// GPUError says why).
+	GPU      *gpulib.Report
+	GPUError string
 }
 
 // WriteText writes the report for a terminal. It is pure: everything it
@@ -92,6 +97,12 @@ func (r DoctorReport) writeText(w *strings.Builder) {
 			ifs = strings.Join(r.Discovery.MulticastInterfaces, ", ")
 		}
 		fmt.Fprintf(w, "           multicast interfaces: %s\n", ifs)
+	}
+	switch {
+	case r.GPU != nil:
+		writeGPU(w, *r.GPU)
+	case r.GPUError != "":
+		fmt.Fprintf(w, "GPU        not reported: %s\n", r.GPUError)
 	}
 	fmt.Fprintln(w)
 	if len(r.Discovery.Problems) == 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/orrery-cluster/orrery/agent/state"
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/cluster/discovery"
+	"github.com/orrery-cluster/orrery/engine/gpulib"
 )
 
 // Health returns GET /healthz.
@@ -65,6 +66,14 @@ func (c *Client) Cluster(ctx context.Context) (cluster.Status, error) {
 func (c *Client) Discovery(ctx context.Context) (discovery.Report, error) {
 	var r discovery.Report
 	err := c.get(ctx, "/state/discovery", &r)
+	return r, err
+}
+
+// GPU returns GET /state/gpu: what the node has for computing on a GPU,
+// and what keeps it from doing so.
+func (c *Client) GPU(ctx context.Context) (gpulib.Report, error) {
+	var r gpulib.Report
+	err := c.get(ctx, "/state/gpu", &r)
 	return r, err
 }
 

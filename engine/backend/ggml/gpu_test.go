@@ -15,11 +15,13 @@ import (
 	"github.com/ollama/ollama/ml"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
+	"github.com/orrery-cluster/orrery/engine/gpulib/gpulibtest"
 )
 
 // gpuLibEnv names the directory holding the GPU backends make gpu built
 // (libggml-vulkan.so, libggml-base.so, libggml-cuda.so where built;
-// make gpu-test sets it to lib/ollama). Unset, TestGPUMatmul skips.
+// make gpu-test and make test set it to lib/ollama). Unset, TestGPUMatmul
+// skips, or fails where gpulib.RequiredEnv is set (make test, CI).
 const gpuLibEnv = LibEnv
 
 // setGPUEnv points ollama's loader at $ORRERY_GPU_LIB (Setup), with the
@@ -69,9 +71,7 @@ const (
 // products, multiplies in F32: the device's product is held to the float64
 // product of the weight as stored.
 func TestGPUMatmul(t *testing.T) {
-	if os.Getenv(gpuLibEnv) == "" {
-		t.Skipf("%s is not set: make gpu-test builds ggml's GPU backends (make gpu) and runs this test with them", gpuLibEnv)
-	}
+	gpulibtest.Lib(t)
 	t.Logf("OLLAMA_LIBRARY_PATH=%s GGML_VK_VISIBLE_DEVICES=%s MESA_SHADER_CACHE_DIR=%s",
 		os.Getenv("OLLAMA_LIBRARY_PATH"), os.Getenv("GGML_VK_VISIBLE_DEVICES"), os.Getenv("MESA_SHADER_CACHE_DIR"))
 	rng := rand.New(rand.NewPCG(1, 2))
