@@ -414,18 +414,32 @@ func runOrrery(t *testing.T, path string, ranks int, ids []int32, st setting) re
 			paths = append(paths, p)
 		}
 	}
-	var rs []backend.Rank
-	var repacked int
+	var rs []*ggml.Rank
 	for _, p := range paths {
-		r, err := ggml.Load(context.Background(), p, backend.Options{Threads: threads, BatchSize: promptLen, KVType: st.kv, NoFlashAttention: st.flashAttn == "off", NoRepack: !st.repack}, nil)
+		r, err := ggml.Load(context.Background(), p, optionsOf(st), nil)
 		if err != nil {
 			t.Fatalf("load %s: %v", filepath.Base(p), err)
 		}
 		defer r.Close()
 		rs = append(rs, r)
-		repacked += r.Repacked
 	}
-	forward := func(tokens []int32, start int, all bool) [][]float32 {
+	r, err := generate(rs, ids, shape.Vocab, genLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// optionsOf is how the conformance runs Orrery under a setting: on the
+// CPU (the GPU rows set GPULayers).
+func optionsOf(st setting) backend.Options {
+	return backend.Options{Threads: threads, BatchSize: promptLen, KVType: st.kv, NoFlashAttention: st.flashAttn == "off", NoRepack: !st.repack}
+}
+
+// generate runs the prompt through ranks, a pipeline (every position's
+// logits kept), then decodes greedily through their KV caches.
+func generate(rs []*ggml.Rank, ids []int32, vocab, gen int) (result, error) {
+	forward := func(tokens []int32, start int, all bool) ([][]float32, error) {
 		b := backend.Batch{Tokens: tokens, AllLogits: all}
 		for i := range tokens {
 			b.Positions = append(b.Positions, int32(start+i))
@@ -433,28 +447,38 @@ func runOrrery(t *testing.T, path string, ranks int, ids []int32, st setting) re
 		for i, r := range rs {
 			res, err := r.Forward(context.Background(), b)
 			if err != nil {
-				t.Fatalf("rank %d forward: %v", i, err)
+				return nil, fmt.Errorf("rank %d forward: %w", i, err)
 			}
 			b = backend.Batch{Hidden: res.Hidden, Positions: b.Positions, AllLogits: all}
 			if i == len(rs)-1 {
-				return rowsOf(res.Logits, shape.Vocab)
+				return rowsOf(res.Logits, vocab), nil
 			}
 		}
-		return nil
+		return nil, nil
 	}
-	r := result{repacked: repacked}
-	r.logits = forward(ids, 0, true)
+	var r result
+	for _, rk := range rs {
+		r.repacked += rk.Repacked
+	}
+	var err error
+	if r.logits, err = forward(ids, 0, true); err != nil {
+		return r, err
+	}
 	last := r.logits[len(r.logits)-1]
-	for i := range genLen {
+	for i := range gen {
 		tok := int32(reference.Argmax(last))
 		r.gen = append(r.gen, tok)
-		if i == genLen-1 {
+		if i == gen-1 {
 			break
 		}
-		last = forward([]int32{tok}, promptLen+i, false)[0]
+		next, err := forward([]int32{tok}, len(ids)+i, false)
+		if err != nil {
+			return r, err
+		}
+		last = next[0]
 		r.logits = append(r.logits, last)
 	}
-	return r
+	return r, nil
 }
 
 // runExact is the pure-Go float64 forward pass (no activation
@@ -510,9 +534,10 @@ func margin(x []float32) (rel, gap float64) {
 
 func compare(ref, got result) row {
 	r := row{diverge: -1, repacked: got.repacked}
+	prompt := len(ref.logits) - len(ref.gen) + 1 // the prompt's rows, then one per generated token but the last
 	var agree int
 	var sum, sumSq, n, maxDelta, dSq float64
-	for i := range promptLen {
+	for i := range prompt {
 		if reference.Argmax(ref.logits[i]) == reference.Argmax(got.logits[i]) {
 			agree++
 		}
@@ -527,14 +552,14 @@ func compare(ref, got result) row {
 	}
 	mean := sum / n
 	std := math.Sqrt(sumSq/n - mean*mean)
-	r.top1 = float64(agree) / promptLen
+	r.top1 = float64(agree) / float64(prompt)
 	r.maxDelta = maxDelta / std
 	r.rmsDelta = math.Sqrt(dSq / n)
 	for i := range min(len(ref.gen), len(got.gen)) {
 		if ref.gen[i] != got.gen[i] {
 			r.diverge = i
 			// The row that predicted token i: same context in both.
-			r.margin, r.gap = margin(ref.logits[promptLen-1+i])
+			r.margin, r.gap = margin(ref.logits[prompt-1+i])
 			break
 		}
 	}

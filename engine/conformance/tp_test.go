@@ -46,6 +46,7 @@ type tpOut struct {
 
 func TestMain(m *testing.M) {
 	tpRanks.Main()
+	gpuChild.Main()
 	os.Exit(m.Run())
 }
 

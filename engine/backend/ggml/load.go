@@ -30,7 +30,7 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	if cfg.TP != nil && opts.Group == nil {
 		return nil, fmt.Errorf("%s: a tensor-parallel slice (rank %d of %d) needs its group", path, cfg.TP.Rank, cfg.TP.Ranks)
 	}
-	plan, err := planGPU(path, cfg, opts)
+	plan, err := planGPU(path, f, cfg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
