@@ -81,9 +81,7 @@ func (p Process[J]) Run(t testing.TB, job J) []byte {
 	cmd.Env = append(os.Environ(), p.Env+"="+string(s))
 	var log testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
-	defer func() { os.WriteFile("/tmp/child-last.log", []byte(log.String()), 0o644) }()
 	if err := cmd.Run(); err != nil {
-		os.WriteFile("/tmp/child-last.log", []byte(log.String()), 0o644)
 		t.Fatalf("child: %v\n%s", err, tail(log.String()))
 	}
 	b, err := os.ReadFile(out)
