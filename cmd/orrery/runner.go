@@ -54,6 +54,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	fs.BoolVar(&opts.NoFlashAttention, "no-flash-attn", false, "compute attention as separate ops instead of the fused flash-attention kernel")
 	fs.IntVar(&opts.FirstLayer, "first-layer", 0, "first block this rank holds")
 	fs.IntVar(&opts.LastLayer, "last-layer", 0, "end of this rank's blocks (0: the last)")
+	gpu := addGPUFlags(fs, runnerapi.GPUAuto)
 	node := fs.String("node", "", "node id stamped on trace spans")
 	instance := fs.String("instance", "", "instance this rank belongs to")
 	rank := fs.Int("rank", 0, "this runner's rank in the pipeline")
@@ -96,6 +97,17 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		return 2
 	}
 	if w := engineBuildWarning(); w != "" {
+		log.Warn(w)
+	}
+	// Before anything loads: ollama loads the GPU backends once, at the
+	// first model. The draft model's blocks follow the target's.
+	backends, w, err := gpu.setup(&opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery runner: %v\n", err)
+		return 2
+	}
+	log.Info("GPU backends", "from", backends.String(), "gpuLayers", opts.GPULayers.String(), "software", opts.GPUSoftware)
+	if w != "" {
 		log.Warn(w)
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
