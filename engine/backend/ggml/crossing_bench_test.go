@@ -69,14 +69,21 @@ func BenchmarkGPUCrossing(b *testing.B) {
 	// its heap when a GPU backend was loaded after another was closed.
 	gpu := crossingBackend(b, path, &ml.DeviceID{ID: ds[i].ID, Library: ds[i].Library})
 	cpu := crossingBackend(b, path, nil)
-	r := &Rank{group: newTPGroup(doubler{})}
-	defer r.group.close()
 	for _, c := range []struct {
 		name  string
 		be    ml.Backend
 		onGPU bool
 	}{{"vulkan", gpu, true}, {"cpu", cpu, false}} {
 		b.Run(c.name, func(b *testing.B) {
+			// A rank's CPU threads, bound as its passes bind them.
+			r := &Rank{group: newTPGroup(doubler{})}
+			defer r.group.close()
+			var err error
+			if r.threads, err = newThreads(c.be, 2); err != nil {
+				b.Fatal(err)
+			}
+			defer r.threads.close()
+			defer r.threads.bind()()
 			with, without := crossingPass(b, c.be, r, c.onGPU, true), crossingPass(b, c.be, r, c.onGPU, false)
 			if !slices.Equal(with.out, without.out) {
 				b.Fatalf("the all-reduce's pass differs from ×2's: %v… against %v…", with.out[:4], without.out[:4])
