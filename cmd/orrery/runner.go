@@ -96,19 +96,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		fmt.Fprintf(stderr, "orrery runner: --speculative: %v\n", err)
 		return 2
 	}
-	if w := engineBuildWarning(); w != "" {
-		log.Warn(w)
-	}
-	// Before anything loads: ollama loads the GPU backends once, at the
-	// first model. The draft model's blocks follow the target's.
-	backends, w, err := gpu.setup(&opts)
-	if err != nil {
+	if err := prepareEngine(gpu, &opts, log); err != nil {
 		fmt.Fprintf(stderr, "orrery runner: %v\n", err)
 		return 2
-	}
-	log.Info("GPU backends", "from", backends.String(), "gpuLayers", opts.GPULayers.String(), "software", opts.GPUSoftware)
-	if w != "" {
-		log.Warn(w)
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Shape: shape, Rank: instRank, ContextShift: *contextShift,
@@ -145,6 +135,25 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		return 1
 	}
 	return 0
+}
+
+// prepareEngine warns of a slow ggml build and prepares the GPU backends
+// as gpu says, setting opts' GPU options. It runs before anything loads:
+// ollama loads the GPU backends once, at the first model. (The draft
+// model's blocks follow the target's: runner.Config.)
+func prepareEngine(gpu *gpuFlags, opts *backend.Options, log *slog.Logger) error {
+	if w := engineBuildWarning(); w != "" {
+		log.Warn(w)
+	}
+	backends, w, err := gpu.setup(opts)
+	if err != nil {
+		return err
+	}
+	log.Info("GPU backends", "from", backends.String(), "gpuLayers", opts.GPULayers.String(), "software", opts.GPUSoftware)
+	if w != "" {
+		log.Warn(w)
+	}
+	return nil
 }
 
 // postTrace hands a pipeline stage's, or a tensor-parallel follower's,
