@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-cluster/orrery/cluster"
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/modelstore"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/transfer"
 )
 
@@ -88,6 +89,13 @@ type Config struct {
 	// ContextShift lets generations on this node's rank-0 runners run
 	// past the context (llama.cpp's context shift).
 	ContextShift bool
+	// GPULayers is how many blocks of each rank of this node's runners go
+	// on its GPU when an instance does not say (runnerapi.GPUAuto, the
+	// default: as many as fit; 0: none). NoGPU keeps them all on the CPU
+	// whatever an instance says (--gpu off). GPUSoftware lets a software
+	// device (Mesa's lavapipe, computing on the CPU) take blocks: tests.
+	GPULayers          runnerapi.GPULayers
+	NoGPU, GPUSoftware bool
 	// DirectLinks lets a tensor-parallel group's ranks link to each other
 	// directly (TLS under a secret derived from the cluster key, on a
 	// listener on the peer address's host granted to each runner), not
@@ -137,6 +145,7 @@ func DefaultConfig() Config {
 		DownloadIdle:      transfer.DefaultStall,
 		PeerAddr:          "0.0.0.0:52400",
 		DirectLinks:       true,
+		GPULayers:         runnerapi.GPUAuto,
 		MDNS:              true,
 		Heartbeat:         time.Second,
 		FailAfter:         cluster.DefaultFailAfter,

@@ -41,6 +41,10 @@ type BatchedOptions struct {
 	// LlamaBatchedBench, when set, is llama.cpp's llama-batched-bench,
 	// run on the same file with the same shapes for comparison.
 	LlamaBatchedBench string
+	// GPULayers and GPUSoftware say what goes on a GPU (backend.Options;
+	// the zero value: nothing).
+	GPULayers   runnerapi.GPULayers
+	GPUSoftware bool
 }
 
 // BatchedReport is what Batched measured (batch-bench's --json).
@@ -56,6 +60,8 @@ type BatchedReport struct {
 	Turn1Ms     float64 `json:"turn1TTFTMs,omitempty"`
 	Turn2Ms     float64 `json:"turn2TTFTMs,omitempty"`
 	Turn2Cached int     `json:"turn2CachedTokens,omitempty"`
+	// Offload is where the blocks went, GPU or CPU.
+	Offload runnerapi.Offload `json:"offload"`
 }
 
 // BatchedRow is one concurrency: aggregate prefill and decode tok/s (all
@@ -121,7 +127,8 @@ func Batched(ctx context.Context, o BatchedOptions, load runner.LoadFunc, log io
 // the weights are gone before it returns (llama-batched-bench then has
 // the memory).
 func batchedRuns(ctx context.Context, o BatchedOptions, load runner.LoadFunc, tok *tokenizer.Tokenizer, ctxLen int, log io.Writer) (*BatchedReport, error) {
-	rank, err := load(ctx, o.Model, backend.Options{Threads: o.Threads, BatchSize: 512, ContextLen: ctxLen, Parallel: slices.Max(o.Conc)}, nil)
+	rank, err := load(ctx, o.Model, backend.Options{Threads: o.Threads, BatchSize: 512, ContextLen: ctxLen, Parallel: slices.Max(o.Conc),
+		GPULayers: o.GPULayers, GPUSoftware: o.GPUSoftware}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +138,7 @@ func batchedRuns(ctx context.Context, o BatchedOptions, load runner.LoadFunc, to
 	ran := make(chan error, 1)
 	go func() { ran <- sc.Run(sctx) }()
 	defer func() { stop(); <-ran }() // runs before rank.Close
-	rep := &BatchedReport{Model: o.Model, Threads: o.Threads, PP: o.PP, TG: o.TG}
+	rep := &BatchedReport{Model: o.Model, Threads: o.Threads, PP: o.PP, TG: o.TG, Offload: rank.Offload()}
 	vocab := rank.Config().Vocab
 	for _, b := range o.Conc {
 		row := BatchedRow{Concurrency: b}
@@ -303,7 +310,7 @@ func parseLlamaBatched(out []byte) (map[int][2]float64, error) {
 
 // PrintBatched prints Batched's table.
 func PrintBatched(w io.Writer, r *BatchedReport) {
-	fmt.Fprintf(w, "%s, %d threads, each request %d prompt + %d generated tokens\n", r.Model, r.Threads, r.PP, r.TG)
+	fmt.Fprintf(w, "%s, %d threads (%s), each request %d prompt + %d generated tokens\n", r.Model, r.Threads, r.Offload, r.PP, r.TG)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "B\tprefill tok/s\tdecode tok/s\tvs B=1\tllama prefill\tllama decode\tdecode vs llama\t")
 	base := 0.0

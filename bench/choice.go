@@ -213,7 +213,7 @@ func choiceAt(ctx context.Context, o ChoiceOptions, delay time.Duration, log io.
 // recalibrated takes each plan's prediction from the previews, which now
 // predict from what the group measured.
 func recalibrated(ctx context.Context, c *client.Client, modelID string, plans []ChoicePlan) {
-	pv, err := c.Previews(ctx, modelID)
+	pv, err := c.Previews(ctx, modelID, nil)
 	if err != nil {
 		return
 	}

@@ -91,7 +91,7 @@ func Cluster(ctx context.Context, c *client.Client, o Options) (*Report, error) 
 		return nil, fmt.Errorf("read the cluster's state: %w", err)
 	}
 	out := &Report{Model: o.Model, Cluster: snapshotOf(st), SystemMetrics: map[string]map[string]MetricsSummary{}}
-	pv, err := c.Previews(ctx, o.Model)
+	pv, err := c.Previews(ctx, o.Model, o.GPULayers)
 	if err != nil {
 		return out, fmt.Errorf("placement previews of %s: %w", o.Model, err)
 	}

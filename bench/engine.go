@@ -30,6 +30,10 @@ type EngineOptions struct {
 	Bandwidth        bool
 	NoFlashAttention bool
 	NoRepack         bool
+	// GPULayers and GPUSoftware say what goes on a GPU (backend.Options;
+	// the zero value: nothing).
+	GPULayers   runnerapi.GPULayers
+	GPUSoftware bool
 	// LlamaBench, when set, is llama.cpp's llama-bench binary, run on the
 	// same file before and after Orrery's runs for comparison.
 	LlamaBench string
@@ -48,6 +52,8 @@ type EngineReport struct {
 	// the weights, less the experts a mixture of experts leaves unused.
 	// The decode bound is bandwidth / ActiveBytes.
 	ActiveBytes int64 `json:"activeBytesPerToken"`
+	// Offload is where the blocks went, GPU or CPU.
+	Offload runnerapi.Offload `json:"offload"`
 }
 
 // EngineRow is one test (pp or tg) with tracing off or on.
@@ -106,7 +112,7 @@ func Engine(ctx context.Context, o EngineOptions, load runner.LoadFunc, log io.W
 		}
 		llamaRuns = append(llamaRuns, r)
 	}
-	if rep.Rows, err = engineRuns(ctx, o, load, tok, rep.WeightBytes, log); err != nil {
+	if rep.Rows, rep.Offload, err = engineRuns(ctx, o, load, tok, rep.WeightBytes, log); err != nil {
 		return nil, err
 	}
 	if o.LlamaBench != "" {
@@ -125,15 +131,16 @@ func Engine(ctx context.Context, o EngineOptions, load runner.LoadFunc, log io.W
 // engineRuns loads the model and runs the tests; the model is closed
 // before it returns, so that both engines' weights are never resident
 // together.
-func engineRuns(ctx context.Context, o EngineOptions, load runner.LoadFunc, tok *tokenizer.Tokenizer, weightBytes int64, log io.Writer) ([]EngineRow, error) {
+func engineRuns(ctx context.Context, o EngineOptions, load runner.LoadFunc, tok *tokenizer.Tokenizer, weightBytes int64, log io.Writer) ([]EngineRow, runnerapi.Offload, error) {
 	start := time.Now()
 	rank, err := load(ctx, o.Model, backend.Options{Threads: o.Threads, BatchSize: max(o.PP, 1), ContextLen: max(o.PP, o.TG) + 8,
-		NoFlashAttention: o.NoFlashAttention, NoRepack: o.NoRepack}, nil)
+		NoFlashAttention: o.NoFlashAttention, NoRepack: o.NoRepack, GPULayers: o.GPULayers, GPUSoftware: o.GPUSoftware}, nil)
 	if err != nil {
-		return nil, err
+		return nil, runnerapi.Offload{}, err
 	}
 	defer rank.Close()
-	fmt.Fprintf(log, "loaded %s in %.1f s (%s of weights, %d threads)\n", o.Model, time.Since(start).Seconds(), HumanBytes(weightBytes), o.Threads)
+	off := rank.Offload()
+	fmt.Fprintf(log, "loaded %s in %.1f s (%s of weights, %d threads; %s)\n", o.Model, time.Since(start).Seconds(), HumanBytes(weightBytes), o.Threads, off)
 	t := &engineTests{g: &runner.Generator{M: &runner.Local{F: rank}, Tok: tok}, vocab: rank.Config().Vocab,
 		rows: map[string]*EngineRow{}, ttft: map[bool][]float64{}}
 	// Runs alternate untraced and traced, pp and tg, so that the VM's
@@ -141,7 +148,7 @@ func engineRuns(ctx context.Context, o EngineOptions, load runner.LoadFunc, tok 
 	for i := 0; i <= o.Repeat; i++ {
 		for _, traced := range []bool{false, true} {
 			if err := t.once(ctx, o, i, traced); err != nil {
-				return nil, err
+				return nil, off, err
 			}
 		}
 	}
@@ -154,7 +161,7 @@ func engineRuns(ctx context.Context, o EngineOptions, load runner.LoadFunc, tok 
 		}
 		out = append(out, *r)
 	}
-	return out, nil
+	return out, off, nil
 }
 
 // engineTests collects the rows of engineRuns.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Options configures Cluster.
@@ -23,6 +25,9 @@ type Options struct {
 	Warmup, Repeat int
 	// Placements to measure; none means every node count that fits.
 	Placements []Placement
+	// GPULayers is each placement's blocks on its nodes' GPUs (nil: each
+	// node's default; POST /instance's "gpuLayers").
+	GPULayers *runnerapi.GPULayers
 	// NoSystemMetrics skips sampling GPU, temperature and power (energy is
 	// then null).
 	NoSystemMetrics bool

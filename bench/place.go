@@ -46,7 +46,7 @@ func place(ctx context.Context, c *client.Client, o Options, nodes []string, par
 	}); err != nil {
 		return "", fmt.Errorf("wait for the earlier instances to go: %w", err)
 	}
-	req := api.PlaceRequest{Model: o.Model, Nodes: nodes}
+	req := api.PlaceRequest{Model: o.Model, Nodes: nodes, GPULayers: o.GPULayers}
 	switch par {
 	case "tensor":
 		req.Parallelism = &api.Parallelism{Pipeline: 1, Tensor: len(nodes)}

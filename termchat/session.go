@@ -32,6 +32,9 @@ type Session struct {
 	// Spec, with --draft-model, is the placement's default speculation
 	// by that draft model.
 	Spec *runnerapi.Speculation
+	// GPULayers, with --gpu-layers, is how many blocks of each rank go on
+	// its node's GPU (nil: each node's default).
+	GPULayers *runnerapi.GPULayers
 }
 
 // New is a session with model through the agent c (its Timeout unset:
@@ -96,8 +99,8 @@ func (s *Session) Load(ctx context.Context) error {
 		}()
 		defer func() { close(stop); <-stopped }()
 	}
-	if s.Spec != nil {
-		if err := s.placeDrafted(ctx); err != nil {
+	if s.Spec != nil || s.GPULayers != nil {
+		if err := s.placeAsked(ctx); err != nil {
 			return err
 		}
 	}
@@ -107,31 +110,54 @@ func (s *Session) Load(ctx context.Context) error {
 	return nil
 }
 
-// placeDrafted places the model with its draft model and default
-// speculation (or finds it so placed), so that the load that follows
-// routes to it; an instance of the model placed otherwise would take the
-// chats instead, so it stops there, naming it.
-func (s *Session) placeDrafted(ctx context.Context) error {
+// placeAsked places the model with the draft model, default speculation
+// and GPU layers asked for (or finds it so placed), so that the load that
+// follows routes to it; an instance of the model placed otherwise would
+// take the chats instead, so it stops there, naming it.
+func (s *Session) placeAsked(ctx context.Context) error {
 	// A silent agent must not hang the start here either.
 	c := s.quick()
 	st, err := c.State(ctx)
 	if err != nil {
 		return err
 	}
+	req := api.PlaceRequest{Model: s.model, Speculative: s.Spec, GPULayers: s.GPULayers}
+	if s.Spec != nil {
+		req.DraftModel = s.Spec.Draft
+	}
 	for _, in := range st.Instances {
 		if in.ModelID != s.model || in.Status == state.InstanceStatusFailed {
 			continue
 		}
-		if in.DraftModel != s.Spec.Draft || !runnerapi.SameSpeculation(in.Speculative, s.Spec) {
-			return fmt.Errorf("%s already runs as instance %s, not speculating with draft model %s at max %d: delete it (DELETE /instance/%s) or run without --draft-model",
-				s.model, in.InstanceID, s.Spec.Draft, s.Spec.Max, in.InstanceID)
+		if in.DraftModel != req.DraftModel || !runnerapi.SameSpeculation(in.Speculative, s.Spec) || !sameGPU(in.GPULayers, s.GPULayers) {
+			return fmt.Errorf("%s already runs as instance %s, not placed as asked (%s): delete it (DELETE /instance/%s) or run without those flags",
+				s.model, in.InstanceID, s.asked(), in.InstanceID)
 		}
 	}
 	// Any instance of it left is placed so: Place answers with it.
-	if _, err := c.Place(ctx, api.PlaceRequest{Model: s.model, DraftModel: s.Spec.Draft, Speculative: s.Spec}); err != nil {
-		return fmt.Errorf("place %s with draft model %s: %w", s.model, s.Spec.Draft, err)
+	if _, err := c.Place(ctx, req); err != nil {
+		return fmt.Errorf("place %s (%s): %w", s.model, s.asked(), err)
 	}
 	return nil
+}
+
+// asked says how the model is to be placed: "draft model D at max K,
+// --gpu-layers N".
+func (s *Session) asked() string {
+	var parts []string
+	if s.Spec != nil {
+		parts = append(parts, fmt.Sprintf("speculating with draft model %s at max %d", s.Spec.Draft, s.Spec.Max))
+	}
+	if s.GPULayers != nil {
+		parts = append(parts, "--gpu-layers "+s.GPULayers.String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sameGPU reports whether an instance's GPU layers are those asked for
+// (nil: each node's default).
+func sameGPU(a, b *runnerapi.GPULayers) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
 
 // Ask sends prompt with the conversation so far and streams the answer:

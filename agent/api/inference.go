@@ -35,8 +35,10 @@ type Inference interface {
 	// existed reports that the model already ran on the same set of nodes
 	// and in is that instance (see PlaceRequest.Duplicate).
 	Place(ctx context.Context, req PlaceRequest) (in state.Instance, existed bool, err error)
-	// Previews lists candidate placements of a model this node has.
-	Previews(model string) (PreviewsResponse, error)
+	// Previews lists candidate placements of a model this node has, its
+	// ranks' blocks on their nodes' GPUs as gpuLayers says (nil: each
+	// node's default).
+	Previews(model string, gpuLayers *runnerapi.GPULayers) (PreviewsResponse, error)
 	// Delete stops and removes an instance placed on this node.
 	Delete(ctx context.Context, instanceID string) error
 	// Complete runs a completion on an instance on this node; its spans
@@ -127,4 +129,7 @@ type PreviewsResponse struct {
 	// none can be predicted yet, so auto places a pipeline).
 	Plans []runnerapi.Prediction `json:"plans"`
 	Auto  string                 `json:"auto"`
+	// GPULayers is the request's ?gpuLayers= (absent: each node's
+	// default), which a placement with the same "gpuLayers" would use.
+	GPULayers *runnerapi.GPULayers `json:"gpuLayers,omitempty"`
 }

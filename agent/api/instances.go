@@ -47,6 +47,12 @@ type PlaceRequest struct {
 	// "max": K, "min": N, "p_min": P}; a request's {"draft": "none"} turns
 	// it off).
 	Speculative *runnerapi.Speculation `json:"speculative,omitempty"`
+	// GPULayers is how many blocks of every rank go on its node's GPU:
+	// "auto" (as many as fit), 0 (none) or a number (at most that many,
+	// the last blocks first); nil: each node's default (its agent's
+	// --gpu-layers). A node whose agent runs with --gpu off keeps its
+	// ranks on the CPU.
+	GPULayers *runnerapi.GPULayers `json:"gpuLayers,omitempty"`
 }
 
 // PlaceResponse answers POST /instance.
@@ -182,6 +188,15 @@ func (s *Server) previews(w http.ResponseWriter, r *http.Request, forwarded bool
 		writeError(w, http.StatusBadRequest, "model: required (?model=ID)")
 		return
 	}
+	var gpu *runnerapi.GPULayers
+	if v := r.URL.Query().Get("gpuLayers"); v != "" {
+		g, err := runnerapi.ParseGPULayers(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		gpu = &g
+	}
 	holder, err := s.Inference.PickNode(m)
 	if err != nil {
 		writeInferenceError(w, err)
@@ -195,7 +210,7 @@ func (s *Server) previews(w http.ResponseWriter, r *http.Request, forwarded bool
 		s.forward(w, r, holder, "/instance/previews?"+r.URL.RawQuery, nil)
 		return
 	}
-	p, err := s.Inference.Previews(m)
+	p, err := s.Inference.Previews(m, gpu)
 	if err != nil {
 		writeInferenceError(w, err)
 		return

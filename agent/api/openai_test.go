@@ -97,10 +97,10 @@ func (f *fakeInference) Progress(string) (LoadProgress, error) {
 	return LoadProgress{Loaded: 4, Total: 4, Ready: true}, nil
 }
 func (f *fakeInference) Place(ctx context.Context, req PlaceRequest) (state.Instance, bool, error) {
-	return state.Instance{InstanceID: "inst-1", ModelID: req.Model, NodeID: testNode, Ranks: []state.ShardRange{{NodeID: testNode}}}, f.existed, nil
+	return state.Instance{InstanceID: "inst-1", ModelID: req.Model, NodeID: testNode, Ranks: []state.ShardRange{{NodeID: testNode}}, GPULayers: req.GPULayers}, f.existed, nil
 }
-func (f *fakeInference) Previews(model string) (PreviewsResponse, error) {
-	return PreviewsResponse{Model: model, Layers: 4}, nil
+func (f *fakeInference) Previews(model string, gpuLayers *runnerapi.GPULayers) (PreviewsResponse, error) {
+	return PreviewsResponse{Model: model, Layers: 4, GPULayers: gpuLayers}, nil
 }
 func (f *fakeInference) Delete(context.Context, string) error { return nil }
 func (f *fakeInference) Peer() *http.Client                   { return f.peer }
@@ -534,6 +534,31 @@ func TestPlaceInstance(t *testing.T) {
 	} {
 		if code, body := post(c.ct, c.body); code != c.code {
 			t.Errorf("%s %s: %d %s, want %d", c.ct, c.body, code, body, c.code)
+		}
+	}
+	// "gpuLayers": "auto" or a number, carried into the instance; other
+	// values refused.
+	for body, want := range map[string]string{`{"model":"m","gpuLayers":"auto"}`: `"gpuLayers":"auto"`, `{"model":"m","gpuLayers":5}`: `"gpuLayers":5`,
+		`{"model":"m"}`: ""} {
+		code, got := post("application/json", body)
+		if code != 201 || want != "" && !strings.Contains(got, want) || want == "" && strings.Contains(got, "gpuLayers") {
+			t.Errorf("%s: %d %s, want 201 with %q", body, code, got, want)
+		}
+	}
+	for _, body := range []string{`{"model":"m","gpuLayers":"most"}`, `{"model":"m","gpuLayers":-1}`, `{"model":"m","gpuLayers":""}`} {
+		if code, got := post("application/json", body); code != 400 || !strings.Contains(got, "gpu layers") {
+			t.Errorf("%s: %d %s, want 400 naming gpu layers", body, code, got)
+		}
+	}
+	for q, want := range map[string]int{"&gpuLayers=2": 200, "&gpuLayers=auto": 200, "&gpuLayers=many": 400} {
+		resp, err := http.Get(srv.URL + "/instance/previews?model=m" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || want == 200 && !strings.Contains(string(b), `"gpuLayers":`+map[string]string{"&gpuLayers=2": "2", "&gpuLayers=auto": `"auto"`}[q]) {
+			t.Errorf("previews%s: %d %s, want %d carrying it", q, resp.StatusCode, b, want)
 		}
 	}
 	// The model already runs on those nodes: 200 and that instance.

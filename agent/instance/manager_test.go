@@ -156,6 +156,34 @@ func TestPlaceSameNodes(t *testing.T) {
 	}
 }
 
+// A placement's "gpuLayers" is kept in the instance (its runners read it
+// there), and a live instance with other GPU layers is not the answer to
+// it: a placement asking for another split of blocks places anew.
+func TestPlaceGPULayers(t *testing.T) {
+	m, _ := oneNode(t)
+	ctx := context.Background()
+	zero := runnerapi.GPULayers(0)
+	cpu, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", GPULayers: &zero})
+	if err != nil || existed || cpu.GPULayers == nil || *cpu.GPULayers != 0 {
+		t.Fatalf("Place with gpuLayers 0 = %+v, existed %v, %v", cpu, existed, err)
+	}
+	if st := m.cfg.Store.State().Instances[cpu.InstanceID]; st.GPULayers == nil || *st.GPULayers != 0 {
+		t.Fatalf("the state's instance: gpuLayers %v, want 0", st.GPULayers)
+	}
+	auto := runnerapi.GPUAuto
+	gpu, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", GPULayers: &auto})
+	if err != nil || existed || gpu.InstanceID == cpu.InstanceID || gpu.GPULayers == nil || *gpu.GPULayers != runnerapi.GPUAuto {
+		t.Fatalf("Place with gpuLayers auto beside one with 0 = %+v, existed %v, %v; want a new instance", gpu, existed, err)
+	}
+	again, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny", GPULayers: &zero})
+	if err != nil || !existed || again.InstanceID != cpu.InstanceID {
+		t.Fatalf("Place with gpuLayers 0 again = %s, existed %v, %v; want %s", again.InstanceID, existed, err, cpu.InstanceID)
+	}
+	if def, existed, err := m.Place(ctx, api.PlaceRequest{Model: "tiny"}); err != nil || existed || def.GPULayers != nil {
+		t.Fatalf("Place with the nodes' default beside both = %+v, existed %v, %v; want a new instance naming none", def, existed, err)
+	}
+}
+
 // TestPickPrefersReadyInstances: of two instances, requests go to the one
 // whose ranks are all ready; failed ones are listed for replacement.
 func TestPickPrefersReadyInstances(t *testing.T) {

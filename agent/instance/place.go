@@ -180,8 +180,11 @@ func (m *Manager) memoryKnown(named []string) state.State {
 const memoryWait = 3 * time.Second
 
 // Previews lists the candidate placements of a model on this node's
-// cluster (this node must have the model: the API forwards otherwise).
-func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
+// cluster (this node must have the model: the API forwards otherwise),
+// for ranks with gpuLayers' blocks on their GPUs (nil: each node's
+// default). How many blocks each rank would put there is placement's to
+// predict; the request's setting is carried to the answer.
+func (m *Manager) Previews(modelID string, gpuLayers *runnerapi.GPULayers) (api.PreviewsResponse, error) {
 	ml, err := m.layout(context.Background(), modelID)
 	l := ml.layout
 	if err != nil {
@@ -204,7 +207,7 @@ func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
 		auto = best.Plan
 	}
 	return api.PreviewsResponse{Model: modelID, Layers: l.Layers, ModelBytes: ml.size, ContextLen: l.ContextLen,
-		Previews: placement.Previews(l, nodes), Plans: plans, Auto: auto}, nil
+		Previews: placement.Previews(l, nodes), Plans: plans, Auto: auto, GPULayers: gpuLayers}, nil
 }
 
 // Place creates an instance of a model that is on this node: on the
@@ -288,7 +291,8 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	live := m.liveInstances(req.Model)
 	if !req.Duplicate {
 		for _, in := range live {
-			if !sameNodes(in.Ranks, ranks) || in.Shape() != sh || in.DraftModel != req.DraftModel || !runnerapi.SameSpeculation(in.Speculative, req.Speculative) {
+			if !sameNodes(in.Ranks, ranks) || in.Shape() != sh || in.DraftModel != req.DraftModel || !runnerapi.SameSpeculation(in.Speculative, req.Speculative) ||
+				!sameGPULayers(in.GPULayers, req.GPULayers) {
 				continue
 			}
 			in, ok, err := m.reuse(ctx, in, req)
@@ -312,7 +316,7 @@ func (m *Manager) create(ctx context.Context, req api.PlaceRequest, ml modelLayo
 	rand.Read(b[:])
 	in := state.Instance{InstanceID: "inst-" + hex.EncodeToString(b[:]), ModelID: req.Model, NodeID: m.cfg.Self,
 		CreatedAt: time.Now().UTC(), Status: state.InstanceStatusActive, Pinned: true, Parallel: max(m.cfg.Parallel, 1),
-		Source: ml.source, Prediction: m.predict(ml, ranks, sh), DraftModel: req.DraftModel, Speculative: req.Speculative}
+		Source: ml.source, Prediction: m.predict(ml, ranks, sh), DraftModel: req.DraftModel, Speculative: req.Speculative, GPULayers: req.GPULayers}
 	in.SetShape(sh)
 	if k := req.KeepAlive; k != nil && !k.Pinned() {
 		// Unloaded if its first request does not come (or comes and ends).
@@ -426,4 +430,10 @@ func (m *Manager) Delete(ctx context.Context, instanceID string) error {
 	}
 	m.log.Info("instance deleted", "instance", instanceID)
 	return nil
+}
+
+// sameGPULayers reports whether two instances' GPU layers are the same
+// request (nil: each node's default).
+func sameGPULayers(a, b *runnerapi.GPULayers) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }

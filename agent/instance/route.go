@@ -53,7 +53,7 @@ func (m *Manager) Route(ctx context.Context, modelID string, keepAlive *api.Keep
 			nodes = append(nodes, rk.NodeID)
 		}
 	}
-	req := api.PlaceRequest{Model: modelID, KeepAlive: keepAliveOf(old)}
+	req := api.PlaceRequest{Model: modelID, KeepAlive: keepAliveOf(old), GPULayers: old.GPULayers}
 	if len(nodes) == len(old.Ranks) {
 		// The same nodes, split afresh, as it was placed: its tensor
 		// groups, its draft model beside rank 0 and its default

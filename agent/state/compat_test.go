@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"reflect"
 	"testing"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // TestEventLogWrittenBefore reads an event log and the state it builds as
@@ -74,5 +77,58 @@ func TestEventLogWrittenBefore(t *testing.T) {
 	again, _ := json.MarshalIndent(back, "", "  ")
 	if !bytes.Equal(append(again, '\n'), want) {
 		t.Errorf("the snapshot does not round-trip")
+	}
+}
+
+// TestGPUFields: an instance's GPU layers and a runner's offload travel
+// in the events (GPU layers as "auto" or a number) and reach the state,
+// and events without them encode as before: no key at all.
+func TestGPUFields(t *testing.T) {
+	auto, three := runnerapi.GPUAuto, runnerapi.GPULayers(3)
+	dev := &runnerapi.Device{ID: "6d65", Library: "Vulkan", Name: "Vulkan0", Description: "llvmpipe (LLVM 15.0.6, 256 bits)",
+		TotalBytes: 2 << 30, FreeBytes: 2 << 30, Software: true}
+	evs := []Event{
+		InstanceCreated{NodeID: "n1", Instance: Instance{InstanceID: "inst-a", ModelID: "m", NodeID: "n1", GPULayers: &auto,
+			Ranks: []ShardRange{{NodeID: "n1", LastLayer: 8}}, CreatedAt: t0}},
+		InstanceCreated{NodeID: "n1", Instance: Instance{InstanceID: "inst-b", ModelID: "m", NodeID: "n1", GPULayers: &three,
+			Ranks: []ShardRange{{NodeID: "n1", LastLayer: 8}}, CreatedAt: t0}},
+		RunnerStatusChanged{NodeID: "n1", Runner: Runner{RunnerID: "inst-a-0", InstanceID: "inst-a", NodeID: "n1", Status: RunnerReady,
+			TotalLayers: 8, Since: t0, Offload: &runnerapi.Offload{Device: dev, Blocks: 6, Total: 8, Reason: "6 of 9 fit", GPUBytes: 1 << 20, CPUBytes: 2 << 20}}},
+	}
+	wants := []string{`"gpuLayers":"auto"`, `"gpuLayers":3`, `"offload":{"device":{"id":"6d65","library":"Vulkan","name":"Vulkan0"`}
+	s := New()
+	for i, ev := range evs {
+		in := Indexed{Idx: int64(i), Event: ev}
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(wants[i])) {
+			t.Errorf("%s lacks %s", b, wants[i])
+		}
+		var out Indexed
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if err := Validate(out.Event); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if !reflect.DeepEqual(in, out) {
+			t.Errorf("round trip:\n in %#v\nout %#v", in, out)
+		}
+		if s, err = ApplyIndexed(s, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g := s.Instances["inst-b"].GPULayers; g == nil || *g != 3 {
+		t.Errorf("the state's inst-b: gpuLayers %v, want 3", g)
+	}
+	if o := s.Runners["inst-a-0"].Offload; o == nil || o.String() != "6/8 blocks on Vulkan0" {
+		t.Errorf("the state's runner: offload %+v", o)
+	}
+	b, _ := json.Marshal(Instance{InstanceID: "inst-c"})
+	r, _ := json.Marshal(Runner{RunnerID: "r"})
+	if bytes.Contains(b, []byte("gpuLayers")) || bytes.Contains(r, []byte("offload")) {
+		t.Errorf("without GPU fields: %s, %s", b, r)
 	}
 }

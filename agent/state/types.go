@@ -306,6 +306,11 @@ type Instance struct {
 	// Prediction is the cost model's prediction for the plan it was placed
 	// on (nil when no node's speed was known).
 	Prediction *runnerapi.Prediction `json:"prediction,omitempty"`
+	// GPULayers is how many blocks of each rank go on its node's GPU
+	// (runnerapi.GPUAuto, written "auto": as many as fit; 0: none; nil:
+	// each node's default, its agent's --gpu-layers). A node whose agent
+	// runs with --gpu off keeps its ranks on the CPU whatever this says.
+	GPULayers *runnerapi.GPULayers `json:"gpuLayers,omitempty"`
 	// Keep-alive, like Ollama's: Pinned instances stay until deleted;
 	// the others are unloaded KeepAliveMs after their last request ends,
 	// at ExpiresAt (nil while a request runs). Active counts the requests
@@ -372,6 +377,10 @@ type Runner struct {
 	// its group's higher ranks (TLS under a secret derived from the
 	// cluster key), on its node's peer address; 0: through the agents.
 	LinkPort int `json:"linkPort,omitempty"`
+	// Offload is where the rank's blocks went once loaded, as its runner
+	// reports it: how many on which GPU, the rest on the CPU (nil: not
+	// loaded yet).
+	Offload *runnerapi.Offload `json:"offload,omitempty"`
 }
 
 // Transfer is a shard coming from another node.

@@ -70,3 +70,60 @@ func TestArgsSpeculative(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsGPU: a runner's --gpu-layers is the instance's, else the
+// node's; a node with --gpu off passes 0 whatever the instance says, and
+// --gpu-software only where blocks may go on a GPU.
+func TestArgsGPU(t *testing.T) {
+	three, zero := runnerapi.GPULayers(3), runnerapi.GPULayers(0)
+	for _, c := range []struct {
+		name     string
+		cfg      Config
+		inst     *runnerapi.GPULayers
+		want     string
+		software bool
+	}{
+		{"node default", Config{GPULayers: runnerapi.GPUAuto}, nil, "auto", false},
+		{"zero config", Config{}, nil, "0", false},
+		{"instance wins", Config{GPULayers: runnerapi.GPUAuto}, &three, "3", false},
+		{"instance none", Config{GPULayers: runnerapi.GPUAuto, GPUSoftware: true}, &zero, "0", false},
+		{"software", Config{GPULayers: runnerapi.GPUAuto, GPUSoftware: true}, nil, "auto", true},
+		{"gpu off", Config{GPULayers: runnerapi.GPUAuto, NoGPU: true, GPUSoftware: true}, &three, "0", false},
+	} {
+		c.cfg.NodeID = "n1"
+		inst := state.Instance{InstanceID: "i1", GPULayers: c.inst, Ranks: []state.ShardRange{{NodeID: "n1", FirstLayer: 0, LastLayer: 8}}}
+		p := &proc{s: &Supervisor{cfg: c.cfg}, inst: inst}
+		args := p.args("/m/t.gguf", "")
+		i := slices.Index(args, "--gpu-layers")
+		if i < 0 || i+1 == len(args) || args[i+1] != c.want {
+			t.Errorf("%s: args %q, want --gpu-layers %s", c.name, args, c.want)
+		}
+		if got := slices.Contains(args, "--gpu-software"); got != c.software {
+			t.Errorf("%s: args %q: --gpu-software %v, want %v", c.name, args, got, c.software)
+		}
+	}
+}
+
+// TestStatusEqualOffload: a rank's Offload counts as a change of its
+// status (so it is published) by value, not by pointer.
+func TestStatusEqualOffload(t *testing.T) {
+	dev := func() *runnerapi.Device { return &runnerapi.Device{Name: "Vulkan0", Library: "Vulkan"} }
+	a := state.Runner{RunnerID: "r", Offload: &runnerapi.Offload{Device: dev(), Blocks: 4, Total: 8}}
+	b := a
+	b.Offload = &runnerapi.Offload{Device: dev(), Blocks: 4, Total: 8}
+	if !statusEqual(a, b) {
+		t.Errorf("equal Offloads in separate pointers differ")
+	}
+	b.Offload = &runnerapi.Offload{Device: dev(), Blocks: 3, Total: 8}
+	if statusEqual(a, b) {
+		t.Errorf("3 and 4 blocks are equal")
+	}
+	b.Offload = &runnerapi.Offload{Device: &runnerapi.Device{Name: "Vulkan1", Library: "Vulkan"}, Blocks: 4, Total: 8}
+	if statusEqual(a, b) {
+		t.Errorf("two devices are equal")
+	}
+	b.Offload = nil
+	if statusEqual(a, b) || !statusEqual(b, b) {
+		t.Errorf("nil against an Offload")
+	}
+}

@@ -116,8 +116,21 @@ func (p *proc) setLocked(change func(*state.Runner)) {
 
 func statusEqual(a, b state.Runner) bool {
 	ta, tb := a.Transfer, b.Transfer
+	oa, ob := a.Offload, b.Offload
 	a.Transfer, b.Transfer = nil, nil
-	return a == b && (ta == nil) == (tb == nil) && (ta == nil || *ta == *tb)
+	a.Offload, b.Offload = nil, nil
+	return a == b && (ta == nil) == (tb == nil) && (ta == nil || *ta == *tb) && offloadEqual(oa, ob)
+}
+
+// offloadEqual compares two Offloads by value (their devices too).
+func offloadEqual(a, b *runnerapi.Offload) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	da, db := a.Device, b.Device
+	x, y := *a, *b
+	x.Device, y.Device = nil, nil
+	return x == y && (da == nil) == (db == nil) && (da == nil || *da == *db)
 }
 
 func (p *proc) set(change func(*state.Runner)) {
@@ -152,7 +165,9 @@ func (p *proc) run() {
 		return
 	}
 	log.Warn("runner failed", "err", err)
-	p.set(func(r *state.Runner) { r.Status, r.Error, r.Pid, r.Transfer = state.RunnerFailed, err.Error(), 0, nil })
+	p.set(func(r *state.Runner) {
+		r.Status, r.Error, r.Pid, r.Transfer, r.Offload = state.RunnerFailed, err.Error(), 0, nil, nil
+	})
 }
 
 // runOnce obtains the rank's file, then runs its runner process until it
@@ -179,7 +194,7 @@ func (p *proc) runOnce(log *slog.Logger) error {
 	defer c.closeLog()
 	log.Info("runner started", "pid", c.pid, "path", path, "rank", p.rank, "ranks", len(p.inst.Ranks))
 	p.set(func(r *state.Runner) {
-		r.Status, r.Pid, r.Error, r.LayersLoaded, r.Transfer, r.LinkPort = state.RunnerIdle, c.pid, "", 0, nil, c.linkPort
+		r.Status, r.Pid, r.Error, r.LayersLoaded, r.Transfer, r.LinkPort, r.Offload = state.RunnerIdle, c.pid, "", 0, nil, c.linkPort, nil
 	})
 	client, err := p.awaitReady(c, path)
 	if err != nil {
@@ -348,6 +363,11 @@ func (p *proc) args(path, draft string) []string {
 	if cfg.ContextShift {
 		args = append(args, "--context-shift")
 	}
+	gpu := p.gpuLayers()
+	args = append(args, "--gpu-layers", gpu.String())
+	if cfg.GPUSoftware && gpu != 0 {
+		args = append(args, "--gpu-software")
+	}
 	if p.inst.Parallel > 1 {
 		args = append(args, "--parallel", strconv.Itoa(p.inst.Parallel))
 	}
@@ -362,6 +382,20 @@ func (p *proc) args(path, draft string) []string {
 		args = append(args, "--speculative", string(b))
 	}
 	return args
+}
+
+// gpuLayers is how many of the rank's blocks its runner puts on the GPU:
+// none on a node without (NoGPU), else as the instance says, else as the
+// node does.
+func (p *proc) gpuLayers() runnerapi.GPULayers {
+	cfg := p.s.cfg
+	switch {
+	case cfg.NoGPU:
+		return 0
+	case p.inst.GPULayers != nil:
+		return *p.inst.GPULayers
+	}
+	return cfg.GPULayers
 }
 
 // start starts the runner process on path (draft: its draft model), its
@@ -465,6 +499,9 @@ func (p *proc) awaitReady(c *child, path string) (*runnerapi.Client, error) {
 		}
 		p.set(func(r *state.Runner) {
 			r.Status, r.LayersLoaded, r.TotalLayers, r.Transfer = status, h.LayersLoaded, h.TotalLayers, nil
+			// Where its blocks went, from the load on (the rank's
+			// links may still be connecting).
+			r.Offload = h.Offload
 		})
 		if h.Status == runnerapi.StatusReady {
 			return client, nil

@@ -75,6 +75,13 @@ type Config struct {
 	DraftFile func(modelID string) (string, error)
 	// ContextShift lets the runners' generations run past the context.
 	ContextShift bool
+	// GPULayers is how many blocks of each rank go on this node's GPU
+	// when the instance does not say (runnerapi.GPUAuto: as many as fit;
+	// 0, the zero value: none). NoGPU keeps every rank on the CPU whatever
+	// the instance says (the agent's --gpu off); GPUSoftware lets a
+	// software device (Mesa's lavapipe) take blocks (--gpu-software).
+	GPULayers          runnerapi.GPULayers
+	NoGPU, GPUSoftware bool
 	// ModelFile returns the file rank loads: the model itself, or its
 	// shard (cut here, or received from another node while progress is
 	// called).

@@ -8,6 +8,8 @@ import (
 	"runtime"
 
 	"github.com/orrery-cluster/orrery/bench"
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -52,6 +54,7 @@ func runBatchBench(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&o.Turn, "turn", 0, "prompt tokens of a conversation's first turn, to time the second's cached prefill (0: skip)")
 	fs.IntVar(&o.TurnAdd, "turn-add", 50, "new prompt tokens of the second turn")
 	asJSON := fs.Bool("json", false, "print JSON")
+	gpu := addGPUFlags(fs, runnerapi.GPUAuto)
 	vsLlama := fs.Bool("vs-llama-batched-bench", false, "also run llama.cpp's llama-batched-bench on the same file")
 	llamaBin := fs.String("llama-batched-bench", llamaref.Bin(llamaref.Dir(), "llama-batched-bench"), "the llama-batched-bench binary")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
@@ -75,6 +78,16 @@ func runBatchBench(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *vsLlama {
 		o.LlamaBatchedBench = *llamaBin
 	}
+	var opts backend.Options
+	_, w, err := gpu.setup(&opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery batch-bench: %v\n", err)
+		return 1
+	}
+	if w != "" {
+		fmt.Fprintf(stderr, "orrery batch-bench: warning: %s\n", w)
+	}
+	o.GPULayers, o.GPUSoftware = opts.GPULayers, opts.GPUSoftware
 	return runInProcess(stdout, stderr, "batch-bench", *asJSON, func() (*bench.BatchedReport, error) {
 		return bench.Batched(ctx, o, loadRank, stderr)
 	}, bench.PrintBatched)

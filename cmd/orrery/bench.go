@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&o.Warmup, "warmup", 1, "unmeasured runs before each pp/tg/concurrency")
 	fs.IntVar(&o.Repeat, "repeat", 3, "measured runs of each pp/tg/concurrency")
 	placements := fs.String("placements", "", `node counts (1,2,3) or node sets (ID+ID,ID; ids or prefixes), each a pipeline, or prefixed "tensor:" (one tensor-parallel group) or "auto:" (the plan the cost model picks); default: every count that fits, as pipelines`)
+	gpu := optionalGPULayersFlag(fs, "blocks of each rank on its node's GPU in every placement: auto, 0 or a number (default: each node's own --gpu-layers)")
 	fs.StringVar(&jsonOut, "json-out", "", "write runs, cluster snapshot and system metrics as JSON to this file")
 	fs.BoolVar(&o.NoSystemMetrics, "no-system-metrics", false, "do not sample GPU, temperature and power (energy is then null)")
 	fs.DurationVar(&o.MetricsInterval, "metrics-interval", time.Second, "system metrics sampling period")
@@ -62,6 +63,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return 2
 		}
 	}
+	o.GPULayers = gpu.value()
 	if o.Placements, err = bench.ParsePlacements(*placements); err != nil {
 		fmt.Fprintf(stderr, "orrery bench: %v\n", err)
 		return 2

@@ -315,11 +315,12 @@ func TestDemoProcess(t *testing.T) {
 		}
 	}
 
-	// orrery bench against the demo cluster: two placements, every run with
-	// speeds, its trace listed by the API, and a cluster snapshot with link
+	// orrery bench against the demo cluster: two placements (with
+	// --gpu-layers 0, which each instance keeps), every run with speeds,
+	// its trace listed by the API, and a cluster snapshot with link
 	// telemetry.
 	jsonOut := filepath.Join(t.TempDir(), "bench.json")
-	cmd := exec.Command(bin, "bench", "--api", rows[0].url, "--model", "orrery-demo-small", "--placements", "1,2",
+	cmd := exec.Command(bin, "bench", "--api", rows[0].url, "--model", "orrery-demo-small", "--placements", "1,2", "--gpu-layers", "0",
 		"--pp", "16", "--tg", "8", "--warmup", "0", "--repeat", "2", "--metrics-interval", "200ms", "--json-out", jsonOut)
 	benchOut, err := cmd.CombinedOutput()
 	if err != nil {
@@ -406,6 +407,25 @@ func TestDemoProcess(t *testing.T) {
 	}
 	if len(res.SystemMetrics) != 3 {
 		t.Errorf("system metrics for %d nodes, want 3: %+v", len(res.SystemMetrics), res.SystemMetrics)
+	}
+	// The bench's last placement is still there, placed with its GPU
+	// layers.
+	var insts map[string]struct {
+		ModelID   string
+		GPULayers json.RawMessage
+	}
+	m.mustGet(t, "/state/instances", &insts)
+	benched := 0
+	for id, in := range insts {
+		if in.ModelID == "orrery-demo-small" {
+			benched++
+			if string(in.GPULayers) != "0" {
+				t.Errorf("instance %s placed by orrery bench --gpu-layers 0: gpuLayers %s", id, in.GPULayers)
+			}
+		}
+	}
+	if benched == 0 {
+		t.Errorf("no instance of the model after orrery bench: %+v", insts)
 	}
 
 	d.stop(t, os.Interrupt)

@@ -25,3 +25,11 @@ func engineBuildWarning() string { return ggml.BuildWarning() }
 func measureCompute(ctx context.Context, dir string, threads int) (runnerapi.Speed, error) {
 	return ggml.MeasureSpeed(ctx, dir, threads)
 }
+
+// gpuSetup points ggml at the GPU backends before the process's first
+// model (ggml.Setup: they load once, at the first); software makes a
+// software Vulkan device (lavapipe) visible.
+func gpuSetup(software bool) (gpuBackends, error) {
+	info, err := ggml.Setup(ggml.SetupConfig{Software: software})
+	return gpuBackends{Dir: info.Dir, Libs: info.Libs, Problem: info.Problem}, err
+}

@@ -19,3 +19,5 @@ func engineBuildWarning() string { return "" }
 func measureCompute(context.Context, string, int) (runnerapi.Speed, error) {
 	return runnerapi.Speed{}, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend to measure")
 }
+
+func gpuSetup(bool) (gpuBackends, error) { return gpuBackends{}, nil }

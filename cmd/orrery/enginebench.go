@@ -9,6 +9,8 @@ import (
 	"runtime"
 
 	"github.com/orrery-cluster/orrery/bench"
+	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
@@ -48,6 +50,7 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.BoolVar(&o.NoFlashAttention, "no-flash-attn", false, "compute attention as separate ops instead of the fused flash-attention kernel")
 	fs.BoolVar(&o.NoRepack, "no-repack", false, "keep Q4_0/Q4_K/IQ4_NL weights unpacked (ggml's plain kernels)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	gpu := addGPUFlags(fs, runnerapi.GPUAuto)
 	vsLlama := fs.Bool("vs-llama-bench", false, "also run llama.cpp's llama-bench on the same file and print the ratios")
 	llamaBench := fs.String("llama-bench", llamaref.Bin(llamaref.Dir(), "llama-bench"), "the llama-bench binary for --vs-llama-bench")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
@@ -60,6 +63,16 @@ func runEngineBench(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *vsLlama {
 		o.LlamaBench = *llamaBench
 	}
+	var opts backend.Options
+	_, w, err := gpu.setup(&opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery engine-bench: %v\n", err)
+		return 1
+	}
+	if w != "" {
+		fmt.Fprintf(stderr, "orrery engine-bench: warning: %s\n", w)
+	}
+	o.GPULayers, o.GPUSoftware = opts.GPULayers, opts.GPUSoftware
 	return runInProcess(stdout, stderr, "engine-bench", *asJSON, func() (*bench.EngineReport, error) {
 		return bench.Engine(ctx, o, loadRank, stderr)
 	}, bench.PrintEngine)

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 const logitsUsage = `Usage: orrery logits --model PATH [flags]
@@ -20,7 +21,10 @@ and decodes greedily (always the most likely token), and prints as JSON the
 tokens chosen and the logits each choice came from: those of the prompt's
 last position, then of each decoded token. Nothing else runs: no agent, no
 sampler, no template. It is how two builds of the engine (for example amd64
-and arm64 under emulation, scripts/dist-test.sh) are held to each other.
+and arm64 under emulation, scripts/dist-test.sh) are held to each other,
+and the GPU to the CPU: the model runs on the CPU unless --gpu-layers puts
+blocks on a GPU (--gpu-layers 999: every block and the output head, or an
+error), and "offload" in the output says where they went.
 
 Flags:
 `
@@ -31,6 +35,8 @@ type logitsReport struct {
 	Prompt []int32     `json:"prompt"`
 	Tokens []int32     `json:"tokens"`
 	Logits [][]float32 `json:"logits"`
+	// Offload is where the blocks went, GPU or CPU.
+	Offload runnerapi.Offload `json:"offload"`
 }
 
 func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -45,6 +51,7 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	gen := fs.Int("gen", 8, "tokens to decode greedily (1..4096)")
 	threads := fs.Int("threads", 1, "CPU threads")
 	kv := fs.String("kv-type", "f16", "KV cache type: f16 or f32")
+	gpu := addGPUFlags(fs, 0) // a reference: the CPU unless asked
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
@@ -62,7 +69,16 @@ func runLogits(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "orrery logits: %v\n", err)
 		return 2
 	}
-	rep, err := greedyLogits(ctx, *path, prompt, *gen, backend.Options{Threads: *threads, KVType: *kv})
+	opts := backend.Options{Threads: *threads, KVType: *kv}
+	_, w, err := gpu.setup(&opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery logits: %v\n", err)
+		return 1
+	}
+	if w != "" {
+		fmt.Fprintf(stderr, "orrery logits: warning: %s\n", w)
+	}
+	rep, err := greedyLogits(ctx, *path, prompt, *gen, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery logits: %v\n", err)
 		return 1
@@ -94,7 +110,7 @@ func greedyLogits(ctx context.Context, path string, prompt []int32, gen int, opt
 		return nil, err
 	}
 	defer r.Close()
-	rep := &logitsReport{Model: path, Prompt: prompt}
+	rep := &logitsReport{Model: path, Prompt: prompt, Offload: r.Offload()}
 	tokens, pos := prompt, 0
 	for range gen {
 		b := backend.Batch{Tokens: tokens}

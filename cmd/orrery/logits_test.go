@@ -25,6 +25,10 @@ func TestLogitsCommand(t *testing.T) {
 	if len(rep.Tokens) != 4 || len(rep.Logits) != 4 || len(rep.Prompt) != 5 {
 		t.Fatalf("got %d tokens, %d logit rows, prompt %v; want 4, 4, 5 ids", len(rep.Tokens), len(rep.Logits), rep.Prompt)
 	}
+	// By default a reference: every block on the CPU, saying so.
+	if o := rep.Offload; o.Device != nil || o.Blocks != 0 || o.Total != model.Presets["tiny"].Layers || o.Reason != "--gpu-layers 0" {
+		t.Errorf("offload %+v, want the CPU's 0/%d blocks by --gpu-layers 0", o, model.Presets["tiny"].Layers)
+	}
 	vocab := model.Presets["tiny"].Vocab
 	for i, row := range rep.Logits {
 		if len(row) != vocab {
@@ -47,6 +51,7 @@ func TestLogitsCommandRefusals(t *testing.T) {
 		{"--model x.gguf --prompt-ids -3", `"-3" is not a token id`},
 		{"--model x.gguf --gen 0", "--gen must be 1..4096"},
 		{"--model x.gguf --kv-type q4", "kv cache type \"q4\""},
+		{"--model x.gguf --gpu-layers most", `gpu layers "most": want auto, 0 or a number of blocks`},
 	} {
 		code, _, errOut := runCLI(append([]string{"logits"}, strings.Fields(c.args)...)...)
 		if code != 2 || !strings.Contains(errOut, c.want) {

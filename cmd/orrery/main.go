@@ -147,6 +147,9 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Speed, "speed", "auto", `this node's compute speed for "parallelism": "auto": "auto" (measured at start by orrery speed, about 3 s, and kept in the data dir), a file of orrery speed --json, or "off"`)
 	fs.IntVar(&cfg.ContextLen, "ctx", 0, "context length of model runners in tokens (0: each model's own)")
 	fs.BoolVar(&cfg.ContextShift, "context-shift", false, "let a generation run past the context: when a request's cache is full, drop the older half after BOS and go on (llama.cpp's context shift; off: such a max_tokens is a 400)")
+	fs.Var(&cfg.GPULayers, "gpu-layers", "blocks of each rank of this node's runners on its GPU, unless an instance's \"gpuLayers\" says: auto (as many as fit), 0 (none) or a number (at most that many, the last blocks first)")
+	fs.Var(gpuSwitch{&cfg.NoGPU}, "gpu", "on, or off: this node's runners never use its GPU (--gpu-layers 0, whatever an instance says)")
+	fs.BoolVar(&cfg.GPUSoftware, "gpu-software", false, "let this node's runners put blocks on a software GPU (Mesa's lavapipe, which computes on the CPU; made visible to ggml): for tests, as auto never chooses one")
 	fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "requests each instance placed from this node serves at once (slots sharing one KV cache of --ctx positions; batched together)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {

@@ -51,6 +51,8 @@ func TestRun(t *testing.T) {
 		{name: "agent bogus flag", args: []string{"agent", "--bogus"}, code: 2, wantErr: []string{"flag provided but not defined: -bogus", "-api-addr"}},
 		{name: "agent bad log level", args: []string{"agent", "--log-level", "loud"}, code: 2, wantErr: []string{"--log-level", `"loud"`}},
 		{name: "agent bad duration", args: []string{"agent", "--memory-interval", "soon"}, code: 2, wantErr: []string{"memory-interval"}},
+		{name: "agent bad gpu", args: []string{"agent", "--gpu", "maybe"}, code: 2, wantErr: []string{"-gpu", `"maybe": want on or off`}},
+		{name: "agent bad gpu layers", args: []string{"agent", "--gpu-layers", "-2"}, code: 2, wantErr: []string{"-gpu-layers", `"-2": want auto, 0 or a number`}},
 		{name: "agent extra argument", args: []string{"agent", "extra"}, code: 2, wantErr: []string{`unexpected argument "extra"`}},
 		{name: "agent -h", args: []string{"agent", "-h"}, code: 0, wantErr: agentFlags},
 		{name: "agent --help", args: []string{"agent", "--help"}, code: 0, wantErr: agentFlags},

@@ -39,6 +39,7 @@ func runPerplexity(ctx context.Context, args []string, stdout, stderr io.Writer)
 	threads := fs.Int("threads", 1, "CPU threads")
 	kv := fs.String("kv-type", "f16", "KV cache type: f16 or f32")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	gpu := addGPUFlags(fs, 0) // a reference for llama-perplexity: the CPU unless asked
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
@@ -64,7 +65,16 @@ func runPerplexity(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if !*asJSON {
 		progress = stdout
 	}
-	rep, err := bench.Perplexity(ctx, *path, string(text), *nCtx, *chunks, backend.Options{Threads: *threads, KVType: *kv}, loadRank, progress)
+	opts := backend.Options{Threads: *threads, KVType: *kv}
+	_, w, err := gpu.setup(&opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery perplexity: %v\n", err)
+		return 1
+	}
+	if w != "" {
+		fmt.Fprintf(stderr, "orrery perplexity: warning: %s\n", w)
+	}
+	rep, err := bench.Perplexity(ctx, *path, string(text), *nCtx, *chunks, opts, loadRank, progress)
 	if err != nil {
 		fmt.Fprintf(stderr, "orrery perplexity: %v\n", err)
 		return 1

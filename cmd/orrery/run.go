@@ -35,8 +35,8 @@ session. Reasoning, from models that think, is shown dimmed.
 
 With --draft-model, MODEL is placed with that draft model beside its rank
 0 (it must be on that node) and speculates with it by default, as
-llama.cpp's --model-draft; where MODEL already runs otherwise, it says so
-and stops.
+llama.cpp's --model-draft; with --gpu-layers, with that many blocks on the
+GPUs. Where MODEL already runs otherwise, it says so and stops.
 
 Flags:
 `
@@ -52,6 +52,7 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 	draft := fs.String("draft-model", "", "a draft model (the same vocabulary) to speculate with: MODEL is placed with it")
 	draftMax := fs.Int("draft-max", 0, fmt.Sprintf("with --draft-model, the most tokens drafted a step (0: %d)", runnerapi.DefaultDraft))
 	draftMin := fs.Int("draft-min", 0, "with --draft-model, the fewest tokens drafted a step (0: as few as the measured costs call for)")
+	gpu := optionalGPULayersFlag(fs, "MODEL is placed with this many blocks of each rank on its node's GPU: auto, 0 or a number (default: each node's own --gpu-layers)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -76,6 +77,7 @@ func runRun(ctx context.Context, args []string, stdin *os.File, stdout, stderr i
 			return 2
 		}
 	}
+	s.GPULayers = gpu.value()
 	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		s.Dim = true
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -63,6 +64,7 @@ func TestRunCommand(t *testing.T) {
 		t.Errorf("empty stdin: %d %q", code, e)
 	}
 	runDrafted(t, p, model, run)
+	runGPULayers(t, p, model, run)
 
 	sock := fmt.Sprintf("orrery-run-%d", os.Getpid())
 	tm := func(args ...string) string {
@@ -178,5 +180,44 @@ func runDrafted(t *testing.T, p *agentProc, model string, run func(string, ...st
 	p.mustGet(t, "/state", &st)
 	if len(st.Instances) != 1 {
 		t.Errorf("%d instances after a second orrery run --draft-model, want 1", len(st.Instances))
+	}
+}
+
+// runGPULayers: orrery run --gpu-layers places the model with that many
+// blocks on the GPUs (the instance keeps it), refuses where the model runs
+// placed otherwise (here with its draft, from runDrafted), naming the
+// instance, and refuses a value other than auto, 0 or a number.
+func runGPULayers(t *testing.T, p *agentProc, model string, run func(string, ...string) (int, string, string)) {
+	t.Helper()
+	type inst struct {
+		ModelID   string
+		GPULayers json.RawMessage
+	}
+	var st struct{ Instances map[string]inst }
+	p.mustGet(t, "/state", &st)
+	if len(st.Instances) != 1 {
+		t.Fatalf("instances before: %+v, want runDrafted's one", st.Instances)
+	}
+	for id := range st.Instances {
+		if code, _, e := run("", "--gpu-layers", "0", model, "hi"); code != 1 || !strings.Contains(e, "already runs as instance "+id) || !strings.Contains(e, "--gpu-layers 0") {
+			t.Errorf("--gpu-layers 0 beside a drafted instance (%s): %d %q, want 1 naming it and the flag", id, code, e)
+		}
+		deleteInstance(t, p, id)
+	}
+	if code, _, e := run("", "--gpu-layers", "most", model, "hi"); code != 2 || !strings.Contains(e, `"most"`) {
+		t.Errorf("--gpu-layers most: %d %q, want 2", code, e)
+	}
+	if code, out, e := run("", "--gpu-layers", "0", model, "hello"); code != 0 || strings.TrimSpace(out) == "" {
+		t.Errorf("one-shot with --gpu-layers 0: %d %q %s", code, out, e)
+	}
+	st.Instances = nil
+	p.mustGet(t, "/state", &st)
+	if len(st.Instances) != 1 {
+		t.Fatalf("instances after orrery run --gpu-layers 0: %+v, want 1", st.Instances)
+	}
+	for _, in := range st.Instances {
+		if in.ModelID != model || string(in.GPULayers) != "0" {
+			t.Errorf("placed with --gpu-layers 0: %+v (gpuLayers %s)", in, in.GPULayers)
+		}
 	}
 }

@@ -54,6 +54,7 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 	fs.BoolVar(&opts.NoFlashAttention, "no-flash-attn", false, "compute attention as separate ops instead of the fused flash-attention kernel")
 	fs.IntVar(&opts.FirstLayer, "first-layer", 0, "first block this rank holds")
 	fs.IntVar(&opts.LastLayer, "last-layer", 0, "end of this rank's blocks (0: the last)")
+	gpu := addGPUFlags(fs, runnerapi.GPUAuto)
 	node := fs.String("node", "", "node id stamped on trace spans")
 	instance := fs.String("instance", "", "instance this rank belongs to")
 	rank := fs.Int("rank", 0, "this runner's rank in the pipeline")
@@ -95,8 +96,9 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		fmt.Fprintf(stderr, "orrery runner: --speculative: %v\n", err)
 		return 2
 	}
-	if w := engineBuildWarning(); w != "" {
-		log.Warn(w)
+	if err := prepareEngine(gpu, &opts, log); err != nil {
+		fmt.Fprintf(stderr, "orrery runner: %v\n", err)
+		return 2
 	}
 	cfg := runner.Config{ModelPath: *path, Options: opts, Load: loadRank, Token: token,
 		Node: *node, NodeName: *nodeName, Logger: log, Instance: *instance, Shape: shape, Rank: instRank, ContextShift: *contextShift,
@@ -133,6 +135,25 @@ func runRunner(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv 
 		return 1
 	}
 	return 0
+}
+
+// prepareEngine warns of a slow ggml build and prepares the GPU backends
+// as gpu says, setting opts' GPU options. It runs before anything loads:
+// ollama loads the GPU backends once, at the first model. (The draft
+// model's blocks follow the target's: runner.Config.)
+func prepareEngine(gpu *gpuFlags, opts *backend.Options, log *slog.Logger) error {
+	if w := engineBuildWarning(); w != "" {
+		log.Warn(w)
+	}
+	backends, w, err := gpu.setup(opts)
+	if err != nil {
+		return err
+	}
+	log.Info("GPU backends", "from", backends.String(), "gpuLayers", opts.GPULayers.String(), "software", opts.GPUSoftware)
+	if w != "" {
+		log.Warn(w)
+	}
+	return nil
 }
 
 // postTrace hands a pipeline stage's, or a tensor-parallel follower's,

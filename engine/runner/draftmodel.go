@@ -189,6 +189,17 @@ func draftThreads(set, target int, weights uint64) int {
 	return target
 }
 
+// draftGPULayers is how many of the draft model's blocks go on the GPU
+// when the target's go as target says: none when the target's may not,
+// else as many as fit beside the target's (a count of the target's blocks
+// says nothing of the draft's).
+func draftGPULayers(target runnerapi.GPULayers) runnerapi.GPULayers {
+	if target == 0 {
+		return 0
+	}
+	return runnerapi.GPUAuto
+}
+
 // loadDraft loads the draft model beside rank 0, with the target's
 // options (context, batch, slots, cache type; threads as draftThreads
 // says), once its vocabulary is checked against the target's (tok).
@@ -208,14 +219,17 @@ func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *tokenize
 		return nil, fmt.Errorf("draft model %s cannot draft for %s: %w", path, s.cfg.ModelPath, err)
 	}
 	o := backend.Options{Threads: draftThreads(s.cfg.DraftThreads, opts.Threads, f.DataSize()), ContextLen: opts.ContextLen, BatchSize: opts.BatchSize, Parallel: opts.Parallel,
-		KVType: opts.KVType, NoFlashAttention: opts.NoFlashAttention, NoRepack: opts.NoRepack}
+		KVType: opts.KVType, NoFlashAttention: opts.NoFlashAttention, NoRepack: opts.NoRepack,
+		GPULayers: draftGPULayers(opts.GPULayers), GPUSoftware: opts.GPUSoftware}
 	r, err := s.cfg.Load(ctx, path, o, nil)
 	if err != nil {
 		return nil, fmt.Errorf("draft model %s: %w", path, err)
 	}
+	off := r.Offload()
 	s.mu.Lock()
 	s.draftRank = r
+	s.health.DraftOffload = &off
 	s.mu.Unlock()
-	s.log.Info("draft model loaded", "model", path, "id", s.cfg.DraftID, "config", r.Config().String())
+	s.log.Info("draft model loaded", "model", path, "id", s.cfg.DraftID, "config", r.Config().String(), "offload", offloadText(off))
 	return &DraftModel{ID: s.cfg.DraftID, F: r}, nil
 }

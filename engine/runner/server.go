@@ -189,13 +189,15 @@ func (s *Server) load(ctx context.Context, root *trace.Token) error {
 	if err != nil {
 		return err
 	}
+	off := rank.Offload()
 	s.mu.Lock()
 	s.rank = rank
 	s.health.ContextLen = rank.Options().ContextLen
 	s.health.LayersLoaded = s.health.TotalLayers
+	s.health.Offload = &off
 	s.mu.Unlock()
-	s.log.Info("model loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
-		"rank", s.cfg.Rank, "shape", s.cfg.Shape.String())
+	s.log.Info("runner loaded", "model", s.cfg.ModelPath, "config", cfg.String(), "contextLength", rank.Options().ContextLen,
+		"rank", s.cfg.Rank, "shape", s.cfg.Shape.String(), "offload", offloadText(off))
 	var fw Forwarder = rank
 	if s.cfg.Shape.TensorParallel() {
 		if fw, err = s.startTP(ctx, rank); fw == nil || err != nil {
@@ -429,4 +431,18 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
+}
+
+// offloadText is a rank's Offload for the log: "12/16 blocks on Vulkan0
+// (llvmpipe …)", or "CPU", each with the reason for fewer blocks than the
+// rank holds when there is one.
+func offloadText(o runnerapi.Offload) string {
+	s := o.String()
+	if o.Device != nil && (o.Blocks > 0 || o.Head) {
+		s += " (" + o.Device.Description + ")"
+	}
+	if o.Reason != "" {
+		s += ": " + o.Reason
+	}
+	return s
 }

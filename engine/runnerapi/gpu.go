@@ -1,6 +1,7 @@
 package runnerapi
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -74,6 +75,45 @@ func (g GPULayers) String() string {
 		return "auto"
 	}
 	return strconv.Itoa(int(g))
+}
+
+// Set reads a --gpu-layers flag (flag.Value): "auto", "0" or a number.
+func (g *GPULayers) Set(s string) error {
+	v, err := ParseGPULayers(s)
+	if err != nil {
+		return err
+	}
+	*g = v
+	return nil
+}
+
+// MarshalJSON writes "auto" or the number, as POST /instance takes it.
+func (g GPULayers) MarshalJSON() ([]byte, error) {
+	if g < 0 {
+		return []byte(`"auto"`), nil
+	}
+	return strconv.AppendInt(nil, int64(g), 10), nil
+}
+
+// UnmarshalJSON reads "auto" or a number of blocks (≥ 0; a string of
+// digits too).
+func (g *GPULayers) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if s == "null" {
+		return nil // as encoding/json leaves a value it has no JSON for
+	}
+	if uq, err := strconv.Unquote(s); err == nil {
+		if uq == "" {
+			return errors.New(`gpu layers "": want "auto" or a number of blocks`)
+		}
+		s = uq
+	}
+	v, err := ParseGPULayers(s)
+	if err != nil {
+		return err
+	}
+	*g = v
+	return nil
 }
 
 // Offload is where a loaded rank's blocks went: how many of them on which

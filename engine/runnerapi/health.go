@@ -18,7 +18,11 @@ type Health struct {
 	Vocab int `json:"vocab,omitempty"`
 	// ContextLen is the KV cache's capacity in tokens, once loaded.
 	ContextLen int `json:"contextLength,omitempty"`
-	Pid        int `json:"pid"`
+	// Offload is where the rank's blocks went, GPU or CPU, once loaded;
+	// DraftOffload the same of rank 0's draft model, once loaded.
+	Offload      *Offload `json:"offload,omitempty"`
+	DraftOffload *Offload `json:"draftOffload,omitempty"`
+	Pid          int      `json:"pid"`
 	// Rank of Ranks; RankAddr is where the previous rank's link is
 	// accepted (loopback; the agent connects to it).
 	Rank     int    `json:"rank"`

@@ -263,6 +263,10 @@ try {
   check(/pipeline of 3/.test(plan) && /predicted [\d.]+ tok\/s/.test(plan), `the instance shows its plan and prediction (${plan.slice(0, 80)})`);
   const mem = await page.$$eval('[data-testid=instance] [data-testid=rank-memory]', (es) => es.map((e) => e.innerText));
   check(mem.length === 3 && mem.every((m) => /^[\d.]+ (KiB|MiB|GiB)$/.test(m)), `each rank shows the memory placement gave it (${mem.join(', ')})`);
+  // Where each rank's blocks went, from its runner's health through the
+  // state: the CPU here (no GPU; a software one is never chosen unasked).
+  const off = await page.$$eval('[data-testid=instance] [data-testid=rank-offload]', (es) => es.map((e) => e.innerText));
+  check(off.length === 3 && off.every((o) => /^(CPU|\d+\/\d+ blocks( and the head)? on \S+.*)$/.test(o)), `each rank shows where its blocks went (${off.join(', ')})`);
   // The plan as its pipeline × tensor grid: the demo's pipeline of 3 is 3
   // stages of one rank each.
   const stages = await page.$$eval('[data-testid=instance] [data-testid=grid-stage]', (es) => es.map((e) => e.innerText));

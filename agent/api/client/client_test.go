@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/internal/chatstream"
 )
 
@@ -50,7 +51,11 @@ func TestEscapingAndPageURL(t *testing.T) {
 	defer srv.Close()
 	c := New(srv.URL)
 	ctx := context.Background()
-	if _, err := c.Previews(ctx, "a&b c+d#e"); err != nil {
+	if _, err := c.Previews(ctx, "a&b c+d#e", nil); err != nil {
+		t.Fatal(err)
+	}
+	three := runnerapi.GPULayers(3)
+	if _, err := c.Previews(ctx, "m", &three); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.TraceStats(ctx, "../x"); err != nil {
@@ -61,7 +66,7 @@ func TestEscapingAndPageURL(t *testing.T) {
 	if !errors.As(err, &e) || e.PageURL != "http://x/perfetto/a%20b" {
 		t.Errorf("open: %v", err)
 	}
-	want := []string{"/instance/previews?model=" + url.QueryEscape("a&b c+d#e"), "/v1/traces/..%2Fx/stats?", "/v1/traces/a%20b/open?"}
+	want := []string{"/instance/previews?model=" + url.QueryEscape("a&b c+d#e"), "/instance/previews?gpuLayers=3&model=m", "/v1/traces/..%2Fx/stats?", "/v1/traces/a%20b/open?"}
 	if fmt.Sprint(paths) != fmt.Sprint(want) {
 		t.Errorf("paths %q, want %q", paths, want)
 	}

@@ -21,10 +21,15 @@ func (c *Client) Models(ctx context.Context) ([]api.ModelEntry, error) {
 }
 
 // Previews returns GET /instance/previews?model=…: the placements the
-// model could have.
-func (c *Client) Previews(ctx context.Context, model string) (api.PreviewsResponse, error) {
+// model could have, with gpuLayers' blocks on the GPUs (nil: each node's
+// default).
+func (c *Client) Previews(ctx context.Context, model string, gpuLayers *runnerapi.GPULayers) (api.PreviewsResponse, error) {
 	var p api.PreviewsResponse
-	err := c.get(ctx, query("/instance/previews", url.Values{"model": {model}}), &p)
+	q := url.Values{"model": {model}}
+	if gpuLayers != nil {
+		q.Set("gpuLayers", gpuLayers.String())
+	}
+	err := c.get(ctx, query("/instance/previews", q), &p)
 	return p, err
 }
 

@@ -18,7 +18,7 @@ func (*tpGroup) close()                      {}
 func (*tpGroup) take() error                 { return nil }
 func (*tpGroup) reduce([]float32, bool)      {}
 
-func (r *Rank) allReduce(ml.Context, ml.Tensor) ml.Tensor {
+func (r *Rank) allReduce(ml.Context, ml.Tensor, bool) ml.Tensor {
 	panic("tensor parallelism needs cgo")
 }
 

@@ -94,7 +94,7 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x ml.Tensor, in *inputs) ml
 	}
 	a = l.o.Mulmat(c, a)
 	if r.group != nil { // each rank's heads gave a part of the sum
-		a = r.allReduce(c, a)
+		a = r.allReduce(c, a, r.gpu.onGPU(il))
 	}
 	if l.ob != nil {
 		a = a.Add(c, l.ob)
@@ -124,7 +124,7 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x ml.Tensor, in *inputs) ml
 		h = l.down.Mulmat(c, l.gate.Mulmat(c, h).SILU(c, l.up.Mulmat(c, h)))
 	}
 	if r.group != nil { // each rank's MLP columns gave a part of the sum
-		h = r.allReduce(c, h)
+		h = r.allReduce(c, h, r.gpu.onGPU(il))
 	}
 	if l.ffnPostNorm != nil {
 		h = h.RMSNorm(c, l.ffnPostNorm, eps)

@@ -33,6 +33,15 @@ const (
 	// mesaCacheEnv is where Mesa keeps the pipelines lavapipe compiles on
 	// first use (seconds to minutes each).
 	mesaCacheEnv = "MESA_SHADER_CACHE_DIR"
+	// lpThreadsEnv is how many threads lavapipe (llvmpipe) runs a
+	// dispatch on. With its default, one per core, a rank's forward pass
+	// on it came out wrong now and then (max |Δ|/std 0.3 to 5 against
+	// the CPU's logits, where a right one is 0.004): 19 of 36 passes of
+	// the tiny model, 48-token prompts, repeated in one process; with 1,
+	// none of 54, over three shapes (f16 and f32 caches, flash attention
+	// on and off, 1 and 4 sequences). ggml's Vulkan environment switches
+	// (GGML_VK_DISABLE_ASYNC, _FUSION, _GRAPH_OPTIMIZE) did not help.
+	lpThreadsEnv = "LP_NUM_THREADS"
 )
 
 // SetupConfig says where the GPU backends are and which devices they may
@@ -44,7 +53,9 @@ type SetupConfig struct {
 	LibDir string
 	// Software makes a software Vulkan device (lavapipe) visible: sets
 	// GGML_VK_VISIBLE_DEVICES=0 unless it is set. On a machine with a real
-	// GPU as well, set GGML_VK_VISIBLE_DEVICES to the indices wanted.
+	// GPU as well, set GGML_VK_VISIBLE_DEVICES to the indices wanted. It
+	// also runs lavapipe on one thread (LP_NUM_THREADS=1, unless set),
+	// where its results are right.
 	Software bool
 	// Getenv and Setenv (nil: the process's) read and set the environment
 	// ggml reads.
@@ -80,6 +91,11 @@ func Setup(cfg SetupConfig) (SetupInfo, error) {
 			if dir, err := os.UserCacheDir(); err == nil {
 				setenv(mesaCacheEnv, filepath.Join(dir, "orrery", "gpu", "mesa-shader-cache"))
 			}
+		}
+	}
+	if cfg.Software && getenv(lpThreadsEnv) == "" {
+		if err := setenv(lpThreadsEnv, "1"); err != nil {
+			return SetupInfo{}, err
 		}
 	}
 	info, err := gpulib.Find(gpulib.Config{LibDir: cfg.LibDir, Getenv: getenv})

@@ -48,10 +48,10 @@ func TestSetup(t *testing.T) {
 		{name: "no lib/ollama in the path", cfg: SetupConfig{LibDir: filepath.Join(root, "nolibdir")},
 			want: map[string]string{}, err: "lib/ollama"},
 		{name: "software", cfg: SetupConfig{LibDir: dir("good"), Software: true},
-			want: map[string]string{ollamaLibEnv: dir("good"), vkVisibleEnv: "0"}},
+			want: map[string]string{ollamaLibEnv: dir("good"), vkVisibleEnv: "0", lpThreadsEnv: "1"}},
 		{name: "software, devices named", cfg: SetupConfig{LibDir: dir("good"), Software: true},
-			env:  map[string]string{vkVisibleEnv: "1", mesaCacheEnv: filepath.Join(root, "shader")},
-			want: map[string]string{ollamaLibEnv: dir("good"), vkVisibleEnv: "1", mesaCacheEnv: filepath.Join(root, "shader")}},
+			env:  map[string]string{vkVisibleEnv: "1", mesaCacheEnv: filepath.Join(root, "shader"), lpThreadsEnv: "4"},
+			want: map[string]string{ollamaLibEnv: dir("good"), vkVisibleEnv: "1", mesaCacheEnv: filepath.Join(root, "shader"), lpThreadsEnv: "4"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/internal/tptest"
 	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/model/modeltest"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/split"
 )
 
@@ -180,6 +181,8 @@ type tpJob struct {
 	Slice  string
 	Prompt []int32
 	Wire   collective.Wire
+	// GPU puts the rank's blocks on a GPU (a software one allowed).
+	GPU bool
 }
 
 func TestMain(m *testing.M) {
@@ -197,11 +200,17 @@ func runTPWorker(ctx context.Context, rank int, mesh *collective.Mesh, w tpJob) 
 	mesh.Wire = w.Wire
 	o := tpOptions
 	o.Group = mesh
+	if w.GPU {
+		o.GPULayers, o.GPUSoftware = runnerapi.GPUAuto, true
+	}
 	r, err := Load(ctx, w.Slice, o, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
+	if off := r.Offload(); w.GPU && (off.Device == nil || off.Blocks != off.Total) {
+		return nil, fmt.Errorf("slice %d: %s (%s), want every block on the GPU", rank, off, off.Reason)
+	}
 	if tp := r.Config().TP; tp == nil || tp.Rank != rank {
 		return nil, fmt.Errorf("slice %d loaded as %+v", rank, tp)
 	}

@@ -44,6 +44,8 @@ export interface Instance {
   tensor?: number;
   // The cost model's prediction for the plan it was placed on.
   prediction?: Prediction;
+  // Blocks of each rank on its node's GPU as placed: "auto", or at most this many (absent: each node's default).
+  gpuLayers?: 'auto' | number;
 }
 export interface Prediction {
   plan: string; pipeline: number; tensor: number; nodes: string[];
@@ -58,6 +60,17 @@ export interface Runner {
   layersLoaded: number; totalLayers: number; error?: string; pid?: number; transfer?: Transfer; since: string;
   // Rank 0's decode in its last request, and a tensor-parallel leader's mean all-reduce in it.
   decodeTokPerSec?: number; reduceMicros?: number;
+  // Where its blocks went once loaded: how many on which GPU, the rest on the CPU.
+  offload?: Offload;
+}
+// A GPU as ggml lists it (engine/runnerapi.Device).
+export interface GPUDevice {
+  id: string; library: string; name: string; description: string; totalBytes: number; freeBytes: number;
+  unified?: boolean; software?: boolean;
+}
+// Where a loaded rank's blocks went (engine/runnerapi.Offload): no device, every block on the CPU.
+export interface Offload {
+  device?: GPUDevice; reason?: string; blocks: number; total: number; head?: boolean; gpuBytes?: number; cpuBytes?: number;
 }
 export interface ModelInfo {
   id: string; source: string; size?: Bytes | null; arch?: string; layers?: number; quantization?: string; error?: string;
