@@ -111,6 +111,13 @@ func (g *tpGroup) reduce(buf []float32, exact bool) {
 // allReduce sums t (a contiguous f32 result, such as a matmul's) across
 // the group, in the graph.
 func (r *Rank) allReduce(c ml.Context, t ml.Tensor) ml.Tensor {
+	return groupOp(c, t, r.group)
+}
+
+// groupOp is g's sum of t as an op of the graph: a CPU op, so that from a
+// GPU the graph crosses to the host and back at it (what MeasureGPU times
+// with a group that sums nothing).
+func groupOp(c ml.Context, t ml.Tensor, g *tpGroup) ml.Tensor {
 	ctx, err := ollamaContextC(c)
 	if err != nil {
 		panic(fmt.Errorf("tensor-parallel all-reduce: %w", err))
@@ -122,7 +129,7 @@ func (r *Rank) allReduce(c ml.Context, t ml.Tensor) ml.Tensor {
 	if C.ggml_is_contiguous((*C.struct_ggml_tensor)(src)) == 0 {
 		panic(errors.New("tensor-parallel all-reduce of a non-contiguous tensor"))
 	}
-	dst := C.orrery_allreduce((*C.struct_ggml_context)(ctx), (*C.struct_ggml_tensor)(src), C.uintptr_t(r.group.h))
+	dst := C.orrery_allreduce((*C.struct_ggml_context)(ctx), (*C.struct_ggml_tensor)(src), C.uintptr_t(g.h))
 	if dst == nil {
 		panic(errors.New("tensor-parallel all-reduce: ggml_map_custom1_inplace failed"))
 	}
