@@ -19,3 +19,9 @@ func engineBuildWarning() string { return "" }
 func measureCompute(context.Context, string, int) (runnerapi.Speed, error) {
 	return runnerapi.Speed{}, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend to measure")
 }
+
+func listGPUs(string, bool) ([]runnerapi.Device, error) { return nil, nil }
+
+func measureGPU(context.Context, string, int, runnerapi.Device, bool) (runnerapi.GPUSpeed, error) {
+	return runnerapi.GPUSpeed{}, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend to measure")
+}
