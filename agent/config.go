@@ -79,6 +79,10 @@ type Config struct {
 	// start), a JSON file of `orrery speed --json`, or "" / "off" (none:
 	// other nodes' figures stand in for it).
 	Speed string
+	// GPUSoftware lets this node use a software GPU device (Mesa's
+	// lavapipe): `orrery speed` measures it (and the node publishes it)
+	// only then, as runners offload to one only then.
+	GPUSoftware bool
 	// RunnerThreads and ContextLen are passed to runners (0: all CPUs,
 	// and the model's context length).
 	RunnerThreads, ContextLen int
