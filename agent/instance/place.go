@@ -84,9 +84,10 @@ func (m *Manager) sourceLayout(ctx context.Context, ref string) (modelLayout, er
 	return modelLayout{size: uint64(src.Size), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), source: &src, file: f, cfg: cfg}, nil
 }
 
-// candidates are the cluster's members with their available memory: the
-// nodes that have the model first (no shard to transfer), then the
-// others, most memory first, ties by id; or those named, in that order.
+// candidates are the cluster's members with their available memory and
+// the GPU each offloads to: the nodes that have the model first (no shard
+// to transfer), then the others, most memory first, ties by id; or those
+// named, in that order.
 func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, error) {
 	st := m.memoryKnown(named)
 	avail := func(id string) uint64 {
@@ -102,6 +103,9 @@ func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, 
 		}
 		return 0
 	}
+	node := func(id string) placement.Node {
+		return placement.Node{ID: id, Available: avail(id), GPU: offloadGPU(st.NodeIdentities[id].GPUs)}
+	}
 	if len(named) > 0 {
 		var out []placement.Node
 		for _, id := range named {
@@ -111,16 +115,16 @@ func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, 
 			if slices.ContainsFunc(out, func(n placement.Node) bool { return n.ID == id }) {
 				return nil, fmt.Errorf("node %s named twice", id)
 			}
-			out = append(out, placement.Node{ID: id, Available: avail(id)})
+			out = append(out, node(id))
 		}
 		return out, nil
 	}
 	var out []placement.Node
 	for id := range st.NodeIdentities {
-		out = append(out, placement.Node{ID: id, Available: avail(id)})
+		out = append(out, node(id))
 	}
 	if _, ok := st.NodeIdentities[m.cfg.Self]; !ok {
-		out = append(out, placement.Node{ID: m.cfg.Self, Available: avail(m.cfg.Self)})
+		out = append(out, node(m.cfg.Self))
 	}
 	// This node's own list is read from disk: the replicated one can lag
 	// behind (e.g. just after a master change replaced the state).
@@ -147,6 +151,24 @@ func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, 
 		return strings.Compare(x.ID, y.ID)
 	})
 	return out, nil
+}
+
+// offloadGPU is the GPU a node's runners offload to, of those its
+// identity lists: the one with the most free memory, as a runner picks
+// (engine/backend/ggml's pickDevice). A node lists a software device only
+// where its runners may use one (--gpu-software). nil: none.
+func offloadGPU(ds []runnerapi.Device) *runnerapi.Device {
+	var best *runnerapi.Device
+	for i := range ds {
+		if best == nil || ds[i].FreeBytes > best.FreeBytes {
+			best = &ds[i]
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	d := *best
+	return &d
 }
 
 // memoryKnown waits (at most memoryWait) until the state holds a memory
@@ -203,8 +225,14 @@ func (m *Manager) Previews(modelID string) (api.PreviewsResponse, error) {
 	if best, ok := placement.Fastest(plans); ok {
 		auto = best.Plan
 	}
+	// Each pipeline as auto would split it (the same as the plans'), its
+	// ranks' blocks on their GPUs and CPUs.
+	previews := placement.Previews(l, nodes)
+	if ml.file != nil {
+		previews = placement.CostOf(ml.file, ml.cfg).Previews(l, nodes, m.costInputs(m.cfg.Store.State()))
+	}
 	return api.PreviewsResponse{Model: modelID, Layers: l.Layers, ModelBytes: ml.size, ContextLen: l.ContextLen,
-		Previews: placement.Previews(l, nodes), Plans: plans, Auto: auto}, nil
+		Previews: previews, Plans: plans, Auto: auto}, nil
 }
 
 // Place creates an instance of a model that is on this node: on the

@@ -311,9 +311,19 @@ type Preview struct {
 // Previews lists the placements over the first 1…len(nodes) nodes (give
 // them best first, e.g. by available memory).
 func Previews(l Layout, nodes []Node) []Preview {
+	return previews(l, nodes, func(nodes []Node) ([]Rank, error) { return Split(l, nodes) })
+}
+
+// Previews lists the pipelines over the first 1…len(nodes) nodes as
+// "auto" would place them (Pipeline: split by memory, or by speed).
+func (c ModelCost) Previews(l Layout, nodes []Node, in Inputs) []Preview {
+	return previews(l, nodes, func(nodes []Node) ([]Rank, error) { return c.Pipeline(l, nodes, in) })
+}
+
+func previews(l Layout, nodes []Node, split func([]Node) ([]Rank, error)) []Preview {
 	var out []Preview
 	for k := 1; k <= len(nodes) && k <= l.Layers; k++ {
-		ranks, err := Split(l, nodes[:k])
+		ranks, err := split(nodes[:k])
 		p := Preview{Nodes: k, Ranks: ranks, Fits: err == nil}
 		if err != nil {
 			p.Error = err.Error()
