@@ -19,8 +19,8 @@ func (a *Agent) measureSpeed(ctx context.Context, exe string) {
 		threads = runtime.NumCPU()
 	}
 	sp, err := speed.Get(ctx, speed.Config{Source: a.cfg.Speed, Exe: exe, Dir: a.cfg.DataDir, Threads: threads, Version: a.cfg.Version,
-		Machine:     fmt.Sprintf("%s/%s/%d cpus/%s", a.identity.ChipID, a.identity.ModelID, a.identity.CPUCount, runtime.GOARCH),
-		GPUSoftware: a.cfg.GPUSoftware, Busy: a.runnersBusy, Logger: a.log})
+		Machine: fmt.Sprintf("%s/%s/%d cpus/%s", a.identity.ChipID, a.identity.ModelID, a.identity.CPUCount, runtime.GOARCH),
+		GPUs:    speed.GPUs{Software: a.cfg.GPUSoftware}, Busy: a.runnersBusy, Logger: a.log})
 	switch {
 	case errors.Is(err, speed.ErrOff) || ctx.Err() != nil:
 		return

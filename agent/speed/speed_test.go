@@ -29,7 +29,8 @@ func TestCache(t *testing.T) {
 		t.Fatalf("stored speed loads as %+v, %v", sp, ok)
 	}
 	for _, other := range []Cache{{Path: c.Path, Version: "v2", Threads: 2, Machine: "m"}, {Path: c.Path, Version: "v1", Threads: 4, Machine: "m"},
-		{Path: c.Path, Version: "v1", Threads: 2, Machine: "n"}, {Path: c.Path, Version: "v1", Threads: 2, Machine: "m", GPUSoftware: true}} {
+		{Path: c.Path, Version: "v1", Threads: 2, Machine: "n"}, {Path: c.Path, Version: "v1", Threads: 2, Machine: "m", GPUSoftware: true},
+		{Path: c.Path, Version: "v1", Threads: 2, Machine: "m", NoGPU: true}} {
 		if _, ok := other.Load(); ok {
 			t.Errorf("%+v loaded the speed measured as %+v", other, c)
 		}
