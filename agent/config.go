@@ -92,8 +92,10 @@ type Config struct {
 	// GPULayers is how many blocks of each rank of this node's runners go
 	// on its GPU when an instance does not say (runnerapi.GPUAuto, the
 	// default: as many as fit; 0: none). NoGPU keeps them all on the CPU
-	// whatever an instance says (--gpu off). GPUSoftware lets a software
-	// device (Mesa's lavapipe, computing on the CPU) take blocks: tests.
+	// whatever an instance says (--gpu off), and its speed measures and
+	// publishes no GPU. GPUSoftware lets a software device (Mesa's
+	// lavapipe, computing on the CPU) take blocks, and `orrery speed`
+	// measure it and the node publish it (tests).
 	GPULayers          runnerapi.GPULayers
 	NoGPU, GPUSoftware bool
 	// DirectLinks lets a tensor-parallel group's ranks link to each other

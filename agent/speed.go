@@ -12,7 +12,7 @@ import (
 
 // measureSpeed gets this node's compute speed for placement's cost model
 // (Config.Speed; see package speed) and publishes it with the node's
-// identity.
+// identity, and the GPUs it lists (measured or not) as the node's.
 func (a *Agent) measureSpeed(ctx context.Context, exe string) {
 	threads := a.cfg.RunnerThreads
 	if threads <= 0 {
@@ -20,7 +20,7 @@ func (a *Agent) measureSpeed(ctx context.Context, exe string) {
 	}
 	sp, err := speed.Get(ctx, speed.Config{Source: a.cfg.Speed, Exe: exe, Dir: a.cfg.DataDir, Threads: threads, Version: a.cfg.Version,
 		Machine: fmt.Sprintf("%s/%s/%d cpus/%s", a.identity.ChipID, a.identity.ModelID, a.identity.CPUCount, runtime.GOARCH),
-		Busy:    a.runnersBusy, Logger: a.log})
+		GPUs:    speed.GPUs{Software: a.cfg.GPUSoftware, None: a.cfg.NoGPU}, Busy: a.runnersBusy, Logger: a.log})
 	switch {
 	case errors.Is(err, speed.ErrOff) || ctx.Err() != nil:
 		return
@@ -30,6 +30,7 @@ func (a *Agent) measureSpeed(ctx context.Context, exe string) {
 	}
 	a.idMu.Lock()
 	a.identity.Speed = &sp
+	a.identity.GPUs = sp.Devices()
 	a.idMu.Unlock()
 	a.publishIdentity()
 }

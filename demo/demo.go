@@ -91,7 +91,7 @@ func machineSpeed(ctx context.Context, exe, dir string, stderr io.Writer) string
 		}
 	}
 	fmt.Fprintf(stderr, "orrery demo: measuring this machine's speed for the placement cost model (once, a few seconds)\n")
-	_, out, err := speed.Measure(ctx, exe, dir, runtime.NumCPU())
+	_, out, err := speed.Measure(ctx, exe, dir, runtime.NumCPU(), speed.GPUs{})
 	if err == nil {
 		err = atomicfile.Write(path, out, 0o600)
 	}

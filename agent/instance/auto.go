@@ -140,7 +140,7 @@ func (m *Manager) placeAuto(ctx context.Context, req api.PlaceRequest, ml modelL
 	if len(req.Ranks) > 0 || req.Node != "" {
 		return state.Instance{}, fmt.Errorf(`%w: "parallelism": "auto" chooses the ranks: name nodes (or none), not ranks or one node`, runnerapi.ErrBadRequest)
 	}
-	nodes, err := m.candidates(req.Model, req.Nodes)
+	nodes, err := m.candidates(req.Model, req.Nodes, req.GPULayers)
 	if err != nil {
 		return state.Instance{}, err
 	}
@@ -161,10 +161,19 @@ func (m *Manager) placeAuto(ctx context.Context, req api.PlaceRequest, ml modelL
 		tp.Parallelism, tp.Nodes = api.ParallelismOf(best.Shape), best.Nodes
 		return m.placeTensor(ctx, tp, ml, existed)
 	}
+	// The pipeline's split the prediction was of: by memory, or the one
+	// that follows speed (placement's Pipeline).
 	pipeline.Nodes = best.Nodes
-	in, err := m.place(ctx, pipeline, existed)
-	if errors.Is(err, placement.ErrNoFit) {
-		return in, fmt.Errorf("%w (the plan the cost model chose, %s)", err, best.Plan)
+	nodes, err = m.candidates(req.Model, best.Nodes, req.GPULayers)
+	if err != nil {
+		return state.Instance{}, err
 	}
-	return in, err
+	ranks, err := placement.CostOf(ml.file, ml.cfg).Pipeline(ml.layout, nodes, m.costInputs(m.cfg.Store.State()))
+	if err != nil {
+		if errors.Is(err, placement.ErrNoFit) {
+			return state.Instance{}, fmt.Errorf("%w (the plan the cost model chose, %s)", placeErr(err), best.Plan)
+		}
+		return state.Instance{}, placeErr(err)
+	}
+	return m.create(ctx, pipeline, ml, ranks, runnerapi.Shape{Pipeline: len(ranks), Tensor: 1}, existed)
 }

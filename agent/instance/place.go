@@ -84,10 +84,12 @@ func (m *Manager) sourceLayout(ctx context.Context, ref string) (modelLayout, er
 	return modelLayout{size: uint64(src.Size), layout: placement.LayoutOf(f, cfg, m.cfg.ContextLen, m.cfg.Parallel), source: &src, file: f, cfg: cfg}, nil
 }
 
-// candidates are the cluster's members with their available memory: the
-// nodes that have the model first (no shard to transfer), then the
-// others, most memory first, ties by id; or those named, in that order.
-func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, error) {
+// candidates are the cluster's members with their available memory and
+// the GPU each offloads to: the nodes that have the model first (no shard
+// to transfer), then the others, most memory first, ties by id; or those
+// named, in that order. With gpu 0 (a request's "gpuLayers": 0) no node
+// brings its GPU.
+func (m *Manager) candidates(modelID string, named []string, gpu *runnerapi.GPULayers) ([]placement.Node, error) {
 	st := m.memoryKnown(named)
 	avail := func(id string) uint64 {
 		if m, ok := st.NodeMemory[id]; ok && m.RAMAvailable != nil {
@@ -102,6 +104,13 @@ func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, 
 		}
 		return 0
 	}
+	node := func(id string) placement.Node {
+		n := placement.Node{ID: id, Available: avail(id), GPU: offloadGPU(st.NodeIdentities[id].GPUs)}
+		if gpu != nil && *gpu == 0 {
+			n.GPU = nil
+		}
+		return n
+	}
 	if len(named) > 0 {
 		var out []placement.Node
 		for _, id := range named {
@@ -111,16 +120,16 @@ func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, 
 			if slices.ContainsFunc(out, func(n placement.Node) bool { return n.ID == id }) {
 				return nil, fmt.Errorf("node %s named twice", id)
 			}
-			out = append(out, placement.Node{ID: id, Available: avail(id)})
+			out = append(out, node(id))
 		}
 		return out, nil
 	}
 	var out []placement.Node
 	for id := range st.NodeIdentities {
-		out = append(out, placement.Node{ID: id, Available: avail(id)})
+		out = append(out, node(id))
 	}
 	if _, ok := st.NodeIdentities[m.cfg.Self]; !ok {
-		out = append(out, placement.Node{ID: m.cfg.Self, Available: avail(m.cfg.Self)})
+		out = append(out, node(m.cfg.Self))
 	}
 	// This node's own list is read from disk: the replicated one can lag
 	// behind (e.g. just after a master change replaced the state).
@@ -147,6 +156,24 @@ func (m *Manager) candidates(modelID string, named []string) ([]placement.Node, 
 		return strings.Compare(x.ID, y.ID)
 	})
 	return out, nil
+}
+
+// offloadGPU is the GPU a node's runners offload to, of those its
+// identity lists: the one with the most free memory, as a runner picks
+// (engine/backend/ggml's pickDevice). A node lists a software device only
+// where its runners may use one (--gpu-software). nil: none.
+func offloadGPU(ds []runnerapi.Device) *runnerapi.Device {
+	var best *runnerapi.Device
+	for i := range ds {
+		if best == nil || ds[i].FreeBytes > best.FreeBytes {
+			best = &ds[i]
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	d := *best
+	return &d
 }
 
 // memoryKnown waits (at most memoryWait) until the state holds a memory
@@ -190,7 +217,7 @@ func (m *Manager) Previews(modelID string, gpuLayers *runnerapi.GPULayers) (api.
 	if err != nil {
 		return api.PreviewsResponse{}, err
 	}
-	nodes, err := m.candidates(modelID, nil)
+	nodes, err := m.candidates(modelID, nil, gpuLayers)
 	if err != nil {
 		return api.PreviewsResponse{}, err
 	}
@@ -206,8 +233,14 @@ func (m *Manager) Previews(modelID string, gpuLayers *runnerapi.GPULayers) (api.
 	if best, ok := placement.Fastest(plans); ok {
 		auto = best.Plan
 	}
+	// Each pipeline as auto would split it (the same as the plans'), its
+	// ranks' blocks on their GPUs and CPUs.
+	previews := placement.Previews(l, nodes)
+	if ml.file != nil {
+		previews = placement.CostOf(ml.file, ml.cfg).Previews(l, nodes, m.costInputs(m.cfg.Store.State()))
+	}
 	return api.PreviewsResponse{Model: modelID, Layers: l.Layers, ModelBytes: ml.size, ContextLen: l.ContextLen,
-		Previews: placement.Previews(l, nodes), Plans: plans, Auto: auto, GPULayers: gpuLayers}, nil
+		Previews: previews, Plans: plans, Auto: auto, GPULayers: gpuLayers}, nil
 }
 
 // Place creates an instance of a model that is on this node: on the
@@ -249,7 +282,7 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 			named = append(named, r.NodeID)
 			rg = append(rg, [2]int{r.FirstLayer, r.LastLayer})
 		}
-		nodes, err := m.candidates(req.Model, named)
+		nodes, err := m.candidates(req.Model, named, req.GPULayers)
 		if err != nil {
 			return state.Instance{}, err
 		}
@@ -262,7 +295,7 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 		if req.Node != "" {
 			named = []string{req.Node}
 		}
-		nodes, err := m.candidates(req.Model, named)
+		nodes, err := m.candidates(req.Model, named, req.GPULayers)
 		if err != nil {
 			return state.Instance{}, err
 		}
@@ -270,7 +303,7 @@ func (m *Manager) place(ctx context.Context, req api.PlaceRequest, existed *bool
 			return state.Instance{}, placeErr(err)
 		}
 	default:
-		nodes, err := m.candidates(req.Model, nil)
+		nodes, err := m.candidates(req.Model, nil, req.GPULayers)
 		if err != nil {
 			return state.Instance{}, err
 		}

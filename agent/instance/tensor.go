@@ -26,7 +26,7 @@ func (m *Manager) placeTensor(ctx context.Context, req api.PlaceRequest, ml mode
 	if len(req.Ranks) > 0 || req.Node != "" {
 		return bad("a tensor-parallel group takes nodes (or none), not ranks or one node")
 	}
-	nodes, err := m.candidates(req.Model, req.Nodes)
+	nodes, err := m.candidates(req.Model, req.Nodes, req.GPULayers)
 	if err != nil {
 		return state.Instance{}, err
 	}

@@ -21,15 +21,34 @@ import (
 	"github.com/orrery-cluster/orrery/internal/atomicfile"
 )
 
-// Timeout bounds the benchmark's child process.
-const Timeout = 2 * time.Minute
+// Timeout bounds the benchmark's child process: a few seconds on the
+// CPU and a real GPU, about a minute with lavapipe (which compiles each
+// kernel at its first use).
+const Timeout = 5 * time.Minute
+
+// GPUs says which GPUs a node's speed measures: by default those ggml
+// lists but a software one.
+type GPUs struct {
+	// Software measures a software device too (Mesa's lavapipe: the
+	// agent's --gpu-software, which lets its runners use one); None
+	// measures none (a node whose runners must not use its GPU).
+	Software, None bool
+}
 
 // Measure runs `exe speed --json` on threads threads, its probe files in
-// dir, and returns the speed and the JSON it printed.
-func Measure(ctx context.Context, exe, dir string, threads int) (runnerapi.Speed, []byte, error) {
+// dir, measuring the GPUs gpus says, and returns the speed and the JSON it
+// printed.
+func Measure(ctx context.Context, exe, dir string, threads int, gpus GPUs) (runnerapi.Speed, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "speed", "--json", "--threads", strconv.Itoa(threads), "--dir", dir)
+	args := []string{"speed", "--json", "--threads", strconv.Itoa(threads), "--dir", dir}
+	if gpus.Software {
+		args = append(args, "--gpu-software")
+	}
+	if gpus.None {
+		args = append(args, "--gpus=false")
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -64,6 +83,11 @@ type Cache struct {
 	Version string `json:"version"`
 	Threads int    `json:"threads"`
 	Machine string `json:"machine"`
+	// GPUSoftware says a software GPU device was measured too, NoGPU
+	// that no GPU was (a file from before GPUs were measured reads as
+	// neither).
+	GPUSoftware bool `json:"gpuSoftware,omitempty"`
+	NoGPU       bool `json:"noGPU,omitempty"`
 }
 
 type cached struct {
@@ -116,6 +140,9 @@ type Config struct {
 	Exe, Dir         string
 	Threads          int
 	Version, Machine string
+	// GPUs are the GPUs measured (and so published with the node's
+	// identity, and counted by placement).
+	GPUs GPUs
 	// Busy reports whether this node's runners are loading or serving:
 	// the benchmark waits until they are not (it would slow them, and they
 	// it), and what it measured while they got busy is used but not kept.
@@ -146,7 +173,7 @@ func Get(ctx context.Context, c Config) (runnerapi.Speed, error) {
 	default:
 		return ReadFile(c.Source)
 	}
-	cache := Cache{Path: filepath.Join(c.Dir, "speed.json"), Version: c.Version, Threads: c.Threads, Machine: c.Machine}
+	cache := Cache{Path: filepath.Join(c.Dir, "speed.json"), Version: c.Version, Threads: c.Threads, Machine: c.Machine, GPUSoftware: c.GPUs.Software, NoGPU: c.GPUs.None}
 	if sp, ok := cache.Load(); ok {
 		return sp, nil
 	}
@@ -158,7 +185,7 @@ func Get(ctx context.Context, c Config) (runnerapi.Speed, error) {
 		}
 	}
 	log.Info("measuring this node's speed for the placement cost model", "threads", c.Threads)
-	sp, _, err := Measure(ctx, c.Exe, c.Dir, c.Threads)
+	sp, _, err := Measure(ctx, c.Exe, c.Dir, c.Threads, c.GPUs)
 	if err != nil {
 		return sp, err
 	}
@@ -171,5 +198,13 @@ func Get(ctx context.Context, c Config) (runnerapi.Speed, error) {
 	}
 	log.Info("speed measured", "seconds", fmt.Sprintf("%.1f", sp.Seconds), "memGBps", fmt.Sprintf("%.1f", sp.MemBytesPerSec/1e9),
 		"q8_0DecodeGBps", fmt.Sprintf("%.1f", sp.Types["Q8_0"].DecodeBytesPerSec/1e9))
+	for _, g := range sp.GPUs {
+		if g.Error != "" {
+			log.Warn("GPU not measured: placement predicts its blocks at the CPU's speed", "gpu", g.Device.String(), "err", g.Error)
+			continue
+		}
+		log.Info("GPU speed measured", "gpu", g.Device.String(), "seconds", fmt.Sprintf("%.1f", g.Seconds),
+			"memGBps", fmt.Sprintf("%.1f", g.MemBytesPerSec/1e9), "crossMicros", fmt.Sprintf("%.0f", g.CrossMicros))
+	}
 	return sp, nil
 }

@@ -29,7 +29,8 @@ func TestCache(t *testing.T) {
 		t.Fatalf("stored speed loads as %+v, %v", sp, ok)
 	}
 	for _, other := range []Cache{{Path: c.Path, Version: "v2", Threads: 2, Machine: "m"}, {Path: c.Path, Version: "v1", Threads: 4, Machine: "m"},
-		{Path: c.Path, Version: "v1", Threads: 2, Machine: "n"}} {
+		{Path: c.Path, Version: "v1", Threads: 2, Machine: "n"}, {Path: c.Path, Version: "v1", Threads: 2, Machine: "m", GPUSoftware: true},
+		{Path: c.Path, Version: "v1", Threads: 2, Machine: "m", NoGPU: true}} {
 		if _, ok := other.Load(); ok {
 			t.Errorf("%+v loaded the speed measured as %+v", other, c)
 		}
@@ -56,5 +57,28 @@ func TestReadFile(t *testing.T) {
 	}
 	if _, err := ReadFile(filepath.Join(dir, "none.json")); err == nil {
 		t.Fatal("a missing file read")
+	}
+}
+
+// A speed with its GPUs keeps them through the cache, which is keyed by
+// whether a software device was measured too; a file written before GPUs
+// were measured (no gpuSoftware key) still loads without one.
+func TestCacheGPUs(t *testing.T) {
+	c := Cache{Path: filepath.Join(t.TempDir(), "speed.json"), Version: "v1", Threads: 2, Machine: "m", GPUSoftware: true}
+	sp := sample()
+	sp.GPUs = []runnerapi.GPUSpeed{{Device: runnerapi.Device{ID: "u", Library: "Vulkan", Name: "Vulkan0", TotalBytes: 2 << 30, FreeBytes: 1 << 30, Software: true},
+		MemBytesPerSec: 5e8, StreamRatio: 1.2, LayerMicros: 9000, TokenMicros: 2500, CrossMicros: 8000,
+		Types: map[string]runnerapi.TypeSpeed{"Q8_0": {DecodeBytesPerSec: 2e8, PrefillFlopsPerSec: 6e8, BitsPerWeight: 8.5}}}}
+	if err := c.Store(sp); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := c.Load()
+	if g, found := got.GPU("u", "Vulkan"); !ok || !found || g.CrossMicros != 8000 || g.Device.FreeBytes != 1<<30 {
+		t.Fatalf("stored GPU loads as %+v (%v, %v)", got.GPUs, ok, found)
+	}
+	old := filepath.Join(t.TempDir(), "speed.json")
+	os.WriteFile(old, []byte(`{"version":"v1","threads":2,"machine":"m","speed":{"threads":2,"memBytesPerSec":1e10,"streamRatio":1,"types":{"F32":{"decodeBytesPerSec":1e10,"prefillFlopsPerSec":1e11}}}}`), 0o600)
+	if sp, ok := (Cache{Path: old, Version: "v1", Threads: 2, Machine: "m"}).Load(); !ok || len(sp.GPUs) != 0 {
+		t.Errorf("a file from before GPUs: %+v, %v", sp, ok)
 	}
 }

@@ -48,8 +48,10 @@ type NodeIdentity struct {
 	// Speed is the node's measured compute (orrery speed), once known:
 	// what placement's cost model predicts from.
 	Speed *runnerapi.Speed `json:"speed,omitempty"`
-	// GPUs are the GPUs ggml listed on the node (its orrery speed), once
-	// known: none on a node without one.
+	// GPUs are the GPUs the node's runners may compute on, as ggml listed
+	// them when the speed was measured (their free memory then): a
+	// software device only where the node allows one (--gpu-software).
+	// None on a node without, or before its speed is known.
 	GPUs []runnerapi.Device `json:"gpus,omitempty"`
 }
 

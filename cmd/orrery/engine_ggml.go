@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/backend/ggml"
@@ -32,4 +33,20 @@ func measureCompute(ctx context.Context, dir string, threads int) (runnerapi.Spe
 func gpuSetup(software bool) (gpuBackends, error) {
 	info, err := ggml.Setup(ggml.SetupConfig{Software: software})
 	return gpuBackends{Dir: info.Dir, Libs: info.Libs, Problem: info.Problem}, err
+}
+
+// listGPUs prepares ggml's GPU backends (ggml.Setup: it must come before
+// the process's first backend) and lists the GPUs they see.
+func listGPUs(dir string, software bool) ([]runnerapi.Device, error) {
+	// Without GPU backends to load (Metal is built in on macOS) the list
+	// is just empty.
+	if _, err := ggml.Setup(ggml.SetupConfig{Software: software}); err != nil {
+		return nil, fmt.Errorf("GPU backends: %w", err)
+	}
+	return ggml.ListDevices(dir)
+}
+
+// measureGPU runs the GPU micro-benchmark on d (ggml.MeasureGPU).
+func measureGPU(ctx context.Context, dir string, threads int, d runnerapi.Device, software bool) (runnerapi.GPUSpeed, error) {
+	return ggml.MeasureGPU(ctx, dir, threads, d, software)
 }

@@ -21,3 +21,9 @@ func measureCompute(context.Context, string, int) (runnerapi.Speed, error) {
 }
 
 func gpuSetup(bool) (gpuBackends, error) { return gpuBackends{}, nil }
+
+func listGPUs(string, bool) ([]runnerapi.Device, error) { return nil, nil }
+
+func measureGPU(context.Context, string, int, runnerapi.Device, bool) (runnerapi.GPUSpeed, error) {
+	return runnerapi.GPUSpeed{}, errors.New("this orrery was built with orrery_omit_engine: it has no compute backend to measure")
+}

@@ -55,6 +55,9 @@ type Options struct {
 	// GPUSoftware lets a software device (Mesa's lavapipe) take blocks;
 	// otherwise one is never chosen (engine/backend/ggml's GPU setup).
 	GPUSoftware bool
+	// GPUDevice is the id of the device to offload to ("": the allowed one
+	// with the most free memory): `orrery speed` measures each in turn.
+	GPUDevice string
 	// Group is the tensor-parallel group of a rank whose file is a
 	// tensor-parallel slice (model.Config.TP): it sums each block's
 	// partial outputs across the group. Required for such a file.

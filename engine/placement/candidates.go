@@ -10,7 +10,8 @@ import (
 const maxGroupings = 128
 
 // Candidates predicts every plan over nodes (best first): a pipeline over
-// the first k of them for each k; a tensor-parallel group over the first
+// the first k of them for each k (split by memory, or by speed where that
+// is predicted faster: Pipeline); a tensor-parallel group over the first
 // T for each T ≥ 2 the model splits into; and pipeline P × tensor T over
 // the first P·T, whose nodes it groups the way predicted fastest (the
 // measured links decide which nodes share a group: a Thunderbolt pair,
@@ -43,7 +44,7 @@ func Candidates(l Layout, c ModelCost, nodes []Node, all bool, in Inputs) []runn
 		from = len(nodes)
 	}
 	for k := from; k <= len(nodes) && k <= l.Layers; k++ {
-		ranks, err := Split(l, nodes[:k])
+		ranks, err := c.Pipeline(l, nodes[:k], in)
 		out = append(out, predict(Plan{Shape: runnerapi.Shape{Pipeline: k, Tensor: 1}, Ranks: ranks}, err))
 	}
 	for t := max(2, from); t <= len(nodes); t++ {

@@ -180,8 +180,14 @@ type Plan struct {
 // slowest is the same in each), then on the last stage the head (whole on
 // rank 0, or split by vocabulary), which the next token waits for.
 func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[string]runnerapi.Speed, in Inputs) (dec, pre float64, err error) {
+	return c.stageTime(group, shares, speed, in, nil)
+}
+
+// stageTime is groupTime, saying in pr (when not nil) what it assumed of
+// a GPU, and counting the host trips a rank's GPU blocks add.
+func (c ModelCost) stageTime(group []Rank, shares []model.TPSlice, speed map[string]runnerapi.Speed, in Inputs, pr *runnerapi.Prediction) (dec, pre float64, err error) {
 	t := len(group)
-	first, last := group[0].FirstLayer, group[0].LastLayer
+	last := group[0].LastLayer
 	share := func(num, den int) float64 { return float64(num) / float64(den) }
 	// A mixture's decode step waits for the rank that holds the most of
 	// the token's experts; a prefill's many tokens spread over all.
@@ -194,7 +200,6 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 		busiest = expertShare(c.cfg.ExpertsUsed, sizes)
 	}
 	for i, r := range group {
-		wDec, wPre := Weights{}, Weights{}
 		a, kv, m, sh, eDec, ePre := 1.0, 1.0, 1.0, 1.0, 1.0, 1.0
 		if t > 1 {
 			sl := shares[i]
@@ -208,21 +213,20 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 				sh = share(sl.SharedFF, sl.FullSharedFF)
 			}
 		}
-		for il := first; il < last; il++ {
-			w := c.Attn[il].scaled(a).plus(c.KV[il].scaled(kv)).plus(c.Rest[il]).plus(c.MLP[il].scaled(m)).plus(c.Shared[il].scaled(sh))
-			wDec, wPre = wDec.plus(w).plus(c.Exps[il].scaled(eDec)), wPre.plus(w).plus(c.Exps[il].scaled(ePre))
+		blocks := func(from, to int) (wDec, wPre Weights) {
+			wDec, wPre = Weights{}, Weights{}
+			for il := from; il < to; il++ {
+				w := c.Attn[il].scaled(a).plus(c.KV[il].scaled(kv)).plus(c.Rest[il]).plus(c.MLP[il].scaled(m)).plus(c.Shared[il].scaled(sh))
+				wDec, wPre = wDec.plus(w).plus(c.Exps[il].scaled(eDec)), wPre.plus(w).plus(c.Exps[il].scaled(ePre))
+			}
+			return wDec, wPre
 		}
 		heads, kvw := float64(c.Heads), float64(c.KVWidth)
 		if t > 1 {
 			heads *= share(shares[i].Heads, shares[i].FullHeads)
 			kvw *= share(shares[i].KVHeads, shares[i].FullKVHeads)
 		}
-		sp := speed[r.NodeID]
-		d, _, err := passTime(sp, wDec, last-first, heads, float64(c.HeadDim), kvw, in)
-		if err != nil {
-			return 0, 0, err
-		}
-		_, pf, err := passTime(sp, wPre, last-first, heads, float64(c.HeadDim), kvw, in)
+		d, pf, err := c.rankTime(r, blocks, heads, kvw, speed[r.NodeID], in, pr)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -240,7 +244,11 @@ func (c ModelCost) groupTime(group []Rank, shares []model.TPSlice, speed map[str
 			case i > 0:
 				continue
 			}
-			d, pf, err := headTime(speed[r.NodeID], w, in)
+			hs := speed[r.NodeID]
+			if r.GPUHead {
+				hs, _ = gpuFigures(r, hs, pr)
+			}
+			d, pf, err := headTime(hs, w, in)
 			if err != nil {
 				return 0, 0, err
 			}
@@ -296,7 +304,7 @@ func (c ModelCost) Predict(p Plan, in Inputs) (runnerapi.Prediction, error) {
 	var decode, prefill, comm, commPre float64 // seconds
 	for s := range p.Shape.Pipeline {
 		group := p.Ranks[p.Shape.Rank(s, 0):p.Shape.Rank(s+1, 0)]
-		dec, pre, err := c.groupTime(group, shares, speed, in)
+		dec, pre, err := c.stageTime(group, shares, speed, in, &pr)
 		if err != nil {
 			return pr, err
 		}
@@ -399,7 +407,8 @@ func (c ModelCost) groupComm(group []Rank, gather int, speed map[string]runnerap
 		g := reduce(float64(gather * 4))
 		decode, prefill = decode+g, prefill+g
 	}
-	return decode, prefill, nil
+	cross := groupCrossings(group, gather > 0 && last == c.Layers, speed, pr)
+	return decode + cross, prefill + cross, nil
 }
 
 // speeds maps each node of p to a speed, standing in a measured node's
@@ -450,6 +459,12 @@ func headTime(sp runnerapi.Speed, w Weights, in Inputs) (decode, prefill float64
 // (Prompt tokens in one pass) over w and layers blocks with heads query
 // heads of headDim and kvw cache values per position.
 func passTime(sp runnerapi.Speed, w Weights, layers int, heads, headDim, kvw float64, in Inputs) (decode, prefill float64, err error) {
+	return passTimeFixed(sp, w, layers, heads, headDim, kvw, in, (float64(layers)*sp.LayerMicros+sp.TokenMicros)/1e6)
+}
+
+// passTimeFixed is passTime with fixed (seconds) for the pass's own costs
+// beyond its products and attention.
+func passTimeFixed(sp runnerapi.Speed, w Weights, layers int, heads, headDim, kvw float64, in Inputs, fixed float64) (decode, prefill float64, err error) {
 	types := make([]string, 0, len(w))
 	for k := range w {
 		types = append(types, k)
@@ -464,7 +479,6 @@ func passTime(sp runnerapi.Speed, w Weights, layers int, heads, headDim, kvw flo
 		decode += v.Bytes / sp.DecodeRate(ts)
 		prefill += 2 * v.Values * float64(in.Prompt) / ts.PrefillFlopsPerSec
 	}
-	fixed := (float64(layers)*sp.LayerMicros + sp.TokenMicros) / 1e6
 	// Attention: decode reads the cache (f16); prefill's scores and sums
 	// are 2·2·P²/2 flops per head dim, at the F16 kernels' rate.
 	decode += fixed + float64(layers)*float64(in.Position)*kvw*2/sp.MemBytesPerSec

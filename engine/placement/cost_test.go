@@ -41,7 +41,7 @@ func inputs(rate, oneWay float64) Inputs {
 func TestPredictOneNode(t *testing.T) {
 	c, l := smallModel(t)
 	in := inputs(3e9, 50)
-	ranks, err := Split(l, []Node{{"a", 8 << 30}})
+	ranks, err := Split(l, []Node{{ID: "a", Available: 8 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestPredictCommunication(t *testing.T) {
 	c, l := smallModel(t)
 	const oneWay = 1000.0
 	in := inputs(3e9, oneWay)
-	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}}
+	nodes := []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 8 << 30}}
 	ps := Candidates(l, c, nodes, true, in)
 	if len(ps) != 2 || ps[0].Plan != "pipeline 2" || ps[1].Plan != "tensor 2" {
 		t.Fatalf("candidates over two named nodes: %+v", ps)
@@ -102,7 +102,7 @@ func TestPredictCommunication(t *testing.T) {
 // ~10 ms; over free nodes, one node when it fits and links are slow.
 func TestChoiceFollowsLinks(t *testing.T) {
 	c, l := smallModel(t)
-	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}}
+	nodes := []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 8 << 30}}
 	rate := decodeBytes(c) / 10e-3 // ~10 ms for the whole model
 	for _, tc := range []struct {
 		oneWay float64
@@ -146,11 +146,11 @@ func TestTensorFit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranks, err := Tensor(l, sl, []Node{{"a", 8 << 30}, {"b", 8 << 30}})
+	ranks, err := Tensor(l, sl, []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 8 << 30}})
 	if err != nil || ranks[0].Need != ranks[1].Need || ranks[1].LastLayer != l.Layers || !strings.Contains(ranks[1].Slice, "head rows 2048–4095") {
 		t.Fatalf("ranks %+v, err %v: each rank holds half the head", ranks, err)
 	}
-	_, err = Tensor(l, sl, []Node{{"a", 8 << 30}, {"b", 100 << 20}})
+	_, err = Tensor(l, sl, []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 100 << 20}})
 	if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "node b") {
 		t.Fatalf("err %v", err)
 	}
@@ -167,7 +167,7 @@ func TestHybridFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := uint64(8 << 30)
-	ranks, err := Hybrid(l, sl, []Node{{"a", big}, {"b", big}, {"c", big}, {"d", big}}, 2)
+	ranks, err := Hybrid(l, sl, []Node{{ID: "a", Available: big}, {ID: "b", Available: big}, {ID: "c", Available: big}, {ID: "d", Available: big}}, 2)
 	if err != nil || len(ranks) != 4 {
 		t.Fatalf("ranks %+v, err %v", ranks, err)
 	}
@@ -189,15 +189,15 @@ func TestHybridFit(t *testing.T) {
 		t.Errorf("stage 1's ranks share the head, stage 0's the embeddings: %+v", ranks)
 	}
 	// Stage 0's group has twice stage 1's memory: about twice its blocks.
-	ranks, err = Hybrid(l, sl, []Node{{"a", 2 * big}, {"b", 2 * big}, {"c", big}, {"d", big}}, 2)
+	ranks, err = Hybrid(l, sl, []Node{{ID: "a", Available: 2 * big}, {ID: "b", Available: 2 * big}, {ID: "c", Available: big}, {ID: "d", Available: big}}, 2)
 	if err != nil || ranks[0].LastLayer-ranks[0].FirstLayer <= ranks[2].LastLayer-ranks[2].FirstLayer {
 		t.Errorf("ranks %+v, err %v: want more blocks on the larger group", ranks, err)
 	}
-	_, err = Hybrid(l, sl, []Node{{"a", big}, {"b", big}, {"c", big}, {"d", 1 << 20}}, 2)
+	_, err = Hybrid(l, sl, []Node{{ID: "a", Available: big}, {ID: "b", Available: big}, {ID: "c", Available: big}, {ID: "d", Available: 1 << 20}}, 2)
 	if err == nil || !strings.Contains(err.Error(), "rank 3 of stage 1") || !strings.Contains(err.Error(), "node d") {
 		t.Errorf("err %v: want rank 3 of stage 1 on node d named", err)
 	}
-	if _, err := Hybrid(l, sl, []Node{{"a", big}, {"b", big}, {"c", big}}, 2); err == nil {
+	if _, err := Hybrid(l, sl, []Node{{ID: "a", Available: big}, {ID: "b", Available: big}, {ID: "c", Available: big}}, 2); err == nil {
 		t.Error("3 nodes for 2 stages of 2 accepted")
 	}
 }
@@ -208,7 +208,7 @@ func TestHybridFit(t *testing.T) {
 // all-reduces cross the slow links) and pipeline 4 (four slow hops).
 func TestHybridFollowsLinks(t *testing.T) {
 	c, l := smallModel(t)
-	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}, {"c", 8 << 30}, {"d", 8 << 30}}
+	nodes := []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 8 << 30}, {ID: "c", Available: 8 << 30}, {ID: "d", Available: 8 << 30}}
 	in := inputs(decodeBytes(c)/10e-3, 0)
 	for _, n := range nodes {
 		in.Speed[n.ID] = speed(decodeBytes(c) / 10e-3)
@@ -314,7 +314,7 @@ func TestExpertParallelCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranks, err := Tensor(l, sl, []Node{{"a", 8 << 30}, {"b", 8 << 30}})
+	ranks, err := Tensor(l, sl, []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 8 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestExpertParallelCost(t *testing.T) {
 	if want := decode(share); math.Abs(dec-want) > 1e-12 || share <= 0.5 {
 		t.Errorf("whole experts: decode compute %.6f ms, want %.6f (the busier rank's %.3f of the experts)", dec*1e3, want*1e3, share)
 	}
-	wranks, err := Tensor(l, whole, []Node{{"a", 8 << 30}, {"b", 8 << 30}})
+	wranks, err := Tensor(l, whole, []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 8 << 30}})
 	if err != nil || absDiff(wranks[1].Need, ranks[1].Need) > 64 {
 		t.Errorf("whole experts need %+v (%v), by columns %d: both half", wranks, err, ranks[1].Need)
 	}

@@ -1,7 +1,8 @@
 // Package placement splits a model's blocks across nodes: contiguous
-// layer ranges in proportion to each node's available memory, checked
-// against what each rank needs (its weights, its KV cache, compute
-// buffers).
+// layer ranges in proportion to each node's available memory (a discrete
+// GPU's free memory counted beside its RAM), checked against what each
+// rank needs (its weights, its KV cache, compute buffers), the blocks a
+// GPU holds against the device's memory.
 package placement
 
 import (
@@ -12,6 +13,7 @@ import (
 	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // Overhead is reserved per rank for compute buffers and the runner
@@ -47,6 +49,9 @@ type Layout struct {
 	// for a sliding-window one (Gemma 3).
 	KV         []uint64
 	ContextLen int
+	// GPUGraph is the compute buffers a rank needs on a GPU, GPULogits
+	// what the head's logits add to them (see gpuGraphOf).
+	GPUGraph, GPULogits uint64
 }
 
 // LayoutOf reads a model's layout for a context of ctxLen tokens (0: the
@@ -58,6 +63,7 @@ func LayoutOf(f *gguf.File, cfg model.Config, ctxLen, parallel int) Layout {
 	l := Layout{Layers: cfg.Layers, Block: make([]uint64, cfg.Layers), Experts: make([]uint64, cfg.Layers), Replicated: make([]uint64, cfg.Layers),
 		Attn: make([]uint64, cfg.Layers), KVProj: make([]uint64, cfg.Layers), KV: make([]uint64, cfg.Layers),
 		Tied: cfg.TiedOutput, ContextLen: ctxLen}
+	l.GPUGraph, l.GPULogits = gpuGraphOf(cfg, parallel)
 	for i := range l.KV {
 		// f16 keys and values (deepseek2's MLA: one latent, narrower
 		// values); the slots share one pool of ctxLen positions.
@@ -155,6 +161,9 @@ func (l Layout) Need(first, last int) uint64 {
 type Node struct {
 	ID        string
 	Available uint64
+	// GPU is the device the node's ranks offload to (nil: none), with
+	// its free memory: see gpu.go.
+	GPU *runnerapi.Device
 }
 
 // Rank is one rank of a placement.
@@ -170,6 +179,20 @@ type Rank struct {
 	// Slice says what a tensor-parallel rank holds of each block
 	// (model.TPSlice's String); "" for a pipeline rank.
 	Slice string `json:"slice,omitempty"`
+	// On a node with a GPU: the device, the rank's blocks predicted on it
+	// (its last GPUBlocks; GPUHead: and the output head) and on the CPU,
+	// and what they take of the device's memory (GPUNeed; with unified
+	// memory, a part of Need). Need is then what the rank takes of RAM.
+	GPU       *runnerapi.Device `json:"gpu,omitempty"`
+	GPUBlocks int               `json:"gpuBlocks,omitempty"`
+	CPUBlocks int               `json:"cpuBlocks,omitempty"`
+	GPUHead   bool              `json:"gpuHead,omitempty"`
+	GPUNeed   uint64            `json:"gpuNeedBytes,omitempty"`
+}
+
+// onGPU reports whether block il (of the rank's) is predicted on its GPU.
+func (r Rank) onGPU(il int) bool {
+	return r.GPUBlocks > 0 && il >= r.LastLayer-r.GPUBlocks && il < r.LastLayer
 }
 
 // Split places the model on nodes, in that order (rank i on nodes[i]),
@@ -186,7 +209,7 @@ func Split(l Layout, nodes []Node) ([]Rank, error) {
 	}
 	var total uint64
 	for _, nd := range nodes {
-		total += nd.Available
+		total += nd.capacity()
 	}
 	// Largest remainder over the proportional shares, at least one each.
 	counts := make([]int, n)
@@ -195,7 +218,7 @@ func Split(l Layout, nodes []Node) ([]Rank, error) {
 	for i, nd := range nodes {
 		share := float64(l.Layers) / float64(n)
 		if total > 0 {
-			share = float64(l.Layers) * float64(nd.Available) / float64(total)
+			share = float64(l.Layers) * float64(nd.capacity()) / float64(total)
 		}
 		counts[i] = max(1, int(share))
 		rem[i] = share - float64(int(share))
@@ -239,10 +262,11 @@ func Explicit(l Layout, nodes []Node, counts []int) ([]Rank, error) {
 			return nil, fmt.Errorf("rank %d: %d layers from layer %d of a %d-layer model", i, counts[i], first, l.Layers)
 		}
 		last := first + counts[i]
-		r := Rank{Rank: i, NodeID: nd.ID, FirstLayer: first, LastLayer: last, Need: l.Need(first, last), Available: nd.Available}
+		r := Rank{Rank: i, NodeID: nd.ID, FirstLayer: first, LastLayer: last, Available: nd.Available}
+		r.setMem(nd, nd.fit(l.need(first, last), l.GPUGraph, l.GPULogits))
 		if r.Need > r.Available {
-			short = append(short, fmt.Sprintf("rank %d on %s needs %.2f GiB for layers [%d, %d), has %.2f GiB available",
-				i, nd.ID, gib(r.Need), first, last, gib(r.Available)))
+			short = append(short, fmt.Sprintf("rank %d on %s needs %.2f GiB for layers [%d, %d)%s, has %.2f GiB available",
+				i, nd.ID, gib(r.Need), first, last, r.gpuSays(), gib(r.Available)))
 		}
 		ranks = append(ranks, r)
 		first = last
@@ -287,9 +311,19 @@ type Preview struct {
 // Previews lists the placements over the first 1…len(nodes) nodes (give
 // them best first, e.g. by available memory).
 func Previews(l Layout, nodes []Node) []Preview {
+	return previews(l, nodes, func(nodes []Node) ([]Rank, error) { return Split(l, nodes) })
+}
+
+// Previews lists the pipelines over the first 1…len(nodes) nodes as
+// "auto" would place them (Pipeline: split by memory, or by speed).
+func (c ModelCost) Previews(l Layout, nodes []Node, in Inputs) []Preview {
+	return previews(l, nodes, func(nodes []Node) ([]Rank, error) { return c.Pipeline(l, nodes, in) })
+}
+
+func previews(l Layout, nodes []Node, split func([]Node) ([]Rank, error)) []Preview {
 	var out []Preview
 	for k := 1; k <= len(nodes) && k <= l.Layers; k++ {
-		ranks, err := Split(l, nodes[:k])
+		ranks, err := split(nodes[:k])
 		p := Preview{Nodes: k, Ranks: ranks, Fits: err == nil}
 		if err != nil {
 			p.Error = err.Error()
@@ -317,3 +351,12 @@ func Best(l Layout, nodes []Node) ([]Rank, error) {
 }
 
 func gib(n uint64) float64 { return float64(n) / (1 << 30) }
+
+// gpuSays is what a shortfall's message adds for a rank with blocks on a
+// GPU: they need no RAM there ("" otherwise).
+func (r Rank) gpuSays() string {
+	if r.GPU == nil || r.GPUBlocks == 0 || r.GPU.Unified {
+		return ""
+	}
+	return fmt.Sprintf(" beside %d of them on %s (%.2f GiB of its %.2f free)", r.GPUBlocks, r.GPU.Name, gib(r.GPUNeed), gib(r.GPU.FreeBytes))
+}

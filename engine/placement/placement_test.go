@@ -28,7 +28,7 @@ func layout(layers int) Layout {
 // model; embeddings count on the first rank, the head on the last.
 func TestSplitProportional(t *testing.T) {
 	l := layout(16)
-	ranks, err := Split(l, []Node{{"a", 12 << 30}, {"b", 4 << 30}})
+	ranks, err := Split(l, []Node{{ID: "a", Available: 12 << 30}, {ID: "b", Available: 4 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestSplitProportional(t *testing.T) {
 	if want := uint64(Overhead + 12*(58<<20) + 100<<20); ranks[0].Need != want {
 		t.Errorf("rank 0 needs %d, want %d", ranks[0].Need, want)
 	}
-	three, err := Split(l, []Node{{"a", 1 << 30}, {"b", 1 << 30}, {"c", 1 << 30}})
+	three, err := Split(l, []Node{{ID: "a", Available: 1 << 30}, {ID: "b", Available: 1 << 30}, {ID: "c", Available: 1 << 30}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestSplitProportional(t *testing.T) {
 		t.Errorf("covers %d layers", n)
 	}
 	// A node with almost nothing still gets one layer.
-	tiny, err := Split(layout(4), []Node{{"a", 8 << 30}, {"b", 1 << 30}})
+	tiny, err := Split(layout(4), []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 1 << 30}})
 	if err != nil || tiny[1].LastLayer-tiny[1].FirstLayer != 1 {
 		t.Fatalf("%+v %v", tiny, err)
 	}
@@ -63,18 +63,18 @@ func TestSplitProportional(t *testing.T) {
 // as few nodes as fit; previews list every count.
 func TestFit(t *testing.T) {
 	l := layout(16) // ~1.3 GiB in all
-	_, err := Split(l, []Node{{"a", 512 << 20}})
+	_, err := Split(l, []Node{{ID: "a", Available: 512 << 20}})
 	if !errors.Is(err, ErrNoFit) || !strings.Contains(err.Error(), "rank 0 on a needs 1.") || !strings.Contains(err.Error(), "has 0.50 GiB available") {
 		t.Fatalf("err = %v", err)
 	}
-	ranks, err := Best(l, []Node{{"a", 1 << 30}, {"b", 1 << 30}, {"c", 1 << 30}})
+	ranks, err := Best(l, []Node{{ID: "a", Available: 1 << 30}, {ID: "b", Available: 1 << 30}, {ID: "c", Available: 1 << 30}})
 	if err != nil || len(ranks) != 2 {
 		t.Fatalf("best %+v %v, want 2 ranks", ranks, err)
 	}
-	if _, err := Best(l, []Node{{"a", 100 << 20}, {"b", 100 << 20}}); !errors.Is(err, ErrNoFit) || !strings.Contains(err.Error(), "tried 1 to 2 nodes") {
+	if _, err := Best(l, []Node{{ID: "a", Available: 100 << 20}, {ID: "b", Available: 100 << 20}}); !errors.Is(err, ErrNoFit) || !strings.Contains(err.Error(), "tried 1 to 2 nodes") {
 		t.Fatalf("err = %v", err)
 	}
-	ps := Previews(l, []Node{{"a", 1 << 30}, {"b", 1 << 30}, {"c", 1 << 30}})
+	ps := Previews(l, []Node{{ID: "a", Available: 1 << 30}, {ID: "b", Available: 1 << 30}, {ID: "c", Available: 1 << 30}})
 	if len(ps) != 3 || ps[0].Fits || !ps[1].Fits || !ps[2].Fits || ps[0].Error == "" || len(ps[2].Ranks) != 3 {
 		t.Fatalf("previews %+v", ps)
 	}
@@ -82,7 +82,7 @@ func TestFit(t *testing.T) {
 
 func TestRanges(t *testing.T) {
 	l := layout(4)
-	nodes := []Node{{"a", 8 << 30}, {"b", 8 << 30}}
+	nodes := []Node{{ID: "a", Available: 8 << 30}, {ID: "b", Available: 8 << 30}}
 	if r, err := Ranges(l, nodes, [][2]int{{0, 1}, {1, 4}}); err != nil || r[1].FirstLayer != 1 {
 		t.Fatalf("%+v %v", r, err)
 	}

@@ -86,7 +86,7 @@ func TestMacProjection(t *testing.T) {
 			speeds := map[string]runnerapi.Speed{}
 			for i := range 4 {
 				id := fmt.Sprintf("mac%d", i)
-				nodes = append(nodes, Node{id, 480 << 30})
+				nodes = append(nodes, Node{ID: id, Available: 480 << 30})
 				speeds[id] = macSpeed(lk.reduce, lk.hop)
 			}
 			in := Inputs{Speed: speeds, Position: 512, Prompt: 512, Direct: lk.direct,

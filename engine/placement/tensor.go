@@ -33,9 +33,9 @@ func Hybrid(l Layout, plan []model.TPSlice, nodes []Node, stages int) ([]Rank, e
 	}
 	groups := make([]Node, stages)
 	for s := range groups {
-		g := Node{ID: nodes[s*t].ID, Available: nodes[s*t].Available}
+		g := Node{ID: nodes[s*t].ID, Available: nodes[s*t].capacity()}
 		for _, n := range nodes[s*t : (s+1)*t] {
-			g.Available = min(g.Available, n.Available)
+			g.Available = min(g.Available, n.capacity())
 		}
 		groups[s] = g
 	}
@@ -108,26 +108,43 @@ func groupRanks(l Layout, plan []model.TPSlice, nodes []Node, first, last, rank0
 			own = float64(s.Experts) / float64(s.FullExperts)
 		}
 		mine := float64(repl) + float64(attn)*heads + float64(kvProj)*kvHeads + float64(blocks-experts-repl-attn-kvProj)*mlp + float64(experts)*own
-		need := uint64(Overhead) + uint64(mine) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads)
+		rn := rankNeed{base: uint64(Overhead)}
 		if first == 0 {
-			need += l.Embed
+			rn.base += l.Embed
 		}
 		if last == l.Layers {
 			switch {
 			case vocab > 0: // the head split by vocabulary: its rows, and the norm
-				need += l.HeadNorm + uint64(float64(l.Head-l.HeadNorm)*float64(s.VocabRows)/float64(vocab))
+				rn.headRAM = l.HeadNorm + uint64(float64(l.Head-l.HeadNorm)*float64(s.VocabRows)/float64(vocab))
 			case i == 0:
-				need += l.Head
+				rn.headRAM = l.Head
 			}
-			if l.Tied && first != 0 { // every rank of the last stage reads the embeddings
-				need += l.Embed
+			rn.hasHead, rn.headGPU = rn.headRAM > 0, rn.headRAM
+			if l.Tied {
+				if rn.hasHead { // a tied head's own copy of the embeddings on a GPU
+					rn.headGPU += l.Embed
+				}
+				if first != 0 { // every rank of the last stage reads the embeddings
+					rn.base += l.Embed
+				}
 			}
 		}
+		need := rn.base + rn.headRAM + uint64(mine) + kv*uint64(s.KVHeads)/uint64(s.FullKVHeads)
 		n := nodes[i]
 		ranks[i] = Rank{Rank: rank0 + i, NodeID: n.ID, FirstLayer: first, LastLayer: last, Need: need, Available: n.Available, Slice: s.String()}
-		if n.Available < need {
-			short = append(short, fmt.Sprintf("rank %d of %s needs %.2f GiB on node %s, which has %.2f GiB available",
-				rank0+i, what, gib(need), n.ID, gib(n.Available)))
+		if n.GPU != nil {
+			// Each block's share, for the blocks the GPU takes.
+			for b := first; b < last; b++ {
+				mlpB := l.Block[b] - at(l.Experts, b) - at(l.Replicated, b) - at(l.Attn, b) - at(l.KVProj, b)
+				share := float64(at(l.Replicated, b)) + float64(at(l.Attn, b))*heads + float64(at(l.KVProj, b))*kvHeads +
+					float64(mlpB)*mlp + float64(at(l.Experts, b))*own
+				rn.blocks = append(rn.blocks, uint64(share)+l.KV[b]*uint64(s.KVHeads)/uint64(s.FullKVHeads))
+			}
+			ranks[i].setMem(n, n.fit(rn, l.GPUGraph, l.GPULogits))
+		}
+		if n.Available < ranks[i].Need {
+			short = append(short, fmt.Sprintf("rank %d of %s needs %.2f GiB on node %s%s, which has %.2f GiB available",
+				rank0+i, what, gib(ranks[i].Need), n.ID, ranks[i].gpuSays(), gib(n.Available)))
 		}
 	}
 	if len(short) > 0 {

@@ -16,6 +16,11 @@ type Prediction struct {
 	PrefillMs        float64 `json:"prefillMs"`
 	PrefillTokens    int     `json:"prefillTokens"`
 	PrefillTokPerSec float64 `json:"prefillTokPerSec"`
+	// HostCrossings counts the trips through the host that blocks on a
+	// GPU add to a decode step (each tensor-parallel sum of such a block,
+	// the gather of a head there, a rank split between its GPU and its
+	// CPU): their cost is in DecodeMs.
+	HostCrossings int `json:"hostCrossings,omitempty"`
 	// Fits says whether every rank fits its node's memory (Error: why
 	// not, or why it could not be predicted).
 	Fits  bool   `json:"fits"`

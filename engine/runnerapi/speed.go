@@ -37,11 +37,89 @@ type Speed struct {
 	// of one hop through an agent's relay. Measured by the runner.
 	ReduceMicros float64 `json:"reduceMicros"`
 	HopMicros    float64 `json:"hopMicros"`
+	// GPUs are the node's GPUs as ggml lists them (a software one only
+	// when the node allows it: --gpu-software), each measured as the CPU
+	// is, in a process of its own; none on a node without one.
+	GPUs []GPUSpeed `json:"gpus,omitempty"`
 	// Version is the build that measured it; MeasuredAt when; Seconds how
 	// long the benchmark took.
 	Version    string    `json:"version,omitempty"`
 	MeasuredAt time.Time `json:"measuredAt"`
 	Seconds    float64   `json:"seconds"`
+}
+
+// GPUSpeed is one GPU's compute, measured as Speed measures the CPU's:
+// its kernels on the device, the device memory's bandwidth, and what a
+// pass on it costs beyond its products.
+type GPUSpeed struct {
+	// Device is the GPU as ggml listed it when it was measured (its free
+	// memory then).
+	Device Device `json:"device"`
+	// MemBytesPerSec, StreamRatio and Types are as Speed's, the matrices
+	// in the device's memory.
+	MemBytesPerSec float64              `json:"memBytesPerSec"`
+	StreamRatio    float64              `json:"streamRatio"`
+	Types          map[string]TypeSpeed `json:"types,omitempty"`
+	// LayerMicros and TokenMicros are a pass's own cost on the device
+	// beyond its products, per block and per pass (launching the graph's
+	// kernels, the activations in and the logits out), from the same two
+	// tiny models as the CPU's, every block on the device.
+	LayerMicros float64 `json:"layerMicros"`
+	TokenMicros float64 `json:"tokenMicros"`
+	// CrossMicros is what one trip of a decode row through the host costs
+	// a pass on the device (to the host, an op there, back): what each
+	// tensor-parallel sum of a block on the GPU pays, the sum being a CPU
+	// op. 0: not measured.
+	CrossMicros float64 `json:"crossMicros,omitempty"`
+	// Seconds is how long its measurement took; Error why it failed (the
+	// figures are then absent, and the cost model takes the CPU's).
+	Seconds float64 `json:"seconds"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// Speed is the GPU's figures in a Speed's shape (no threads, no
+// collective), for the formulas that take one.
+func (g GPUSpeed) Speed() Speed {
+	return Speed{MemBytesPerSec: g.MemBytesPerSec, StreamRatio: g.StreamRatio, Types: g.Types,
+		LayerMicros: g.LayerMicros, TokenMicros: g.TokenMicros}
+}
+
+// Check says what makes g unusable for a prediction.
+func (g GPUSpeed) Check() error {
+	if g.Error != "" {
+		return fmt.Errorf("GPU %s: %s", g.Device, g.Error)
+	}
+	sp := g.Speed()
+	if err := sp.Check(); err != nil {
+		return fmt.Errorf("GPU %s: %w", g.Device, err)
+	}
+	return nil
+}
+
+// GPU is the measured speed of the device with id and library, false
+// when none (or its measurement failed).
+func (s *Speed) GPU(id, library string) (GPUSpeed, bool) {
+	if s == nil {
+		return GPUSpeed{}, false
+	}
+	for _, g := range s.GPUs {
+		if g.Device.ID == id && g.Device.Library == library && g.Check() == nil {
+			return g, true
+		}
+	}
+	return GPUSpeed{}, false
+}
+
+// Devices are the GPUs listed with the speed, measured or not.
+func (s *Speed) Devices() []Device {
+	if s == nil {
+		return nil
+	}
+	var out []Device
+	for _, g := range s.GPUs {
+		out = append(out, g.Device)
+	}
+	return out
 }
 
 // TypeSpeed is one weight type's kernels.

@@ -136,6 +136,13 @@ func (g *tpGroup) reduce(buf []float32, exact bool) {
 // the group, in the graph; onGPU says t is computed on a GPU (its block
 // is there), whose sum goes through the host (see above).
 func (r *Rank) allReduce(c ml.Context, t ml.Tensor, onGPU bool) ml.Tensor {
+	return groupOp(c, t, r.group, onGPU)
+}
+
+// groupOp is g's sum of t as an op of the graph: a CPU op, so that from a
+// GPU (onGPU) the graph crosses to the host and back at it (what
+// MeasureGPU times with a group that sums nothing).
+func groupOp(c ml.Context, t ml.Tensor, g *tpGroup, onGPU bool) ml.Tensor {
 	ctx, err := ollamaContextC(c)
 	if err != nil {
 		panic(fmt.Errorf("tensor-parallel all-reduce: %w", err))
@@ -151,7 +158,7 @@ func (r *Rank) allReduce(c ml.Context, t ml.Tensor, onGPU bool) ml.Tensor {
 	if onGPU {
 		cp = 1
 	}
-	dst := C.orrery_allreduce((*C.struct_ggml_context)(ctx), (*C.struct_ggml_tensor)(src), C.uintptr_t(r.group.h), cp)
+	dst := C.orrery_allreduce((*C.struct_ggml_context)(ctx), (*C.struct_ggml_tensor)(src), C.uintptr_t(g.h), cp)
 	if dst == nil {
 		panic(errors.New("tensor-parallel all-reduce: ggml_map_custom1 failed"))
 	}

@@ -22,6 +22,10 @@ func (r *Rank) allReduce(ml.Context, ml.Tensor, bool) ml.Tensor {
 	panic("tensor parallelism needs cgo")
 }
 
+func groupOp(ml.Context, ml.Tensor, *tpGroup, bool) ml.Tensor {
+	panic("tensor parallelism needs cgo")
+}
+
 func localExperts(ml.Context, ml.Tensor, ml.Tensor, int, int) (ml.Tensor, ml.Tensor) {
 	panic("expert parallelism needs cgo")
 }

@@ -116,12 +116,13 @@ func Setup(cfg SetupConfig) (SetupInfo, error) {
 var errNoGPU = errors.New("no GPU")
 
 // pickDevice is the device a rank offloads to: the one with the most free
-// memory among those allowed (a software one only with software).
-func pickDevice(ds []runnerapi.Device, software bool) (runnerapi.Device, error) {
+// memory among those allowed (a software one only with software), or the
+// one whose id is id.
+func pickDevice(ds []runnerapi.Device, software bool, id string) (runnerapi.Device, error) {
 	var best runnerapi.Device
 	found, skipped := false, 0
 	for _, d := range ds {
-		if d.Software && !software {
+		if d.Software && !software || id != "" && d.ID != id {
 			skipped++
 			continue
 		}
@@ -132,6 +133,8 @@ func pickDevice(ds []runnerapi.Device, software bool) (runnerapi.Device, error) 
 	switch {
 	case found:
 		return best, nil
+	case id != "":
+		return best, fmt.Errorf("%w: no device %q among ggml's %d (allowed: software %v)", errNoGPU, id, len(ds), software)
 	case skipped > 0:
 		return best, fmt.Errorf("%w: only a software device (%d; --gpu-software allows it)", errNoGPU, skipped)
 	}

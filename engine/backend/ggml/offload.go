@@ -3,6 +3,8 @@ package ggml
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -101,6 +103,26 @@ func Devices(path string) ([]runnerapi.Device, error) {
 		out = append(out, deviceOf(d))
 	}
 	return out, nil
+}
+
+// ListDevices lists the GPUs ggml sees, through a one-tensor file it
+// writes in dir for the purpose. Setup must have run first.
+func ListDevices(dir string) ([]runnerapi.Device, error) {
+	f, err := os.CreateTemp(dir, "gpu-list-*.gguf")
+	if err != nil {
+		return nil, err
+	}
+	path := f.Name()
+	f.Close()
+	defer os.Remove(path)
+	const arch = "orrery-gpu-list"
+	kvs := []gguf.KV{{Key: "general.architecture", Value: arch}, {Key: arch + ".block_count", Value: uint32(1)}}
+	ts := []gguf.WriteTensor{{Name: "blk.0.w", Type: gguf.F32, Dims: []uint64{32, 1},
+		Data: func(w io.Writer) error { return pattern(w, 32*4) }}}
+	if err := gguf.WriteFile(path, kvs, ts); err != nil {
+		return nil, err
+	}
+	return Devices(path)
 }
 
 // blockNeed is what a rank's blocks take on a device: each block's
@@ -204,7 +226,7 @@ func planGPU(path string, f *gguf.File, cfg model.Config, opts backend.Options) 
 	if err != nil {
 		return gpuPlan{}, err
 	}
-	dev, err := pickDevice(ds, opts.GPUSoftware)
+	dev, err := pickDevice(ds, opts.GPUSoftware, opts.GPUDevice)
 	if err != nil {
 		return gpuPlan{reason: err.Error()}, nil
 	}

@@ -1,4 +1,5 @@
 // Number formatting shared by the pages.
+import type { GPUDevice } from './types';
 
 export function gib(bytes: number | null | undefined): string {
   if (bytes == null) return '–';
@@ -37,4 +38,45 @@ export function counterValue(v: number, unit?: string): string {
   if (unit === 'bytes' || unit?.startsWith('bytes ')) return humanBytes(Math.round(v)) + unit.slice(5);
   const n = Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2);
   return unit ? `${n} ${unit}` : n;
+}
+
+// gpuLines describes a GPU in two short lines: what it is (the library
+// that computes on it, and the driver's description, else ggml's name),
+// then its memory (free of total, as listed when the node measured its
+// speed) and whether that is the system's RAM (unified) or the device
+// computes on the CPU (software: Mesa's lavapipe).
+export function gpuLines(d: GPUDevice): [string, string] {
+  const what = `${d.library} · ${d.description || d.name}`;
+  const notes = [d.unified ? 'unified' : '', d.software ? 'software' : ''].filter(Boolean);
+  const mem = `free ${(d.freeBytes / 2 ** 30).toFixed(1)} of ${gib(d.totalBytes)}`;
+  return [what, [mem, ...notes].join(' · ')];
+}
+
+// gpuCard is what a node's card shows of its GPUs: the first one's two
+// lines (with how many more there are), and a tooltip listing each; no
+// lines for a node that lists none.
+export function gpuCard(gpus: GPUDevice[]): { lines: string[]; title: string } {
+  if (!gpus.length) return { lines: [], title: '' };
+  const [what, mem] = gpuLines(gpus[0]);
+  const more = gpus.length > 1 ? ` (+${gpus.length - 1} more)` : '';
+  return {
+    lines: ['GPU ' + what + more, mem],
+    title: gpus.map((d) => `${d.name}: ${gpuLines(d).join(', ')}`).join('\n'),
+  };
+}
+
+// RankDevices is what a placement rank says of its node's GPU
+// (placement.Rank): the device, its blocks there and on the CPU, and the
+// device memory they take.
+export interface RankDevices {
+  gpu?: GPUDevice; gpuBlocks?: number; cpuBlocks?: number; gpuHead?: boolean; gpuNeedBytes?: number;
+}
+
+// rankDevices reads "3 blocks and the head on CUDA0 (2.1 GiB), 5 on the
+// CPU"; "" for a rank whose node has no GPU.
+export function rankDevices(r: RankDevices): string {
+  if (!r.gpu) return '';
+  const on = r.gpuBlocks ?? 0, off = r.cpuBlocks ?? 0;
+  const gpu = `${on} block${on === 1 ? '' : 's'}${r.gpuHead ? ' and the head' : ''} on ${r.gpu.name} (${gib(r.gpuNeedBytes ?? 0)})`;
+  return off ? `${gpu}, ${off} on the CPU` : gpu;
 }

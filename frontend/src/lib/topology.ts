@@ -1,7 +1,7 @@
 // topologyFromState turns the replicated state into what the topology
 // graph draws: nodes with their telemetry, and directed edges with their
 // badges, tooltip figures and whether they are in a bad state.
-import type { State, LinkTelemetry } from './types';
+import type { GPUDevice, State, LinkTelemetry } from './types';
 
 export interface TopoNode {
   id: string;
@@ -16,6 +16,7 @@ export interface TopoNode {
   gpu: number | null;
   temp: number | null;
   power: number | null;
+  gpus: GPUDevice[]; // as the node publishes them in its identity
   x: number;
   y: number;
 }
@@ -87,9 +88,13 @@ export function displayNames(st: State): Map<string, string> {
   return new Map([...base].map(([id, n]) => [id, (count.get(n) ?? 0) > 1 && n !== id.slice(0, 8) ? `${n} (${id.slice(0, 8)})` : n]));
 }
 
+// GPU_CARD_H is what a node's card grows by for its GPUs' two lines.
+export const GPU_CARD_H = 36;
+
 export function topologyFromState(st: State, masterId: string, width = 800, height = 520): { nodes: TopoNode[]; edges: TopoEdge[] } {
   const ids = st.topology.nodes.map((n) => n.nodeId).sort();
-  const pos = layoutCircle(ids.length, width, height);
+  const gpus = ids.some((id) => st.nodeIdentities[id]?.gpus?.length);
+  const pos = layoutCircle(ids.length, width, height, 230, 120 + (gpus ? GPU_CARD_H : 0));
   const names = displayNames(st);
   const nodes = ids.map((id, i): TopoNode => {
     const ident = st.nodeIdentities[id];
@@ -112,6 +117,7 @@ export function topologyFromState(st: State, masterId: string, width = 800, heig
       gpu: sys?.gpuUsage ?? null,
       temp: sys?.temp ?? null,
       power: sys?.sysPower ?? null,
+      gpus: ident?.gpus ?? [],
       ...pos[i],
     };
   });

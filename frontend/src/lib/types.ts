@@ -8,6 +8,13 @@ export interface Bytes { inBytes: number }
 export interface NodeIdentity {
   nodeId: string; friendlyName: string; modelId: string; chipId: string; osName: string;
   cpuCount: number; ramTotal?: Bytes | null;
+  gpus?: GPUDevice[]; // absent: none, or the node's speed not measured yet
+}
+// A GPU as ggml lists it (runnerapi.Device): its memory when the node
+// measured its speed (Metal: the working-set limit).
+export interface GPUDevice {
+  id: string; library: string; name: string; description: string; totalBytes: number; freeBytes: number;
+  unified?: boolean; software?: boolean;
 }
 export interface NodeMemory {
   ramTotal?: Bytes | null; ramAvailable?: Bytes | null; swapTotal?: Bytes | null; swapAvailable?: Bytes | null; sampledAt: string;

@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { badge, displayNames, edgeLabel, edgeTooltip, topologyFromState } from '../topology';
+import { badge, displayNames, edgeLabel, edgeTooltip, GPU_CARD_H, topologyFromState } from '../topology';
 import { phasesFromStats } from '../phases';
 import { planGrid } from '../plan';
-import { counterValue } from '../format';
+import { counterValue, gpuCard, gpuLines, rankDevices } from '../format';
 import { MAX_WINDOW_PX, Viewport, covers, spanAt, windowFor, type TraceWindow, type WindowLane } from '../timeline';
-import type { State, TraceStats } from '../types';
+import type { GPUDevice, State, TraceStats } from '../types';
 
 const b = (n: number) => ({ inBytes: n });
 
@@ -179,5 +179,42 @@ describe('counterValue', () => {
     expect(counterValue(5.891, 'MB/s')).toBe('5.89 MB/s');
     expect(counterValue(123.4, 'MB/s')).toBe('123 MB/s');
     expect(counterValue(42.25)).toBe('42.3');
+  });
+});
+
+describe('GPUs on a node card', () => {
+  const cuda: GPUDevice = { id: 'GPU-1', library: 'CUDA', name: 'CUDA0', description: 'NVIDIA GeForce RTX 4090', totalBytes: 24 * 2 ** 30, freeBytes: 22.5 * 2 ** 30 };
+  const metal: GPUDevice = { id: '0', library: 'Metal', name: 'Metal', description: '', totalBytes: 96 * 2 ** 30, freeBytes: 96 * 2 ** 30, unified: true };
+  const lavapipe: GPUDevice = { id: 'u', library: 'Vulkan', name: 'Vulkan0', description: 'llvmpipe (LLVM 15.0.6, 256 bits)', totalBytes: 2 ** 31, freeBytes: 2 ** 31, software: true };
+  it('names the device and its library, its free and total memory, and unified or software memory', () => {
+    expect(gpuLines(cuda)).toEqual(['CUDA · NVIDIA GeForce RTX 4090', 'free 22.5 of 24.0 GiB']);
+    expect(gpuLines(metal)).toEqual(['Metal · Metal', 'free 96.0 of 96.0 GiB · unified']);
+    expect(gpuLines(lavapipe)).toEqual(['Vulkan · llvmpipe (LLVM 15.0.6, 256 bits)', 'free 2.0 of 2.0 GiB · software']);
+  });
+  it('shows the first GPU with a count of the others, every one in the tooltip, nothing for none', () => {
+    expect(gpuCard([])).toEqual({ lines: [], title: '' });
+    const c = gpuCard([cuda, lavapipe]);
+    expect(c.lines).toEqual(['GPU CUDA · NVIDIA GeForce RTX 4090 (+1 more)', 'free 22.5 of 24.0 GiB']);
+    expect(c.title.split('\n')).toEqual(['CUDA0: CUDA · NVIDIA GeForce RTX 4090, free 22.5 of 24.0 GiB', 'Vulkan0: Vulkan · llvmpipe (LLVM 15.0.6, 256 bits), free 2.0 of 2.0 GiB · software']);
+  });
+  it('reach the topology from the identity, which lays the cards out taller', () => {
+    const st = state();
+    st.nodeIdentities['n-a'].gpus = [metal];
+    const { nodes } = topologyFromState(st, '', 960, 600);
+    expect(nodes.find((n) => n.id === 'n-a')!.gpus).toEqual([metal]);
+    expect(nodes.find((n) => n.id === 'n-b')!.gpus).toEqual([]);
+    const top = Math.min(...nodes.map((n) => n.y));
+    const plain = Math.min(...topologyFromState(state(), '', 960, 600).nodes.map((n) => n.y));
+    expect(top - plain).toBeCloseTo(GPU_CARD_H / 2, 6);
+  });
+});
+
+describe('a preview rank on a GPU', () => {
+  const gpu: GPUDevice = { id: 'u', library: 'Vulkan', name: 'Vulkan0', description: 'llvmpipe', totalBytes: 2 ** 31, freeBytes: 2 ** 31, software: true };
+  it('says its blocks on the GPU and on the CPU, the head when there, nothing without a GPU', () => {
+    expect(rankDevices({ gpu, gpuBlocks: 26, cpuBlocks: 22, gpuNeedBytes: 1.97 * 2 ** 30 })).toBe('26 blocks on Vulkan0 (2.0 GiB), 22 on the CPU');
+    expect(rankDevices({ gpu, gpuBlocks: 1, gpuHead: true, gpuNeedBytes: 2 ** 29 })).toBe('1 block and the head on Vulkan0 (0.5 GiB)');
+    expect(rankDevices({ gpu, cpuBlocks: 4 })).toBe('0 blocks on Vulkan0 (0.0 GiB), 4 on the CPU');
+    expect(rankDevices({})).toBe('');
   });
 });
