@@ -247,13 +247,14 @@ kjv-train: build
 # tests with GPU_TEST_ENV: the backends there, and a GPU test that lacks
 # them or a device fails instead of skipping. gpu-test computes on the
 # Vulkan device ggml sees (Mesa's lavapipe on a machine without a GPU)
-# against the CPU (TestGPUMatmul), alone.
+# against the CPU: every TestGPU test (products, conformance rows, runners
+# and agents with blocks on the GPU), alone.
 GPU_LIB = $(CURDIR)/lib/ollama
 GPU_TEST_ENV = ORRERY_GPU_LIB=$(GPU_LIB) ORRERY_GPU_REQUIRED=1
 gpu:
 	@scripts/gpu-build.sh >/dev/null
-gpu-test: gpu
-	$(GPU_TEST_ENV) $(GO) test -count=1 -run TestGPUMatmul -v ./engine/backend/ggml/
+gpu-test: gpu llama-ref
+	$(GPU_TEST_ENV) $(GO) test -count=1 -timeout 30m -run 'TestGPU|TestSetup' ./engine/backend/ggml/ ./engine/conformance/ ./cmd/orrery/ ./agent/instance/
 
 clean:
 	rm -rf bin test-output
