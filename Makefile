@@ -164,8 +164,8 @@ load: build
 # (docs/cluster.md#reliability). Needs root and iproute2.
 CHAOS_TIME ?= 10m
 CHAOS_NODES ?= 3
-chaos: build
-	$(GO) test -tags netns -count=1 -timeout 40m -run TestChaos -v ./cmd/orrery/ -chaos.duration=$(CHAOS_TIME) -chaos.nodes=$(CHAOS_NODES)
+chaos: build gpu
+	$(GPU_TEST_ENV) $(GO) test -tags netns -count=1 -timeout 40m -run TestChaos -v ./cmd/orrery/ -chaos.duration=$(CHAOS_TIME) -chaos.nodes=$(CHAOS_NODES)
 
 # stats-vs-python times trace stats against the seed's Python on 1 M spans.
 stats-vs-python:

@@ -48,7 +48,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +56,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/api/client"
 	"github.com/orrery-cluster/orrery/cluster/auth"
+	"github.com/orrery-cluster/orrery/engine/gpulib"
 	"github.com/orrery-cluster/orrery/internal/netnstest"
 )
 
@@ -75,6 +75,9 @@ type chaosNode struct {
 	args                  []string
 	bin                   string
 	env                   []string
+	// gpu: its runners offload to a GPU (lavapipe here: the first node,
+	// where ggml's GPU backends were built, $ORRERY_GPU_LIB).
+	gpu bool
 
 	mu    sync.Mutex // guards agent, all and down
 	agent *netnsAgent
@@ -144,8 +147,16 @@ func chaosCluster(t *testing.T) []*chaosNode {
 		genModel(t, bin, n.dir, n.model, "--preset", "tiny")
 		nodes = append(nodes, n)
 	}
+	if os.Getenv(gpulib.LibEnv) != "" {
+		// The first node's runners put their blocks on the GPU, where a
+		// driver's fault can kill them (chaosFault's "gpu-runner").
+		nodes[0].gpu = true
+	}
 	for _, n := range nodes {
 		n.args = []string{"--peer-addr", net.JoinHostPort(n.ip, netnsPeerPort)}
+		if n.gpu {
+			n.args = append(n.args, "--gpu-software")
+		}
 		for _, o := range nodes {
 			if o != n {
 				n.args = append(n.args, "--peer", net.JoinHostPort(o.ip, netnsPeerPort))
@@ -242,6 +253,14 @@ func chaosFault(t *testing.T, kind string, victim *chaosNode, hold time.Duration
 			return "runner (none running)"
 		}
 		syscall.Kill(pids[rng.Intn(len(pids))], syscall.SIGKILL)
+	case "gpu-runner":
+		// A GPU driver's fault kills the process that computes on it:
+		// SIGSEGV to a runner of the node whose runners offload.
+		pids := runnerPids(victim.cur().cmd.Process.Pid)
+		if len(pids) == 0 {
+			return "gpu-runner (none running)"
+		}
+		syscall.Kill(pids[rng.Intn(len(pids))], syscall.SIGSEGV)
 	}
 	victim.setDown("")
 	return kind
@@ -249,31 +268,6 @@ func chaosFault(t *testing.T, kind string, victim *chaosNode, hold time.Duration
 
 // hubOf is the hub namespace's name.
 func hubOf(n *chaosNode) string { return strings.TrimSuffix(n.ns, fmt.Sprint(n.i)) + "h" }
-
-// runnerPids lists the runner processes whose parent is the agent ppid.
-func runnerPids(ppid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces; split after ')'.
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		args := strings.Split(string(cmdline), "\x00")
-		if len(f) > 1 && f[1] == fmt.Sprint(ppid) && len(args) > 1 && args[1] == "runner" && f[0] != "Z" {
-			out = append(out, pid)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
 
 func TestChaos(t *testing.T) {
 	nodes := chaosCluster(t)
@@ -291,6 +285,9 @@ func TestChaos(t *testing.T) {
 	var heals []chaosHeal
 	end := time.Now().Add(*chaosDuration)
 	kinds := []string{"partition", "one-way", "stall", "crash", "runner"}
+	if nodes[0].gpu {
+		kinds = append(kinds, "gpu-runner")
+	}
 	var cycle []string // every kind once, in a random order, then again
 	for time.Now().Before(end) {
 		if len(cycle) == 0 {
@@ -300,6 +297,9 @@ func TestChaos(t *testing.T) {
 		}
 		kind, victim := cycle[0], nodes[rng.Intn(len(nodes))]
 		cycle = cycle[1:]
+		if kind == "gpu-runner" {
+			victim = nodes[0]
+		}
 		hold := 4*time.Second + time.Duration(rng.Intn(4000))*time.Millisecond
 		began := time.Now()
 		got := chaosFault(t, kind, victim, hold, rng)

@@ -49,6 +49,7 @@ func runSpeed(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	gpus := fs.Bool("gpus", true, "measure the GPUs ggml lists (false: the CPU only)")
 	echo := fs.Bool("echo-serve", false, "internal: echo on a loopback port (printed) for the cross-process hop, until stdin closes")
 	device := fs.String("gpu-device", "", "internal: measure only the GPU of this id (in a process of its own) and print its figures as JSON")
+	list := fs.Bool("list-gpus", false, "only list the GPUs ggml sees, with their memory now (a software one with --gpu-software), and exit")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
 		return code
 	}
@@ -65,6 +66,9 @@ func runSpeed(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *device != "" {
 		return speedGPUChild(ctx, *dir, *threads, *device, *software, stdout, stderr)
+	}
+	if *list {
+		return listGPUsCommand(*dir, *software, *asJSON, stdout, stderr)
 	}
 	sp, err := measureSpeed(ctx, speedConfig{dir: *dir, threads: *threads, software: *software, gpus: *gpus, warn: stderr})
 	if err != nil {

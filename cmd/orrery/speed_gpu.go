@@ -106,3 +106,27 @@ func lastLine(s string) string {
 	}
 	return s
 }
+
+// listGPUsCommand is `orrery speed --list-gpus`: the GPUs ggml sees and
+// their memory now, one a line or as JSON.
+func listGPUsCommand(dir string, software, asJSON bool, stdout, stderr io.Writer) int {
+	ds, err := listGPUs(dir, software)
+	if err != nil {
+		fmt.Fprintf(stderr, "orrery speed: %v\n", err)
+		return 1
+	}
+	if asJSON {
+		if ds == nil {
+			ds = []runnerapi.Device{}
+		}
+		json.NewEncoder(stdout).Encode(ds)
+		return 0
+	}
+	if len(ds) == 0 {
+		fmt.Fprintln(stdout, "no GPU")
+	}
+	for _, d := range ds {
+		fmt.Fprintf(stdout, "%s  %s  %.2f of %.2f GiB free\n", d, d.Library, float64(d.FreeBytes)/(1<<30), float64(d.TotalBytes)/(1<<30))
+	}
+	return 0
+}
