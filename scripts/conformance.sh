@@ -11,7 +11,7 @@ log=test-output/conformance.txt
 rc=0
 pkgs=("$@")
 ((${#pkgs[@]})) || pkgs=(./engine/conformance/ ./engine/vocab/ ./engine/chattmpl/)
-# 25 minutes: the conformance package alone takes about 8 on two cores, close to
+# 35 minutes: the conformance package alone takes about 8 on two cores, close to
 # go test's default of 10; the GPU rows (TestGPUMatchesCPU) add 2-3 minutes
 # once Mesa's shader cache is warm.
 go test -count=1 -timeout 35m -v "${pkgs[@]}" 2>&1 | grep -v -e '^time=' -e ' INFO ' >"$log" || rc=$?
