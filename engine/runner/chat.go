@@ -6,56 +6,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
-	"github.com/orrery-cluster/orrery/engine/tokenizer"
 )
-
-// chat renders a chat request's prompt with its tools, and decides how its
-// output is parsed and whether a tool call is forced (req.Grammar).
-func (g *Generator) chat(req *runnerapi.Request) (string, chatfmt.Options, error) {
-	var parse chatfmt.Options
-	o := tokenizer.ChatOptions{Kwargs: req.ChatKwargs}
-	tools, err := toolsOf(req.Tools)
-	if err != nil {
-		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
-	}
-	if req.ToolChoice != "none" {
-		o.Tools = req.Tools
-	} else {
-		tools = nil
-	}
-	text, err := g.Tok.Chat(req.Messages, o)
-	if err != nil {
-		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
-	}
-	f, thinks := g.Tok.ChatFormat()
-	parse = chatfmt.OptionsFor(f, thinks, len(tools) > 0, text)
-	switch req.ToolChoice {
-	case "", "auto", "none":
-		return text, parse, nil
-	case "required":
-	default:
-		var named []chatfmt.Tool
-		for _, t := range tools {
-			if t.Name == req.ToolChoice {
-				named = append(named, t)
-			}
-		}
-		if len(named) == 0 {
-			return "", parse, fmt.Errorf("%w: tool_choice names %q, which is not among the tools", runnerapi.ErrBadRequest, req.ToolChoice)
-		}
-		tools = named
-	}
-	if req.Grammar != nil {
-		return "", parse, fmt.Errorf("%w: a forced tool call and response_format cannot be combined", runnerapi.ErrBadRequest)
-	}
-	if len(tools) == 0 {
-		return "", parse, fmt.Errorf("%w: tool_choice %q without tools", runnerapi.ErrBadRequest, req.ToolChoice)
-	}
-	if req.Grammar, err = f.CallGrammar(tools, req.ParallelToolCalls); err != nil {
-		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
-	}
-	return text, parse, nil
-}
 
 // toolsOf reads the name and parameters of each tool of OpenAI's tools
 // array.

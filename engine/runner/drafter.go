@@ -16,7 +16,8 @@ import (
 // drafts are verified alike (spec.go), and adaptive K (speccost.go) weighs
 // them with what it has measured of the source: its drafts' acceptance
 // across requests and, where a draft costs a call of a model, that call's
-// time by its passes.
+// time by its passes. The Drafter interface and a slot's state are
+// declared in speccost.go, beside adaptive K, which reads them.
 //
 // Adding a third source (a model's own MTP head, say):
 //  1. a type whose Draft proposes up to k tokens to follow a slot's
@@ -34,37 +35,10 @@ import (
 //     rejected (the draft model compares the history it is given with
 //     what it fed its cache).
 
-// Drafter proposes drafts for one speculating request in one slot. Its
-// methods run on the scheduler's goroutine, one call at a time, between
-// steps.
-type Drafter interface {
-	// Draft proposes up to k tokens (k ≥ 0; fewer or none is fine) to
-	// follow hist: the slot's cached tokens, then its pending one. hist
-	// is the scheduler's, not to be kept. passes is how many forward
-	// passes of a model the call ran (0 for a source that runs none),
-	// which adaptive K times as the source's call.
-	Draft(ctx context.Context, hist []int32, k int) (drafts []int32, passes int, err error)
-}
-
 var (
 	_ Drafter = promptLookup{}
 	_ Drafter = modelDrafter{}
 )
-
-// draftSource is a draft source requests may name: how a slot's drafter
-// is made, and what adaptive K has measured of the source's drafts across
-// requests. Run's goroutine alone uses it.
-type draftSource struct {
-	// drafter makes the drafter of a request speculating with sp in slot.
-	drafter func(slot int, sp *runnerapi.Speculation) Drafter
-	// call, for a source whose drafts cost a call of a model, is that
-	// call's time in ns as a line in its passes (D(k)); nil where drafts
-	// cost only the verifying step's rows (prompt lookup).
-	call *line
-	// accepted and rejections are every request's drafts from the source
-	// and its rejections, decayed: a new request's α starts there.
-	accepted, rejections float64
-}
 
 // Speculator is a scheduler's speculative decoding: the draft sources its
 // requests may name, and what adaptive K has measured of them and of the
@@ -110,57 +84,6 @@ func NewSpeculator(m *DraftModel) *Speculator {
 func (p *Speculator) stepped(rows, groups int, d time.Duration) {
 	p.cost.step(rows, d)
 	p.lastRows, p.lastGroups = rows, groups
-}
-
-// called records a call of src that ran passes and took d.
-func (src *draftSource) called(passes int, d time.Duration) {
-	if passes > 0 && src.call != nil {
-		src.call.add(float64(passes), float64(d.Nanoseconds()), costDecay)
-	}
-}
-
-// callCost is a call of src of k passes in ns, ok once one was measured
-// (0 and ok for a source without calls).
-func (src *draftSource) callCost(k int) (float64, bool) {
-	if src.call == nil {
-		return 0, true
-	}
-	a, b, _, ok := src.call.fit()
-	if k == 0 {
-		return 0, ok
-	}
-	return a + b*float64(k), ok
-}
-
-// slotSpec is a slot's speculation: the drafter of its request while a
-// speculating one runs, and adaptive K's state of the slot (speccost.go).
-type slotSpec struct {
-	// d drafts for the slot's request, from source src; both nil when the
-	// request does not speculate, or none runs.
-	d   Drafter
-	src *draftSource
-	// k is how many tokens to draft next, once chosen (firstK); idle
-	// counts the steps since a probe while it is 0.
-	k      int
-	chosen bool
-	idle   int
-	// accepted and rejections are the slot's drafts and its rejections,
-	// decayed.
-	accepted, rejections float64
-	// sinceMax counts the slot's steps since it last drafted its max.
-	// It runs on across the slot's requests (reset keeps it): most end
-	// before a max probe.
-	sinceMax int
-}
-
-// reset starts the slot's speculation over for a request speculating
-// with sp from src (nil, nil: none): a drafter of its own, and adaptive
-// K's state afresh but for sinceMax.
-func (ss *slotSpec) reset(slot int, sp *runnerapi.Speculation, src *draftSource) {
-	*ss = slotSpec{sinceMax: ss.sinceMax}
-	if src != nil {
-		ss.d, ss.src = src.drafter(slot, sp), src
-	}
 }
 
 // Prompt lookup: a slot drafts what followed the latest earlier

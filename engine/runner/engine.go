@@ -349,3 +349,34 @@ func (l *Local) End(slot int, err error) {
 	}
 	traceSlot(l.F, slot, "") // a lost group fails the next step
 }
+
+// verifyGroup runs a drafting group's verification over its rows' logits
+// (rows: one per token of the group, vocab each): the accepted drafts,
+// then the token the target chose after them; with each its logprobs
+// (from the row it was decided on) when the request asked for them.
+func verifyGroup(g Group, rows []float32, vocab int, ss slotSampler) ([]int32, []*runnerapi.Logprobs, error) {
+	var toks []int32
+	var lps []*runnerapi.Logprobs
+	for i := range g.Draft + 1 {
+		row := rows[i*vocab : (i+1)*vocab]
+		var tok int32
+		var ok bool
+		var err error
+		if i == g.Draft {
+			tok, err = ss.smp.Next(row)
+		} else {
+			tok, ok, err = ss.smp.Verify(row, g.Tokens[i+1])
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		toks = append(toks, tok)
+		if ss.nlp >= 0 {
+			lps = append(lps, logprobsOf(row, tok, ss.nlp))
+		}
+		if !ok {
+			break
+		}
+	}
+	return toks, lps, nil
+}

@@ -3,36 +3,13 @@ package runner
 import (
 	"context"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
-	"github.com/orrery-cluster/orrery/engine/backend"
 	"github.com/orrery-cluster/orrery/engine/chatfmt"
-	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 	"github.com/orrery-cluster/orrery/engine/tokenizer"
 	"github.com/orrery-cluster/orrery/engine/trace"
 )
-
-// Forwarder is what generation runs on: tokens in at the first rank, the
-// last position's logits out of the last. A backend.Rank holding every
-// block is one; a pipeline of ranks across nodes is another.
-type Forwarder interface {
-	Config() model.Config
-	Options() backend.Options
-	Forward(ctx context.Context, b backend.Batch) (backend.Result, error)
-	Remove(seq, from int) error
-	Shift(seq, keep, discard int) error
-}
-
-// logprobsN is how many top logprobs the last rank computes for r (-1:
-// none).
-func logprobsN(r *runnerapi.Request) int {
-	if !r.Logprobs {
-		return -1
-	}
-	return r.TopLogprobs
-}
 
 // Generator prepares requests for one model, and runs one at a time
 // (Generate) for benchmarks and tests; a Server's Scheduler runs many.
@@ -136,72 +113,6 @@ func positions(i, j int) []int32 {
 	return p
 }
 
-// output turns tokens into text: it holds back bytes of a character split
-// across tokens, and any tail that could be the start of a stop string, so
-// that a stop string never reaches the client.
-type output struct {
-	stop      []string
-	pending   []byte // decoded, not yet released
-	done      bool
-	ignoreEOS bool
-}
-
-func newOutput(stop []string) *output { return &output{stop: stop} }
-
-// add appends token id's text and returns what can be released, and
-// whether generation is over (end-of-generation token or stop string).
-func (o *output) add(tok *tokenizer.Tokenizer, id int32) (runnerapi.Piece, bool) {
-	if o.done {
-		return runnerapi.Piece{}, true
-	}
-	if tok.EndsGeneration(id) && !o.ignoreEOS {
-		o.done = true
-		return runnerapi.Piece{Text: o.flush()}, true
-	}
-	special := ""
-	if !tok.Special(id) {
-		s, err := tok.Decode([]int32{id})
-		if err == nil {
-			o.pending = append(o.pending, s...)
-		}
-	} else if s, err := tok.Decode([]int32{id}); err == nil {
-		special = s // for the formats that mark calls with control tokens
-	}
-	text := string(o.pending)
-	for _, st := range o.stop {
-		if i := strings.Index(text, st); i >= 0 {
-			o.done = true
-			o.pending = o.pending[:0]
-			return runnerapi.Piece{Text: validPrefix(text[:i])}, true
-		}
-	}
-	// Release all but a possible stop-string start and an incomplete rune.
-	keep := 0
-	for _, st := range o.stop {
-		for k := min(len(st)-1, len(text)); k > keep; k-- {
-			if strings.HasSuffix(text, st[:k]) {
-				keep = k
-				break
-			}
-		}
-	}
-	cut := len(text) - keep
-	for cut > 0 && !utf8.FullRuneInString(text[lastRuneStart(text[:cut]):cut]) {
-		cut = lastRuneStart(text[:cut])
-	}
-	o.pending = append(o.pending[:0], text[cut:]...)
-	return runnerapi.Piece{Text: validPrefix(text[:cut]), Special: special}, false
-}
-
-// flush releases what is held back (invalid bytes become U+FFFD).
-func (o *output) flush() string {
-	s := validPrefix(string(o.pending))
-	o.pending = o.pending[:0]
-	return s
-}
-
-func validPrefix(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
-
 // lastRuneStart is the index where the last (possibly partial) rune of s
 // begins: at most 3 continuation bytes back.
 func lastRuneStart(s string) int {
@@ -210,4 +121,52 @@ func lastRuneStart(s string) int {
 		i--
 	}
 	return max(i, 0)
+}
+
+// chat renders a chat request's prompt with its tools, and decides how its
+// output is parsed and whether a tool call is forced (req.Grammar).
+func (g *Generator) chat(req *runnerapi.Request) (string, chatfmt.Options, error) {
+	var parse chatfmt.Options
+	o := tokenizer.ChatOptions{Kwargs: req.ChatKwargs}
+	tools, err := toolsOf(req.Tools)
+	if err != nil {
+		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
+	}
+	if req.ToolChoice != "none" {
+		o.Tools = req.Tools
+	} else {
+		tools = nil
+	}
+	text, err := g.Tok.Chat(req.Messages, o)
+	if err != nil {
+		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
+	}
+	f, thinks := g.Tok.ChatFormat()
+	parse = chatfmt.OptionsFor(f, thinks, len(tools) > 0, text)
+	switch req.ToolChoice {
+	case "", "auto", "none":
+		return text, parse, nil
+	case "required":
+	default:
+		var named []chatfmt.Tool
+		for _, t := range tools {
+			if t.Name == req.ToolChoice {
+				named = append(named, t)
+			}
+		}
+		if len(named) == 0 {
+			return "", parse, fmt.Errorf("%w: tool_choice names %q, which is not among the tools", runnerapi.ErrBadRequest, req.ToolChoice)
+		}
+		tools = named
+	}
+	if req.Grammar != nil {
+		return "", parse, fmt.Errorf("%w: a forced tool call and response_format cannot be combined", runnerapi.ErrBadRequest)
+	}
+	if len(tools) == 0 {
+		return "", parse, fmt.Errorf("%w: tool_choice %q without tools", runnerapi.ErrBadRequest, req.ToolChoice)
+	}
+	if req.Grammar, err = f.CallGrammar(tools, req.ParallelToolCalls); err != nil {
+		return "", parse, fmt.Errorf("%w: %v", runnerapi.ErrBadRequest, err)
+	}
+	return text, parse, nil
 }

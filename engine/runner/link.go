@@ -180,11 +180,3 @@ func sampleMesh(rec *trace.Recorder, m *collective.Mesh, first int) (stop func()
 		}
 	})
 }
-
-// outbound is rank 0's link to rank 1 (nil with one rank, or before it
-// connected).
-func (s *Server) outbound() *Link {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.out
-}

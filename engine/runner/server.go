@@ -446,3 +446,45 @@ func offloadText(o runnerapi.Offload) string {
 	}
 	return s
 }
+
+// outbound is rank 0's link to rank 1 (nil with one rank, or before it
+// connected).
+func (s *Server) outbound() *Link {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.out
+}
+
+// loadDraft loads the draft model beside rank 0, with the target's
+// options (context, batch, slots, cache type; threads as draftThreads
+// says), once its vocabulary is checked against the target's (tok).
+func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *tokenizer.Tokenizer, opts backend.Options) (*DraftModel, error) {
+	sp := root.Child("draft model", "weights")
+	defer sp.End(trace.Args{})
+	path := s.cfg.DraftModelPath
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("draft model: %w", err)
+	}
+	dtok, err := tokenizer.New(f)
+	if err != nil {
+		return nil, fmt.Errorf("draft model %s: %w", path, err)
+	}
+	if err := CheckVocab(tok, dtok); err != nil {
+		return nil, fmt.Errorf("draft model %s cannot draft for %s: %w", path, s.cfg.ModelPath, err)
+	}
+	o := backend.Options{Threads: draftThreads(s.cfg.DraftThreads, opts.Threads, f.DataSize()), ContextLen: opts.ContextLen, BatchSize: opts.BatchSize, Parallel: opts.Parallel,
+		KVType: opts.KVType, NoFlashAttention: opts.NoFlashAttention, NoRepack: opts.NoRepack,
+		GPULayers: draftGPULayers(opts.GPULayers), GPUSoftware: opts.GPUSoftware}
+	r, err := s.cfg.Load(ctx, path, o, nil)
+	if err != nil {
+		return nil, fmt.Errorf("draft model %s: %w", path, err)
+	}
+	off := r.Offload()
+	s.mu.Lock()
+	s.draftRank = r
+	s.health.DraftOffload = &off
+	s.mu.Unlock()
+	s.log.Info("draft model loaded", "model", path, "id", s.cfg.DraftID, "config", r.Config().String(), "offload", offloadText(off))
+	return &DraftModel{ID: s.cfg.DraftID, F: r}, nil
+}

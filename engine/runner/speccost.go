@@ -1,6 +1,11 @@
 package runner
 
-import "time"
+import (
+	"context"
+	"time"
+
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
+)
 
 // Adaptive K. Drafting k tokens costs a call of the draft model, k
 // passes, and makes the verifying step k rows longer; it gains the
@@ -308,4 +313,82 @@ func (ss *slotSpec) draftLen(maxK int, probeK func() int) int {
 	}
 	ss.idle = 0
 	return probeK()
+}
+
+// draftSource is a draft source requests may name: how a slot's drafter
+// is made, and what adaptive K has measured of the source's drafts across
+// requests. Run's goroutine alone uses it.
+type draftSource struct {
+	// drafter makes the drafter of a request speculating with sp in slot.
+	drafter func(slot int, sp *runnerapi.Speculation) Drafter
+	// call, for a source whose drafts cost a call of a model, is that
+	// call's time in ns as a line in its passes (D(k)); nil where drafts
+	// cost only the verifying step's rows (prompt lookup).
+	call *line
+	// accepted and rejections are every request's drafts from the source
+	// and its rejections, decayed: a new request's α starts there.
+	accepted, rejections float64
+}
+
+// called records a call of src that ran passes and took d.
+func (src *draftSource) called(passes int, d time.Duration) {
+	if passes > 0 && src.call != nil {
+		src.call.add(float64(passes), float64(d.Nanoseconds()), costDecay)
+	}
+}
+
+// callCost is a call of src of k passes in ns, ok once one was measured
+// (0 and ok for a source without calls).
+func (src *draftSource) callCost(k int) (float64, bool) {
+	if src.call == nil {
+		return 0, true
+	}
+	a, b, _, ok := src.call.fit()
+	if k == 0 {
+		return 0, ok
+	}
+	return a + b*float64(k), ok
+}
+
+// slotSpec is a slot's speculation: the drafter of its request while a
+// speculating one runs, and adaptive K's state of the slot (speccost.go).
+type slotSpec struct {
+	// d drafts for the slot's request, from source src; both nil when the
+	// request does not speculate, or none runs.
+	d   Drafter
+	src *draftSource
+	// k is how many tokens to draft next, once chosen (firstK); idle
+	// counts the steps since a probe while it is 0.
+	k      int
+	chosen bool
+	idle   int
+	// accepted and rejections are the slot's drafts and its rejections,
+	// decayed.
+	accepted, rejections float64
+	// sinceMax counts the slot's steps since it last drafted its max.
+	// It runs on across the slot's requests (reset keeps it): most end
+	// before a max probe.
+	sinceMax int
+}
+
+// reset starts the slot's speculation over for a request speculating
+// with sp from src (nil, nil: none): a drafter of its own, and adaptive
+// K's state afresh but for sinceMax.
+func (ss *slotSpec) reset(slot int, sp *runnerapi.Speculation, src *draftSource) {
+	*ss = slotSpec{sinceMax: ss.sinceMax}
+	if src != nil {
+		ss.d, ss.src = src.drafter(slot, sp), src
+	}
+}
+
+// Drafter proposes drafts for one speculating request in one slot. Its
+// methods run on the scheduler's goroutine, one call at a time, between
+// steps.
+type Drafter interface {
+	// Draft proposes up to k tokens (k ≥ 0; fewer or none is fine) to
+	// follow hist: the slot's cached tokens, then its pending one. hist
+	// is the scheduler's, not to be kept. passes is how many forward
+	// passes of a model the call ran (0 for a source that runs none),
+	// which adaptive K times as the source's call.
+	Draft(ctx context.Context, hist []int32, k int) (drafts []int32, passes int, err error)
 }

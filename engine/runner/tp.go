@@ -259,3 +259,15 @@ func readBatch(m []byte) (backend.Batch, error) {
 	}
 	return b, nil
 }
+
+func (l *TPLeader) traceSlot(slot int, id string) error {
+	if l.traced == nil {
+		l.traced = map[int]bool{}
+	}
+	if id == "" && !l.traced[slot] {
+		return nil
+	}
+	l.traced[slot] = id != ""
+	m := binary.LittleEndian.AppendUint32([]byte{tpTrace}, uint32(int32(slot)))
+	return groupLost(l.Mesh.Send(append(m, id...)))
+}

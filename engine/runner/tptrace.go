@@ -36,18 +36,6 @@ func traceSlot(f Forwarder, slot int, id string) error {
 	return nil
 }
 
-func (l *TPLeader) traceSlot(slot int, id string) error {
-	if l.traced == nil {
-		l.traced = map[int]bool{}
-	}
-	if id == "" && !l.traced[slot] {
-		return nil
-	}
-	l.traced[slot] = id != ""
-	m := binary.LittleEndian.AppendUint32([]byte{tpTrace}, uint32(int32(slot)))
-	return groupLost(l.Mesh.Send(append(m, id...)))
-}
-
 // followTraces are follower f's open traces, by slot (of slots).
 type followTraces struct {
 	f     *TPFollower
