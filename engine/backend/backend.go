@@ -55,6 +55,10 @@ type Options struct {
 	// GPUSoftware lets a software device (Mesa's lavapipe) take blocks;
 	// otherwise one is never chosen (engine/backend/ggml's GPU setup).
 	GPUSoftware bool
+	// GPUMemory caps what the rank takes of the device's memory, in bytes
+	// (0: all it has free): room left for other programs, or a smaller
+	// device's worth in tests.
+	GPUMemory uint64
 	// GPUDevice is the id of the device to offload to ("": the allowed one
 	// with the most free memory): `orrery speed` measures each in turn.
 	GPUDevice string

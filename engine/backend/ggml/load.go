@@ -34,14 +34,20 @@ func Load(ctx context.Context, path string, opts backend.Options, progress func(
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	return loadFitting(plan, func(plan gpuPlan) (*Rank, error) { return load(ctx, path, f, cfg, opts, plan, progress) })
+}
+
+// loadFitting loads with plan, and again with fewer blocks on the GPU for
+// as long as a load finds the device short of memory (ml.ErrNoMem: the
+// estimate allowed more than the device had), rather than no rank; the
+// rank's Offload.Reason says so.
+func loadFitting(plan gpuPlan, load func(gpuPlan) (*Rank, error)) (*Rank, error) {
 	for {
-		r, err := load(ctx, path, f, cfg, opts, plan, progress)
+		r, err := load(plan)
 		var oom ml.ErrNoMem
 		if err == nil || !errors.As(err, &oom) || plan.empty() {
 			return r, err
 		}
-		// Short of device memory for what the estimate allowed: fewer
-		// blocks there, rather than no rank.
 		next := plan.fewer()
 		next.reason = fmt.Sprintf("out of memory on %s with %d blocks (head %v); loaded with %d", plan.dev.Name, len(plan.blocks), plan.head, len(next.blocks))
 		plan = next

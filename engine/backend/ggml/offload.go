@@ -240,13 +240,29 @@ func planGPU(path string, f *gguf.File, cfg model.Config, opts backend.Options) 
 	if err != nil {
 		return gpuPlan{}, err
 	}
+	return choose(dev, need, opts, cfg.HasHead(opts.LastLayer))
+}
+
+// choose is planGPU's decision once the device is picked and the rank's
+// needs on it measured: the last blocks that fit what the device has free
+// (or opts.GPUMemory, when less), and the head (hasHead: the rank has it)
+// once all of them do; with a number of blocks asked, that many, or
+// ErrGPUFit when they do not fit.
+func choose(dev runnerapi.Device, need blockNeed, opts backend.Options, hasHead bool) (gpuPlan, error) {
 	var blocks []int
 	for il := opts.FirstLayer; il < opts.LastLayer; il++ {
 		blocks = append(blocks, il)
 	}
-	k, head := need.fit(blocks, dev.FreeBytes)
+	// What the rank may take of the device (dev keeps what it has free,
+	// as Offload publishes it).
+	free, room := dev.FreeBytes, "free"
+	if opts.GPUMemory > 0 && opts.GPUMemory < free {
+		free, room = opts.GPUMemory, "allowed by --gpu-memory"
+	}
+	k, head := need.fit(blocks, free)
+	head = head && hasHead
 	total := len(blocks)
-	if cfg.HasHead(opts.LastLayer) {
+	if hasHead {
 		total++ // the head counts as one more, as in llama.cpp's -ngl
 	}
 	got := k
@@ -257,7 +273,7 @@ func planGPU(path string, f *gguf.File, cfg model.Config, opts backend.Options) 
 	if want := int(opts.GPULayers); opts.GPULayers > 0 {
 		want = min(want, total)
 		if want > got {
-			return gpuPlan{}, fmt.Errorf("%w: %d blocks asked for %s, which has %.2f GiB free: %d fit", ErrGPUFit, want, dev, gib(dev.FreeBytes), got)
+			return gpuPlan{}, fmt.Errorf("%w: %d blocks asked for %s, which has %.2f GiB %s: %d fit", ErrGPUFit, want, dev, gib(free), room, got)
 		}
 		got = want
 	}
@@ -266,7 +282,7 @@ func planGPU(path string, f *gguf.File, cfg model.Config, opts backend.Options) 
 	}
 	p.blocks = blocks[len(blocks)-min(got, len(blocks)):]
 	if got < total {
-		p.reason = fmt.Sprintf("%d of %d fit %s's %.2f GiB free", got, total, dev.Name, gib(dev.FreeBytes))
+		p.reason = fmt.Sprintf("%d of %d fit %s's %.2f GiB %s", got, total, dev.Name, gib(free), room)
 		if opts.GPULayers > 0 {
 			p.reason = fmt.Sprintf("--gpu-layers %d", opts.GPULayers)
 		}
