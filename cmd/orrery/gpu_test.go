@@ -177,3 +177,61 @@ func wantOffload(t *testing.T, p *agentProc, instance string, rank int, gpu bool
 	t.Logf("rank %d of %s: %s %s", rank, instance, o, o.Reason)
 	return *o
 }
+
+// --gpu-memory caps the GPU memory a rank takes: with a cap of the offload
+// margin plus half of what every block and the head took, auto offloads
+// some blocks but not all and says the cap stopped it, greedy tokens the
+// CPU's; asking for every block under that cap is refused, naming the cap.
+func TestGPUMemoryCap(t *testing.T) {
+	needGPU(t)
+	bin := buildBinary(t)
+	o := model.Presets["small"]
+	o.Type = "F32" // large enough that its blocks, not the margin, decide
+	path := filepath.Join(t.TempDir(), "small.gguf")
+	if err := model.Generate(path, o); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (logitsReport, string, error) {
+		t.Helper()
+		cmd := exec.Command(bin, append([]string{"logits", "--model", path, "--prompt-ids", "1,300,301,302,17,250,99,7", "--gen", "8", "--kv-type", "f32"}, args...)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		var rep logitsReport
+		if err == nil {
+			if jerr := json.Unmarshal(out, &rep); jerr != nil {
+				t.Fatalf("orrery logits %v: %v", args, jerr)
+			}
+		}
+		return rep, stderr.String(), err
+	}
+	cpu, stderr, err := run()
+	if err != nil {
+		t.Fatalf("CPU: %v\n%s", err, stderr)
+	}
+	all, stderr, err := run("--gpu-layers", "999", "--gpu-software")
+	if err != nil || all.Offload.Blocks != o.Layers || !all.Offload.Head || all.Offload.GPUBytes == 0 {
+		t.Fatalf("every block: offload %+v, %v\n%s", all.Offload, err, stderr)
+	}
+	capMiB := 128 + all.Offload.GPUBytes>>21 // the margin (offload.go) and half the blocks' bytes
+	limit := fmt.Sprintf("%dMiB", capMiB)
+	got, stderr, err := run("--gpu-layers", "auto", "--gpu-software", "--gpu-memory", limit)
+	if err != nil {
+		t.Fatalf("--gpu-memory %s: %v\n%s", limit, err, stderr)
+	}
+	g := got.Offload
+	t.Logf("every block: %s; --gpu-memory %s: %s (%s)", all.Offload, limit, g, g.Reason)
+	if g.Device == nil || g.Blocks == 0 || g.Blocks >= o.Layers || g.Head || !strings.Contains(g.Reason, "allowed by --gpu-memory") {
+		t.Errorf("--gpu-memory %s: offload %+v, want some blocks but not all, the cap named in the reason", limit, g)
+	}
+	if g.GPUBytes >= all.Offload.GPUBytes {
+		t.Errorf("--gpu-memory %s: %d bytes on the GPU, not fewer than every block's %d", limit, g.GPUBytes, all.Offload.GPUBytes)
+	}
+	if !slices.Equal(got.Tokens, cpu.Tokens) {
+		t.Errorf("greedy tokens %v under the cap, %v on the CPU", got.Tokens, cpu.Tokens)
+	}
+	_, stderr, err = run("--gpu-layers", "999", "--gpu-software", "--gpu-memory", limit)
+	if err == nil || !strings.Contains(stderr, "does not fit the GPU") || !strings.Contains(stderr, "allowed by --gpu-memory") {
+		t.Errorf("every block under --gpu-memory %s: %v, stderr %q; want a refusal naming the cap", limit, err, stderr)
+	}
+}

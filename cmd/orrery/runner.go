@@ -149,7 +149,7 @@ func prepareEngine(gpu *gpuFlags, opts *backend.Options, log *slog.Logger) error
 	if err != nil {
 		return err
 	}
-	log.Info("GPU backends", "from", backends.String(), "gpuLayers", opts.GPULayers.String(), "software", opts.GPUSoftware)
+	log.Info("GPU backends", "from", backends.String(), "gpuLayers", opts.GPULayers.String(), "software", opts.GPUSoftware, "gpuMemoryMiB", opts.GPUMemory>>20)
 	if w != "" {
 		log.Warn(w)
 	}

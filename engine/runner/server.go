@@ -475,7 +475,7 @@ func (s *Server) loadDraft(ctx context.Context, root *trace.Token, tok *tokenize
 	}
 	o := backend.Options{Threads: draftThreads(s.cfg.DraftThreads, opts.Threads, f.DataSize()), ContextLen: opts.ContextLen, BatchSize: opts.BatchSize, Parallel: opts.Parallel,
 		KVType: opts.KVType, NoFlashAttention: opts.NoFlashAttention, NoRepack: opts.NoRepack,
-		GPULayers: draftGPULayers(opts.GPULayers), GPUSoftware: opts.GPUSoftware}
+		GPULayers: draftGPULayers(opts.GPULayers), GPUSoftware: opts.GPUSoftware, GPUMemory: opts.GPUMemory}
 	r, err := s.cfg.Load(ctx, path, o, nil)
 	if err != nil {
 		return nil, fmt.Errorf("draft model %s: %w", path, err)
