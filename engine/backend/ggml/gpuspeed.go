@@ -3,6 +3,7 @@ package ggml
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"time"
 
@@ -21,8 +22,14 @@ import (
 // compiles each kernel's pipeline at its first use (a second or two each
 // here, kept in Mesa's shader cache), so the shapes are the CPU's few.
 const (
-	crossDim   = 2048
+	// crossDim is small so that the products take little time beside the
+	// trips (on lavapipe, at 1 GB/s, a 2048-wide matrix's 16 MiB took
+	// 400 times a trip's 40 µs, and load on the machine hid the trips): a
+	// trip's cost is its synchronisation, not its row's bytes (1 KiB here,
+	// 8 to 32 KiB in a model; at PCIe's 16 GB/s, a couple of µs).
+	crossDim   = 256
 	crossDepth = 16
+	crossRuns  = 12
 	// gpuBudget is what one timed graph of products should take (see
 	// productTimer).
 	gpuBudget = 20 * time.Millisecond
@@ -135,31 +142,31 @@ func crossCost(b ml.Backend, th *threads) (float64, error) {
 	w := mc.Layer(0).Zeros(ml.DTypeF32, crossDim, crossDim)
 	x := make([]float32, crossDim)
 	chain := func(host bool) time.Duration {
-		var ds []time.Duration
-		for i := range 6 {
-			c := b.NewContext()
-			h := c.Input().FromFloats(x, crossDim, 1)
-			for range crossDepth {
-				h = w.Mulmat(c, h)
-				if host {
-					h = groupOp(c, h, g, true)
-				}
+		c := b.NewContext()
+		defer c.Close()
+		h := c.Input().FromFloats(x, crossDim, 1)
+		for range crossDepth {
+			h = w.Mulmat(c, h)
+			if host {
+				h = groupOp(c, h, g, true)
 			}
-			d := func() time.Duration {
-				defer th.bind()()
-				t0 := time.Now()
-				c.Forward(h).Compute(h)
-				await(h)
-				return time.Since(t0)
-			}()
-			if i > 0 { // the first compiles
-				ds = append(ds, d)
-			}
-			c.Close()
 		}
-		return median(ds)
+		defer th.bind()()
+		t0 := time.Now()
+		c.Forward(h).Compute(h)
+		await(h)
+		return time.Since(t0)
 	}
-	plain, crossed := chain(false), chain(true)
+	// The two chains alternate, and each keeps its fastest run: load on
+	// the machine only adds time, and comes and goes over both alike. The
+	// first run of each compiles.
+	plain, crossed := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for i := range crossRuns + 1 {
+		p, c := chain(false), chain(true)
+		if i > 0 {
+			plain, crossed = min(plain, p), min(crossed, c)
+		}
+	}
 	if err := g.take(); err != nil {
 		return 0, err
 	}
