@@ -265,7 +265,7 @@ func (a *Agent) wireServing(exe string, key auth.Key) {
 	a.sup = supervisor.New(supervisor.Config{NodeID: id, NodeName: a.identity.FriendlyName, Exe: exe,
 		DirectHost: bind, DirectPorts: cfg.DirectPorts, LinkSecret: func(instanceID string) []byte { return key.Derive("rank-links/" + instanceID) },
 		AgentAPI: loopbackOf(a.ln.Addr()), LogDir: filepath.Join(cfg.DataDir, "logs"), Threads: cfg.RunnerThreads, DraftThreads: cfg.RunnerDraftThreads, ContextShift: cfg.ContextShift,
-		GPULayers: cfg.GPULayers, NoGPU: cfg.NoGPU, GPUSoftware: cfg.GPUSoftware,
+		GPULayers: cfg.GPULayers, NoGPU: cfg.NoGPU, GPUSoftware: cfg.GPUSoftware, GPUMemory: cfg.GPUMemory,
 		ContextLen: cfg.ContextLen, DraftFile: func(id string) (string, error) { return localModel(models, id) }, ModelFile: func(ctx context.Context, in state.Instance, rank int, p func(supervisor.Progress)) (string, supervisor.ShardInfo, error) {
 			return a.shards.ModelFile(ctx, in, rank, p)
 		},

@@ -98,6 +98,10 @@ type Config struct {
 	// measure it and the node publish it (tests).
 	GPULayers          runnerapi.GPULayers
 	NoGPU, GPUSoftware bool
+	// GPUMemory caps the GPU memory each of this node's runners takes
+	// (bytes; 0: all the device has free), and the free memory the node
+	// publishes for placement (--gpu-memory).
+	GPUMemory uint64
 	// DirectLinks lets a tensor-parallel group's ranks link to each other
 	// directly (TLS under a secret derived from the cluster key, on a
 	// listener on the peer address's host granted to each runner), not

@@ -8,6 +8,7 @@ import (
 
 	"github.com/orrery-cluster/orrery/agent/speed"
 	"github.com/orrery-cluster/orrery/agent/state"
+	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
 // measureSpeed gets this node's compute speed for placement's cost model
@@ -30,7 +31,7 @@ func (a *Agent) measureSpeed(ctx context.Context, exe string) {
 	}
 	a.idMu.Lock()
 	a.identity.Speed = &sp
-	a.identity.GPUs = sp.Devices()
+	a.identity.GPUs = capFree(sp.Devices(), a.cfg.GPUMemory)
 	a.idMu.Unlock()
 	a.publishIdentity()
 }
@@ -43,4 +44,15 @@ func (a *Agent) runnersBusy() bool {
 		}
 	}
 	return false
+}
+
+// capFree lowers each device's free memory to limit (0: none), so that
+// placement counts on no more of it than --gpu-memory lets a runner take.
+func capFree(ds []runnerapi.Device, limit uint64) []runnerapi.Device {
+	if limit > 0 {
+		for i := range ds {
+			ds[i].FreeBytes = min(ds[i].FreeBytes, limit)
+		}
+	}
+	return ds
 }

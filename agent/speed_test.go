@@ -17,8 +17,14 @@ import (
 
 // A node publishes the GPUs its speed lists in its identity, beside the
 // speed: the measured one and the one whose measurement failed alike, as
-// the API's /state/nodeIdentities/{id} shows them.
+// the API's /state/nodeIdentities/{id} shows them; with --gpu-memory, no
+// more free memory than that.
 func TestIdentityPublishesGPUs(t *testing.T) {
+	t.Run("all", func(t *testing.T) { identityPublishesGPUs(t, 0) })
+	t.Run("capped", func(t *testing.T) { identityPublishesGPUs(t, 6<<30) })
+}
+
+func identityPublishesGPUs(t *testing.T, capBytes uint64) {
 	q8 := runnerapi.TypeSpeed{DecodeBytesPerSec: 2e10, PrefillFlopsPerSec: 1e11, BitsPerWeight: 8.5}
 	devs := []runnerapi.Device{
 		{ID: "GPU-1", Library: "CUDA", Name: "CUDA0", Description: "NVIDIA GeForce RTX 4090", TotalBytes: 24 << 30, FreeBytes: 23 << 30},
@@ -32,6 +38,7 @@ func TestIdentityPublishesGPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t)
+	cfg.GPUMemory = capBytes
 	cfg.Speed = filepath.Join(t.TempDir(), "speed.json")
 	if err := os.WriteFile(cfg.Speed, b, 0o600); err != nil {
 		t.Fatal(err)
@@ -52,6 +59,9 @@ func TestIdentityPublishesGPUs(t *testing.T) {
 		}
 	}()
 	testutil.WaitFor(t, "the identity with its speed", func() bool { return a.Store().State().NodeIdentities[a.NodeID()].Speed != nil })
+	if capBytes > 0 { // the 24 GiB card's 23 free down to the cap; lavapipe's 2 stay
+		devs[0].FreeBytes = capBytes
+	}
 	id := a.Store().State().NodeIdentities[a.NodeID()]
 	if !reflect.DeepEqual(id.GPUs, devs) {
 		t.Errorf("identity's GPUs %+v, want %+v", id.GPUs, devs)

@@ -73,7 +73,7 @@ func TestArgsSpeculative(t *testing.T) {
 
 // TestArgsGPU: a runner's --gpu-layers is the instance's, else the
 // node's; a node with --gpu off passes 0 whatever the instance says, and
-// --gpu-software only where blocks may go on a GPU.
+// --gpu-software and --gpu-memory only where blocks may go on a GPU.
 func TestArgsGPU(t *testing.T) {
 	three, zero := runnerapi.GPULayers(3), runnerapi.GPULayers(0)
 	for _, c := range []struct {
@@ -82,13 +82,16 @@ func TestArgsGPU(t *testing.T) {
 		inst     *runnerapi.GPULayers
 		want     string
 		software bool
+		memory   string // --gpu-memory's value, "": none
 	}{
-		{"node default", Config{GPULayers: runnerapi.GPUAuto}, nil, "auto", false},
-		{"zero config", Config{}, nil, "0", false},
-		{"instance wins", Config{GPULayers: runnerapi.GPUAuto}, &three, "3", false},
-		{"instance none", Config{GPULayers: runnerapi.GPUAuto, GPUSoftware: true}, &zero, "0", false},
-		{"software", Config{GPULayers: runnerapi.GPUAuto, GPUSoftware: true}, nil, "auto", true},
-		{"gpu off", Config{GPULayers: runnerapi.GPUAuto, NoGPU: true, GPUSoftware: true}, &three, "0", false},
+		{"node default", Config{GPULayers: runnerapi.GPUAuto}, nil, "auto", false, ""},
+		{"zero config", Config{}, nil, "0", false, ""},
+		{"instance wins", Config{GPULayers: runnerapi.GPUAuto}, &three, "3", false, ""},
+		{"instance none", Config{GPULayers: runnerapi.GPUAuto, GPUSoftware: true}, &zero, "0", false, ""},
+		{"software", Config{GPULayers: runnerapi.GPUAuto, GPUSoftware: true}, nil, "auto", true, ""},
+		{"gpu off", Config{GPULayers: runnerapi.GPUAuto, NoGPU: true, GPUSoftware: true, GPUMemory: 6 << 30}, &three, "0", false, ""},
+		{"capped", Config{GPULayers: runnerapi.GPUAuto, GPUMemory: 6 << 30}, nil, "auto", false, "6144MiB"},
+		{"capped, none", Config{GPUMemory: 6 << 30}, nil, "0", false, ""},
 	} {
 		c.cfg.NodeID = "n1"
 		inst := state.Instance{InstanceID: "i1", GPULayers: c.inst, Ranks: []state.ShardRange{{NodeID: "n1", FirstLayer: 0, LastLayer: 8}}}
@@ -100,6 +103,13 @@ func TestArgsGPU(t *testing.T) {
 		}
 		if got := slices.Contains(args, "--gpu-software"); got != c.software {
 			t.Errorf("%s: args %q: --gpu-software %v, want %v", c.name, args, got, c.software)
+		}
+		mem := ""
+		if i := slices.Index(args, "--gpu-memory"); i >= 0 && i+1 < len(args) {
+			mem = args[i+1]
+		}
+		if mem != c.memory {
+			t.Errorf("%s: args %q: --gpu-memory %q, want %q", c.name, args, mem, c.memory)
 		}
 	}
 }

@@ -368,6 +368,9 @@ func (p *proc) args(path, draft string) []string {
 	if cfg.GPUSoftware && gpu != 0 {
 		args = append(args, "--gpu-software")
 	}
+	if cfg.GPUMemory > 0 && gpu != 0 {
+		args = append(args, "--gpu-memory", strconv.FormatUint(max(1, cfg.GPUMemory>>20), 10)+"MiB")
+	}
 	if p.inst.Parallel > 1 {
 		args = append(args, "--parallel", strconv.Itoa(p.inst.Parallel))
 	}

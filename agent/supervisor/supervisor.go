@@ -82,6 +82,9 @@ type Config struct {
 	// software device (Mesa's lavapipe) take blocks (--gpu-software).
 	GPULayers          runnerapi.GPULayers
 	NoGPU, GPUSoftware bool
+	// GPUMemory caps the GPU memory each runner takes (bytes; 0: all the
+	// device has free): the runner's --gpu-memory.
+	GPUMemory uint64
 	// ModelFile returns the file rank loads: the model itself, or its
 	// shard (cut here, or received from another node while progress is
 	// called).

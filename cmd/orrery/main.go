@@ -150,6 +150,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs.Var(&cfg.GPULayers, "gpu-layers", "blocks of each rank of this node's runners on its GPU, unless an instance's \"gpuLayers\" says: auto (as many as fit), 0 (none) or a number (at most that many, the last blocks first)")
 	fs.Var(gpuSwitch{&cfg.NoGPU}, "gpu", "on, or off: this node's runners never use its GPU (--gpu-layers 0, whatever an instance says)")
 	fs.BoolVar(&cfg.GPUSoftware, "gpu-software", false, "let this node's runners put blocks on a software GPU (Mesa's lavapipe, which computes on the CPU; made visible to ggml): for tests, as auto never chooses one")
+	fs.Var((*memSize)(&cfg.GPUMemory), "gpu-memory", "at most this much of the GPU's memory for each of this node's runners (e.g. 6GiB, 512MiB; a bare number is MiB), leaving the rest to other programs; the node publishes no more free memory than this for placement (default: all the device has free)")
 	fs.IntVar(&cfg.Parallel, "parallel", cfg.Parallel, "requests each instance placed from this node serves at once (slots sharing one KV cache of --ctx positions; batched together)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args, stderr); !ok {
