@@ -34,8 +34,10 @@ func gpuAgents(t *testing.T, flags [][]string, gen ...string) ([]*agentProc, []s
 // with --gpu-software (its runners on lavapipe), one with --gpu off (its
 // runners on the CPU whatever an instance asks, "gpuLayers": "auto"
 // included): hidden states out of a GPU rank into a CPU one, and out of a
-// CPU rank into a GPU one holding the head; each rank's offload in the
-// state; greedy output the one-rank CPU instance's, up to a near-tie.
+// CPU rank into a GPU one holding the head; then the same two agents as
+// a tensor-parallel group, a Vulkan rank summing with a CPU rank; each
+// rank's offload in the state; greedy output the one-rank CPU instance's,
+// up to a near-tie.
 func TestGPUPipeline(t *testing.T) {
 	ps, ids, modelID := gpuAgents(t, [][]string{{"--gpu-software"}, {"--gpu", "off"}}, "--preset", "small")
 	a := ps[0]
@@ -61,6 +63,22 @@ func TestGPUPipeline(t *testing.T) {
 		agreeUpToNearTie(t, what, legacyComplete(t, a, lpReq), ref, 0.05)
 		deleteInstance(t, a, in.InstanceID)
 	}
+
+	code, body, err := a.post("/instance", fmt.Sprintf(`{"model":"%s","nodes":["%s","%s"],"parallelism":"tensor"}`, modelID, ids[0], ids[1]))
+	var pr struct {
+		Instance struct {
+			instanceState
+			Tensor int
+		}
+	}
+	if err != nil || code != http.StatusCreated || json.Unmarshal(body, &pr) != nil || pr.Instance.Tensor != 2 {
+		t.Fatalf("a tensor group over the two agents: %d %s %v", code, body, err)
+	}
+	in := pr.Instance.instanceState
+	wantOffload(t, a, in.InstanceID, 0, true, "")
+	wantOffload(t, a, in.InstanceID, 1, false, "--gpu-layers 0")
+	agreeUpToNearTie(t, "a tensor group of a Vulkan rank and a CPU rank", legacyComplete(t, a, lpReq), ref, 0.05)
+	deleteInstance(t, a, in.InstanceID)
 }
 
 // A tensor-parallel group of two Vulkan ranks over two agents, each with
