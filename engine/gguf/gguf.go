@@ -6,6 +6,7 @@ package gguf
 
 import (
 	"fmt"
+	"slices"
 )
 
 // Magic is "GGUF" as a little-endian uint32.
@@ -164,6 +165,21 @@ func (f *File) Get(key string) (any, bool) {
 		return nil, false
 	}
 	return f.KV[i].Value, true
+}
+
+// With returns a copy of f with key set to v: replaced where f has it,
+// appended where not. f is left as it is (tests derive variants of one
+// generated model's directory with it).
+func (f *File) With(key string, v any) *File {
+	g := *f
+	g.index = nil
+	g.KV = slices.Clone(f.KV)
+	if i := slices.IndexFunc(g.KV, func(kv KV) bool { return kv.Key == key }); i >= 0 {
+		g.KV[i].Value = v
+	} else {
+		g.KV = append(g.KV, KV{Key: key, Value: v})
+	}
+	return &g
 }
 
 // String returns a string value, or def.

@@ -26,7 +26,7 @@ func FuzzFromGGUF(f *testing.F) {
 			{Key: arch + ".rope.scaling.type", Value: scaling}, {Key: arch + ".rope.scaling.factor", Value: factor},
 			{Key: arch + ".rope.dimension_count", Value: rotDims},
 		} {
-			g = setKV(g, kv.Key, kv.Value)
+			g = g.With(kv.Key, kv.Value)
 		}
 		c, err := FromGGUF(g)
 		if err != nil {

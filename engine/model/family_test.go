@@ -146,19 +146,6 @@ func checkActiveShare(t *testing.T, fam string, o GenOptions) {
 	}
 }
 
-// setKV replaces (or adds) a metadata key, in a new File (a File indexes
-// its keys when first asked).
-func setKV(f *gguf.File, key string, v any) *gguf.File {
-	kvs := slices.Clone(f.KV)
-	for i := range kvs {
-		if kvs[i].Key == key {
-			kvs[i].Value = v
-			return &gguf.File{KV: kvs, Tensors: f.Tensors}
-		}
-	}
-	return &gguf.File{KV: append(kvs, gguf.KV{Key: key, Value: v}), Tensors: f.Tensors}
-}
-
 // Metadata outside what a family supports is refused with an error that
 // names the key.
 func TestFamilyRefusals(t *testing.T) {
@@ -202,7 +189,7 @@ func TestFamilyRefusals(t *testing.T) {
 		{"gpt-oss", "gpt-oss.expert_weights_scale", float32(2.5), []string{"gpt-oss.expert_weights_scale", "not supported"}},
 		{"gpt-oss", "gpt-oss.expert_used_count", uint32(0), []string{"gpt-oss.expert_used_count"}},
 	} {
-		_, err := FromGGUF(setKV(gen(c.fam), c.key, c.v))
+		_, err := FromGGUF(gen(c.fam).With(c.key, c.v))
 		for _, w := range c.want {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("%s with %s = %v: err = %v, want it to say %q", c.fam, c.key, c.v, err, w)
@@ -211,23 +198,22 @@ func TestFamilyRefusals(t *testing.T) {
 		}
 	}
 	// Linear scaling divides the positions; "none" ignores the factor.
-	f := setKV(gen("llama"), "llama.rope.scaling.factor", float32(4))
+	f := gen("llama").With("llama.rope.scaling.factor", float32(4))
 	if c, err := FromGGUF(f); err != nil || c.RopeScale != 4 {
 		t.Errorf("linear ×4: scale %v, %v", c.RopeScale, err)
 	}
-	if c, err := FromGGUF(setKV(f, "llama.rope.scaling.type", "none")); err != nil || c.RopeScale != 1 {
+	if c, err := FromGGUF(f.With("llama.rope.scaling.type", "none")); err != nil || c.RopeScale != 1 {
 		t.Errorf("none: scale %v, %v", c.RopeScale, err)
 	}
 	// YaRN: llama.cpp's parameters, the attention factor computed in
 	// float32 (1 for factor 4: ggml's own magnitude is cancelled); a
 	// DeepSeek-style log multiplier is refused.
-	f = setKV(setKV(setKV(gen("qwen3"), "qwen3.rope.scaling.type", "yarn"), "qwen3.rope.scaling.factor", float32(4)),
-		"qwen3.rope.scaling.original_context_length", uint32(32768))
+	f = gen("qwen3").With("qwen3.rope.scaling.type", "yarn").With("qwen3.rope.scaling.factor", float32(4)).With("qwen3.rope.scaling.original_context_length", uint32(32768))
 	if c, err := FromGGUF(f); err != nil || !c.YaRN || c.YaRNOrigCtx != 32768 || c.RopeScale != 4 || c.YaRNBetaFast != 32 ||
 		c.YaRNBetaSlow != 1 || math.Abs(c.YaRNAttnFactor-1) > 1e-7 {
 		t.Errorf("yarn ×4: %+v, %v", c, err)
 	}
-	if _, err := FromGGUF(setKV(f, "qwen3.rope.scaling.yarn_log_multiplier", float32(0.1))); err == nil ||
+	if _, err := FromGGUF(f.With("qwen3.rope.scaling.yarn_log_multiplier", float32(0.1))); err == nil ||
 		!strings.Contains(err.Error(), "qwen3.rope.scaling.yarn_log_multiplier") {
 		t.Errorf("yarn log multiplier: %v", err)
 	}

@@ -2,7 +2,6 @@ package split
 
 import (
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -47,7 +46,7 @@ func FuzzTPKeys(f *testing.F) {
 		for _, kv := range []gguf.KV{{Key: model.KeyTPRank, Value: rank}, {Key: model.KeyTPRanks, Value: ranks}, {Key: model.KeyTPHead, Value: head},
 			{Key: model.KeyTPHeads, Value: heads}, {Key: model.KeyTPKVHead, Value: kv}, {Key: model.KeyTPKVHeads, Value: kvHeads},
 			{Key: model.KeyTPFF, Value: ff}, {Key: model.KeyTPFFDim, Value: ffDim}} {
-			g = setKV(g, kv.Key, kv.Value)
+			g = g.With(kv.Key, kv.Value)
 		}
 		c, err := model.FromGGUF(g)
 		if err != nil {
@@ -63,13 +62,3 @@ func FuzzTPKeys(f *testing.F) {
 
 // setKV replaces (or adds) a metadata key, in a new File (a File indexes
 // its keys when first asked).
-func setKV(f *gguf.File, key string, v any) *gguf.File {
-	kvs := slices.Clone(f.KV)
-	for i := range kvs {
-		if kvs[i].Key == key {
-			kvs[i].Value = v
-			return &gguf.File{KV: kvs, Tensors: f.Tensors}
-		}
-	}
-	return &gguf.File{KV: append(kvs, gguf.KV{Key: key, Value: v}), Tensors: f.Tensors}
-}
