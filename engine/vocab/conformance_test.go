@@ -133,7 +133,7 @@ func errNote(err error) string {
 // withPre writes a copy of llama.cpp's vocabulary from (e.g. "llama-bpe")
 // with the pre-tokenizer pre, as ggml-vocab-<pre>.gguf in a temporary
 // directory: the pre-tokenizers that no vocabulary in llama.cpp's models/
-// uses (gpt-4o: gpt-oss's; tekken: Mistral's; deepseek-v3) are then tested against llama.cpp's.
+// uses (gpt-4o: gpt-oss's; tekken: Mistral's; deepseek-v3; kimi-k2) are then tested against llama.cpp's.
 func withPre(t *testing.T, dir, from, pre string) string {
 	t.Helper()
 	f, err := gguf.ReadFile(filepath.Join(dir, "llama.cpp/models/ggml-vocab-"+from+".gguf"))
@@ -153,9 +153,32 @@ func withPre(t *testing.T, dir, from, pre string) string {
 	return path
 }
 
+// withoutMerges writes a copy of the vocabulary at path without
+// tokenizer.ggml.merges, named after it with "-nomerges": llama.cpp loads a
+// kimi-k2 vocabulary without merges (and refuses any other).
+func withoutMerges(t *testing.T, path string) string {
+	t.Helper()
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kvs []gguf.KV
+	for _, kv := range f.KV {
+		if kv.Key != "tokenizer.ggml.merges" {
+			kvs = append(kvs, kv)
+		}
+	}
+	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(path), ".gguf")+"-nomerges.gguf")
+	if err := gguf.WriteFile(out, kvs, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // TestMatchesLlamaCpp runs every vocabulary Orrery loads (those without
 // test vectors too, and llama-bpe's tokens under gpt-oss's gpt-4o,
-// Mistral's tekken and DeepSeek V3's pre-tokenizers) over one corpus, every test input of every vocabulary,
+// Mistral's tekken, DeepSeek V3's and Kimi K2's pre-tokenizers, the last
+// with and without merges) over one corpus, every test input of every vocabulary,
 // chat-template text with special tokens, invalid UTF-8 and 100 seeded
 // random strings, with BOS added and special tokens parsed, as a prompt is
 // tokenized, and compares ids and detokenized text with llama.cpp's.
@@ -169,7 +192,9 @@ func TestMatchesLlamaCpp(t *testing.T) {
 			corpus = append(corpus, in...)
 		}
 	}
-	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"), withPre(t, dir, "llama-bpe", "tekken"), withPre(t, dir, "llama-bpe", "deepseek-v3"))
+	kimi := withPre(t, dir, "llama-bpe", "kimi-k2")
+	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"), withPre(t, dir, "llama-bpe", "tekken"), withPre(t, dir, "llama-bpe", "deepseek-v3"),
+		kimi, withoutMerges(t, kimi))
 	corpus = append(corpus,
 		"HelloWorld's camelCase XMLHttpRequest iPhone ALLCAPS'LL Ünïcödé façadeÉtude",
 		"12345 日本語のテキストとカタカナ 中文字符 (x+y)=z; \"quoted\"word -flag --long_opt a.b.c",
@@ -178,6 +203,16 @@ func TestMatchesLlamaCpp(t *testing.T) {
 		"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
 		"<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<|user|>\nhi<|end|>\n<|assistant|>\n",
 		"text <|endoftext|> more", "  <unk>  </s> <s>",
+		// Han (kimi-k2 cuts Han runs apart from other letters), mixed
+		// with Latin and kana, contractions in both cases, long digit
+		// runs, punctuation runs, newlines and spaces, emoji and marks.
+		"Kimi说：我爱北京天安门，Hello世界！混合English和中文123456789。",
+		"they're THEY'RE we'Ve I'D it'S you'll YOU'LL don't DON'T o'clock 'tis",
+		"1234567 0.12345 -99999 ١٢٣٤٥ ⅫⅩ x²³ 3.14159265",
+		"!!!??? ... --- ==> (([[{{}}]])) @#$%^&* 「引用」…",
+		"line1\n\nline2\r\n\r\n  \t indented\n   \n\t\tend  ",
+		"🦙🚀👍🏽 👨\u200d👩\u200d👧 ❤️ 🇯🇵!",
+		"e\u0301te\u0301 cafe\u0301's 〇々〆 ㄅㄆ 한국어 テスト\u3000全角　空白",
 		// Invalid UTF-8: llama.cpp's own rules for lead bytes.
 		"|\xff'll\n1日本", "a\xc3", "\xe6\x97", "\xf0\x9f\x98 x", "\x80\x80abc", "\xf8\xf9\xfa\xfb\xfc", "é\xffé")
 	// Seeded random strings over a mix of ASCII, whitespace, specials,

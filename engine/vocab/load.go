@@ -229,6 +229,11 @@ func (v *Vocab) setPre(pre string) error {
 		v.cleanSpaces = false
 		exprs = []string{`\p{N}{1,3}`, "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
 			`[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_` + "`" + `{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
+	case "kimi-k2":
+		// Kimi K2: llama.cpp's hand-written split (kimi.go), no regexes. A file without merges is accepted, as llama.cpp
+		// accepts it for kimi-k2 alone: with no merges each character is
+		// its own token (or its bytes'), in both.
+		v.cleanSpaces, v.custom = false, splitKimiK2
 	case "tekken":
 		// Mistral's Tekken (Ministral 3, Mistral Nemo/Small): the o200k
 		// split without contractions, one digit at a time.
@@ -242,7 +247,7 @@ func (v *Vocab) setPre(pre string) error {
 	case "default":
 		exprs = []string{`[\p{P}\$\+<=>\^~\|]+`, gpt2, `\p{N}+`, `[0-9][0-9][0-9]`}
 	default:
-		return fmt.Errorf("%q is not supported; supported: llama-bpe (Llama 3), gpt-4o (gpt-oss, Llama 4), tekken (Mistral), deepseek-v3, qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, gpt-2, mpt, olmo, gemma4, default and their aliases", pre)
+		return fmt.Errorf("%q is not supported; supported: llama-bpe (Llama 3), gpt-4o (gpt-oss, Llama 4), tekken (Mistral), deepseek-v3, kimi-k2, qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, gpt-2, mpt, olmo, gemma4, default and their aliases", pre)
 	}
 	for _, e := range exprs {
 		re, err := regexp2.Compile(e, regexp2.None)

@@ -67,6 +67,10 @@ type Vocab struct {
 	ignoreMerges   bool // a whole pre-token that is a token is kept
 	byteEncode     bool // GPT-2 byte-to-unicode mapping
 
+	// custom is a hand-written split that runs before the regexes, as
+	// llama.cpp's unicode_regex_split_custom does for kimi-k2.
+	custom func(runes []rune, lo, hi int, out [][2]int) [][2]int
+
 	special []int32 // control, user-defined and unknown tokens, longest first
 	eog     []int32 // tokens that end generation
 }
