@@ -176,7 +176,7 @@ func FuzzEncode(f *testing.F) {
 	}
 	spm, _ := New(spmFile())
 	bpes := []*Vocab{}
-	for _, pre := range []string{"qwen2", "llama-bpe", "gpt-2", "deepseek-llm", "falcon", "gemma4"} {
+	for _, pre := range []string{"qwen2", "llama-bpe", "gpt-2", "deepseek-llm", "falcon", "gemma4", "kimi-k2"} {
 		v, err := New(bpeFile(pre))
 		if err != nil {
 			f.Fatal(err)

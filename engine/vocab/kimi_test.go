@@ -1,0 +1,67 @@
+package vocab
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// kimiPieces is what splitKimiK2 makes of s.
+func kimiPieces(s string) []string {
+	runes := []rune(s)
+	var out []string
+	for _, p := range splitKimiK2(runes, 0, len(runes), nil) {
+		out = append(out, string(runes[p[0]:p[1]]))
+	}
+	return out
+}
+
+// The kimi-k2 split, rule by rule, as llama.cpp's
+// unicode_regex_split_custom_kimi_k2 makes it (TestMatchesLlamaCpp holds
+// the whole tokenizer to llama.cpp itself).
+func TestSplitKimiK2(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"我爱北京Hello世界", []string{"我爱北京", "Hello", "世界"}},
+		{" 中文 text", []string{" ", "中文", " text"}},
+		// No case rule in llama.cpp's handler: camel case is one word.
+		{"HelloWorld's camelCase", []string{"HelloWorld's", " camelCase"}},
+		{"they'RE DON'T it's we'Ve o'clock", []string{"they'RE", " DON'T", " it's", " we'Ve", " o", "'clock"}},
+		{"1234567 12ab", []string{"123", "456", "7", " ", "12", "ab"}},
+		{"!!!??? x", []string{"!!!???", " x"}},
+		{"ok.\n\nNext", []string{"ok", ".\n\n", "Next"}},
+		{"a\n\n  b", []string{"a", "\n\n", " ", " b"}},
+		{"x  ", []string{"x", "  "}},
+		{"x   y", []string{"x", "  ", " y"}},
+		{"🦙!x", []string{"🦙!", "x"}},
+		// A combining mark is no letter: it leads the next word.
+		{"e\u0301x", []string{"e", "\u0301x"}},
+		{"", nil},
+	} {
+		if got := kimiPieces(c.in); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", c.want) {
+			t.Errorf("%q: got %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// The pieces of any text are non-empty, in order, and cover it.
+func FuzzSplitKimiK2(f *testing.F) {
+	for _, s := range []string{"我爱北京Hello世界", "they'RE DON'T", "1234567", "!!!\r\n\r\n", "  \t\n x  ", "e\u0301x🦙👨\u200d👩", "'", "a'", "a'l", "\xff\xfe日", strings.Repeat("ab 1", 100)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		runes := []rune(s)
+		end := 0
+		for _, p := range splitKimiK2(runes, 0, len(runes), nil) {
+			if p[0] != end || p[1] <= p[0] {
+				t.Fatalf("%q: piece %v after %d", s, p, end)
+			}
+			end = p[1]
+		}
+		if end != len(runes) {
+			t.Fatalf("%q: pieces end at %d of %d runes", s, end, len(runes))
+		}
+	})
+}
