@@ -46,6 +46,35 @@ func TestSplitKimiK2(t *testing.T) {
 	}
 }
 
+// Kimi K2's special tokens end generation as in llama.cpp: [EOS], [EOT]
+// and <|im_end|>; [PAD] is a control token that llama.cpp takes for its
+// fill-in-the-middle pad, which ends generation too.
+func TestKimiK2Specials(t *testing.T) {
+	f := bpeFile("kimi-k2")
+	toks := append([]string(nil), f.KV[2].Value.([]string)...)
+	types := append([]int32(nil), f.KV[3].Value.([]int32)...)
+	for _, s := range []string{"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "[EOT]", "[PAD]", "<|im_middle|>"} {
+		toks, types = append(toks, s), append(types, TypeNormal) // as if the file typed them wrongly
+	}
+	f = set(set(f, "tokenizer.ggml.tokens", toks), "tokenizer.ggml.token_type", types)
+	f = set(f, "tokenizer.ggml.eos_token_id", uint32(len(toks)-6))
+	v, err := New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"[EOS]", "[EOT]", "<|im_end|>", "[PAD]"} {
+		id, _ := v.ID(s)
+		if !v.EndsGeneration(id) || v.Type(id) != TypeControl {
+			t.Errorf("%s: ends generation %v, type %d; want true, control", s, v.EndsGeneration(id), v.Type(id))
+		}
+	}
+	for _, s := range []string{"[BOS]", "<|im_user|>", "<|im_middle|>"} {
+		if id, _ := v.ID(s); v.EndsGeneration(id) {
+			t.Errorf("%s ends generation", s)
+		}
+	}
+}
+
 // The pieces of any text are non-empty, in order, and cover it.
 func FuzzSplitKimiK2(f *testing.F) {
 	for _, s := range []string{"我爱北京Hello世界", "they'RE DON'T", "1234567", "!!!\r\n\r\n", "  \t\n x  ", "e\u0301x🦙👨\u200d👩", "'", "a'", "a'l", "\xff\xfe日", strings.Repeat("ab 1", 100)} {

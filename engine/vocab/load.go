@@ -53,6 +53,7 @@ func New(f *gguf.File) (*Vocab, error) {
 		return nil, err
 	}
 	v.retype()
+	v.fimEOG(f)
 	v.listSpecial(f)
 	return v, nil
 }
@@ -341,6 +342,47 @@ func (v *Vocab) retype() {
 			continue
 		}
 		v.eog = append(v.eog, id)
+	}
+}
+
+// fimNames are the names llama.cpp finds the fill-in-the-middle pad,
+// repository and file-separator tokens by, where the metadata key does not
+// give them.
+var fimNames = []struct {
+	key   string
+	names []string
+}{
+	{"tokenizer.ggml.fim_pad_token_id", []string{"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+	{"tokenizer.ggml.fim_rep_token_id", []string{"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+	{"tokenizer.ggml.fim_sep_token_id", []string{"<|file_sep|>"}},
+}
+
+// fimEOG makes the fill-in-the-middle pad, repository and file-separator
+// tokens end generation, as llama.cpp does (Kimi K2's [PAD] is its pad,
+// Qwen's <|fim_pad|>, <|repo_name|>, <|file_sep|>): each is the id its
+// metadata key gives (one outside the vocabulary is ignored, as llama.cpp
+// ignores it), else the token found by name. Where a vocabulary holds
+// several of one kind's names, llama.cpp takes whichever its hash map
+// yields first; this takes the first in fimNames' order.
+func (v *Vocab) fimEOG(f *gguf.File) {
+	for _, k := range fimNames {
+		id := int32(-1)
+		if _, ok := f.Get(k.key); ok {
+			if n := f.Uint(k.key, 1<<40); n < uint64(len(v.tokens)) {
+				id = int32(n)
+			}
+		}
+		for _, s := range k.names {
+			if id >= 0 {
+				break
+			}
+			if t, ok := v.toID[s]; ok {
+				id = t
+			}
+		}
+		if id >= 0 && !slices.Contains(v.eog, id) {
+			v.eog = append(v.eog, id)
+		}
 	}
 }
 
