@@ -4,7 +4,7 @@
 // ("llama": score-ordered bigram merges over characters, a space prefix,
 // ▁ for spaces, byte fallback), byte-level BPE ("gpt2": the pre-tokenizer
 // regexes of every tokenizer.ggml.pre llama.cpp's test vocabularies use,
-// then rank-ordered merges) and Gemma 4's SentencePiece-style BPE
+// or Kimi K2's hand-written split, then rank-ordered merges) and Gemma 4's SentencePiece-style BPE
 // ("gemma4"). Special tokens in the text are matched first, longest first.
 // WordPiece (BERT) vocabularies are refused.
 package vocab
