@@ -327,7 +327,11 @@ func TestEOGMatchesLlamaCpp(t *testing.T) {
 	dir := llamaref.Require(t, "llama.cpp/models", "bin/orrery-llama-vocab")
 	files, _ := filepath.Glob(filepath.Join(dir, "llama.cpp/models/ggml-vocab-*.gguf"))
 	kimi := withPre(t, dir, "llama-bpe", "kimi-k2")
-	files = append(files, withTokens(t, kimi, "-specials", kimiSpecials...))
+	files = append(files, withTokens(t, kimi, "-specials", kimiSpecials...),
+		// gpt-oss's and Solar Open's markers, whose <|end|> does not end
+		// generation in llama.cpp.
+		withTokens(t, filepath.Join(dir, "llama.cpp/models/ggml-vocab-llama-bpe.gguf"), "-harmony", "<|return|>", "<|call|>", "<|end|>", "<|channel|>"),
+		withTokens(t, filepath.Join(dir, "llama.cpp/models/ggml-vocab-llama-bpe.gguf"), "-solar", "<|calls|>", "<|flush|>", "<|end|>"))
 	for _, path := range files {
 		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "ggml-vocab-"), ".gguf")
 		f, err := gguf.ReadFile(path)

@@ -54,6 +54,7 @@ func New(f *gguf.File) (*Vocab, error) {
 	}
 	v.retype()
 	v.fimEOG(f)
+	v.dropEnd()
 	v.listSpecial(f)
 	return v, nil
 }
@@ -383,6 +384,26 @@ func (v *Vocab) fimEOG(f *gguf.File) {
 		if id >= 0 && !slices.Contains(v.eog, id) {
 			v.eog = append(v.eog, id)
 		}
+	}
+}
+
+// dropEnd is llama.cpp's workaround for gpt-oss's harmony and Solar
+// Open: where <|return|>, <|call|> and <|end|> (or <|calls|>, <|flush|>
+// and <|end|>) all end generation, <|end|> does not (it ends a message,
+// such as the reasoning before the answer).
+func (v *Vocab) dropEnd() {
+	has := map[string]bool{}
+	end := int32(-1)
+	for _, id := range v.eog {
+		t := v.tokens[id]
+		has[t] = true
+		if t == "<|end|>" {
+			end = id
+		}
+	}
+	call := has["<|call|>"] || has["<|calls|>"]
+	if end >= 0 && call && (has["<|return|>"] || has["<|flush|>"]) {
+		v.eog = slices.DeleteFunc(v.eog, func(id int32) bool { return id == end })
 	}
 }
 
