@@ -15,10 +15,13 @@
 //     and a fenced JSON block (V3, R1), or name<｜tool▁sep｜>{…} (V3.1);
 //   - Harmony (gpt-oss): <|channel|>analysis is reasoning, final is the
 //     answer, commentary to=functions.name is a call;
+//   - Kimi (K2, K2 Thinking): <|tool_calls_section_begin|> then
+//     <|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{…}<|tool_call_end|>
+//     for each call, then <|tool_calls_section_end|>;
 //   - reasoning between <think> and </think> (Qwen 3, DeepSeek R1, QwQ),
 //     including answers whose prompt already opened the block.
 //
-// Mistral's, DeepSeek's and Harmony's markers are control tokens, whose
+// Mistral's, DeepSeek's, Harmony's and Kimi's markers are control tokens, whose
 // text the runner passes to the parser (Format.Specials) but never
 // outputs.
 package chatfmt
@@ -44,11 +47,12 @@ const (
 	Mistral  Format = "mistral"
 	DeepSeek Format = "deepseek"
 	Harmony  Format = "harmony"
+	Kimi     Format = "kimi"
 )
 
 // Specials reports whether the format's markers are control tokens, whose
 // text the parser must be given.
-func (f Format) Specials() bool { return f == Mistral || f == DeepSeek || f == Harmony }
+func (f Format) Specials() bool { return f == Mistral || f == DeepSeek || f == Harmony || f == Kimi }
 
 // Detect tells from a chat template's source how its family writes tool
 // calls, and whether it writes reasoning in <think> blocks.
@@ -59,6 +63,8 @@ func Detect(template string) (f Format, thinks bool) {
 		f = Harmony
 	case strings.Contains(template, "tool▁calls▁begin"):
 		f = DeepSeek
+	case strings.Contains(template, kimiSectionBegin):
+		f = Kimi
 	case strings.Contains(template, "[TOOL_CALLS]"):
 		f = Mistral
 	case strings.Contains(template, "<tool_call>"):

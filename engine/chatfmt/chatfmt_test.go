@@ -3,11 +3,14 @@ package chatfmt
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
+	"github.com/orrery-cluster/orrery/internal/llamaref"
 )
 
 // run feeds s to a parser in the given pieces and sums what comes out.
@@ -49,6 +52,7 @@ func TestParser(t *testing.T) {
 	mistral := Options{Format: Mistral, Tools: true}
 	deepseek := Options{Format: DeepSeek, Tools: true, Think: true}
 	harmony := Options{Format: Harmony, Tools: true}
+	kimi := Options{Format: Kimi, Tools: true, Think: true}
 	tests := []struct {
 		name string
 		o    Options
@@ -99,6 +103,20 @@ func TestParser(t *testing.T) {
 			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "now", Arguments: `{}`}}}},
 		{"harmony no tools", Options{Format: Harmony}, "<|channel|>commentary to=functions.x<|message|>{}<|call|>", Delta{Content: "{}"}},
 		{"harmony bare text", harmony, "just words", Delta{Content: "just words"}},
+		{"kimi calls", kimi, "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"北京\"}<|tool_call_end|>" +
+			"<|tool_call_begin|>functions.now:1<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+			Delta{Content: "Checking.", Calls: []runnerapi.Call{{Index: 0, Name: "get_weather", Arguments: `{"city":"北京"}`}, {Index: 1, Name: "now", Arguments: `{}`}}}},
+		{"kimi thinking then call", kimi, "<think>Need the weather.</think>\n<|tool_calls_section_begin|>\n<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|>\n<|tool_calls_section_end|>",
+			Delta{Reasoning: "Need the weather.", Calls: []runnerapi.Call{{Index: 0, Name: "get_weather", Arguments: `{"city":"Oslo"}`}}}},
+		// As llama.cpp takes them: reasoning a call ends, a call with no
+		// section, the last call's end missing.
+		{"kimi call ends reasoning", kimi, "<think>call it<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1}",
+			Delta{Reasoning: "call it", Calls: []runnerapi.Call{{Index: 0, Name: "f", Arguments: `{"a":1}`}}}},
+		{"kimi text after calls", kimi, "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|> done",
+			Delta{Calls: []runnerapi.Call{{Index: 0, Name: "f", Arguments: `{}`}}, Content: "done"}},
+		{"kimi broken", kimi, "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{oops}<|tool_call_end|>",
+			Delta{Content: "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{oops}<|tool_call_end|>"}},
+		{"kimi no tools", Options{Format: Kimi, Think: true}, "<think>a</think>b<|tool_call_begin|>", Delta{Reasoning: "a", Content: "b<|tool_call_begin|>"}},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range tests {
@@ -123,6 +141,7 @@ func TestDetect(t *testing.T) {
 		{"{{'[TOOL_CALLS]'}}", Mistral, false},
 		{"<｜tool▁calls▁begin｜><think>", DeepSeek, true},
 		{"<|start|>{{ '<|channel|>' }}", Harmony, false},
+		{"{{'<|tool_calls_section_begin|>'}}<|tool_call_begin|>{{'<think>'}}", Kimi, true},
 		{"<|im_start|>", Plain, false},
 	} {
 		if f, th := Detect(tc.src); f != tc.f || th != tc.thinks {
@@ -166,9 +185,10 @@ func FuzzParser(f *testing.F) {
 	f.Add("[TOOL_CALLS]f[ARGS]{\"a\":[1]}", uint8(2), uint8(3))
 	f.Add("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜>", uint8(4), uint8(4))
 	f.Add("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b", uint8(5), uint8(5))
+	f.Add("<think>a<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>x<|tool_calls_section_begin|><|tool_call_begin|>", uint8(6), uint8(6))
 	f.Fuzz(func(t *testing.T, s string, cut, kind uint8) {
 		opts := []Options{{Format: Hermes, Tools: true, Think: true}, {Format: Llama3, Tools: true}, {Think: true, InThink: true},
-			{Format: Mistral, Tools: true}, {Format: DeepSeek, Tools: true}, {Format: Harmony, Tools: true}}
+			{Format: Mistral, Tools: true}, {Format: DeepSeek, Tools: true}, {Format: Harmony, Tools: true}, {Format: Kimi, Tools: true, Think: true}}
 		o := opts[int(kind)%len(opts)]
 		whole := run(o, []string{s})
 		var ps []string
@@ -186,4 +206,19 @@ func FuzzParser(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Kimi K2's real templates (llama.cpp's models/templates) are told apart:
+// its tool-call markers, and <think> for K2 Thinking.
+func TestDetectKimiTemplates(t *testing.T) {
+	dir := llamaref.Require(t, "llama.cpp/models/templates")
+	for name, thinks := range map[string]bool{"Kimi-K2-Instruct": false, "Kimi-K2-Thinking": true, "moonshotai-Kimi-K2": false} {
+		src, err := os.ReadFile(filepath.Join(dir, "llama.cpp/models/templates", name+".jinja"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, th := Detect(string(src)); f != Kimi || th != thinks {
+			t.Errorf("%s: %q thinks %v, want %q %v", name, f, th, Kimi, thinks)
+		}
+	}
 }

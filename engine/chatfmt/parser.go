@@ -26,6 +26,7 @@ const (
 	inJSON          // Llama 3: the answer began with '{'
 	inMistral       // after [TOOL_CALLS]
 	inDeepSeek      // after <｜tool▁calls▁begin｜>
+	inKimi          // after <|tool_calls_section_begin|>, or at a <|tool_call_begin|> outside one
 )
 
 // Parser splits output, as it streams, into content, reasoning and tool
@@ -48,6 +49,9 @@ type Parser struct {
 	since int
 	// last is the text of the last Add.
 	last string
+	// bare: the Kimi calls began at a <|tool_call_begin|> with no
+	// section opened, which buf still starts with.
+	bare bool
 }
 
 // maxHeld bounds what a parser holds back: a call longer than this is
@@ -101,6 +105,8 @@ func (p *Parser) step(final bool) (Delta, bool) {
 		return p.mistral(final)
 	case inDeepSeek:
 		return p.deepseek(final)
+	case inKimi:
+		return p.kimi(final)
 	case inThink:
 		return p.think(final)
 	case inCall:
@@ -154,6 +160,8 @@ func (p *Parser) plain(final bool) (Delta, bool) {
 			markers = append(markers, mistralCalls)
 		case DeepSeek:
 			markers = append(markers, dsCallsBegin)
+		case Kimi:
+			markers = append(markers, kimiSectionBegin, kimiCallBegin)
 		}
 	}
 	at, which := -1, ""
@@ -172,6 +180,13 @@ func (p *Parser) plain(final bool) (Delta, bool) {
 			p.mode = inMistral
 		case dsCallsBegin:
 			p.mode, p.since = inDeepSeek, p.calls
+		case kimiSectionBegin:
+			p.mode, p.since, p.bare = inKimi, p.calls, false
+		case kimiCallBegin:
+			// Kimi K2 may call with no section opened (llama.cpp
+			// takes these too): the marker stays, for kimi to read.
+			p.buf = which + p.buf
+			p.mode, p.since, p.bare = inKimi, p.calls, true
 		default:
 			p.mode = inCall
 		}
@@ -187,15 +202,30 @@ func (p *Parser) plain(final bool) (Delta, bool) {
 }
 
 func (p *Parser) think(final bool) (Delta, bool) {
-	if i := strings.Index(p.buf, thinkClose); i >= 0 {
-		d := Delta{Reasoning: p.buf[:i]}
-		p.buf = p.buf[i+len(thinkClose):]
+	ends := []string{thinkClose}
+	if p.o.Tools && p.o.Format == Kimi {
+		// Kimi K2 Thinking may call a tool without closing its
+		// reasoning: a call ends it too, as in llama.cpp.
+		ends = append(ends, kimiSectionBegin, kimiCallBegin)
+	}
+	at, which := -1, ""
+	for _, m := range ends {
+		if i := strings.Index(p.buf, m); i >= 0 && (at < 0 || i < at) {
+			at, which = i, m
+		}
+	}
+	if at >= 0 {
+		d := Delta{Reasoning: p.buf[:at]}
+		p.buf = p.buf[at:]
+		if which == thinkClose {
+			p.buf = p.buf[len(thinkClose):]
+		}
 		p.mode, p.trim = inText, true
 		return d, true
 	}
 	keep := 0
 	if !final {
-		keep = heldPrefix(p.buf, []string{thinkClose})
+		keep = heldPrefix(p.buf, ends)
 	}
 	d := Delta{Reasoning: p.buf[:len(p.buf)-keep]}
 	p.buf = p.buf[len(p.buf)-keep:]

@@ -133,7 +133,7 @@ func errNote(err error) string {
 // withPre writes a copy of llama.cpp's vocabulary from (e.g. "llama-bpe")
 // with the pre-tokenizer pre, as ggml-vocab-<pre>.gguf in a temporary
 // directory: the pre-tokenizers that no vocabulary in llama.cpp's models/
-// uses (gpt-4o: gpt-oss's; tekken: Mistral's; deepseek-v3) are then tested against llama.cpp's.
+// uses (gpt-4o: gpt-oss's; tekken: Mistral's; deepseek-v3; kimi-k2) are then tested against llama.cpp's.
 func withPre(t *testing.T, dir, from, pre string) string {
 	t.Helper()
 	f, err := gguf.ReadFile(filepath.Join(dir, "llama.cpp/models/ggml-vocab-"+from+".gguf"))
@@ -153,9 +153,32 @@ func withPre(t *testing.T, dir, from, pre string) string {
 	return path
 }
 
+// withoutMerges writes a copy of the vocabulary at path without
+// tokenizer.ggml.merges, named after it with "-nomerges": llama.cpp loads a
+// kimi-k2 vocabulary without merges (and refuses any other).
+func withoutMerges(t *testing.T, path string) string {
+	t.Helper()
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kvs []gguf.KV
+	for _, kv := range f.KV {
+		if kv.Key != "tokenizer.ggml.merges" {
+			kvs = append(kvs, kv)
+		}
+	}
+	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(path), ".gguf")+"-nomerges.gguf")
+	if err := gguf.WriteFile(out, kvs, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // TestMatchesLlamaCpp runs every vocabulary Orrery loads (those without
 // test vectors too, and llama-bpe's tokens under gpt-oss's gpt-4o,
-// Mistral's tekken and DeepSeek V3's pre-tokenizers) over one corpus, every test input of every vocabulary,
+// Mistral's tekken, DeepSeek V3's and Kimi K2's pre-tokenizers, the last
+// with and without merges and with Kimi's special tokens) over one corpus, every test input of every vocabulary,
 // chat-template text with special tokens, invalid UTF-8 and 100 seeded
 // random strings, with BOS added and special tokens parsed, as a prompt is
 // tokenized, and compares ids and detokenized text with llama.cpp's.
@@ -169,15 +192,29 @@ func TestMatchesLlamaCpp(t *testing.T) {
 			corpus = append(corpus, in...)
 		}
 	}
-	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"), withPre(t, dir, "llama-bpe", "tekken"), withPre(t, dir, "llama-bpe", "deepseek-v3"))
+	kimi := withPre(t, dir, "llama-bpe", "kimi-k2")
+	files = append(files, withPre(t, dir, "llama-bpe", "gpt-4o"), withPre(t, dir, "llama-bpe", "tekken"), withPre(t, dir, "llama-bpe", "deepseek-v3"),
+		kimi, withoutMerges(t, kimi), withTokens(t, kimi, "-specials", kimiSpecials...))
 	corpus = append(corpus,
 		"HelloWorld's camelCase XMLHttpRequest iPhone ALLCAPS'LL Ünïcödé façadeÉtude",
 		"12345 日本語のテキストとカタカナ 中文字符 (x+y)=z; \"quoted\"word -flag --long_opt a.b.c",
 		"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n",
+		"<|im_system|>system<|im_middle|>You are Kimi.<|im_end|><|im_user|>user<|im_middle|>你好 [EOS]<|im_end|><|im_assistant|>assistant<|im_middle|>"+
+			"<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"北京\"}<|tool_call_end|><|tool_calls_section_end|>[EOT][PAD]",
 		"<s>[INST] hi [/INST] there</s><s>[INST] again [/INST]",
 		"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
 		"<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<|user|>\nhi<|end|>\n<|assistant|>\n",
 		"text <|endoftext|> more", "  <unk>  </s> <s>",
+		// Han (kimi-k2 cuts Han runs apart from other letters), mixed
+		// with Latin and kana, contractions in both cases, long digit
+		// runs, punctuation runs, newlines and spaces, emoji and marks.
+		"Kimi说：我爱北京天安门，Hello世界！混合English和中文123456789。",
+		"they're THEY'RE we'Ve I'D it'S you'll YOU'LL don't DON'T o'clock 'tis",
+		"1234567 0.12345 -99999 ١٢٣٤٥ ⅫⅩ x²³ 3.14159265",
+		"!!!??? ... --- ==> (([[{{}}]])) @#$%^&* 「引用」…",
+		"line1\n\nline2\r\n\r\n  \t indented\n   \n\t\tend  ",
+		"🦙🚀👍🏽 👨\u200d👩\u200d👧 ❤️ 🇯🇵!",
+		"e\u0301te\u0301 cafe\u0301's 〇々〆 ㄅㄆ 한국어 テスト\u3000全角　空白",
 		// Invalid UTF-8: llama.cpp's own rules for lead bytes.
 		"|\xff'll\n1日本", "a\xc3", "\xe6\x97", "\xf0\x9f\x98 x", "\x80\x80abc", "\xf8\xf9\xfa\xfb\xfc", "é\xffé")
 	// Seeded random strings over a mix of ASCII, whitespace, specials,
@@ -239,5 +276,102 @@ func TestMatchesLlamaCpp(t *testing.T) {
 			}
 		}
 		t.Logf("%s: encode %d/%d, decode %d/%d (BOS added, special tokens parsed)", name, enc, len(corpus), dec, len(corpus))
+	}
+}
+
+// withTokens writes a copy of the vocabulary at path with the tokens it
+// lacks appended (typed normal, as a file may type them: llama.cpp retypes
+// them by name), named after it with suffix.
+func withTokens(t *testing.T, path, suffix string, tokens ...string) string {
+	t.Helper()
+	f, err := gguf.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := f.Get("tokenizer.ggml.tokens")
+	tokens = slices.DeleteFunc(slices.Clone(tokens), func(s string) bool { return slices.Contains(old.([]string), s) })
+	kvs := slices.Clone(f.KV)
+	for i := range kvs {
+		switch x := kvs[i].Value.(type) {
+		case []string:
+			if kvs[i].Key == "tokenizer.ggml.tokens" {
+				kvs[i].Value = append(slices.Clone(x), tokens...)
+			}
+		case []int32:
+			if kvs[i].Key == "tokenizer.ggml.token_type" {
+				kvs[i].Value = append(slices.Clone(x), slices.Repeat([]int32{TypeNormal}, len(tokens))...)
+			}
+		case []float32:
+			if kvs[i].Key == "tokenizer.ggml.scores" {
+				kvs[i].Value = append(slices.Clone(x), make([]float32, len(tokens))...)
+			}
+		}
+	}
+	out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(path), ".gguf")+suffix+".gguf")
+	if err := gguf.WriteFile(out, kvs, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// kimiSpecials are Kimi K2's added tokens (its tokenizer_config.json),
+// appended to llama-bpe's vocabulary to hold their handling to llama.cpp's.
+var kimiSpecials = []string{"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>",
+	"<|end_header_id|>", "[EOT]", "<|im_system|>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+	"<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|im_middle|>", "[UNK]", "[PAD]"}
+
+// TestEOGMatchesLlamaCpp holds the tokens that end generation, for every
+// vocabulary Orrery loads and Kimi K2's special tokens on llama-bpe's, to
+// llama.cpp's llama_vocab_is_eog.
+func TestEOGMatchesLlamaCpp(t *testing.T) {
+	dir := llamaref.Require(t, "llama.cpp/models", "bin/orrery-llama-vocab")
+	files, _ := filepath.Glob(filepath.Join(dir, "llama.cpp/models/ggml-vocab-*.gguf"))
+	kimi := withPre(t, dir, "llama-bpe", "kimi-k2")
+	files = append(files, withTokens(t, kimi, "-specials", kimiSpecials...),
+		// gpt-oss's and Solar Open's markers, whose <|end|> does not end
+		// generation in llama.cpp.
+		withTokens(t, filepath.Join(dir, "llama.cpp/models/ggml-vocab-llama-bpe.gguf"), "-harmony", "<|return|>", "<|call|>", "<|end|>", "<|channel|>"),
+		withTokens(t, filepath.Join(dir, "llama.cpp/models/ggml-vocab-llama-bpe.gguf"), "-solar", "<|calls|>", "<|flush|>", "<|end|>"))
+	for _, path := range files {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "ggml-vocab-"), ".gguf")
+		f, err := gguf.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := New(f)
+		if err != nil {
+			continue // refused: TestMatchesLlamaCpp says so
+		}
+		cmd := exec.Command(llamaref.Bin(dir, "orrery-llama-vocab"), "-m", path, "-eog")
+		ref, err := cmd.Output()
+		if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 2 {
+			msg := "orrery-llama-vocab has no -eog: rebuild it with scripts/llama-ref.sh (make llama-ref)"
+			if os.Getenv("CI") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		if err != nil {
+			t.Fatalf("%s: orrery-llama-vocab -eog: %v", name, err)
+		}
+		var want []int32
+		for _, s := range strings.Fields(string(ref)) {
+			n, _ := strconv.Atoi(s)
+			want = append(want, int32(n))
+		}
+		got := slices.Sorted(slices.Values(v.eog))
+		var texts []string
+		for _, id := range got {
+			texts = append(texts, strconv.Quote(v.Text(id)))
+		}
+		if !slices.Equal(got, want) {
+			var wantTexts []string
+			for _, id := range want {
+				wantTexts = append(wantTexts, strconv.Quote(v.Text(id)))
+			}
+			t.Errorf("%s: end of generation %v %v, llama.cpp %v %v", name, got, texts, want, wantTexts)
+			continue
+		}
+		t.Logf("%s: end of generation %v", name, texts)
 	}
 }

@@ -53,6 +53,8 @@ func New(f *gguf.File) (*Vocab, error) {
 		return nil, err
 	}
 	v.retype()
+	v.fimEOG(f)
+	v.dropEnd()
 	v.listSpecial(f)
 	return v, nil
 }
@@ -229,6 +231,11 @@ func (v *Vocab) setPre(pre string) error {
 		v.cleanSpaces = false
 		exprs = []string{`\p{N}{1,3}`, "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
 			`[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_` + "`" + `{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
+	case "kimi-k2":
+		// Kimi K2: llama.cpp's hand-written split (kimi.go), no regexes. A file without merges is accepted, as llama.cpp
+		// accepts it for kimi-k2 alone: with no merges each character is
+		// its own token (or its bytes'), in both.
+		v.cleanSpaces, v.custom = false, splitKimiK2
 	case "tekken":
 		// Mistral's Tekken (Ministral 3, Mistral Nemo/Small): the o200k
 		// split without contractions, one digit at a time.
@@ -242,7 +249,7 @@ func (v *Vocab) setPre(pre string) error {
 	case "default":
 		exprs = []string{`[\p{P}\$\+<=>\^~\|]+`, gpt2, `\p{N}+`, `[0-9][0-9][0-9]`}
 	default:
-		return fmt.Errorf("%q is not supported; supported: llama-bpe (Llama 3), gpt-4o (gpt-oss, Llama 4), tekken (Mistral), deepseek-v3, qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, gpt-2, mpt, olmo, gemma4, default and their aliases", pre)
+		return fmt.Errorf("%q is not supported; supported: llama-bpe (Llama 3), gpt-4o (gpt-oss, Llama 4), tekken (Mistral), deepseek-v3, kimi-k2, qwen2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, command-r, gpt-2, mpt, olmo, gemma4, default and their aliases", pre)
 	}
 	for _, e := range exprs {
 		re, err := regexp2.Compile(e, regexp2.None)
@@ -336,6 +343,67 @@ func (v *Vocab) retype() {
 			continue
 		}
 		v.eog = append(v.eog, id)
+	}
+}
+
+// fimNames are the names llama.cpp finds the fill-in-the-middle pad,
+// repository and file-separator tokens by, where the metadata key does not
+// give them.
+var fimNames = []struct {
+	key   string
+	names []string
+}{
+	{"tokenizer.ggml.fim_pad_token_id", []string{"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+	{"tokenizer.ggml.fim_rep_token_id", []string{"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+	{"tokenizer.ggml.fim_sep_token_id", []string{"<|file_sep|>"}},
+}
+
+// fimEOG makes the fill-in-the-middle pad, repository and file-separator
+// tokens end generation, as llama.cpp does (Kimi K2's [PAD] is its pad,
+// Qwen's <|fim_pad|>, <|repo_name|>, <|file_sep|>): each is the id its
+// metadata key gives (one outside the vocabulary is ignored, as llama.cpp
+// ignores it), else the token found by name. Where a vocabulary holds
+// several of one kind's names, llama.cpp takes whichever its hash map
+// yields first; this takes the first in fimNames' order.
+func (v *Vocab) fimEOG(f *gguf.File) {
+	for _, k := range fimNames {
+		id := int32(-1)
+		if _, ok := f.Get(k.key); ok {
+			if n := f.Uint(k.key, 1<<40); n < uint64(len(v.tokens)) {
+				id = int32(n)
+			}
+		}
+		for _, s := range k.names {
+			if id >= 0 {
+				break
+			}
+			if t, ok := v.toID[s]; ok {
+				id = t
+			}
+		}
+		if id >= 0 && !slices.Contains(v.eog, id) {
+			v.eog = append(v.eog, id)
+		}
+	}
+}
+
+// dropEnd is llama.cpp's workaround for gpt-oss's harmony and Solar
+// Open: where <|return|>, <|call|> and <|end|> (or <|calls|>, <|flush|>
+// and <|end|>) all end generation, <|end|> does not (it ends a message,
+// such as the reasoning before the answer).
+func (v *Vocab) dropEnd() {
+	has := map[string]bool{}
+	end := int32(-1)
+	for _, id := range v.eog {
+		t := v.tokens[id]
+		has[t] = true
+		if t == "<|end|>" {
+			end = id
+		}
+	}
+	call := has["<|call|>"] || has["<|calls|>"]
+	if end >= 0 && call && (has["<|return|>"] || has["<|flush|>"]) {
+		v.eog = slices.DeleteFunc(v.eog, func(id int32) bool { return id == end })
 	}
 }
 

@@ -147,11 +147,16 @@ func (v *Vocab) spm(text string, out []int32) []int32 {
 // linear, so only a pathological input reaches it.
 const matchTimeout = 10 * time.Second
 
-// split is llama.cpp's unicode_regex_split: each regex in turn cuts every
-// current piece into its matches and the text between them.
+// split is llama.cpp's unicode_regex_split: the hand-written splitter if
+// the pre-tokenizer has one (llama.cpp's unicode_regex_split_custom), then
+// each regex in turn cuts every current piece into its matches and the text
+// between them.
 func (v *Vocab) split(text string) ([]string, error) {
 	runes := []rune(text)
 	pieces := [][2]int{{0, len(runes)}} // rune offsets
+	if v.custom != nil {
+		pieces = v.custom(runes, 0, len(runes), nil)
+	}
 	for _, re := range v.regexes {
 		var out [][2]int
 		for _, p := range pieces {

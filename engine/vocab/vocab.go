@@ -4,7 +4,7 @@
 // ("llama": score-ordered bigram merges over characters, a space prefix,
 // ▁ for spaces, byte fallback), byte-level BPE ("gpt2": the pre-tokenizer
 // regexes of every tokenizer.ggml.pre llama.cpp's test vocabularies use,
-// then rank-ordered merges) and Gemma 4's SentencePiece-style BPE
+// or Kimi K2's hand-written split, then rank-ordered merges) and Gemma 4's SentencePiece-style BPE
 // ("gemma4"). Special tokens in the text are matched first, longest first.
 // WordPiece (BERT) vocabularies are refused.
 package vocab
@@ -66,6 +66,10 @@ type Vocab struct {
 	cleanSpaces    bool // detokenize: " ," → ","
 	ignoreMerges   bool // a whole pre-token that is a token is kept
 	byteEncode     bool // GPT-2 byte-to-unicode mapping
+
+	// custom is a hand-written split that runs before the regexes, as
+	// llama.cpp's unicode_regex_split_custom does for kimi-k2.
+	custom func(runes []rune, lo, hi int, out [][2]int) [][2]int
 
 	special []int32 // control, user-defined and unknown tokens, longest first
 	eog     []int32 // tokens that end generation

@@ -176,7 +176,7 @@ func FuzzEncode(f *testing.F) {
 	}
 	spm, _ := New(spmFile())
 	bpes := []*Vocab{}
-	for _, pre := range []string{"qwen2", "llama-bpe", "gpt-2", "deepseek-llm", "falcon", "gemma4"} {
+	for _, pre := range []string{"qwen2", "llama-bpe", "gpt-2", "deepseek-llm", "falcon", "gemma4", "kimi-k2"} {
 		v, err := New(bpeFile(pre))
 		if err != nil {
 			f.Fatal(err)
@@ -230,5 +230,34 @@ func TestConcurrentEncode(t *testing.T) {
 		if e := <-errs; e != "" {
 			t.Error(e)
 		}
+	}
+}
+
+// gpt-oss's <|end|> ends a message (its reasoning), not generation, where
+// <|return|> and <|call|> are there (llama.cpp's rule); alone it ends
+// generation (Phi-3's).
+func TestHarmonyEndDoesNotEndGeneration(t *testing.T) {
+	with := func(extra ...string) *Vocab {
+		f := bpeFile("gpt-4o")
+		toks := append([]string(nil), f.KV[2].Value.([]string)...)
+		types := append([]int32(nil), f.KV[3].Value.([]int32)...)
+		for _, s := range extra {
+			toks, types = append(toks, s), append(types, TypeControl)
+		}
+		v, err := New(set(set(f, "tokenizer.ggml.tokens", toks), "tokenizer.ggml.token_type", types))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	v := with("<|return|>", "<|call|>", "<|end|>")
+	for s, want := range map[string]bool{"<|return|>": true, "<|call|>": true, "<|end|>": false} {
+		if id, _ := v.ID(s); v.EndsGeneration(id) != want {
+			t.Errorf("gpt-oss %s ends generation: %v, want %v", s, !want, want)
+		}
+	}
+	v = with("<|end|>")
+	if id, _ := v.ID("<|end|>"); !v.EndsGeneration(id) {
+		t.Error("Phi-3's <|end|> does not end generation")
 	}
 }

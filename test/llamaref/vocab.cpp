@@ -8,6 +8,11 @@
 // ids (remove_special false, unparse_special true, as common_detokenize).
 //
 //   orrery-llama-vocab -m MODEL -f FILE [-add-special] [-parse-special]
+//
+// With -eog instead of -f it prints the ids of the tokens that end
+// generation (llama_vocab_is_eog), ascending, space-separated, on one line.
+//
+//   orrery-llama-vocab -m MODEL -eog
 #include "llama.h"
 
 #include <cstdio>
@@ -19,16 +24,35 @@
 
 int main(int argc, char ** argv) {
     std::string model_path, cases_path;
-    bool add_special = false, parse_special = false;
+    bool add_special = false, parse_special = false, eog = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "-m" && i + 1 < argc) model_path = argv[++i];
         else if (a == "-f" && i + 1 < argc) cases_path = argv[++i];
         else if (a == "-add-special") add_special = true;
         else if (a == "-parse-special") parse_special = true;
-        else { fprintf(stderr, "usage: orrery-llama-vocab -m MODEL -f FILE [-add-special] [-parse-special]\n"); return 2; }
+        else if (a == "-eog") eog = true;
+        else { fprintf(stderr, "usage: orrery-llama-vocab -m MODEL (-f FILE [-add-special] [-parse-special] | -eog)\n"); return 2; }
     }
-    if (model_path.empty() || cases_path.empty()) { fprintf(stderr, "usage: orrery-llama-vocab -m MODEL -f FILE\n"); return 2; }
+    if (model_path.empty() || (cases_path.empty() && !eog)) { fprintf(stderr, "usage: orrery-llama-vocab -m MODEL (-f FILE | -eog)\n"); return 2; }
+    if (eog) {
+        llama_log_set([](enum ggml_log_level level, const char * text, void *) {
+            if (level >= GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
+        }, nullptr);
+        llama_backend_init();
+        llama_model_params mp = llama_model_default_params();
+        mp.vocab_only = true;
+        llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
+        if (!model) { fprintf(stderr, "load %s failed\n", model_path.c_str()); return 1; }
+        const llama_vocab * vocab = llama_model_get_vocab(model);
+        bool first = true;
+        for (llama_token id = 0; id < llama_vocab_n_tokens(vocab); id++) {
+            if (llama_vocab_is_eog(vocab, id)) { printf("%s%d", first ? "" : " ", id); first = false; }
+        }
+        printf("\n");
+        llama_model_free(model);
+        return 0;
+    }
     std::ifstream in(cases_path, std::ios::binary);
     if (!in) { fprintf(stderr, "open %s failed\n", cases_path.c_str()); return 1; }
     std::stringstream ss;
