@@ -308,3 +308,70 @@ func maxAbs(a []float32) float64 {
 	}
 	return m
 }
+
+// A context shift re-rotates the kept keys as if computed at their new
+// positions: in a one-block model (whose keys and values depend on their
+// token alone: deeper blocks' would also on the dropped tokens), after
+// dropping positions 2–4 of 8, the next token's logits are those of a
+// fresh prefill of the 5 kept tokens up to rounding; for whole-head RoPE
+// (llama, NeoX qwen2) and glm4moe's partial one, where rotating the whole
+// head moves them O(1).
+func TestShiftMatchesPrefill(t *testing.T) {
+	prompt := []int32{1, 300, 301, 302, 17, 250, 99, 7}
+	kept := []int32{1, 300, 250, 99, 7}
+	next := int32(42)
+	for _, arch := range []string{"llama", "qwen2", "glm4moe"} {
+		t.Run(arch, func(t *testing.T) {
+			o, err := model.ApplyFamily(model.Presets["tiny"], arch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Layers, o.Seed = 1, 7
+			path := filepath.Join(t.TempDir(), arch+".gguf")
+			if err := model.Generate(path, o); err != nil {
+				t.Fatal(err)
+			}
+			opts := backend.Options{Threads: 2, KVType: "f32", BatchSize: 8}
+			run := func(tokens []int32, shift bool) []float64 {
+				r, err := Load(context.Background(), path, opts, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				pos := make([]int32, len(tokens))
+				for i := range pos {
+					pos[i] = int32(i)
+				}
+				if _, err := r.Forward(context.Background(), backend.Batch{Tokens: tokens, Positions: pos}); err != nil {
+					t.Fatal(err)
+				}
+				at := int32(len(tokens))
+				if shift {
+					if err := r.Shift(0, 2, 3); err != nil {
+						t.Fatal(err)
+					}
+					at -= 3
+				}
+				res, err := r.Forward(context.Background(), backend.Batch{Tokens: []int32{next}, Positions: []int32{at}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := make([]float64, len(res.Logits))
+				for i, v := range res.Logits {
+					out[i] = float64(v)
+				}
+				return out
+			}
+			want, got := run(kept, false), run(prompt, true)
+			g := make([]float32, len(got))
+			for i, v := range got {
+				g[i] = float32(v)
+			}
+			if e := relErr(g, want); e > 1e-4 {
+				t.Errorf("after the shift: relative logit error %.2e against a fresh prefill, want ≤ 1e-4", e)
+			} else {
+				t.Logf("after the shift: relative logit error %.2e against a fresh prefill", e)
+			}
+		})
+	}
+}
