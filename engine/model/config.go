@@ -383,20 +383,8 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	if ok && (c.HeadDim <= 0 || c.HeadDim%2 != 0 || c.HeadDim > 1024) {
 		return Config{}, fmt.Errorf("%s model: %s = %v, want an even size up to 1024", arch, k("attention.key_length"), hd)
 	}
-	vl, rd := f.Uint(k("attention.value_length"), uint64(c.HeadDim)), f.Uint(k("rope.dimension_count"), uint64(c.HeadDim))
-	switch {
-	case arch == "deepseek2":
-		if err := readDeepSeek2(&c, f); err != nil {
-			return Config{}, err
-		}
-	case int(vl) != c.HeadDim:
-		return Config{}, fmt.Errorf("%s model: %s = %d differs from the key length %d, which Orrery does not support", arch, k("attention.value_length"), vl, c.HeadDim)
-	case arch == "glm4moe":
-		if err := readGLM4MoE(&c, f); err != nil {
-			return Config{}, err
-		}
-	case int(rd) != c.HeadDim:
-		return Config{}, fmt.Errorf("%s model: %s = %d: partial rotary embeddings (%d of %d dims) are supported for glm4moe only", arch, k("rope.dimension_count"), rd, rd, c.HeadDim)
+	if err := readValuesAndRotary(&c, f); err != nil {
+		return Config{}, err
 	}
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
 		c.Vocab = len(tokens)
@@ -415,6 +403,26 @@ func readHyperparams(f *gguf.File) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// readValuesAndRotary reads the value size and the rotary part of a head,
+// which equal the key size but for deepseek2's latent attention and
+// glm4moe's partial rotary (their readers read the rest of the family's
+// conventions too).
+func readValuesAndRotary(c *Config, f *gguf.File) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	vl, rd := f.Uint(k("attention.value_length"), uint64(c.HeadDim)), f.Uint(k("rope.dimension_count"), uint64(c.HeadDim))
+	switch {
+	case c.Arch == "deepseek2":
+		return readDeepSeek2(c, f)
+	case int(vl) != c.HeadDim:
+		return fmt.Errorf("%s model: %s = %d differs from the key length %d, which Orrery does not support", c.Arch, k("attention.value_length"), vl, c.HeadDim)
+	case c.Arch == "glm4moe":
+		return readGLM4MoE(c, f)
+	case int(rd) != c.HeadDim:
+		return fmt.Errorf("%s model: %s = %d: partial rotary embeddings (%d of %d dims) are supported for glm4moe only", c.Arch, k("rope.dimension_count"), rd, rd, c.HeadDim)
+	}
+	return nil
 }
 
 // TypeMix is a type mix as text, by share of the weights' bytes:
