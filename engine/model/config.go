@@ -161,13 +161,13 @@ type Config struct {
 	ValueDim    int     `json:"valueDim,omitempty"`
 	KQScale     float64 `json:"kqScale,omitempty"`
 	// deepseek2's and glm4moe's experts: the first LeadDense blocks have a
-	// dense MLP;
-	// the others SharedExperts × ExpertFFDim of shared SwiGLU beside the
-	// routed experts, which are scored by a sigmoid (ExpertSigmoid) or
-	// softmax, chosen with a per-expert bias added (ExpertProbsBias,
-	// exp_probs_b) among the best ExpertGroupsUsed of ExpertGroups groups
-	// (each group scored by its best two), and weighted by their scores
-	// (renormalised when ExpertNormTopK) times ExpertWeightsScale.
+	// dense MLP; the others SharedExperts × ExpertFFDim of shared SwiGLU
+	// beside the routed experts, which are scored by a sigmoid
+	// (ExpertSigmoid) or softmax, chosen with a per-expert bias added
+	// (ExpertProbsBias, exp_probs_b) among the best ExpertGroupsUsed of
+	// ExpertGroups groups (each group scored by its best two), and weighted
+	// by their scores (renormalised when ExpertNormTopK) times
+	// ExpertWeightsScale.
 	LeadDense          int     `json:"leadDense,omitempty"`
 	SharedExperts      int     `json:"sharedExperts,omitempty"`
 	ExpertSigmoid      bool    `json:"expertSigmoid,omitempty"`

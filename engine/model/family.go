@@ -250,9 +250,10 @@ func readDeepSeek2(c *Config, f *gguf.File) error {
 
 // readSharedExperts reads deepseek2's and glm4moe's mixture of experts as
 // llama.cpp does: leading dense blocks, shared experts beside the routed
-// ones, the gating function (sigmoid when unset and sigmoid), the chosen
-// weights' renormalisation and scale, and expert groups (which llama.cpp
-// reads for every architecture).
+// ones, the gating function (when unset: a sigmoid if sigmoid is true,
+// llama.cpp's default for glm4moe, else a softmax), the chosen weights'
+// renormalisation and scale, and expert groups (which llama.cpp reads for
+// every architecture).
 func readSharedExperts(c *Config, f *gguf.File, sigmoid bool) error {
 	k := func(s string) string { return c.Arch + "." + s }
 	fail := func(key string, v any, want string) error {
