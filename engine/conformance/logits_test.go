@@ -130,6 +130,9 @@ var families = []struct {
 	{family: "mistral3", types: shipped},
 	{family: "deepseek2", types: append(slices.Clone(shipped), "MXFP4")},
 	{family: "glm4moe", types: append(slices.Clone(shipped), "MXFP4")},
+	// GLM-4.5-Air's attention: no q/k norms.
+	{family: "glm4moe", types: []string{"F32", "Q8_0"}, name: "glm4moe-air",
+		tweak: func(o *model.GenOptions) { o.NoQKNorm = true }},
 	{family: "phi3", types: shipped},
 	{family: "gpt-oss", types: []string{"F32", "BF16", "Q8_0", "MXFP4", "MXFP4_MOE"}},
 	// Qwen3's long-context GGUFs: YaRN ×4 over an original 32768, as
