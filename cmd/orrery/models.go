@@ -44,7 +44,9 @@ with OpenAI's clamped SwiGLU; ship it with --type MXFP4), mistral3
 (Ministral 3: YaRN ×16 over a 16th of the context, attention temperature),
 deepseek2 (DeepSeek V3 / Kimi K2: multi-head latent attention, YaRN ×40, a
 dense first block, then 8/2, 16/4 or 64/4 routed experts by sigmoid in 4
-groups, and a shared expert).
+groups, and a shared expert), glm4moe (GLM-4.5: RoPE over half of each
+head, q/k/v biases and q/k norms, deepseek2's experts without groups, and
+one multi-token-prediction block after the trunk, which is not computed).
 --pooling mean, cls or last writes <arch>.pooling_type, as llama.cpp's
 llama-embedding reads it: an embedding model, which /v1/embeddings and
 /api/embed serve (chat models are refused there).

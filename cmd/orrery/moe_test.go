@@ -76,7 +76,7 @@ func moeOverThree(t *testing.T, bin string, a, b *agentProc, ids []string, dirC 
 func TestGenModelArch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "m.gguf")
 	code, out, errs := runCLI("gen-model", "--preset", "tiny", "--arch", "mamba", "-o", path)
-	if code != 2 || out != "" || !strings.Contains(errs, `arch "mamba": want one of [llama llama3 qwen2 qwen3 qwen3moe gemma3 phi3 gpt-oss mistral3 deepseek2]`) {
+	if code != 2 || out != "" || !strings.Contains(errs, `arch "mamba": want one of [llama llama3 qwen2 qwen3 qwen3moe gemma3 phi3 gpt-oss mistral3 deepseek2 glm4moe]`) {
 		t.Errorf("--arch mamba: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	for _, fam := range model.Families {
@@ -93,7 +93,7 @@ func TestGenModelArch(t *testing.T) {
 		if want == "" {
 			want = fam
 		}
-		if err != nil || cfg.Arch != want || cfg.RopeFreqs != (fam == "llama3") || (cfg.Experts > 0) != (fam == "qwen3moe" || fam == "gpt-oss" || fam == "deepseek2") {
+		if err != nil || cfg.Arch != want || cfg.RopeFreqs != (fam == "llama3") || (cfg.Experts > 0) != (fam == "qwen3moe" || fam == "gpt-oss" || fam == "deepseek2" || fam == "glm4moe") {
 			t.Errorf("--arch %s wrote %+v (%v)", fam, cfg, err)
 		}
 	}

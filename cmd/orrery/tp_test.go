@@ -230,11 +230,12 @@ func tpPlan(t *testing.T, path string, ranks int) []model.TPSlice {
 
 // A mixture of experts split by experts over three runner processes (its
 // 8 experts 3/3/2, the router whole on each; deepseek2's latent attention
-// by heads, its dense block and shared expert by columns): continuous
+// and glm4moe's partial-rotary attention by heads, their dense block and
+// shared expert by columns): continuous
 // batching gives the tokens of one runner with the whole model.
 func TestExpertParallelRunners(t *testing.T) {
 	bin := buildBinary(t)
-	for _, fam := range []string{"qwen3moe", "deepseek2"} {
+	for _, fam := range []string{"qwen3moe", "deepseek2", "glm4moe"} {
 		t.Run(fam, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "moe.gguf")

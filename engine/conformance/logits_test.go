@@ -129,6 +129,10 @@ var families = []struct {
 	{family: "gemma3", types: shipped},
 	{family: "mistral3", types: shipped},
 	{family: "deepseek2", types: append(slices.Clone(shipped), "MXFP4")},
+	{family: "glm4moe", types: append(slices.Clone(shipped), "MXFP4")},
+	// GLM-4.5-Air's attention: no q/k norms.
+	{family: "glm4moe", types: []string{"F32", "Q8_0"}, name: "glm4moe-air",
+		tweak: func(o *model.GenOptions) { o.NoQKNorm = true }},
 	{family: "phi3", types: shipped},
 	{family: "gpt-oss", types: []string{"F32", "BF16", "Q8_0", "MXFP4", "MXFP4_MOE"}},
 	// Qwen3's long-context GGUFs: YaRN ×4 over an original 32768, as
@@ -357,13 +361,20 @@ type result struct {
 
 func runReference(t *testing.T, dir, path string, ids []int32, st setting) result {
 	t.Helper()
+	return runLlama(t, dir, path, ids, st, genLen, shape.Vocab)
+}
+
+// runLlama is llama.cpp's logits over the prompt ids and gen greedy
+// tokens of a model of vocab tokens.
+func runLlama(t *testing.T, dir, path string, ids []int32, st setting, gen, vocab int) result {
+	t.Helper()
 	strs := make([]string, len(ids))
 	for i, id := range ids {
 		strs[i] = strconv.Itoa(int(id))
 	}
 	out := filepath.Join(t.TempDir(), "logits.f32")
 	cmd := exec.Command(llamaref.Bin(dir, "orrery-llama-logits"), "-m", path, "-p", strings.Join(strs, ","),
-		"-n", strconv.Itoa(genLen), "-t", strconv.Itoa(threads), "-kv", st.kv, "-fa", st.flashAttn, "-repack", map[bool]string{true: "on", false: "off"}[st.repack], "-o", out)
+		"-n", strconv.Itoa(gen), "-t", strconv.Itoa(threads), "-kv", st.kv, "-fa", st.flashAttn, "-repack", map[bool]string{true: "on", false: "off"}[st.repack], "-o", out)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
@@ -383,7 +394,7 @@ func runReference(t *testing.T, dir, path string, ids []int32, st setting) resul
 		t.Fatal(err)
 	}
 	rows := meta.NPrompt + len(meta.Generated) - 1
-	if meta.NVocab != shape.Vocab || len(raw) != rows*meta.NVocab*4 {
+	if meta.NVocab != vocab || len(raw) != rows*meta.NVocab*4 {
 		t.Fatalf("llama.cpp wrote %d bytes of logits, want %d rows of %d", len(raw), rows, meta.NVocab)
 	}
 	r := result{gen: meta.Generated}

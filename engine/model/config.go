@@ -27,8 +27,10 @@ import (
 // biases, sliding-window layers alternating with global ones, and a
 // mixture of experts with its own clamped SwiGLU, shipped in MXFP4) and
 // deepseek2 (DeepSeek V2/V3, Kimi K2: multi-head latent attention and a
+// mixture of routed and shared experts) and glm4moe (GLM-4.5 to 4.7:
+// grouped-query attention with partial rotary embeddings and deepseek2's
 // mixture of routed and shared experts).
-var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3", "deepseek2"}
+var Supported = []string{"llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3", "deepseek2", "glm4moe"}
 
 // ErrUnsupported is wrapped by the error for any other architecture.
 var ErrUnsupported = errors.New("unsupported architecture")
@@ -147,6 +149,9 @@ type Config struct {
 	// KeyDimMLA − RopeDim part into the latent, attn_v_b expands the
 	// attended latent to ValueDimMLA. KQScale replaces 1/√HeadDim in the
 	// softmax.
+	//
+	// RopeDim is also glm4moe's partial rotary embedding: only the first
+	// RopeDim of each head's HeadDim dimensions rotate (see RotaryDims).
 	MLA         bool    `json:"mla,omitempty"`
 	QLoraRank   int     `json:"qLoraRank,omitempty"`
 	KVLoraRank  int     `json:"kvLoraRank,omitempty"`
@@ -155,13 +160,14 @@ type Config struct {
 	ValueDimMLA int     `json:"valueDimMla,omitempty"`
 	ValueDim    int     `json:"valueDim,omitempty"`
 	KQScale     float64 `json:"kqScale,omitempty"`
-	// deepseek2's experts: the first LeadDense blocks have a dense MLP;
-	// the others SharedExperts × ExpertFFDim of shared SwiGLU beside the
-	// routed experts, which are scored by a sigmoid (ExpertSigmoid) or
-	// softmax, chosen with a per-expert bias added (ExpertProbsBias,
-	// exp_probs_b) among the best ExpertGroupsUsed of ExpertGroups groups
-	// (each group scored by its best two), and weighted by their scores
-	// (renormalised when ExpertNormTopK) times ExpertWeightsScale.
+	// deepseek2's and glm4moe's experts: the first LeadDense blocks have a
+	// dense MLP; the others SharedExperts × ExpertFFDim of shared SwiGLU
+	// beside the routed experts, which are scored by a sigmoid
+	// (ExpertSigmoid) or softmax, chosen with a per-expert bias added
+	// (ExpertProbsBias, exp_probs_b) among the best ExpertGroupsUsed of
+	// ExpertGroups groups (each group scored by its best two), and weighted
+	// by their scores (renormalised when ExpertNormTopK) times
+	// ExpertWeightsScale.
 	LeadDense          int     `json:"leadDense,omitempty"`
 	SharedExperts      int     `json:"sharedExperts,omitempty"`
 	ExpertSigmoid      bool    `json:"expertSigmoid,omitempty"`
@@ -169,6 +175,13 @@ type Config struct {
 	ExpertWeightsScale float64 `json:"expertWeightsScale,omitempty"`
 	ExpertGroups       int     `json:"expertGroups,omitempty"`
 	ExpertGroupsUsed   int     `json:"expertGroupsUsed,omitempty"`
+	// NextN is glm4moe's multi-token-prediction (MTP) blocks: the file's
+	// block_count counts them after the Layers blocks of the trunk, as
+	// blk.Layers… holding nextn.* tensors. As llama.cpp without its MTP
+	// drafter, Orrery neither checks nor computes them, and shards and
+	// tensor-parallel slices leave them out; a whole file's loader (ollama's
+	// ggml backend) still reads them into memory.
+	NextN int `json:"nextN,omitempty"`
 	// Phi-3: one attn_qkv matrix instead of q, k and v (FusedQKV), and one
 	// ffn_up of 2·FFDim rows, gate then up, instead of ffn_gate and ffn_up
 	// (FusedGateUp).
@@ -237,13 +250,24 @@ func (c Config) KVWidth() int {
 func (c Config) IsMoE(il int) bool { return c.Experts > 0 && il >= c.LeadDense }
 
 // FFNNorm is the name of a block's norm before the MLP, without the
-// "blk.N." prefix: post_attention_norm.weight in gpt-oss's files.
+// "blk.N." prefix: post_attention_norm.weight in gpt-oss's and glm4moe's
+// files.
 func (c Config) FFNNorm() string {
-	if c.Arch == "gpt-oss" {
+	if c.Arch == "gpt-oss" || c.Arch == "glm4moe" {
 		return "post_attention_norm.weight"
 	}
 	return "ffn_norm.weight"
 }
+
+// RotaryDims is how many of each head's first dimensions RoPE rotates
+// in standard attention: RopeDim when set (glm4moe's partial rotary),
+// else the whole head.
+func (c Config) RotaryDims() int { return cmp.Or(c.RopeDim, c.HeadDim) }
+
+// FileBlocks is the block count the file's metadata states: the trunk's
+// Layers and the NextN blocks after them (ollama's loader indexes the
+// output head's layer after all of them).
+func (c Config) FileBlocks() int { return c.Layers + c.NextN }
 
 // Blocks is the range of blocks the file holds: [ShardFirst, ShardLast),
 // or all of them.
@@ -359,14 +383,8 @@ func readHyperparams(f *gguf.File) (Config, error) {
 	if ok && (c.HeadDim <= 0 || c.HeadDim%2 != 0 || c.HeadDim > 1024) {
 		return Config{}, fmt.Errorf("%s model: %s = %v, want an even size up to 1024", arch, k("attention.key_length"), hd)
 	}
-	if arch == "deepseek2" {
-		if err := readDeepSeek2(&c, f); err != nil {
-			return Config{}, err
-		}
-	} else if vl := f.Uint(k("attention.value_length"), uint64(c.HeadDim)); int(vl) != c.HeadDim {
-		return Config{}, fmt.Errorf("%s model: %s = %d differs from the key length %d, which Orrery does not support", arch, k("attention.value_length"), vl, c.HeadDim)
-	} else if rd := f.Uint(k("rope.dimension_count"), uint64(c.HeadDim)); int(rd) != c.HeadDim {
-		return Config{}, fmt.Errorf("%s model: %s = %d: partial rotary embeddings (%d of %d dims) are not supported", arch, k("rope.dimension_count"), rd, rd, c.HeadDim)
+	if err := readValuesAndRotary(&c, f); err != nil {
+		return Config{}, err
 	}
 	if tokens := f.Strings("tokenizer.ggml.tokens"); len(tokens) > 0 {
 		c.Vocab = len(tokens)
@@ -385,6 +403,26 @@ func readHyperparams(f *gguf.File) (Config, error) {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// readValuesAndRotary reads the value size and the rotary part of a head,
+// which equal the key size but for deepseek2's latent attention and
+// glm4moe's partial rotary (their readers read the rest of the family's
+// conventions too).
+func readValuesAndRotary(c *Config, f *gguf.File) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	vl, rd := f.Uint(k("attention.value_length"), uint64(c.HeadDim)), f.Uint(k("rope.dimension_count"), uint64(c.HeadDim))
+	switch {
+	case c.Arch == "deepseek2":
+		return readDeepSeek2(c, f)
+	case int(vl) != c.HeadDim:
+		return fmt.Errorf("%s model: %s = %d differs from the key length %d, which Orrery does not support", c.Arch, k("attention.value_length"), vl, c.HeadDim)
+	case c.Arch == "glm4moe":
+		return readGLM4MoE(c, f)
+	case int(rd) != c.HeadDim:
+		return fmt.Errorf("%s model: %s = %d: partial rotary embeddings (%d of %d dims) are supported for glm4moe only", c.Arch, k("rope.dimension_count"), rd, rd, c.HeadDim)
+	}
+	return nil
 }
 
 // TypeMix is a type mix as text, by share of the weights' bytes:

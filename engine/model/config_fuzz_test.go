@@ -2,6 +2,7 @@ package model
 
 import (
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/orrery-cluster/orrery/engine/gguf"
@@ -15,6 +16,11 @@ func FuzzFromGGUF(f *testing.F) {
 	f.Add(uint8(4), uint32(8), uint32(2), uint32(64), uint32(32), "linear", float32(1), uint32(32))
 	f.Add(uint8(3), uint32(0), uint32(0), uint32(0), uint32(7), "yarn", float32(4), uint32(16))
 	f.Add(uint8(0), uint32(1), uint32(1), uint32(1), uint32(0), "none", float32(-1), uint32(0))
+	// glm4moe's partial rotary: a quarter, an odd count, more than a head.
+	glm := uint8(slices.Index(Families, "glm4moe"))
+	f.Add(glm, uint32(8), uint32(2), uint32(64), uint32(16), "linear", float32(1), uint32(4))
+	f.Add(glm, uint32(8), uint32(2), uint32(64), uint32(16), "linear", float32(1), uint32(7))
+	f.Add(glm, uint32(8), uint32(2), uint32(64), uint32(16), "yarn", float32(4), uint32(18))
 	f.Fuzz(func(t *testing.T, famIdx uint8, experts, used, eff, keyLen uint32, scaling string, factor float32, rotDims uint32) {
 		fam := Families[int(famIdx)%len(Families)]
 		src := files[fam]
@@ -33,8 +39,39 @@ func FuzzFromGGUF(f *testing.F) {
 			return
 		}
 		if c.Layers < 1 || c.HeadDim < 2 || c.HeadDim%2 != 0 || c.Heads%c.KVHeads != 0 || !(c.RopeScale > 0) ||
-			c.Experts < 0 || c.ExpertsUsed > c.Experts || (c.Experts > 0) != (c.ExpertFFDim > 0) || c.Vocab < 1 {
+			c.Experts < 0 || c.ExpertsUsed > c.Experts || (c.Experts > 0) != (c.ExpertFFDim > 0) || c.Vocab < 1 ||
+			!c.MLA && (c.RotaryDims() < 2 || c.RotaryDims()%2 != 0 || c.RotaryDims() > c.HeadDim) {
 			t.Fatalf("%s accepted an impossible shape: %+v", fam, c)
+		}
+	})
+}
+
+// FuzzGLM4MoE feeds glm4moe's reader fuzzed values of the keys only it
+// (and deepseek2) reads: whatever it accepts has a trunk, a rotary part
+// within the head, leading dense blocks within the trunk and a gating it
+// computes.
+func FuzzGLM4MoE(f *testing.F) {
+	src := familyFiles(f)["glm4moe"]
+	f.Add(uint32(1), uint32(8), uint32(1), uint32(1), uint32(2), uint32(0))
+	f.Add(uint32(2), uint32(8), uint32(1), uint32(1), uint32(2), uint32(0)) // no trunk left
+	f.Add(uint32(0), uint32(16), uint32(3), uint32(0), uint32(0), uint32(2))
+	f.Add(uint32(1), uint32(3), uint32(9), uint32(65), uint32(7), uint32(3))
+	f.Fuzz(func(t *testing.T, nextn, rot, lead, shared, gating, groups uint32) {
+		g := src
+		for _, kv := range []gguf.KV{
+			{Key: "glm4moe.nextn_predict_layers", Value: nextn}, {Key: "glm4moe.rope.dimension_count", Value: rot},
+			{Key: "glm4moe.leading_dense_block_count", Value: lead}, {Key: "glm4moe.expert_shared_count", Value: shared},
+			{Key: "glm4moe.expert_gating_func", Value: gating}, {Key: "glm4moe.expert_group_count", Value: groups},
+		} {
+			g = g.With(kv.Key, kv.Value)
+		}
+		c, err := FromGGUF(g)
+		if err != nil {
+			return
+		}
+		if c.Layers < 1 || c.FileBlocks() != 3 || c.RotaryDims() < 2 || c.RotaryDims()%2 != 0 || c.RotaryDims() > c.HeadDim ||
+			c.LeadDense > c.Layers || c.SharedExperts > 64 || gating > 2 || c.ExpertSigmoid != (gating != 1) {
+			t.Fatalf("accepted an impossible glm4moe: %+v", c)
 		}
 	})
 }

@@ -229,30 +229,9 @@ func readDeepSeek2(c *Config, f *gguf.File) error {
 	if v := f.Float(k("attention.temperature_scale"), 0); v != 0 {
 		return fail("attention.temperature_scale", v, "none (Mistral Large 3's temperature is not supported yet)")
 	}
-	if err := readExperts(c, f, true); err != nil {
+	// Unset gating is DeepSeek V2's softmax.
+	if err := readSharedExperts(c, f, false); err != nil {
 		return err
-	}
-	c.LeadDense = int(f.Uint(k("leading_dense_block_count"), 0))
-	c.SharedExperts = int(f.Uint(k("expert_shared_count"), 0))
-	c.ExpertNormTopK = f.Bool(k("expert_weights_norm"), false)
-	c.ExpertWeightsScale = float64(float32(f.Float(k("expert_weights_scale"), 0)))
-	c.ExpertGroups = int(f.Uint(k("expert_group_count"), 0))
-	c.ExpertGroupsUsed = int(f.Uint(k("expert_group_used_count"), 0))
-	switch gating := f.Uint(k("expert_gating_func"), 0); gating {
-	case 0, 1: // unset (DeepSeek V2), softmax
-	case 2:
-		c.ExpertSigmoid = true
-	default:
-		return fail("expert_gating_func", gating, "1 (softmax) or 2 (sigmoid)")
-	}
-	switch {
-	case c.LeadDense < 0 || c.LeadDense > c.Layers:
-		return fail("leading_dense_block_count", c.LeadDense, fmt.Sprintf("0..%d", c.Layers))
-	case c.SharedExperts < 0 || c.SharedExperts > 64:
-		return fail("expert_shared_count", c.SharedExperts, "0..64")
-	case c.ExpertGroups > 1 && (c.Experts%c.ExpertGroups != 0 || c.ExpertGroupsUsed < 1 || c.ExpertGroupsUsed > c.ExpertGroups ||
-		c.Experts/c.ExpertGroups < 2 || c.ExpertsUsed > c.ExpertGroupsUsed*(c.Experts/c.ExpertGroups)):
-		return fail("expert_group_count", c.ExpertGroups, fmt.Sprintf("a divisor of the %d experts, groups of ≥ 2, with expert_group_used_count groups holding the %d chosen", c.Experts, c.ExpertsUsed))
 	}
 	// llama.cpp's kq_scale: YaRN's magnitude taken out of the rope
 	// (attn_factor_org) and, with the log multiplier, squared into the
@@ -267,6 +246,77 @@ func readDeepSeek2(c *Config, f *gguf.File) error {
 	ms := org * (float32(float32(0.1*logMul)*ln) + 1)
 	c.KQScale = float64(ms * ms / float32(math.Sqrt(float64(c.KeyDimMLA))))
 	return nil
+}
+
+// readSharedExperts reads deepseek2's and glm4moe's mixture of experts as
+// llama.cpp does: leading dense blocks, shared experts beside the routed
+// ones, the gating function (when unset: a sigmoid if sigmoid is true,
+// llama.cpp's default for glm4moe, else a softmax), the chosen weights'
+// renormalisation and scale, and expert groups (which llama.cpp reads for
+// every architecture).
+func readSharedExperts(c *Config, f *gguf.File, sigmoid bool) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	fail := func(key string, v any, want string) error {
+		return fmt.Errorf("%s model: %s = %v, want %s", c.Arch, k(key), v, want)
+	}
+	if err := readExperts(c, f, true); err != nil {
+		return err
+	}
+	c.LeadDense = int(f.Uint(k("leading_dense_block_count"), 0))
+	c.SharedExperts = int(f.Uint(k("expert_shared_count"), 0))
+	c.ExpertNormTopK = f.Bool(k("expert_weights_norm"), false)
+	c.ExpertWeightsScale = float64(float32(f.Float(k("expert_weights_scale"), 0)))
+	c.ExpertGroups = int(f.Uint(k("expert_group_count"), 0))
+	c.ExpertGroupsUsed = int(f.Uint(k("expert_group_used_count"), 0))
+	switch gating := f.Uint(k("expert_gating_func"), 0); gating {
+	case 0:
+		c.ExpertSigmoid = sigmoid
+	case 1: // softmax
+	case 2:
+		c.ExpertSigmoid = true
+	default:
+		return fail("expert_gating_func", gating, "1 (softmax) or 2 (sigmoid)")
+	}
+	switch {
+	case c.LeadDense < 0 || c.LeadDense > c.Layers:
+		return fail("leading_dense_block_count", c.LeadDense, fmt.Sprintf("0..%d", c.Layers))
+	case c.SharedExperts < 0 || c.SharedExperts > 64:
+		return fail("expert_shared_count", c.SharedExperts, "0..64")
+	case c.ExpertGroups > 1 && (c.Experts%c.ExpertGroups != 0 || c.ExpertGroupsUsed < 1 || c.ExpertGroupsUsed > c.ExpertGroups ||
+		c.Experts/c.ExpertGroups < 2 || c.ExpertsUsed > c.ExpertGroupsUsed*(c.Experts/c.ExpertGroups)):
+		return fail("expert_group_count", c.ExpertGroups, fmt.Sprintf("a divisor of the %d experts, groups of ≥ 2, with expert_group_used_count groups holding the %d chosen", c.Experts, c.ExpertsUsed))
+	}
+	return nil
+}
+
+// readGLM4MoE reads glm4moe's conventions as llama.cpp does
+// (src/models/glm4-moe.cpp): a trunk of block_count − nextn_predict_layers
+// blocks (the MTP blocks after it are not computed: see Config.NextN),
+// NeoX RoPE over the first rope.dimension_count dims of each head (GLM-4.5:
+// 64 of 128), and deepseek2's mixture of experts, sigmoid-gated unless the
+// file says otherwise; expert_shared_count is required, as there. Its
+// multimodal variant (rope.dimension_sections, M-RoPE) is refused.
+func readGLM4MoE(c *Config, f *gguf.File) error {
+	k := func(s string) string { return c.Arch + "." + s }
+	fail := func(key string, v any, want string) error {
+		return fmt.Errorf("%s model: %s = %v, want %s", c.Arch, k(key), v, want)
+	}
+	c.NextN = int(f.Uint(k("nextn_predict_layers"), 0))
+	if c.NextN < 0 || c.NextN >= c.Layers {
+		return fail("nextn_predict_layers", c.NextN, fmt.Sprintf("0..%d, fewer than block_count", c.Layers-1))
+	}
+	c.Layers -= c.NextN
+	c.RopeDim = int(f.Uint(k("rope.dimension_count"), uint64(c.HeadDim)))
+	if c.RopeDim < 2 || c.RopeDim%2 != 0 || c.RopeDim > c.HeadDim {
+		return fail("rope.dimension_count", c.RopeDim, fmt.Sprintf("an even size up to the head size %d", c.HeadDim))
+	}
+	if v, ok := f.Get(k("rope.dimension_sections")); ok {
+		return fail("rope.dimension_sections", v, "none (GLM-4.5V's M-RoPE is not supported)")
+	}
+	if _, ok := f.Get(k("expert_shared_count")); !ok {
+		return fmt.Errorf("%s model: no %s (llama.cpp requires it)", c.Arch, k("expert_shared_count"))
+	}
+	return readSharedExperts(c, f, true)
 }
 
 // readExperts reads a mixture-of-experts block's shape. As in llama.cpp

@@ -24,10 +24,10 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			qkNorm := fam == "qwen3" || fam == "qwen3moe" || fam == "gemma3"
+			qkNorm := fam == "qwen3" || fam == "qwen3moe" || fam == "gemma3" || fam == "glm4moe"
 			wantHD := 16
 			switch {
-			case qkNorm:
+			case qkNorm && fam != "glm4moe":
 				wantHD = 32 // twice dim/heads, as Qwen3's 128 against 1024/16
 			case fam == "deepseek2":
 				wantHD = 64 + 16 // the cache's key: latent and rotary part
@@ -57,15 +57,16 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 			// gpt-oss: every other layer (the even ones) on a window of
 			// 512/8 with the global layers' RoPE, YaRN ×32 over 4096,
 			// sinks, biases, OpenAI's SwiGLU.
-			if oss := fam == "gpt-oss"; c.AttnSinks != oss || c.OutBias != oss || c.ExpertBiases != oss || c.OAISwiGLU != oss || c.QKVBias != (oss || fam == "qwen2") ||
+			if oss := fam == "gpt-oss"; c.AttnSinks != oss || c.OutBias != oss || c.ExpertBiases != oss || c.OAISwiGLU != oss || c.QKVBias != (oss || fam == "qwen2" || fam == "glm4moe") ||
 				oss && (c.SlidingWindow != 64 || c.SWAPattern != 2 || !c.IsSWA(0) || c.IsSWA(1) || !c.IsSWA(2) || c.RopeBaseSWA != 150000 ||
 					c.RopeScaleSWA != 32 || !c.YaRN || c.YaRNOrigCtx != 4096 || c.FFNNorm() != "post_attention_norm.weight") {
 				t.Errorf("gpt-oss fields: %+v", c)
 			}
 			checkDeepSeek2(t, c, fam == "deepseek2")
+			checkGLM4MoE(t, c, fam == "glm4moe")
 			oss := fam == "gpt-oss"
-			if fam == "qwen3moe" || oss || fam == "deepseek2" {
-				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || c.ExpertNormTopK != !oss || c.ExpertSoftmaxTopK != oss || c.ExpertSigmoid != (fam == "deepseek2") {
+			if fam == "qwen3moe" || oss || fam == "deepseek2" || fam == "glm4moe" {
+				if c.Experts != 8 || c.ExpertsUsed != 2 || c.ExpertFFDim != 64 || c.ExpertNormTopK != !oss || c.ExpertSoftmaxTopK != oss || c.ExpertSigmoid != (fam == "deepseek2" || fam == "glm4moe") {
 					t.Errorf("experts: %+v", c)
 				}
 				if !strings.Contains(c.String(), "2 of 8 experts of ff 64") {
@@ -88,7 +89,7 @@ func TestFamiliesGenerateAndConfig(t *testing.T) {
 func checkDeepSeek2(t *testing.T, c Config, ds bool) {
 	t.Helper()
 	if !ds {
-		if c.MLA || c.KQScale != 0 || c.SharedExperts != 0 || c.LeadDense != 0 || c.ExpertGroups != 0 || c.ValueDim != 0 {
+		if c.MLA || c.KQScale != 0 || c.ExpertGroups != 0 || c.ValueDim != 0 || c.Arch != "glm4moe" && (c.SharedExperts != 0 || c.LeadDense != 0) {
 			t.Errorf("deepseek2 fields outside deepseek2: %+v", c)
 		}
 		return
@@ -108,10 +109,31 @@ func checkDeepSeek2(t *testing.T, c Config, ds bool) {
 	}
 }
 
+// checkGLM4MoE holds a generated glm4moe (the tiny preset: 4 trunk
+// blocks of heads of 16, and one multi-token-prediction block after
+// them) to GLM-4.5's conventions as gen-model writes them: half of each
+// head rotary, NeoX, the MLP's norm post_attention_norm, deepseek2's
+// experts without groups; and others to no partial rotary or MTP.
+func checkGLM4MoE(t *testing.T, c Config, glm bool) {
+	t.Helper()
+	if !glm {
+		if c.NextN != 0 || !c.MLA && c.RotaryDims() != c.HeadDim {
+			t.Errorf("glm4moe fields outside glm4moe: %+v", c)
+		}
+		return
+	}
+	if c.Layers != 4 || c.NextN != 1 || c.FileBlocks() != 5 || c.RopeDim != 8 || c.RotaryDims() != 8 || c.HeadDim != 16 || !c.RopeNeoX ||
+		c.FFNNorm() != "post_attention_norm.weight" || c.LeadDense != 1 || c.IsMoE(0) || !c.IsMoE(1) || c.SharedExperts != 1 ||
+		!c.ExpertProbsBias || c.ExpertWeightsScale != 2.5 || c.ExpertGroups != 0 || !c.ExpertNormTopK || c.MLA || c.YaRN ||
+		c.RopeBase != 1e6 || !c.QKNorm || !c.QKVBias {
+		t.Errorf("glm4moe fields: %+v", c)
+	}
+}
+
 // The 1b-class MoE presets read a small part of their weights per token,
 // as the real mixture-of-experts models do.
 func TestMoEPresetActiveShare(t *testing.T) {
-	for _, fam := range []string{"qwen3moe", "gpt-oss", "deepseek2"} {
+	for _, fam := range []string{"qwen3moe", "gpt-oss", "deepseek2", "glm4moe"} {
 		o, err := ApplyFamily(Presets["1b"], fam)
 		if err != nil {
 			t.Fatal(err)
@@ -188,6 +210,14 @@ func TestFamilyRefusals(t *testing.T) {
 		{"gpt-oss", "gpt-oss.attention.sliding_window", uint32(0), []string{"gpt-oss.attention.sliding_window = 0"}},
 		{"gpt-oss", "gpt-oss.expert_weights_scale", float32(2.5), []string{"gpt-oss.expert_weights_scale", "not supported"}},
 		{"gpt-oss", "gpt-oss.expert_used_count", uint32(0), []string{"gpt-oss.expert_used_count"}},
+		{"glm4moe", "glm4moe.nextn_predict_layers", uint32(5), []string{"glm4moe.nextn_predict_layers = 5", "fewer than block_count"}},
+		{"glm4moe", "glm4moe.rope.dimension_count", uint32(7), []string{"glm4moe.rope.dimension_count = 7", "up to the head size 16"}},
+		{"glm4moe", "glm4moe.rope.dimension_count", uint32(18), []string{"glm4moe.rope.dimension_count = 18"}},
+		{"glm4moe", "glm4moe.rope.dimension_sections", []int32{8, 4, 4, 0}, []string{"glm4moe.rope.dimension_sections", "M-RoPE"}},
+		{"glm4moe", "glm4moe.attention.value_length", uint32(8), []string{"glm4moe.attention.value_length = 8"}},
+		{"glm4moe", "glm4moe.expert_gating_func", uint32(3), []string{"glm4moe.expert_gating_func = 3"}},
+		{"glm4moe", "glm4moe.leading_dense_block_count", uint32(5), []string{"glm4moe.leading_dense_block_count = 5", "0..4"}},
+		{"glm4moe", "glm4moe.expert_group_count", uint32(3), []string{"glm4moe.expert_group_count = 3"}},
 	} {
 		_, err := FromGGUF(gen(c.fam).With(c.key, c.v))
 		for _, w := range c.want {
@@ -265,6 +295,7 @@ func TestFamilyRefusals(t *testing.T) {
 	if _, err := FromGGUF(f); err == nil || !strings.Contains(err.Error(), "no blk.1.attn_sinks.weight tensor") {
 		t.Errorf("gpt-oss without sinks: %v", err)
 	}
+	checkGLM4MoEFiles(t, gen("glm4moe"))
 	// A qwen3 block without its q norm is refused by name.
 	f = gen("qwen3")
 	f.Tensors = slices.DeleteFunc(f.Tensors, func(t gguf.TensorInfo) bool { return t.Name == "blk.2.attn_q_norm.weight" })
@@ -273,9 +304,57 @@ func TestFamilyRefusals(t *testing.T) {
 	}
 }
 
+// checkGLM4MoEFiles holds glm4moe's reader to llama.cpp's on variants of
+// a generated file f: its required expert_shared_count and selection
+// biases, its q/k norms optional (GLM-4.5-Air has none) but all or none,
+// its gating sigmoid when unset, and a file without its MTP block (the
+// converter's --no-mtp: no nextn_predict_layers) the same trunk.
+func checkGLM4MoEFiles(t *testing.T, f *gguf.File) {
+	t.Helper()
+	without := func(keys ...string) *gguf.File {
+		return &gguf.File{KV: slices.DeleteFunc(slices.Clone(f.KV), func(kv gguf.KV) bool { return slices.Contains(keys, kv.Key) }), Tensors: f.Tensors}
+	}
+	dropTensors := func(g *gguf.File, drop func(string) bool) *gguf.File {
+		return &gguf.File{KV: g.KV, Tensors: slices.DeleteFunc(slices.Clone(g.Tensors), func(t gguf.TensorInfo) bool { return drop(t.Name) })}
+	}
+	if _, err := FromGGUF(without("glm4moe.expert_shared_count")); err == nil || !strings.Contains(err.Error(), "no glm4moe.expert_shared_count") {
+		t.Errorf("glm4moe without expert_shared_count: %v", err)
+	}
+	g := dropTensors(f, func(n string) bool { return n == "blk.2.exp_probs_b.bias" })
+	if _, err := FromGGUF(g); err == nil || !strings.Contains(err.Error(), "no blk.2.exp_probs_b.bias tensor") {
+		t.Errorf("glm4moe without a selection bias: %v", err)
+	}
+	g = dropTensors(f, func(n string) bool {
+		return strings.HasSuffix(n, "attn_q_norm.weight") || strings.HasSuffix(n, "attn_k_norm.weight")
+	})
+	if c, err := FromGGUF(g); err != nil || c.QKNorm {
+		t.Errorf("glm4moe without q/k norms (GLM-4.5-Air): QKNorm %v, %v", c.QKNorm, err)
+	}
+	g = dropTensors(f, func(n string) bool { return n == "blk.3.attn_k_norm.weight" })
+	if _, err := FromGGUF(g); err == nil || !strings.Contains(err.Error(), "no blk.3.attn_k_norm.weight tensor") {
+		t.Errorf("glm4moe without one k norm: %v", err)
+	}
+	if c, err := FromGGUF(without("glm4moe.expert_gating_func")); err != nil || !c.ExpertSigmoid {
+		t.Errorf("glm4moe without a gating function: sigmoid %v, %v", c.ExpertSigmoid, err)
+	}
+	if c, err := FromGGUF(f.With("glm4moe.expert_gating_func", uint32(1))); err != nil || c.ExpertSigmoid {
+		t.Errorf("glm4moe with softmax gating: sigmoid %v, %v", c.ExpertSigmoid, err)
+	}
+	// Without its MTP block, as the converter's --no-mtp writes it.
+	g = dropTensors(without("glm4moe.nextn_predict_layers").With("glm4moe.block_count", uint32(4)), func(n string) bool { return strings.HasPrefix(n, "blk.4.") })
+	if c, err := FromGGUF(g); err != nil || c.Layers != 4 || c.NextN != 0 {
+		t.Errorf("glm4moe without its MTP block: %d layers, %d MTP, %v", c.Layers, c.NextN, err)
+	}
+	// Only its trunk is checked: an MTP block of other shapes loads.
+	g = dropTensors(f, func(n string) bool { return strings.HasPrefix(n, "blk.4.ffn_") })
+	if c, err := FromGGUF(g); err != nil || c.Layers != 4 || c.NextN != 1 {
+		t.Errorf("glm4moe with a partial MTP block: %d layers, %d MTP, %v", c.Layers, c.NextN, err)
+	}
+}
+
 // ActiveBytes counts the chosen experts' share and one embedding row.
 func TestActiveBytes(t *testing.T) {
-	for _, fam := range []string{"llama", "qwen3moe", "gpt-oss"} {
+	for _, fam := range []string{"llama", "qwen3moe", "gpt-oss", "glm4moe"} {
 		o, _ := ApplyFamily(Presets["tiny"], fam)
 		_, f := genTiny(t, o)
 		c, err := FromGGUF(f)
@@ -286,6 +365,7 @@ func TestActiveBytes(t *testing.T) {
 		for _, ti := range f.Tensors {
 			total += ti.Size
 			switch {
+			case strings.HasPrefix(ti.Name, "blk.4."): // glm4moe's MTP block: not computed
 			case strings.Contains(ti.Name, "_exps."):
 				want += ti.Size / 4 // 2 of 8 experts
 			case ti.Name == "token_embd.weight":

@@ -38,6 +38,12 @@ type GenOptions struct {
 	// ExpertFFDim, ExpertsUsed per token (qwen3moe and gpt-oss, which
 	// need them).
 	Experts, ExpertsUsed, ExpertFFDim int
+	// NextN is glm4moe's multi-token-prediction blocks, written after the
+	// Layers of the trunk and counted in block_count, as GLM-4.5's GGUFs
+	// hold one (ApplyFamily sets 1; set it to 0 after for none).
+	// NoQKNorm leaves out glm4moe's q/k norms, as GLM-4.5-Air has none.
+	NextN    int
+	NoQKNorm bool
 	// Type is the weight type: F32, F16, BF16, Q8_0 or Q4_0 (norms,
 	// biases and routers are always F32); or, for a mixture of experts,
 	// MXFP4: the experts in MXFP4 and the other matrices in Q8_0, as
@@ -80,7 +86,12 @@ var Presets = map[string]GenOptions{
 // deepseek2 has DeepSeek V3's conventions at the preset's size (see
 // mlaDims; YaRN ×40 with its log multiplier, one leading dense block, one
 // shared expert, sigmoid routing with a selection bias among groups).
-var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3", "deepseek2"}
+// glm4moe has GLM-4.5's (RoPE base 1e6 over half of each head, q/k/v
+// biases and q/k norms, one leading dense block, one shared expert,
+// sigmoid routing with a selection bias, weights renormalised and scaled
+// by 2.5, no groups) and one multi-token-prediction block after the
+// trunk, which neither engine computes.
+var Families = []string{"llama", "llama3", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "gpt-oss", "mistral3", "deepseek2", "glm4moe"}
 
 // ApplyFamily shapes o (a preset, or any shape) as family: it sets the
 // architecture and the family's fields that o leaves unset.
@@ -136,6 +147,16 @@ func ApplyFamily(o GenOptions, family string) (GenOptions, error) {
 		}
 		// Routed experts in groups of 2–16, half the groups usable
 		// (DeepSeek V3: 256 in 8 groups, 4 used, 8 chosen).
+		expertsBySize(&o, [3]int{16, 4, 256}, [3]int{64, 4, 256})
+	case "glm4moe":
+		o.Arch = family
+		if o.RopeBase == 0 {
+			o.RopeBase = 1e6
+		}
+		if o.NextN == 0 {
+			o.NextN = 1
+		}
+		// As deepseek2's: GLM-4.5-Air has 128 experts, 8 chosen.
 		expertsBySize(&o, [3]int{16, 4, 256}, [3]int{64, 4, 256})
 	case "gpt-oss":
 		o.Arch = family
@@ -249,24 +270,30 @@ func (o *GenOptions) fill() error {
 	case o.ContextLen < 16 || o.ContextLen > 1<<20:
 		return fmt.Errorf("context length %d: want 16..%d", o.ContextLen, 1<<20)
 	}
-	moe := o.Arch == "qwen3moe" || o.Arch == "gpt-oss" || o.Arch == "deepseek2"
+	moe := o.Arch == "qwen3moe" || o.Arch == "gpt-oss" || o.Arch == "deepseek2" || o.Arch == "glm4moe"
 	switch {
 	case moe && (o.Experts < 1 || o.Experts > 1024 || o.ExpertsUsed < 1 || o.ExpertsUsed > o.Experts):
 		return fmt.Errorf("%d experts, %d used: want 1..1024 experts and 1..experts used", o.Experts, o.ExpertsUsed)
 	case moe && (o.ExpertFFDim < 32 || o.ExpertFFDim%32 != 0):
 		return fmt.Errorf("expert ff dim %d: want a multiple of 32", o.ExpertFFDim)
 	case !moe && o.Experts != 0:
-		return fmt.Errorf("experts are for qwen3moe, gpt-oss and deepseek2, not %s", o.Arch)
+		return fmt.Errorf("experts are for qwen3moe, gpt-oss, deepseek2 and glm4moe, not %s", o.Arch)
 	case !moe && o.Type == "MXFP4":
-		return fmt.Errorf("type MXFP4 is for the experts of qwen3moe, gpt-oss and deepseek2, not %s", o.Arch)
+		return fmt.Errorf("type MXFP4 is for the experts of qwen3moe, gpt-oss, deepseek2 and glm4moe, not %s", o.Arch)
+	case (o.NextN != 0 || o.NoQKNorm) && o.Arch != "glm4moe":
+		return fmt.Errorf("multi-token-prediction blocks and NoQKNorm are for glm4moe, not %s", o.Arch)
+	case o.NextN < 0 || o.NextN > 4:
+		return fmt.Errorf("%d multi-token-prediction blocks: want 0..4", o.NextN)
 	case o.Arch == "deepseek2" && (o.Heads%2 != 0 || o.Experts%4 != 0):
 		return fmt.Errorf("deepseek2: %d heads and %d experts: want both even, the experts in 4 groups", o.Heads, o.Experts)
 	case o.RopeFreqs && o.Arch != "llama":
 		return fmt.Errorf("rope_freqs (Llama 3.x RoPE scaling) is for llama, not %s", o.Arch)
 	case o.HeadDim < 2 || o.HeadDim%2 != 0 || o.HeadDim > 1024:
 		return fmt.Errorf("head dim %d: want an even size up to 1024", o.HeadDim)
-	case o.HeadDim != o.Dim/max(o.Heads, 1) && o.Arch != "qwen3" && o.Arch != "qwen3moe" && o.Arch != "gemma3":
-		return fmt.Errorf("head dim %d: only qwen3, qwen3moe and gemma3 set it apart from dim/heads", o.HeadDim)
+	case o.HeadDim != o.Dim/max(o.Heads, 1) && o.Arch != "qwen3" && o.Arch != "qwen3moe" && o.Arch != "gemma3" && o.Arch != "glm4moe":
+		return fmt.Errorf("head dim %d: only qwen3, qwen3moe, gemma3 and glm4moe set it apart from dim/heads", o.HeadDim)
+	case o.Arch == "glm4moe" && o.HeadDim%4 != 0:
+		return fmt.Errorf("glm4moe: head dim %d: want a multiple of 4 (RoPE rotates an even half)", o.HeadDim)
 	case o.YaRN != 0 && (o.YaRN <= 1 || o.YaRN > 1024 || o.Arch == "gemma3" || o.Arch == "phi3" || o.RopeFreqs):
 		return fmt.Errorf("YaRN factor %v: want 1..1024, and not for gemma3, phi3 or with rope_freqs", o.YaRN)
 	case o.SlidingWindow != 0 && (o.Arch != "gemma3" && o.Arch != "gpt-oss" || o.SlidingWindow < 2 || o.SlidingWindow > o.ContextLen):
@@ -362,6 +389,9 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		_, kvLora, _, rope, _ := mlaDims(o)
 		kvHeads, keyLen, valLen, ropeDim = 1, kvLora+rope, kvLora, rope
 	}
+	if a == "glm4moe" { // GLM-4.5's partial_rotary_factor 0.5
+		ropeDim = o.HeadDim / 2
+	}
 	eps := float32(1e-5)
 	if a == "gemma3" || a == "deepseek2" {
 		eps = 1e-6
@@ -373,7 +403,7 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 		{Key: "general.file_type", Value: fileTypes[o.Type]},
 		{Key: a + ".context_length", Value: uint32(o.ContextLen)},
 		{Key: a + ".embedding_length", Value: uint32(o.Dim)},
-		{Key: a + ".block_count", Value: uint32(o.Layers)},
+		{Key: a + ".block_count", Value: uint32(o.Layers + o.NextN)},
 		{Key: a + ".feed_forward_length", Value: uint32(o.FFDim)},
 		{Key: a + ".attention.head_count", Value: uint32(o.Heads)},
 		{Key: a + ".attention.head_count_kv", Value: uint32(kvHeads)},
@@ -420,6 +450,12 @@ func genMetadata(o GenOptions) ([]gguf.KV, error) {
 	}
 	if a == "deepseek2" {
 		kvs = deepseekMetadata(o, kvs)
+	}
+	if a == "glm4moe" { // GLM-4.5's, as its converter writes them
+		kvs = append(kvs, sharedExpertsMetadata(a)...)
+		if o.NextN > 0 {
+			kvs = append(kvs, gguf.KV{Key: a + ".nextn_predict_layers", Value: uint32(o.NextN)})
+		}
 	}
 	if o.Experts > 0 {
 		kvs = append(kvs, gguf.KV{Key: a + ".expert_count", Value: uint32(o.Experts)},
@@ -501,19 +537,26 @@ func deepseekMetadata(o GenOptions, kvs []gguf.KV) []gguf.KV {
 	kvs = append(kvs, gguf.KV{Key: a + ".attention.q_lora_rank", Value: uint32(qLora)},
 		gguf.KV{Key: a + ".attention.kv_lora_rank", Value: uint32(kvLora)},
 		gguf.KV{Key: a + ".attention.key_length_mla", Value: uint32(nope + rope)},
-		gguf.KV{Key: a + ".attention.value_length_mla", Value: uint32(v)},
-		gguf.KV{Key: a + ".leading_dense_block_count", Value: uint32(1)},
-		gguf.KV{Key: a + ".expert_shared_count", Value: uint32(1)},
-		gguf.KV{Key: a + ".expert_weights_scale", Value: float32(2.5)},
-		gguf.KV{Key: a + ".expert_weights_norm", Value: true},
-		gguf.KV{Key: a + ".expert_gating_func", Value: uint32(2)},
-		gguf.KV{Key: a + ".expert_group_count", Value: uint32(4)},
+		gguf.KV{Key: a + ".attention.value_length_mla", Value: uint32(v)})
+	kvs = append(kvs, sharedExpertsMetadata(a)...)
+	kvs = append(kvs, gguf.KV{Key: a + ".expert_group_count", Value: uint32(4)},
 		gguf.KV{Key: a + ".expert_group_used_count", Value: uint32(2)})
 	if o.YaRN != 0 {
 		// Its converter's convention: 0.1 × mscale_all_dim (1).
 		kvs = append(kvs, gguf.KV{Key: a + ".rope.scaling.yarn_log_multiplier", Value: float32(0.1)})
 	}
 	return kvs
+}
+
+// sharedExpertsMetadata is DeepSeek V3's and GLM-4.5's experts'
+// conventions: one leading dense block, one shared expert, sigmoid
+// routing, the chosen weights renormalised and scaled by 2.5.
+func sharedExpertsMetadata(a string) []gguf.KV {
+	return []gguf.KV{{Key: a + ".leading_dense_block_count", Value: uint32(1)},
+		{Key: a + ".expert_shared_count", Value: uint32(1)},
+		{Key: a + ".expert_weights_scale", Value: float32(2.5)},
+		{Key: a + ".expert_weights_norm", Value: true},
+		{Key: a + ".expert_gating_func", Value: uint32(2)}}
 }
 
 // GenHeader is the header Generate would write for o (metadata and tensor

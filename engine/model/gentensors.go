@@ -36,11 +36,15 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 		ts = append(ts, gguf.WriteTensor{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{uint64(hd / 2)},
 			Data: floatsData(llama3RopeFactors(o.RopeBase, hd))})
 	}
-	for i := 0; i < o.Layers; i++ {
+	for i := 0; i < o.Layers+o.NextN; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
 		add(p+"attn_norm.weight", gguf.F32, 0.1, true, dim)
 		if o.Arch == "deepseek2" {
 			ts = append(ts, deepseekBlock(o, i, wt, et)...)
+			continue
+		}
+		if o.Arch == "glm4moe" {
+			ts = append(ts, glmBlock(o, i, wt, et)...)
 			continue
 		}
 		if o.Arch == "phi3" {
@@ -228,6 +232,55 @@ func deepseekBlock(o GenOptions, il int, wt, et gguf.TensorType) []gguf.WriteTen
 	add(p+"attn_v_b.weight", wt, inv(kvl), false, uint64(kvl), uint64(v), heads)
 	add(p+"attn_output.weight", wt, inv(o.Heads*v), false, heads*uint64(v), dim)
 	add(p+"ffn_norm.weight", gguf.F32, 0.1, true, dim)
+	return append(ts, sharedExpertsMLP(o, il, wt, et)...)
+}
+
+// glmBlock is a generated glm4moe block's tensors after attn_norm: GLM-4.5's
+// attention (q/k/v biases, q/k norms unless NoQKNorm), the MLP's norm
+// named post_attention_norm, deepseek2's MLP, and in a block after the
+// trunk the multi-token-prediction tensors llama.cpp loads when asked
+// for them (nextn.*; neither engine computes them here).
+func glmBlock(o GenOptions, il int, wt, et gguf.TensorType) []gguf.WriteTensor {
+	var ts []gguf.WriteTensor
+	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
+		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
+	}
+	inv := func(n int) float64 { return 1 / math.Sqrt(float64(n)) }
+	p := fmt.Sprintf("blk.%d.", il)
+	dim, hd := uint64(o.Dim), uint64(o.HeadDim)
+	q, kv := uint64(o.Heads)*hd, uint64(o.KVHeads)*hd
+	add(p+"attn_q.weight", wt, inv(o.Dim), false, dim, q)
+	add(p+"attn_k.weight", wt, inv(o.Dim), false, dim, kv)
+	add(p+"attn_v.weight", wt, inv(o.Dim), false, dim, kv)
+	add(p+"attn_q.bias", gguf.F32, 0.02, false, q)
+	add(p+"attn_k.bias", gguf.F32, 0.02, false, kv)
+	add(p+"attn_v.bias", gguf.F32, 0.02, false, kv)
+	if !o.NoQKNorm {
+		add(p+"attn_q_norm.weight", gguf.F32, 0.1, true, hd)
+		add(p+"attn_k_norm.weight", gguf.F32, 0.1, true, hd)
+	}
+	add(p+"attn_output.weight", wt, inv(int(q)), false, q, dim)
+	add(p+"post_attention_norm.weight", gguf.F32, 0.1, true, dim)
+	ts = append(ts, sharedExpertsMLP(o, il, wt, et)...)
+	if il >= o.Layers {
+		add(p+"nextn.eh_proj.weight", wt, inv(2*o.Dim), false, 2*dim, dim)
+		add(p+"nextn.enorm.weight", gguf.F32, 0.1, true, dim)
+		add(p+"nextn.hnorm.weight", gguf.F32, 0.1, true, dim)
+		add(p+"nextn.shared_head_norm.weight", gguf.F32, 0.1, true, dim)
+	}
+	return ts
+}
+
+// sharedExpertsMLP is a generated deepseek2 or glm4moe block's MLP after
+// its norm: a dense one (block 0) or routed and shared experts.
+func sharedExpertsMLP(o GenOptions, il int, wt, et gguf.TensorType) []gguf.WriteTensor {
+	var ts []gguf.WriteTensor
+	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
+		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
+	}
+	inv := func(n int) float64 { return 1 / math.Sqrt(float64(n)) }
+	p := fmt.Sprintf("blk.%d.", il)
+	dim := uint64(o.Dim)
 	if il == 0 { // the leading dense block
 		ff := uint64(o.FFDim)
 		add(p+"ffn_gate.weight", wt, inv(o.Dim), false, dim, ff)

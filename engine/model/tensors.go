@@ -69,6 +69,9 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 		return mlaShapes(c, f, first)
 	}
 	_, c.QKVBias = f.Tensor(fmt.Sprintf("blk.%d.attn_q.bias", first))
+	if c.Arch == "glm4moe" { // only some GLM-4.5 variants have q/k norms
+		_, c.QKNorm = f.Tensor(fmt.Sprintf("blk.%d.attn_q_norm.weight", first))
+	}
 	_, c.FusedQKV = f.Tensor(fmt.Sprintf("blk.%d.attn_qkv.weight", first))
 	if c.FusedQKV && c.Arch != "phi3" {
 		return nil, fmt.Errorf("%s model with blk.%d.attn_qkv.weight: a fused QKV is supported for phi3 only", c.Arch, first)
@@ -113,6 +116,10 @@ func blockShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error
 	if c.FusedGateUp {
 		ff := uint64(c.FFDim)
 		want["ffn_up.weight"], want["ffn_down.weight"] = []uint64{dim, 2 * ff}, []uint64{ff, dim}
+	} else if c.Arch == "glm4moe" {
+		if err := leadDenseShapes(c, f, first, want); err != nil {
+			return nil, err
+		}
 	} else if c.Experts > 0 {
 		// The router scores every expert; a slice holds some of them.
 		_, local := c.LocalExperts()
@@ -166,7 +173,21 @@ func mlaShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error) 
 	} else {
 		want["attn_q.weight"] = []uint64{dim, heads * kd}
 	}
-	ff := uint64(c.FFDim)
+	if err := leadDenseShapes(c, f, first, want); err != nil {
+		return nil, err
+	}
+	moe := max(first, c.LeadDense)
+	if _, ok := f.Tensor(fmt.Sprintf("blk.%d.attn_kv_b.weight", moe)); ok {
+		return nil, fmt.Errorf("%s model with blk.%d.attn_kv_b.weight is not supported", c.Arch, moe)
+	}
+	return want, nil
+}
+
+// leadDenseShapes adds deepseek2's and glm4moe's MLP tensors to want: a
+// dense MLP under "dense." (the leading dense blocks'), routed and shared
+// experts under "moe." (the others'), which checkBlocks tells apart.
+func leadDenseShapes(c *Config, f *gguf.File, first int, want map[string][]uint64) error {
+	dim, ff := uint64(c.Dim), uint64(c.FFDim)
 	want["dense.ffn_gate.weight"], want["dense.ffn_up.weight"], want["dense.ffn_down.weight"] = []uint64{dim, ff}, []uint64{dim, ff}, []uint64{ff, dim}
 	// The router scores every expert; a slice holds some of them.
 	_, local := c.LocalExperts()
@@ -178,19 +199,18 @@ func mlaShapes(c *Config, f *gguf.File, first int) (map[string][]uint64, error) 
 		want["moe.ffn_gate_shexp.weight"], want["moe.ffn_up_shexp.weight"] = []uint64{dim, sh}, []uint64{dim, sh}
 		want["moe.ffn_down_shexp.weight"] = []uint64{sh, dim}
 	}
-	// The selection bias is optional (DeepSeek V3 has it, V2 not); the
-	// first MoE block of the file says for all.
+	// The selection bias is optional for deepseek2 (DeepSeek V3 has it,
+	// V2 not; the first MoE block of the file says for all) and required
+	// for glm4moe, as llama.cpp loads them.
 	moe := max(first, c.LeadDense)
-	if _, ok := f.Tensor(fmt.Sprintf("blk.%d.exp_probs_b.bias", moe)); ok {
+	if _, ok := f.Tensor(fmt.Sprintf("blk.%d.exp_probs_b.bias", moe)); ok || c.Arch == "glm4moe" {
 		c.ExpertProbsBias = true
 		want["moe.exp_probs_b.bias"] = []uint64{uint64(c.Experts)}
 	}
-	for _, name := range []string{"ffn_gate_up_exps.weight", "attn_kv_b.weight"} {
-		if _, ok := f.Tensor(fmt.Sprintf("blk.%d.%s", moe, name)); ok {
-			return nil, fmt.Errorf("%s model with blk.%d.%s is not supported", c.Arch, moe, name)
-		}
+	if _, ok := f.Tensor(fmt.Sprintf("blk.%d.ffn_gate_up_exps.weight", moe)); ok {
+		return fmt.Errorf("%s model with blk.%d.ffn_gate_up_exps.weight is not supported", c.Arch, moe)
 	}
-	return want, nil
+	return nil
 }
 
 // tallyTypes checks that every tensor has a type Orrery runs and counts the
@@ -240,7 +260,7 @@ func tallyTypes(c *Config, f *gguf.File) error {
 func checkBlocks(c Config, f *gguf.File, first, last int, want map[string][]uint64) error {
 	for i := first; i < last; i++ {
 		for suffix, dims := range want {
-			// deepseek2: "dense." and "moe." tensors by block.
+			// deepseek2, glm4moe: "dense." and "moe." tensors by block.
 			if rest, ok := strings.CutPrefix(suffix, "dense."); ok {
 				if c.IsMoE(i) {
 					continue

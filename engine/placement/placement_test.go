@@ -156,10 +156,11 @@ func familyModel(t *testing.T, family string, layers int) (string, model.Config,
 // the rank's slice file holds, within 6 % and never less: dense, a
 // mixture split by expert columns and whole, and deepseek2 (its latent
 // attention by heads, the compressions whole, its dense block and shared
-// expert by columns, experts whole). Its KV cache is the whole latent on
-// every rank.
+// expert by columns, experts whole), and glm4moe (heads and deepseek2's
+// MLP; its MTP block in no slice and reserved by no rank). deepseek2's KV
+// cache is the whole latent on every rank.
 func TestTensorNeedMatchesSlices(t *testing.T) {
-	for _, fam := range []string{"llama", "qwen3moe", "deepseek2"} {
+	for _, fam := range []string{"llama", "qwen3moe", "deepseek2", "glm4moe"} {
 		path, cfg, f := familyModel(t, fam, 3)
 		l := LayoutOf(f, cfg, 0, 1)
 		var kv uint64

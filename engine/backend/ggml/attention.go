@@ -8,7 +8,8 @@ import (
 	"github.com/ollama/ollama/ml/nn/rope"
 )
 
-// rope rotates x's first dims (all of a head, or deepseek2's rotary part)
+// rope rotates x's first dims (all of a head, glm4moe's partial rotary
+// part, or deepseek2's rotary part)
 // at the batch's positions, with block il's base and scale and the
 // model's RoPE options.
 func (r *Rank) rope(c ml.Context, il int, l *layer, x ml.Tensor, dims int, in *inputs) ml.Tensor {
@@ -42,7 +43,9 @@ func (r *Rank) attention(c ml.Context, il int, l *layer, h ml.Tensor, in *inputs
 	if l.qNorm != nil {
 		q, k = q.RMSNorm(c, l.qNorm, eps), k.RMSNorm(c, l.kNorm, eps)
 	}
-	q, k = r.rope(c, il, l, q, cfg.HeadDim, in), r.rope(c, il, l, k, cfg.HeadDim, in)
+	// glm4moe rotates the first RotaryDims of each head (ggml leaves the
+	// rest), as llama.cpp's n_rot; the other families all of it.
+	q, k = r.rope(c, il, l, q, cfg.RotaryDims(), in), r.rope(c, il, l, k, cfg.RotaryDims(), in)
 	if in.attnTemp != nil {
 		q = q.Mul(c, in.attnTemp)
 	}

@@ -79,7 +79,7 @@ type inputs struct {
 // before (and after, for Gemma 3) and a residual around. It follows
 // llama.cpp's graphs op for op (src/models/llama.cpp, qwen2.cpp,
 // qwen3.cpp, qwen3moe.cpp, gemma3.cpp, phi3.cpp, openai-moe.cpp,
-// mistral3.cpp, deepseek2.cpp), so that the two agree to the last bits
+// mistral3.cpp, deepseek2.cpp, glm4-moe.cpp), so that the two agree to the last bits
 // where their kernels do.
 func (r *Rank) block(c ml.Context, il int, l *layer, x ml.Tensor, in *inputs) ml.Tensor {
 	n := in.n
@@ -107,7 +107,7 @@ func (r *Rank) block(c ml.Context, il int, l *layer, x ml.Tensor, in *inputs) ml
 	switch {
 	case l.router != nil:
 		e := r.experts(c, l, h, n)
-		if l.gateSh != nil { // deepseek2's shared experts, beside the routed
+		if l.gateSh != nil { // deepseek2's and glm4moe's shared experts, beside the routed
 			e = e.Add(c, l.downSh.Mulmat(c, l.gateSh.Mulmat(c, h).SILU(c, l.upSh.Mulmat(c, h))))
 		}
 		h = e

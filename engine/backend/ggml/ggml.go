@@ -85,7 +85,7 @@ func (r *Rank) shift(c ml.Context, il int, key, shift ml.Tensor) (ml.Tensor, err
 	if r.cfg.MLA {
 		return nil, errContextShiftMLA
 	}
-	return r.rope(c, il, &r.layers[il-r.opts.FirstLayer], key, r.cfg.HeadDim, &inputs{positions: shift}), nil
+	return r.rope(c, il, &r.layers[il-r.opts.FirstLayer], key, r.cfg.RotaryDims(), &inputs{positions: shift}), nil
 }
 
 var errContextShiftMLA = errors.New("context shift: deepseek2's latent attention cache cannot be shifted")

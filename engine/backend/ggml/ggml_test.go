@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +17,12 @@ func gen(t *testing.T, arch, typ string) string {
 	t.Helper()
 	o := model.Presets["tiny"]
 	o.Arch, o.Type, o.Seed = arch, typ, 7
+	if arch == "glm4moe" { // its experts and conventions: a family
+		var err error
+		if o, err = model.ApplyFamily(o, arch); err != nil {
+			t.Fatal(err)
+		}
+	}
 	path := filepath.Join(t.TempDir(), arch+"-"+typ+".gguf")
 	if err := model.Generate(path, o); err != nil {
 		t.Fatal(err)
@@ -46,6 +53,11 @@ func TestMatchesReference(t *testing.T) {
 		{"llama", "F32", 1e-4, false},
 		{"llama", "F32", 1e-4, true}, // attention as separate ops
 		{"qwen2", "F32", 1e-4, false},
+		// Partial rotary (8 of 16 dims), q/k norms and biases, a dense
+		// block, then sigmoid-routed and shared experts; an MTP block
+		// after the trunk that neither computes.
+		{"glm4moe", "F32", 1e-4, false},
+		{"glm4moe", "F32", 1e-4, true},
 		{"llama", "Q8_0", 5e-2, false}, // ggml quantizes activations to 8 bits for Q8_0 weights
 	} {
 		name := c.arch + "-" + c.typ
@@ -108,6 +120,41 @@ func TestMatchesReference(t *testing.T) {
 				t.Errorf("after Reset: %v, error %.2e", err, relErr(res.Logits, want))
 			}
 		})
+	}
+}
+
+// glm4moe's multi-token-prediction block is neither loaded as a block nor
+// computed: a file with one gives the same logits, to the bit, as the same
+// trunk without it (as GLM-4.5's converter writes with --no-mtp).
+func TestGLM4MoEIgnoresMTPBlock(t *testing.T) {
+	prompt := []int32{1, 300, 301, 302, 17, 250}
+	logits := map[int][]float32{}
+	for _, nextn := range []int{1, 0} {
+		o, err := model.ApplyFamily(model.Presets["tiny"], "glm4moe")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Type, o.Seed, o.NextN = "F32", 7, nextn
+		path := filepath.Join(t.TempDir(), "glm4moe.gguf")
+		if err := model.Generate(path, o); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Load(context.Background(), path, backend.Options{Threads: 2, KVType: "f32", BatchSize: 8}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := r.Config(); c.Layers != 4 || c.NextN != nextn || len(r.layers) != 4 {
+			t.Errorf("MTP blocks %d: %d layers, %d MTP, %d blocks loaded", nextn, c.Layers, c.NextN, len(r.layers))
+		}
+		res, err := r.Forward(context.Background(), backend.Batch{Tokens: prompt, Positions: []int32{0, 1, 2, 3, 4, 5}, AllLogits: true})
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits[nextn] = res.Logits
+	}
+	if len(logits[0]) == 0 || !slices.Equal(logits[0], logits[1]) {
+		t.Errorf("the MTP block changed the logits (%d and %d values)", len(logits[1]), len(logits[0]))
 	}
 }
 
@@ -260,4 +307,71 @@ func maxAbs(a []float32) float64 {
 		m = max(m, math.Abs(float64(v)))
 	}
 	return m
+}
+
+// A context shift re-rotates the kept keys as if computed at their new
+// positions: in a one-block model (whose keys and values depend on their
+// token alone: deeper blocks' would also on the dropped tokens), after
+// dropping positions 2–4 of 8, the next token's logits are those of a
+// fresh prefill of the 5 kept tokens up to rounding; for whole-head RoPE
+// (llama, NeoX qwen2) and glm4moe's partial one, where rotating the whole
+// head moves them O(1).
+func TestShiftMatchesPrefill(t *testing.T) {
+	prompt := []int32{1, 300, 301, 302, 17, 250, 99, 7}
+	kept := []int32{1, 300, 250, 99, 7}
+	next := int32(42)
+	for _, arch := range []string{"llama", "qwen2", "glm4moe"} {
+		t.Run(arch, func(t *testing.T) {
+			o, err := model.ApplyFamily(model.Presets["tiny"], arch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o.Layers, o.Seed = 1, 7
+			path := filepath.Join(t.TempDir(), arch+".gguf")
+			if err := model.Generate(path, o); err != nil {
+				t.Fatal(err)
+			}
+			opts := backend.Options{Threads: 2, KVType: "f32", BatchSize: 8}
+			run := func(tokens []int32, shift bool) []float64 {
+				r, err := Load(context.Background(), path, opts, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				pos := make([]int32, len(tokens))
+				for i := range pos {
+					pos[i] = int32(i)
+				}
+				if _, err := r.Forward(context.Background(), backend.Batch{Tokens: tokens, Positions: pos}); err != nil {
+					t.Fatal(err)
+				}
+				at := int32(len(tokens))
+				if shift {
+					if err := r.Shift(0, 2, 3); err != nil {
+						t.Fatal(err)
+					}
+					at -= 3
+				}
+				res, err := r.Forward(context.Background(), backend.Batch{Tokens: []int32{next}, Positions: []int32{at}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := make([]float64, len(res.Logits))
+				for i, v := range res.Logits {
+					out[i] = float64(v)
+				}
+				return out
+			}
+			want, got := run(kept, false), run(prompt, true)
+			g := make([]float32, len(got))
+			for i, v := range got {
+				g[i] = float32(v)
+			}
+			if e := relErr(g, want); e > 1e-4 {
+				t.Errorf("after the shift: relative logit error %.2e against a fresh prefill, want ≤ 1e-4", e)
+			} else {
+				t.Logf("after the shift: relative logit error %.2e against a fresh prefill", e)
+			}
+		})
+	}
 }

@@ -48,7 +48,9 @@ func (p gpuPlan) list(cfg model.Config) ml.GPULayersList {
 	}
 	ls := slices.Clone(p.blocks)
 	if p.head {
-		ls = append(ls, cfg.Layers)
+		// ollama's loader puts the head after every block the file
+		// states, glm4moe's multi-token-prediction ones included.
+		ls = append(ls, cfg.FileBlocks())
 	}
 	return ml.GPULayersList{{DeviceID: ml.DeviceID{ID: p.dev.ID, Library: p.dev.Library}, Layers: ls}}
 }
@@ -173,7 +175,7 @@ func measure(path string, cfg model.Config, opts backend.Options, dev runnerapi.
 		need.block[il] = at(on.Weights, il) + uint64(kv)
 	}
 	if all.head {
-		need.head = at(on.Weights, cfg.Layers)
+		need.head = at(on.Weights, cfg.FileBlocks())
 	}
 	ff := max(cfg.FFDim, cfg.ExpertFFDim*max(cfg.ExpertsUsed, 1))
 	need.graph = uint64(opts.BatchSize)*4*uint64(8*cfg.Dim+3*ff) + graphMargin

@@ -10,6 +10,7 @@ import (
 	"github.com/ollama/ollama/ml"
 
 	"github.com/orrery-cluster/orrery/engine/backend"
+	"github.com/orrery-cluster/orrery/engine/model"
 	"github.com/orrery-cluster/orrery/engine/runnerapi"
 )
 
@@ -131,4 +132,23 @@ func TestLoadFitting(t *testing.T) {
 			t.Errorf("%d tries, err %v; want 1 and the error", n, err)
 		}
 	})
+}
+
+// The head goes to ollama's layer after every block the file states:
+// after glm4moe's multi-token-prediction blocks, not onto the first of
+// them (which would leave the head on the CPU).
+func TestPlanListHeadAfterMTPBlocks(t *testing.T) {
+	p := gpuPlan{dev: runnerapi.Device{ID: "0", Library: "Vulkan"}, blocks: []int{2, 3}, head: true}
+	for _, c := range []struct {
+		cfg  model.Config
+		want []int
+	}{
+		{model.Config{Arch: "llama", Layers: 4}, []int{2, 3, 4}},
+		{model.Config{Arch: "glm4moe", Layers: 4, NextN: 1}, []int{2, 3, 5}},
+	} {
+		l := p.list(c.cfg)
+		if len(l) != 1 || !slices.Equal(l[0].Layers, c.want) {
+			t.Errorf("%s with %d MTP blocks: GPU layers %v, want %v", c.cfg.Arch, c.cfg.NextN, l, c.want)
+		}
+	}
 }

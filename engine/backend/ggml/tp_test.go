@@ -63,6 +63,12 @@ func TestTensorParallelMatchesOneRank(t *testing.T) {
 	// experts whole.
 	cases = append(cases, tpCase{"deepseek2", "F32", tpShape("deepseek2", "F32", 96, 8, 1), []int{2, 3}, ""},
 		tpCase{"deepseek2", "Q8_0", tpShape("deepseek2", "Q8_0", 128, 4, 1), []int{2}, ""})
+	// glm4moe: heads of 12, 6 of them rotary, by heads with their q/k
+	// norms and biases (4/4 on 2 ranks, 3/3/2 on 3), the dense block and
+	// the shared expert by columns, the routed experts whole (expert
+	// parallelism), the MTP block in no slice.
+	cases = append(cases, tpCase{"glm4moe", "F32", tpShape("glm4moe", "F32", 96, 8, 4), []int{2, 3}, ""},
+		tpCase{"glm4moe", "Q8_0", tpShape("glm4moe", "Q8_0", 128, 4, 2), []int{2}, ""})
 	cases = append(cases, tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 4), []int{4}, ""},
 		tpCase{"llama", "F32", tpShape("llama", "F32", 96, 8, 2), []int{4}, ""})
 	// Quantized weights: every cut falls on a block, so each rank's blocks

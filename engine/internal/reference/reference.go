@@ -1,6 +1,6 @@
 // Package reference is a pure-Go float64 forward pass of the architectures
 // the engine supports (llama with Llama 3.x rope_freqs, mistral3, qwen2,
-// qwen3, qwen3moe, gemma3, phi3, gpt-oss, deepseek2), written from the math
+// qwen3, qwen3moe, gemma3, phi3, gpt-oss, deepseek2, glm4moe), written from the math
 // rather than from ggml, for tests to check the ggml path against. It is
 // slow and keeps everything in memory: small models only.
 package reference
@@ -211,11 +211,13 @@ func (m *Model) attention(l int, p string, h []float64, pos int) []float64 {
 		}
 	}
 	base, scale, factors, y := m.ropeOf(l)
+	// Only the first rd of each head's dimensions rotate (glm4moe).
+	rd := c.RotaryDims()
 	for hh := 0; hh < c.Heads; hh++ {
 		if c.QKNorm {
 			copy(q[hh*hd:], rmsnorm(q[hh*hd:(hh+1)*hd], m.w[p+"attn_q_norm.weight"], c.Eps))
 		}
-		rope(q[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
+		rope(q[hh*hd:hh*hd+rd], pos, base, scale, c.RopeNeoX, factors, y)
 		if c.AttnTempScale != 0 {
 			// Ministral 3's temperature: the scale as llama.cpp
 			// feeds it to ggml, a float32 per position.
@@ -229,7 +231,7 @@ func (m *Model) attention(l int, p string, h []float64, pos int) []float64 {
 		if c.QKNorm {
 			copy(k[hh*hd:], rmsnorm(k[hh*hd:(hh+1)*hd], m.w[p+"attn_k_norm.weight"], c.Eps))
 		}
-		rope(k[hh*hd:(hh+1)*hd], pos, base, scale, c.RopeNeoX, factors, y)
+		rope(k[hh*hd:hh*hd+rd], pos, base, scale, c.RopeNeoX, factors, y)
 	}
 	m.kcache[l] = append(m.kcache[l], k)
 	m.vcache[l] = append(m.vcache[l], v)
@@ -293,7 +295,7 @@ func (m *Model) mlp(l int, p string, h []float64) []float64 {
 	switch {
 	case c.IsMoE(l):
 		d := m.experts(p, h)
-		if c.SharedExperts > 0 { // deepseek2's, beside the routed ones
+		if c.SharedExperts > 0 { // deepseek2's and glm4moe's, beside the routed ones
 			sh := swiglu(m.w[p+"ffn_gate_shexp.weight"], m.w[p+"ffn_up_shexp.weight"], m.w[p+"ffn_down_shexp.weight"], h, c.SharedExperts*c.ExpertFFDim)
 			for i := range d {
 				d[i] += sh[i]

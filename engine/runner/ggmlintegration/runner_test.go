@@ -295,7 +295,7 @@ func batchedVsAlone(t *testing.T, path, kv string) (same, total int) {
 func TestServerContextShift(t *testing.T) {
 	for _, c := range []struct {
 		family, refusal string
-	}{{"llama", ""}, {"qwen3", ""}, {"gemma3", "sliding-window"}, {"deepseek2", "latent attention"}} {
+	}{{"llama", ""}, {"qwen3", ""}, {"glm4moe", ""}, {"gemma3", "sliding-window"}, {"deepseek2", "latent attention"}} {
 		t.Run(c.family, func(t *testing.T) {
 			s := runner.NewServer(runner.Config{ModelPath: genFamily(t, c.family, "F32"), Load: load, Token: "secret", Node: "node-a",
 				ContextShift: true, Options: backend.Options{Threads: 2, BatchSize: 16, ContextLen: 48, KVType: "f32", Parallel: 2}})
