@@ -38,7 +38,6 @@ func splitKimiK2(runes []rune, lo, hi int, out [][2]int) [][2]int {
 		return ok && unicode.IsLetter(r) && !isHan(r)
 	}
 	number := func(i int) bool { r, ok := at(i); return ok && unicode.IsNumber(r) }
-	space := func(i int) bool { r, ok := at(i); return ok && unicode.IsSpace(r) }
 	// other: in the text and neither whitespace, a letter (Han included)
 	// nor a number: llama.cpp's !(is_whitespace|is_letter|is_number) on
 	// flags that are non-zero.
@@ -72,19 +71,7 @@ func splitKimiK2(runes []rune, lo, hi int, out [][2]int) [][2]int {
 			for letter(pos) {
 				pos++
 			}
-			if c, _ := at(pos); c == '\'' && pos+1 < hi {
-				c1 := unicode.ToLower(runes[pos+1])
-				switch {
-				case c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd':
-					pos += 2
-				case pos+2 < hi:
-					c2 := unicode.ToLower(runes[pos+2])
-					if c1 == 'r' && c2 == 'e' || c1 == 'v' && c2 == 'e' || c1 == 'l' && c2 == 'l' {
-						pos += 3
-					}
-				}
-			}
-			emit(pos)
+			emit(kimiContraction(runes, pos, hi))
 			continue
 		}
 		// 3: numbers, three at a time.
@@ -118,26 +105,52 @@ func splitKimiK2(runes []rune, lo, hi int, out [][2]int) [][2]int {
 			continue
 		}
 		// 5–7: whitespace.
-		n, lastNL := 0, 0
-		for space(pos + n) {
-			if c := runes[pos+n]; c == '\r' || c == '\n' {
-				lastNL = pos + n + 1
-			}
-			n++
-		}
-		switch {
-		case lastNL > 0:
-			pos = lastNL
-		case n > 1 && pos+n < hi:
-			pos += n - 1
-		case n > 0:
-			pos += n
-		default:
-			pos++ // unreachable: every character matches a rule above
-		}
+		pos = kimiSpace(runes, pos, hi)
 		emit(pos)
 	}
 	return out
+}
+
+// kimiContraction is where a word ending at pos ends with its
+// contraction ('s, 't, 'm, 'd, 're, 've, 'll in either case), if one
+// follows.
+func kimiContraction(runes []rune, pos, hi int) int {
+	if pos+1 >= hi || runes[pos] != '\'' {
+		return pos
+	}
+	c1 := unicode.ToLower(runes[pos+1])
+	switch {
+	case c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd':
+		return pos + 2
+	case pos+2 < hi:
+		c2 := unicode.ToLower(runes[pos+2])
+		if c1 == 'r' && c2 == 'e' || c1 == 'v' && c2 == 'e' || c1 == 'l' && c2 == 'l' {
+			return pos + 3
+		}
+	}
+	return pos
+}
+
+// kimiSpace is where the whitespace at pos ends as a piece: through its
+// last newline; else, before a word, all but the last space (which goes
+// with the word); else all of it.
+func kimiSpace(runes []rune, pos, hi int) int {
+	n, lastNL := 0, 0
+	for pos+n < hi && unicode.IsSpace(runes[pos+n]) {
+		if c := runes[pos+n]; c == '\r' || c == '\n' {
+			lastNL = pos + n + 1
+		}
+		n++
+	}
+	switch {
+	case lastNL > 0:
+		return lastNL
+	case n > 1 && pos+n < hi:
+		return pos + n - 1
+	case n > 0:
+		return pos + n
+	}
+	return pos + 1 // unreachable: every character matches a rule above
 }
 
 // isHan is llama.cpp's unicode_cpt_is_han: the CJK Unified Ideographs
