@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-cluster/orrery/engine/gguf"
 	"github.com/orrery-cluster/orrery/engine/model"
+	"github.com/orrery-cluster/orrery/engine/model/modeltest"
 )
 
 // A middle shard of every family gen-model writes holds rope_freqs too
@@ -14,34 +14,13 @@ import (
 func TestMiddleShardOfEveryFamily(t *testing.T) {
 	for _, fam := range model.Families {
 		t.Run(fam, func(t *testing.T) {
-			o, err := model.ApplyFamily(model.Presets["tiny"], fam)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := model.Generate(path, o); err != nil {
-				t.Fatal(err)
-			}
-			f, err := gguf.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := model.FromGGUF(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			path := modeltest.Generate(t, "m.gguf", modeltest.Family(t, model.Presets["tiny"], fam))
+			_, c := modeltest.Read(t, path)
 			shard := path + ".shard"
 			if err := WriteShard(path, shard, 1, 3, ""); err != nil {
 				t.Fatal(err)
 			}
-			sf, err := gguf.ReadFile(shard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sc, err := model.FromGGUF(sf)
-			if err != nil {
-				t.Fatal(err)
-			}
+			sf, sc := modeltest.Read(t, shard)
 			_, hasFreqs := sf.Tensor("rope_freqs.weight")
 			if hasFreqs != (fam == "llama3") || sc.RopeFreqs != c.RopeFreqs || sc.Experts != c.Experts || sc.HeadDim != c.HeadDim || sc.KQScale != c.KQScale {
 				t.Errorf("shard: rope_freqs %v, config %+v", hasFreqs, sc)
@@ -57,22 +36,8 @@ func TestMiddleShardOfEveryFamily(t *testing.T) {
 // into no shard and no tensor-parallel slice, even the last's, whose
 // metadata still states it: each reads back as the same trunk.
 func TestGLM4MoEMTPBlockInNoShard(t *testing.T) {
-	o, err := model.ApplyFamily(model.Presets["tiny"], "glm4moe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "m.gguf")
-	if err := model.Generate(path, o); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := model.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := modeltest.Generate(t, "m.gguf", modeltest.Family(t, model.Presets["tiny"], "glm4moe"))
+	f, c := modeltest.Read(t, path)
 	if _, ok := f.Tensor("blk.4.nextn.eh_proj.weight"); !ok || c.Layers != 4 || c.NextN != 1 {
 		t.Fatalf("generated: %d layers, %d MTP, eh_proj %v", c.Layers, c.NextN, ok)
 	}
@@ -93,14 +58,7 @@ func TestGLM4MoEMTPBlockInNoShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range append(parts, p) {
-		sf, err := gguf.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc, err := model.FromGGUF(sf)
-		if err != nil {
-			t.Fatal(err)
-		}
+		sf, sc := modeltest.Read(t, p)
 		if sc.Layers != 4 || sc.NextN != 1 || sc.FileBlocks() != 5 {
 			t.Errorf("%s: %d layers, %d MTP", filepath.Base(p), sc.Layers, sc.NextN)
 		}
