@@ -23,28 +23,26 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 	q, kv := uint64(o.Heads*hd), uint64(o.KVHeads*hd)
 	dim, ff := uint64(o.Dim), uint64(o.FFDim)
 	e, eff := uint64(o.Experts), uint64(o.ExpertFFDim)
-	var ts []gguf.WriteTensor
-	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
-		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
-	}
+	g := &genList{seed: o.Seed}
+	add := g.add
 	embStd := 1.0
 	if o.Arch == "gemma3" { // scaled by √dim in the graph, and the output head
 		embStd = 1 / math.Sqrt(float64(dim))
 	}
 	add("token_embd.weight", wt, embStd, false, dim, uint64(o.Vocab))
 	if o.RopeFreqs {
-		ts = append(ts, gguf.WriteTensor{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{uint64(hd / 2)},
+		g.ts = append(g.ts, gguf.WriteTensor{Name: "rope_freqs.weight", Type: gguf.F32, Dims: []uint64{uint64(hd / 2)},
 			Data: floatsData(llama3RopeFactors(o.RopeBase, hd))})
 	}
 	for i := 0; i < o.Layers+o.NextN; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
 		add(p+"attn_norm.weight", gguf.F32, 0.1, true, dim)
 		if o.Arch == "deepseek2" {
-			ts = append(ts, deepseekBlock(o, i, wt, et)...)
+			deepseekBlock(g, o, i, wt, et)
 			continue
 		}
 		if o.Arch == "glm4moe" {
-			ts = append(ts, glmBlock(o, i, wt, et)...)
+			glmBlock(g, o, i, wt, et)
 			continue
 		}
 		if o.Arch == "phi3" {
@@ -110,7 +108,7 @@ func genTensors(o GenOptions) []gguf.WriteTensor {
 	if o.Arch != "gemma3" { // Gemma ties the output to the embeddings
 		add("output.weight", wt, 1/math.Sqrt(float64(dim)), false, dim, uint64(o.Vocab))
 	}
-	return ts
+	return g.ts
 }
 
 // genData writes normal(0, std) values (1 + normal for norm weights) of
@@ -209,15 +207,26 @@ func floatsData(vs []float32) func(io.Writer) error {
 	}
 }
 
-// deepseekBlock is a generated deepseek2 block's tensors after attn_norm:
+// genList collects a generated model's tensors, in the order written.
+type genList struct {
+	seed uint64
+	ts   []gguf.WriteTensor
+}
+
+// add appends tensor name of type t and shape dims, its values random
+// with standard deviation std (around 1 for a norm's weights).
+func (g *genList) add(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
+	g.ts = append(g.ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(g.seed, name, t, std, norm, dims)})
+}
+
+// invSqrt is 1/√n, a matrix's standard deviation over n inputs.
+func invSqrt(n int) float64 { return 1 / math.Sqrt(float64(n)) }
+
+// deepseekBlock adds a generated deepseek2 block's tensors after attn_norm:
 // MLA attention (see mlaDims) and a dense MLP (block 0) or routed and
 // shared experts.
-func deepseekBlock(o GenOptions, il int, wt, et gguf.TensorType) []gguf.WriteTensor {
-	var ts []gguf.WriteTensor
-	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
-		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
-	}
-	inv := func(n int) float64 { return 1 / math.Sqrt(float64(n)) }
+func deepseekBlock(g *genList, o GenOptions, il int, wt, et gguf.TensorType) {
+	add, inv := g.add, invSqrt
 	p := fmt.Sprintf("blk.%d.", il)
 	ql, kvl, nope, rope, v := mlaDims(o)
 	dim, heads := uint64(o.Dim), uint64(o.Heads)
@@ -232,20 +241,16 @@ func deepseekBlock(o GenOptions, il int, wt, et gguf.TensorType) []gguf.WriteTen
 	add(p+"attn_v_b.weight", wt, inv(kvl), false, uint64(kvl), uint64(v), heads)
 	add(p+"attn_output.weight", wt, inv(o.Heads*v), false, heads*uint64(v), dim)
 	add(p+"ffn_norm.weight", gguf.F32, 0.1, true, dim)
-	return append(ts, sharedExpertsMLP(o, il, wt, et)...)
+	sharedExpertsMLP(g, o, il, wt, et)
 }
 
-// glmBlock is a generated glm4moe block's tensors after attn_norm: GLM-4.5's
+// glmBlock adds a generated glm4moe block's tensors after attn_norm: GLM-4.5's
 // attention (q/k/v biases, q/k norms unless NoQKNorm), the MLP's norm
 // named post_attention_norm, deepseek2's MLP, and in a block after the
 // trunk the multi-token-prediction tensors llama.cpp loads when asked
 // for them (nextn.*; neither engine computes them here).
-func glmBlock(o GenOptions, il int, wt, et gguf.TensorType) []gguf.WriteTensor {
-	var ts []gguf.WriteTensor
-	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
-		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
-	}
-	inv := func(n int) float64 { return 1 / math.Sqrt(float64(n)) }
+func glmBlock(g *genList, o GenOptions, il int, wt, et gguf.TensorType) {
+	add, inv := g.add, invSqrt
 	p := fmt.Sprintf("blk.%d.", il)
 	dim, hd := uint64(o.Dim), uint64(o.HeadDim)
 	q, kv := uint64(o.Heads)*hd, uint64(o.KVHeads)*hd
@@ -261,24 +266,19 @@ func glmBlock(o GenOptions, il int, wt, et gguf.TensorType) []gguf.WriteTensor {
 	}
 	add(p+"attn_output.weight", wt, inv(int(q)), false, q, dim)
 	add(p+"post_attention_norm.weight", gguf.F32, 0.1, true, dim)
-	ts = append(ts, sharedExpertsMLP(o, il, wt, et)...)
+	sharedExpertsMLP(g, o, il, wt, et)
 	if il >= o.Layers {
 		add(p+"nextn.eh_proj.weight", wt, inv(2*o.Dim), false, 2*dim, dim)
 		add(p+"nextn.enorm.weight", gguf.F32, 0.1, true, dim)
 		add(p+"nextn.hnorm.weight", gguf.F32, 0.1, true, dim)
 		add(p+"nextn.shared_head_norm.weight", gguf.F32, 0.1, true, dim)
 	}
-	return ts
 }
 
-// sharedExpertsMLP is a generated deepseek2 or glm4moe block's MLP after
+// sharedExpertsMLP adds a generated deepseek2 or glm4moe block's MLP after
 // its norm: a dense one (block 0) or routed and shared experts.
-func sharedExpertsMLP(o GenOptions, il int, wt, et gguf.TensorType) []gguf.WriteTensor {
-	var ts []gguf.WriteTensor
-	add := func(name string, t gguf.TensorType, std float64, norm bool, dims ...uint64) {
-		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: genData(o.Seed, name, t, std, norm, dims)})
-	}
-	inv := func(n int) float64 { return 1 / math.Sqrt(float64(n)) }
+func sharedExpertsMLP(g *genList, o GenOptions, il int, wt, et gguf.TensorType) {
+	add, inv := g.add, invSqrt
 	p := fmt.Sprintf("blk.%d.", il)
 	dim := uint64(o.Dim)
 	if il == 0 { // the leading dense block
@@ -286,7 +286,7 @@ func sharedExpertsMLP(o GenOptions, il int, wt, et gguf.TensorType) []gguf.Write
 		add(p+"ffn_gate.weight", wt, inv(o.Dim), false, dim, ff)
 		add(p+"ffn_up.weight", wt, inv(o.Dim), false, dim, ff)
 		add(p+"ffn_down.weight", wt, inv(o.FFDim), false, ff, dim)
-		return ts
+		return
 	}
 	e, eff := uint64(o.Experts), uint64(o.ExpertFFDim)
 	// Logits of std 1: the sigmoid saturates (and near-ties abound) beyond.
@@ -300,5 +300,4 @@ func sharedExpertsMLP(o GenOptions, il int, wt, et gguf.TensorType) []gguf.Write
 	add(p+"ffn_gate_shexp.weight", wt, inv(o.Dim), false, dim, eff)
 	add(p+"ffn_up_shexp.weight", wt, inv(o.Dim), false, dim, eff)
 	add(p+"ffn_down_shexp.weight", wt, inv(o.ExpertFFDim), false, eff, dim)
-	return ts
 }
