@@ -35,16 +35,16 @@ int main(int argc, char ** argv) {
         else { fprintf(stderr, "usage: orrery-llama-vocab -m MODEL (-f FILE [-add-special] [-parse-special] | -eog)\n"); return 2; }
     }
     if (model_path.empty() || (cases_path.empty() && !eog)) { fprintf(stderr, "usage: orrery-llama-vocab -m MODEL (-f FILE | -eog)\n"); return 2; }
+    llama_log_set([](enum ggml_log_level level, const char * text, void *) {
+        if (level >= GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
+    }, nullptr);
+    llama_backend_init();
+    llama_model_params mp = llama_model_default_params();
+    mp.vocab_only = true;
+    llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
+    if (!model) { fprintf(stderr, "load %s failed\n", model_path.c_str()); return 1; }
+    const llama_vocab * vocab = llama_model_get_vocab(model);
     if (eog) {
-        llama_log_set([](enum ggml_log_level level, const char * text, void *) {
-            if (level >= GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
-        }, nullptr);
-        llama_backend_init();
-        llama_model_params mp = llama_model_default_params();
-        mp.vocab_only = true;
-        llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
-        if (!model) { fprintf(stderr, "load %s failed\n", model_path.c_str()); return 1; }
-        const llama_vocab * vocab = llama_model_get_vocab(model);
         bool first = true;
         for (llama_token id = 0; id < llama_vocab_n_tokens(vocab); id++) {
             if (llama_vocab_is_eog(vocab, id)) { printf("%s%d", first ? "" : " ", id); first = false; }
@@ -53,6 +53,7 @@ int main(int argc, char ** argv) {
         llama_model_free(model);
         return 0;
     }
+
     std::ifstream in(cases_path, std::ios::binary);
     if (!in) { fprintf(stderr, "open %s failed\n", cases_path.c_str()); return 1; }
     std::stringstream ss;
@@ -66,16 +67,6 @@ int main(int argc, char ** argv) {
         cases.push_back(all.substr(pos, next - pos));
         pos = next + sep.size();
     }
-
-    llama_log_set([](enum ggml_log_level level, const char * text, void *) {
-        if (level >= GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
-    }, nullptr);
-    llama_backend_init();
-    llama_model_params mp = llama_model_default_params();
-    mp.vocab_only = true;
-    llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
-    if (!model) { fprintf(stderr, "load %s failed\n", model_path.c_str()); return 1; }
-    const llama_vocab * vocab = llama_model_get_vocab(model);
 
     for (const auto & c : cases) {
         int n = -llama_tokenize(vocab, c.data(), (int32_t) c.size(), nullptr, 0, add_special, parse_special);
