@@ -67,12 +67,7 @@ func (p *Parser) harmony(final bool) (Delta, bool) {
 		h.header = ""
 		return Delta{}, true
 	}
-	at, end := -1, ""
-	for _, m := range hEnds {
-		if i := strings.Index(p.buf, m); i >= 0 && (at < 0 || i < at) {
-			at, end = i, m
-		}
-	}
+	at, end := firstMarker(p.buf, hEnds)
 	body, rest := p.buf, ""
 	switch {
 	case at >= 0:

@@ -164,13 +164,7 @@ func (p *Parser) plain(final bool) (Delta, bool) {
 			markers = append(markers, kimiSectionBegin, kimiCallBegin)
 		}
 	}
-	at, which := -1, ""
-	for _, m := range markers {
-		if i := strings.Index(p.buf, m); i >= 0 && (at < 0 || i < at) {
-			at, which = i, m
-		}
-	}
-	if at >= 0 {
+	if at, which := firstMarker(p.buf, markers); at >= 0 {
 		d := p.content(p.buf[:at])
 		p.buf = p.buf[at+len(which):]
 		switch which {
@@ -208,13 +202,7 @@ func (p *Parser) think(final bool) (Delta, bool) {
 		// reasoning: a call ends it too, as in llama.cpp.
 		ends = append(ends, kimiSectionBegin, kimiCallBegin)
 	}
-	at, which := -1, ""
-	for _, m := range ends {
-		if i := strings.Index(p.buf, m); i >= 0 && (at < 0 || i < at) {
-			at, which = i, m
-		}
-	}
-	if at >= 0 {
+	if at, which := firstMarker(p.buf, ends); at >= 0 {
 		d := Delta{Reasoning: p.buf[:at]}
 		p.buf = p.buf[at:]
 		if which == thinkClose {
@@ -277,6 +265,18 @@ func (p *Parser) json(final bool) (Delta, bool) {
 	d := p.content(p.buf)
 	p.buf = ""
 	return d, false
+}
+
+// firstMarker is where in s the earliest of markers begins, and which it
+// is (the first listed of those beginning there); -1 and "" if none is in s.
+func firstMarker(s string, markers []string) (at int, which string) {
+	at = -1
+	for _, m := range markers {
+		if i := strings.Index(s, m); i >= 0 && (at < 0 || i < at) {
+			at, which = i, m
+		}
+	}
+	return at, which
 }
 
 // heldPrefix is the length of the longest end of s that starts one of
