@@ -248,6 +248,13 @@ func variantFile(t *testing.T, dir string, o model.GenOptions, name string, v va
 	if err := model.Generate(base, o); err != nil {
 		t.Fatal(err)
 	}
+	return variantOf(t, dir, o, work, name, base, v)
+}
+
+// variantOf is the family's file in v's type, in work: the F32 file base
+// itself, quantized from it by llama-quantize, or generated in the type.
+func variantOf(t *testing.T, dir string, o model.GenOptions, work, name, base string, v variant) string {
+	t.Helper()
 	path := filepath.Join(work, name+"-"+v.typ+".gguf")
 	switch {
 	case v.typ == "F32":

@@ -187,18 +187,7 @@ func conformFamily(t *testing.T, dir, family, name string, types []string, tweak
 		if types != nil && !slices.Contains(types, v.typ) || types == nil && mxfp4(v.typ) {
 			continue
 		}
-		path := filepath.Join(work, name+"-"+v.typ+".gguf")
-		switch {
-		case v.typ == "F32":
-			path = base
-		case v.quantize:
-			quantize(t, dir, base, path, v.typ)
-		default:
-			o.Type = v.typ
-			if err := model.Generate(path, o); err != nil {
-				t.Fatal(err)
-			}
-		}
+		path := variantOf(t, dir, o, work, name, base, v)
 		exact := runExact(t, path, ids)
 		for _, st := range settings {
 			ref := runReference(t, dir, path, ids, st)
